@@ -1,0 +1,37 @@
+"""The `mindio-adaptor` command line.
+
+Each subcommand lives in its own module in this package and exposes `register(subparsers)`, which
+adds its parser and sets `func` (called with the parsed namespace, returns the exit code).
+"""
+import argparse
+import importlib
+import sys
+
+# Module names (inside mindio_adaptor.cli) of the subcommands, in the order --help lists them.
+SUBCOMMAND_MODULES = [
+]
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="mindio-adaptor",
+        description="Fault tolerance for Megatron-LM training (replicated optimizer, dying-gasp "
+        "checkpoint, online repair, process replacement).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(subparsers)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

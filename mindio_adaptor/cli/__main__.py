@@ -1,0 +1,5 @@
+import sys
+
+from mindio_adaptor.cli import main
+
+sys.exit(main())

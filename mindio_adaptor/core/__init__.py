@@ -1,0 +1,1 @@
+"""Framework-agnostic mechanisms. Nothing in this package imports megatron."""

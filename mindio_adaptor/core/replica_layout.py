@@ -1,0 +1,228 @@
+"""Who holds which optimizer shard: the one source of truth for replicas.
+
+A data-parallel rank list L of length d is cut, for R replicas, into R replica groups of g = d / R
+ranks. Inside a replica group the distributed optimizer shards its state g ways, so shard j is held by
+the j-th rank of every replica group. The controller, the dump and the repair all read the answer
+from the same `ReplicaLayout`.
+
+The reference cuts L in Megatron's order (group k = L[k*g:(k+1)*g]). We first re-order L so that
+the R holders of a shard sit on different nodes wherever the node counts allow it; with the usual
+block placement (each node a contiguous range of ranks) that re-ordering is the identity, so the
+layout equals the reference's.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+logger = logging.getLogger(__name__)
+
+ATTENTION = 0  # dense optimizer (the reference's OptimizerType.ATTENTION)
+MOE = 1  # expert optimizer
+
+
+class LayoutError(ValueError):
+    """A rank list or replica count that cannot form a replica layout."""
+
+
+@dataclass(frozen=True)
+class ShardKey:
+    """One optimizer shard: its optimizer type, which DP rank list it belongs to, and its index."""
+
+    optimizer_type: int
+    group_index: int
+    shard: int
+
+
+def order_for_anti_affinity(ranks: Sequence[int], num_shards: int,
+                            node_of: Optional[Mapping[int, object]]) -> Tuple[List[int], bool]:
+    """Re-order `ranks` so that slicing it into groups of `num_shards` puts the holders of each shard
+    on different nodes. Ranks of one node are kept together (nodes in order of first appearance), so
+    two of them can only meet in one shard when that node has more than `num_shards` ranks here,
+    which no order can avoid. Returns (order, spread) where spread tells whether every shard's holders
+    are on distinct nodes."""
+    if node_of is None:
+        return list(ranks), True
+    by_node: Dict[object, List[int]] = {}
+    for rank in ranks:
+        by_node.setdefault(node_of.get(rank, rank), []).append(rank)
+    order = [rank for members in by_node.values() for rank in members]
+    spread = all(len(members) <= num_shards for members in by_node.values())
+    return order, spread
+
+
+class ReplicaSet:
+    """The replica layout of one data-parallel rank list."""
+
+    def __init__(self, rank_list: Sequence[int], replica_cnt: int, optimizer_type: int = ATTENTION,
+                 group_index: int = 0, node_of: Optional[Mapping[int, object]] = None):
+        ranks = list(rank_list)
+        _check(ranks, replica_cnt)
+        self.rank_list = tuple(ranks)
+        self.replica_cnt = replica_cnt
+        self.optimizer_type = optimizer_type
+        self.group_index = group_index
+        self.num_shards = len(ranks) // replica_cnt
+        order, self.spread_across_nodes = order_for_anti_affinity(ranks, self.num_shards, node_of)
+        self.ordered_ranks = tuple(order)
+        self._index = {rank: i for i, rank in enumerate(order)}
+
+    @property
+    def replica_groups(self) -> List[Tuple[int, ...]]:
+        g = self.num_shards
+        return [self.ordered_ranks[k * g:(k + 1) * g] for k in range(self.replica_cnt)]
+
+    def holders(self, shard: int) -> Tuple[int, ...]:
+        if not 0 <= shard < self.num_shards:
+            raise LayoutError(f"shard {shard} out of range 0..{self.num_shards - 1}")
+        return self.ordered_ranks[shard::self.num_shards]
+
+    def shard_of(self, rank: int) -> int:
+        return self._position(rank) % self.num_shards
+
+    def replica_of(self, rank: int) -> int:
+        return self._position(rank) // self.num_shards
+
+    def peers(self, rank: int) -> Tuple[int, ...]:
+        return tuple(r for r in self.holders(self.shard_of(rank)) if r != rank)
+
+    def key(self, shard: int) -> ShardKey:
+        return ShardKey(self.optimizer_type, self.group_index, shard)
+
+    def savers(self, unavailable: Iterable[int]) -> Tuple[Dict[int, int], List[int]]:
+        """For each shard the first holder (in replica order) not in `unavailable`.
+        Returns ({shard: saver rank}, [shards with no available holder])."""
+        bad = set(unavailable)
+        chosen, missing = {}, []
+        for shard in range(self.num_shards):
+            alive = [r for r in self.holders(shard) if r not in bad]
+            if alive:
+                chosen[shard] = alive[0]
+            else:
+                missing.append(shard)
+        return chosen, missing
+
+    def repair_pairs(self, bad_ranks: Iterable[int]) -> Tuple[List[Tuple[int, int]], List[int]]:
+        """For each bad rank at position i, the first healthy rank at (i + k*g) mod d.
+        Returns ([(src, dst)], [bad ranks of this set with no healthy peer])."""
+        bad = set(bad_ranks)
+        d, g = len(self.ordered_ranks), self.num_shards
+        pairs, orphans = [], []
+        for dst in self.ordered_ranks:
+            if dst not in bad:
+                continue
+            i = self._index[dst]
+            src = next((self.ordered_ranks[(i + k * g) % d] for k in range(1, self.replica_cnt)
+                        if self.ordered_ranks[(i + k * g) % d] not in bad), None)
+            if src is None:
+                orphans.append(dst)
+            else:
+                pairs.append((src, dst))
+        return pairs, orphans
+
+    def _position(self, rank: int) -> int:
+        try:
+            return self._index[rank]
+        except KeyError:
+            raise LayoutError(f"rank {rank} is not in rank list {list(self.rank_list)}") from None
+
+    def __repr__(self):
+        return (f"ReplicaSet(type={self.optimizer_type}, groups={self.replica_groups}, "
+                f"R={self.replica_cnt})")
+
+
+class ReplicaLayout:
+    """All replica sets of a job (one per DP rank list and optimizer type)."""
+
+    def __init__(self, sets: Sequence[ReplicaSet]):
+        self.sets = list(sets)
+        seen = {}
+        for s in self.sets:
+            for rank in s.rank_list:
+                if (s.optimizer_type, rank) in seen:
+                    raise LayoutError(f"rank {rank} appears in two rank lists of optimizer type "
+                                      f"{s.optimizer_type}")
+                seen[(s.optimizer_type, rank)] = s
+
+    @classmethod
+    def from_dp_lists(cls, dp_lists: Sequence[Sequence[int]], replica_cnt: int,
+                      node_of: Optional[Mapping[int, object]] = None,
+                      expert_dp_lists: Sequence[Sequence[int]] = ()) -> "ReplicaLayout":
+        sets = [ReplicaSet(ranks, replica_cnt, ATTENTION, i, node_of) for i, ranks in enumerate(dp_lists)]
+        sets += [ReplicaSet(ranks, replica_cnt, MOE, i, node_of) for i, ranks in enumerate(expert_dp_lists)]
+        layout = cls(sets)
+        layout.warn_if_not_spread()
+        return layout
+
+    def set_of(self, rank: int, optimizer_type: int = ATTENTION) -> ReplicaSet:
+        for s in self.sets:
+            if s.optimizer_type == optimizer_type and rank in s._index:
+                return s
+        raise LayoutError(f"rank {rank} has no replica set of optimizer type {optimizer_type}")
+
+    def holders(self, key: ShardKey) -> Tuple[int, ...]:
+        return self._set(key.optimizer_type, key.group_index).holders(key.shard)
+
+    def savers(self, unavailable: Iterable[int]) -> Tuple[Dict[ShardKey, int], List[ShardKey]]:
+        """One saver per shard of every set, and the shards nobody available holds."""
+        unavailable = set(unavailable)
+        chosen, missing = {}, []
+        for s in self.sets:
+            found, lost = s.savers(unavailable)
+            chosen.update({s.key(shard): rank for shard, rank in found.items()})
+            missing += [s.key(shard) for shard in lost]
+        return chosen, missing
+
+    def save_info(self, unavailable: Iterable[int]) -> List[dict]:
+        """The reference's `save_info` argument: [{"type": t, "ranks": [savers...]}] per type."""
+        chosen, _ = self.savers(unavailable)
+        by_type: Dict[int, set] = {}
+        for key, rank in chosen.items():
+            by_type.setdefault(key.optimizer_type, set()).add(rank)
+        return [{"type": t, "ranks": sorted(r)} for t, r in sorted(by_type.items())]
+
+    def repair_pairs(self, bad_ranks: Iterable[int]) -> Dict[int, Tuple[List[Tuple[int, int]], List[int]]]:
+        """Per optimizer type: ([(src, dst)], [bad ranks without a healthy peer])."""
+        bad = set(bad_ranks)
+        result: Dict[int, Tuple[List[Tuple[int, int]], List[int]]] = {}
+        for s in self.sets:
+            pairs, orphans = s.repair_pairs(bad)
+            acc = result.setdefault(s.optimizer_type, ([], []))
+            acc[0].extend(pairs)
+            acc[1].extend(orphans)
+        return result
+
+    def to_reference(self) -> List[dict]:
+        """The argument of the reference's `tft_set_optimizer_replica`, one dict per set."""
+        return [{"rank_list": list(s.ordered_ranks), "replica_cnt": s.replica_cnt, "replica_shift": 0,
+                 "optimizer_type": s.optimizer_type} for s in self.sets]
+
+    def warn_if_not_spread(self):
+        crowded = [s for s in self.sets if not s.spread_across_nodes]
+        if crowded and not getattr(ReplicaLayout, "_warned", False):
+            ReplicaLayout._warned = True
+            logger.warning("replica holders share a node in %d rank list(s) (first: %s): a node loss "
+                           "there loses every copy of some shard", len(crowded), crowded[0])
+
+    def _set(self, optimizer_type: int, group_index: int) -> ReplicaSet:
+        for s in self.sets:
+            if s.optimizer_type == optimizer_type and s.group_index == group_index:
+                return s
+        raise LayoutError(f"no replica set of type {optimizer_type} with index {group_index}")
+
+
+def _check(ranks: List[int], replica_cnt: int):
+    if not isinstance(replica_cnt, int) or replica_cnt < 1:
+        raise LayoutError(f"replica count must be an integer >= 1, got {replica_cnt!r}")
+    if not ranks:
+        raise LayoutError("rank list is empty")
+    if any(not isinstance(r, int) or r < 0 for r in ranks):
+        raise LayoutError(f"rank list holds a value that is not a rank (int >= 0): {ranks}")
+    if len(set(ranks)) != len(ranks):
+        raise LayoutError(f"rank list has duplicates: {ranks}")
+    if replica_cnt > 1 and len(ranks) == 1:
+        raise LayoutError(f"{replica_cnt} replicas need a data-parallel size > 1; got rank list {ranks}")
+    if len(ranks) % replica_cnt:
+        raise LayoutError(f"data-parallel size {len(ranks)} is not divisible by replica count "
+                          f"{replica_cnt} (rank list {ranks})")

@@ -1,0 +1,35 @@
+"""Build for mindio_adaptor: the Python package plus the pybind11 module `mindio_adaptor._native`
+compiled from csrc/ (the controller and processor transport)."""
+import glob
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext
+from setuptools import find_packages, setup
+
+native_sources = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
+ext_modules = []
+if native_sources:
+    ext_modules.append(
+        Pybind11Extension(
+            "mindio_adaptor._native",
+            native_sources,
+            include_dirs=["csrc"],
+            cxx_std=17,
+            extra_compile_args=["-O2", "-Wall"],
+            extra_link_args=["-pthread"],
+        )
+    )
+
+setup(
+    name="mindio_adaptor",
+    version="0.1.0",
+    description="Fault tolerance for Megatron-LM training: replicated ZeRO-1 optimizer, dying-gasp "
+    "checkpoints, online repair and process replacement, driven by a compact C++ controller.",
+    python_requires=">=3.10",
+    packages=find_packages(include=["mindio_adaptor", "mindio_adaptor.*", "mindio_ttp", "mindio_ttp.*",
+                                    "mindx_elastic", "mindx_elastic.*"]),
+    package_data={"mindio_adaptor": ["data/*.json"]},
+    install_requires=["wrapt>=1.14", "numpy"],
+    ext_modules=ext_modules,
+    cmdclass={"build_ext": build_ext},
+    entry_points={"console_scripts": ["mindio-adaptor=mindio_adaptor.cli:main"]},
+)
