@@ -1,0 +1,104 @@
+"""GPT pretraining on megatron.training with mock data, with mindio_adaptor installed.
+
+    torchrun --nproc-per-node 4 examples/pretrain_gpt.py <megatron flags> [--enable-high-availability]
+
+Every TP rank builds the same deterministic mock dataset, so no batch broadcast is needed (pipeline
+parallelism is not supported by this example). At the end rank 0 prints `params digest <hex>`: a
+SHA-256 over the exact bytes of every model parameter of every rank, to compare runs for bit-identity.
+"""
+import hashlib
+import os
+import sys
+from functools import partial
+
+import mindio_adaptor
+
+mindio_adaptor.patch_all()
+
+import torch  # noqa: E402
+
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder  # noqa: E402
+from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset  # noqa: E402
+from megatron.core.enums import ModelType  # noqa: E402
+from megatron.training import get_args, get_tokenizer  # noqa: E402
+from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args  # noqa: E402
+from megatron.training.arguments import parse_and_validate_args  # noqa: E402
+from megatron.training.training import pretrain  # noqa: E402
+
+
+def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None):
+    args = get_args()
+    tokenizer = get_tokenizer()
+    config = GPTDatasetConfig(
+        random_seed=args.seed,
+        sequence_length=args.seq_length,
+        blend=None,
+        split="1,0,0",
+        tokenizer=tokenizer,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=True,
+        mid_level_dataset_surplus=0.005,
+    )
+    return BlendedMegatronDatasetBuilder(
+        MockGPTDataset, train_val_test_num_samples, lambda: True, config).build()
+
+
+def get_batch(data_iterator):
+    batch = next(data_iterator)
+    return (batch["tokens"], batch["labels"], batch["loss_mask"], batch.get("attention_mask"),
+            batch["position_ids"])
+
+
+def loss_func(loss_mask, output_tensor, model=None):
+    losses = output_tensor.view(-1).float()
+    loss_mask = loss_mask.view(-1).float()
+    loss = torch.sum(losses * loss_mask)
+    num_tokens = loss_mask.sum().clone().detach().to(torch.int)
+    report = torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])
+    return loss, num_tokens, {"lm loss": report}
+
+
+def forward_step(data_iterator, model, return_schedule_plan=False):
+    tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)
+    output = model(tokens, position_ids, attention_mask, labels=labels)
+    return output, partial(loss_func, loss_mask)
+
+
+def params_digest(model_chunks) -> str:
+    """SHA-256 over every parameter's bytes on every rank, in rank order (collective)."""
+    h = hashlib.sha256()
+    for chunk in model_chunks:
+        for name, param in sorted(chunk.named_parameters()):
+            h.update(name.encode())
+            h.update(param.detach().float().cpu().contiguous().numpy().tobytes())
+    local = torch.tensor(list(h.digest()), dtype=torch.uint8)
+    gathered = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(gathered, local)
+    return hashlib.sha256(b"".join(bytes(t.tolist()) for t in gathered)).hexdigest()
+
+
+def main():
+    args = parse_and_validate_args()
+    cfg = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
+    models = []
+    import megatron.training.training as training_module
+
+    original_setup = training_module.setup_model_and_optimizer
+
+    def keep_model(*a, **k):
+        result = original_setup(*a, **k)
+        models.append(result[0])
+        return result
+
+    training_module.setup_model_and_optimizer = keep_model
+    pretrain(cfg, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
+    digest = params_digest(models[-1])
+    if torch.distributed.get_rank() == 0:
+        print(f"params digest {digest}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

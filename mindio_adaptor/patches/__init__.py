@@ -1,0 +1,21 @@
+"""The only place that knows Megatron's internals. One module per patched area; each exposes
+`PATCHES`, a list of `registry.Patch`, applied by `mindio_adaptor.patch_all()`."""
+from mindio_adaptor.core import cpu_torch
+
+# Modules of this package whose PATCHES are applied, in order.
+PATCH_MODULES = [
+    "cpu_support",
+]
+
+
+def before_megatron_import():
+    """What must be in place before megatron is first imported."""
+    if not cpu_torch.accelerator_present():
+        from mindio_adaptor.patches import cpu_support
+
+        cpu_support.prepare_python_for_megatron()
+        cpu_torch.install()
+
+
+def after_unpatch():
+    cpu_torch.uninstall()

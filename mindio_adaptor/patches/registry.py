@@ -1,0 +1,166 @@
+"""Every Megatron patch, declared in one place and applied with wrapt.
+
+A patch names a module, an attribute path inside it and a wrapt wrapper. `patch_all()` registers a
+post-import hook per module, so it may run before or after `import megatron`. Applying is idempotent,
+`unpatch_all()` puts every original back, and a target missing from the installed Megatron raises
+`PatchTargetMissing` naming it and the versions we support.
+
+Megatron often binds functions by name (`from megatron.training.arguments import validate_args`), so
+applying a patch also replaces the original in every already-imported megatron module that holds it.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+import wrapt
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_MEGATRON = ("0.19",)  # megatron-core release series we test against
+
+
+class PatchTargetMissing(RuntimeError):
+    """The installed Megatron lacks something a patch must wrap."""
+
+
+@dataclass
+class Patch:
+    module: str
+    attribute: str  # "name" or "Class.method"
+    wrapper: Callable  # wrapt signature: (wrapped, instance, args, kwargs)
+    enabled: Callable[[], bool] = lambda: True  # checked when the module is imported
+    applied: Optional[tuple] = field(default=None, repr=False)  # (owner, name, original, aliases)
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.attribute}"
+
+
+_lock = threading.RLock()
+_active = False
+_hooked_modules: set = set()
+
+
+def all_patches() -> List[Patch]:
+    from mindio_adaptor.patches import PATCH_MODULES
+
+    patches = []
+    for name in PATCH_MODULES:
+        patches.extend(importlib.import_module(f"mindio_adaptor.patches.{name}").PATCHES)
+    return patches
+
+
+def patch_all():
+    global _active
+    with _lock:
+        if _active:
+            return
+        _active = True
+        from mindio_adaptor.patches import before_megatron_import
+
+        before_megatron_import()
+        for module in sorted({p.module for p in all_patches()}):
+            if module not in _hooked_modules:
+                _hooked_modules.add(module)
+                wrapt.register_post_import_hook(_apply_module_patches, module)
+            elif module in sys.modules:
+                _apply_module_patches(sys.modules[module])
+
+
+def unpatch_all():
+    global _active
+    with _lock:
+        for patch in all_patches():
+            _remove(patch)
+        _active = False
+        from mindio_adaptor.patches import after_unpatch
+
+        after_unpatch()
+
+
+def is_patched(patch: Patch) -> bool:
+    return patch.applied is not None
+
+
+def _apply_module_patches(module):
+    with _lock:
+        if not _active:
+            return
+        _check_version()
+        for patch in all_patches():
+            if patch.module == module.__name__ and patch.applied is None and patch.enabled():
+                _apply(patch, module)
+
+
+def _apply(patch: Patch, module):
+    owner, name = _resolve_owner(patch, module)
+    original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+    if isinstance(owner, type) and isinstance(original, (staticmethod, classmethod)):
+        raise PatchTargetMissing(f"{patch.target} is a {type(original).__name__}; patches wrap functions")
+    wrapped = wrapt.FunctionWrapper(original, patch.wrapper)
+    setattr(owner, name, wrapped)
+    aliases = _replace_aliases(original, wrapped, name) if owner is module else []
+    patch.applied = (owner, name, original, aliases)
+    logger.debug("patched %s", patch.target)
+
+
+def _remove(patch: Patch):
+    if patch.applied is None:
+        return
+    owner, name, original, aliases = patch.applied
+    setattr(owner, name, original)
+    for alias_module in aliases:
+        setattr(alias_module, name, original)
+    patch.applied = None
+
+
+def _resolve_owner(patch: Patch, module):
+    *path, name = patch.attribute.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            break
+    if owner is None or not hasattr(owner, name):
+        raise PatchTargetMissing(
+            f"mindio_adaptor cannot patch {patch.target}: not found in the installed Megatron "
+            f"({_megatron_version()}); supported megatron-core versions: "
+            f"{', '.join(v + '.x' for v in SUPPORTED_MEGATRON)}")
+    return owner, name
+
+
+def _replace_aliases(original, wrapped, name):
+    replaced = []
+    for mod_name, mod in list(sys.modules.items()):
+        if mod_name.startswith("megatron") and mod is not None and getattr(mod, name, None) is original:
+            setattr(mod, name, wrapped)
+            replaced.append(mod)
+    return replaced
+
+
+def _megatron_version() -> str:
+    try:
+        from megatron.core import package_info
+
+        return f"megatron-core {package_info.__version__}"
+    except Exception:  # noqa: BLE001 - only used to word an error message
+        return "megatron-core of unknown version"
+
+
+_version_checked = False
+
+
+def _check_version():
+    global _version_checked
+    if _version_checked:
+        return
+    _version_checked = True
+    version = _megatron_version()
+    if not any(f" {v}." in version for v in SUPPORTED_MEGATRON):
+        logger.warning("mindio_adaptor is tested with megatron-core %s; found %s",
+                       ", ".join(v + ".x" for v in SUPPORTED_MEGATRON), version)
