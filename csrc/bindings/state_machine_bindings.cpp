@@ -1,0 +1,57 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "controller/state_machine.h"
+
+namespace py = pybind11;
+using namespace mindio;
+
+void bind_state_machine(py::module_& m) {
+    py::list states;
+    for (int i = 0; i < kNumStates; ++i) states.append(state_name(static_cast<State>(i)));
+    m.attr("STATES") = states;
+    m.attr("STRATEGIES") = py::make_tuple("none", "retry", "recover", "dump", "exit");
+    m.attr("FAULT_KINDS") = py::make_tuple("memory", "communication", "node", "unknown");
+    auto state_of = [](const std::string& name) {
+        for (int i = 0; i < kNumStates; ++i) {
+            if (name == state_name(static_cast<State>(i))) return static_cast<State>(i);
+        }
+        throw py::value_error("unknown controller state '" + name + "'");
+    };
+    m.def("transition_allowed", [state_of](const std::string& from, const std::string& to) {
+        return transition_allowed(state_of(from), state_of(to));
+    });
+    m.def("transition_table", [] {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (auto [a, b] : transition_table()) out.emplace_back(state_name(a), state_name(b));
+        return out;
+    });
+    m.def("fault_kind_of_report", [](int report_state) -> py::object {
+        if (report_state < 0 || report_state > 8) throw py::value_error("report state out of range 0..8");
+        auto kind = fault_kind_of(static_cast<ReportState>(report_state));
+        if (!kind) return py::none();
+        return py::str(fault_kind_name(*kind));
+    });
+    m.def("decide", [](const std::vector<std::string>& kinds, bool retry, bool recover, bool during_repair,
+                       bool repairable, bool dump_possible) {
+        DecisionInput in;
+        for (const auto& k : kinds) {
+            bool found = false;
+            for (uint8_t i = 0; i < 4; ++i) {
+                if (k == fault_kind_name(static_cast<FaultKind>(i))) {
+                    in.kinds.insert(static_cast<FaultKind>(i));
+                    found = true;
+                }
+            }
+            if (!found) throw py::value_error("unknown fault kind '" + k + "'");
+        }
+        in.during_repair = during_repair;
+        in.repairable = repairable;
+        in.dump_possible = dump_possible;
+        Capabilities caps;
+        caps.retry = retry;
+        caps.recover = recover;
+        return std::string(strategy_name(decide(caps, in)));
+    }, py::arg("kinds"), py::arg("retry"), py::arg("recover"), py::arg("during_repair"), py::arg("repairable"),
+       py::arg("dump_possible"));
+}

@@ -1,0 +1,52 @@
+#include "common/log.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+namespace mindio {
+namespace {
+
+LogLevel level_from_env() {
+    const char* value = std::getenv("TTP_LOG_LEVEL");
+    if (!value) return LogLevel::Info;
+    if (!strcasecmp(value, "DEBUG")) return LogLevel::Debug;
+    if (!strcasecmp(value, "WARNING") || !strcasecmp(value, "WARN")) return LogLevel::Warning;
+    if (!strcasecmp(value, "ERROR")) return LogLevel::Error;
+    return LogLevel::Info;
+}
+
+const char* level_name(LogLevel level) {
+    switch (level) {
+        case LogLevel::Debug: return "DEBUG";
+        case LogLevel::Info: return "INFO";
+        case LogLevel::Warning: return "WARNING";
+        default: return "ERROR";
+    }
+}
+
+}  // namespace
+
+bool log_enabled(LogLevel level) {
+    static const LogLevel threshold = level_from_env();
+    return level >= threshold;
+}
+
+void log_line(LogLevel level, const char* component, int rank, const std::string& text) {
+    static std::mutex mu;
+    auto now = std::chrono::system_clock::now();
+    std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+    long ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::tm tm_buf{};
+    localtime_r(&seconds, &tm_buf);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm_buf);
+    std::lock_guard<std::mutex> lock(mu);
+    std::fprintf(stderr, "[%s.%03ld] [mindio %s] [%s rank %d] %s\n", stamp, ms, level_name(level), component,
+                 rank, text.c_str());
+}
+
+}  // namespace mindio

@@ -1,0 +1,52 @@
+// The controller's states, the transitions it may take, and the pure decision that picks a strategy
+// from what went wrong. Kept free of I/O so the unit tests can walk the whole table.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "protocol/messages.h"
+
+namespace mindio {
+
+// The reference's states. STEP_FINISH, MIGRATION, DG_REPAIR, DOWNGRADE and UPGRADE exist for
+// compatibility of names; no transition leads into them yet (elastic training is not implemented).
+enum class State : uint8_t {
+    Init, Normal, Pause, StepFinish, Migration, Abnormal, EnvClear, Repair, DgRepair, Downgrade, Upgrade,
+    Dump, Exit, Final,
+};
+constexpr int kNumStates = 14;
+const char* state_name(State s);
+bool transition_allowed(State from, State to);
+std::vector<std::pair<State, State>> transition_table();
+
+// The reference's ReportState values.
+enum class ReportState : uint8_t {
+    Normal = 0, Retry = 1, Uce = 2, UceCorrupted = 3, HcclFailed = 4, InitFinish = 5, PrerepairFinish = 6,
+    StepFinish = 7, Unknown = 8,
+};
+
+enum class FaultKind : uint8_t { Memory = 0, Comm = 1, Node = 2, Unknown = 3 };
+const char* fault_kind_name(FaultKind k);
+// The fault a report stands for, or nothing when the report is not a fault (NORMAL: stopped on purpose;
+// INIT_FINISH, PREREPAIR_FINISH, STEP_FINISH: progress).
+std::optional<FaultKind> fault_kind_of(ReportState state);
+
+struct Capabilities {
+    bool retry = true;   // online repair of memory / communication errors (UCE)
+    bool recover = false;  // ARF: replace the failed process
+    bool elastic = false;  // ZIT (not implemented: never chosen)
+};
+
+struct DecisionInput {
+    std::set<FaultKind> kinds;
+    bool during_repair = false;  // a fault arrived while a repair flow ran
+    bool repairable = false;     // every rank to repair has a healthy replica peer
+    bool dump_possible = false;  // every shard has an available saver at the repair step
+};
+
+Strategy decide(const Capabilities& caps, const DecisionInput& in);
+
+}  // namespace mindio

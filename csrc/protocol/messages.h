@@ -1,0 +1,116 @@
+// Message bodies and their binary codec. Integers are little-endian; a string is u32 length + bytes;
+// a list is u32 count + items. Every read is bounds-checked against the bytes left, every enum against
+// its range, and a body must be consumed exactly: anything else is a ProtocolError naming the field.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "protocol/frame.h"
+
+namespace mindio {
+
+enum class DataStatus : uint8_t { Updated = 0, Updating = 1, Copying = 2 };
+enum class RunStatus : uint8_t { Running = 0, Faulted = 1, Stopped = 2, Paused = 3 };
+// The controller's choice after a fault; also what tft_get_repair_type() reports.
+enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4 };
+
+enum class ActionKind : uint16_t {
+    Stop = 1, Clean = 2, Repair = 3, Rollback = 4, RebuildGroup = 5, SaveCkpt = 6, Rename = 7,
+    Exit = 8, Normal = 9, Pause = 10, Continue = 11,
+};
+constexpr uint16_t kMaxActionKind = 11;
+const char* action_name(ActionKind kind);
+const char* strategy_name(Strategy s);
+
+struct RegisterMsg {
+    int32_t rank = 0;
+    int32_t world_size = 0;
+    uint32_t heartbeat_ms = 0;
+    std::string token;
+};
+
+struct RegisterAckMsg {
+    int32_t result = 0;  // 0 accepted; otherwise refused and `message` says why
+    std::string message;
+};
+
+// Heartbeat and Status share this body.
+struct RankStatusMsg {
+    int32_t rank = 0;
+    int64_t step = -1;  // last step whose optimizer update completed
+    RunStatus run_status = RunStatus::Running;
+    DataStatus data_status = DataStatus::Updated;
+};
+
+struct ReplicaGroupMsg {
+    uint8_t optimizer_type = 0;
+    int32_t replica_cnt = 1;
+    int32_t replica_shift = 0;
+    std::vector<int32_t> ranks;
+};
+
+struct ReplicaInfoMsg {
+    int32_t rank = 0;
+    std::vector<ReplicaGroupMsg> groups;
+};
+
+struct ErrorReportMsg {
+    int32_t rank = 0;
+    uint8_t state = 0;  // ReportState value
+    std::string error_code;
+};
+
+struct RepairInfoMsg {
+    uint8_t optimizer_type = 0;
+    uint8_t repair_type = 0;  // RepairType of the receiving rank
+    std::vector<int32_t> src, dst, rank_list;
+};
+
+struct SaveInfoMsg {
+    uint8_t optimizer_type = 0;
+    std::vector<int32_t> ranks;
+};
+
+struct ActionMsg {
+    ActionKind kind = ActionKind::Stop;
+    Strategy strategy = Strategy::None;
+    int64_t step = -1;
+    bool need_rebuild = false;
+    bool is_uce = false;
+    std::vector<int32_t> error_ranks;
+    std::vector<RepairInfoMsg> repair;
+    std::vector<SaveInfoMsg> save;
+};
+
+struct ActionReplyMsg {
+    int32_t rank = 0;
+    ActionKind kind = ActionKind::Stop;
+    int32_t result = 0;  // 0 ok; non-zero is the handler's failure code
+    std::string message;
+};
+
+std::string encode(const RegisterMsg& m);
+std::string encode(const RegisterAckMsg& m);
+std::string encode(const RankStatusMsg& m);
+std::string encode(const ReplicaInfoMsg& m);
+std::string encode(const ErrorReportMsg& m);
+std::string encode(const ActionMsg& m);
+std::string encode(const ActionReplyMsg& m);
+
+void decode(const std::string& body, RegisterMsg& m);
+void decode(const std::string& body, RegisterAckMsg& m);
+void decode(const std::string& body, RankStatusMsg& m);
+void decode(const std::string& body, ReplicaInfoMsg& m);
+void decode(const std::string& body, ErrorReportMsg& m);
+void decode(const std::string& body, ActionMsg& m);
+void decode(const std::string& body, ActionReplyMsg& m);
+
+template <typename Msg>
+Msg decode_as(const std::string& body) {
+    Msg m;
+    decode(body, m);
+    return m;
+}
+
+}  // namespace mindio

@@ -1,0 +1,113 @@
+"""Wire protocol: frame and message round trips, and every malformed input refused with a reason."""
+import random
+import struct
+
+import pytest
+
+from mindio_adaptor import _native as nat
+
+T = nat.MSG_TYPES
+
+
+def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version=nat.FRAME_VERSION,
+           length=None, crc=None):
+    return struct.pack("<IHHQII", magic, version, type_, seq, len(body) if length is None else length,
+                       nat.crc32(body) if crc is None else crc)
+
+
+SAMPLES = {
+    "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret"},
+    "REGISTER_ACK": {"result": 1, "message": "bad token"},
+    "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1},
+    "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0},
+    "REPLICA_INFO": {"rank": 5, "groups": [
+        {"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0, "ranks": [1, 3, 5, 7]},
+        {"optimizer_type": 1, "replica_cnt": 4, "replica_shift": 0, "ranks": list(range(8))}]},
+    "ERROR_REPORT": {"rank": 2, "state": 2, "error_code": "UCE ERROR at 0xdead"},
+    "ACTION": {"kind": nat.ACTION_KINDS["repair"], "strategy": 1, "step": 42, "need_rebuild": True,
+               "is_uce": True, "error_ranks": [3, 5],
+               "repair": [{"optimizer_type": 0, "repair_type": 1, "src": [7], "dst": [3],
+                           "rank_list": [3, 7]}],
+               "save": [{"optimizer_type": 1, "ranks": [0, 1, 2]}]},
+    "ACTION_REPLY": {"rank": 4, "kind": nat.ACTION_KINDS["clean"], "result": 2, "message": "ok\u00e9"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_message_round_trip(name):
+    body = nat.encode_message(T[name], SAMPLES[name])
+    assert nat.decode_message(T[name], body) == SAMPLES[name]
+    frame = nat.encode_frame(T[name], 99, body)
+    assert len(frame) == nat.FRAME_HEADER_SIZE + len(body)
+    assert nat.decode_frame(frame) == (T[name], 99, body)
+
+
+def test_header_layout_is_little_endian_with_crc_of_body():
+    body = b"abc"
+    frame = nat.encode_frame(T["ACTION"], 0x0102030405060708, body)
+    assert frame[:24] == header(T["ACTION"], 0x0102030405060708, body)
+    assert frame[:4] == b"MIOA"
+    assert nat.crc32(b"123456789") == 0xCBF43926  # the standard CRC-32 check value
+
+
+@pytest.mark.parametrize("frame,reason", [
+    (header(magic=0x12345678), "bad magic"),
+    (header(version=9), "version 9"),
+    (header(type_=0), "unknown message type 0"),
+    (header(type_=99), "unknown message type 99"),
+    (header(length=nat.FRAME_MAX_BODY + 1), "exceeds the limit"),
+    (header(body=b"xy", crc=1) + b"xy", "checksum mismatch"),
+    (header(body=b"xyz")[:10], "truncated"),
+    (header(body=b"xyz") + b"xy", "truncated"),
+    (header() + b"!", "trailing"),
+])
+def test_malformed_frames_are_refused_with_reason(frame, reason):
+    with pytest.raises(nat.ProtocolError, match=reason):
+        nat.decode_frame(frame)
+
+
+def test_protocol_error_is_a_value_error():
+    assert issubclass(nat.ProtocolError, ValueError)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_every_truncated_body_is_refused(name):
+    body = nat.encode_message(T[name], SAMPLES[name])
+    for cut in range(len(body)):
+        with pytest.raises(nat.ProtocolError):
+            nat.decode_message(T[name], body[:cut])
+    with pytest.raises(nat.ProtocolError, match="trailing"):
+        nat.decode_message(T[name], body + b"\0")
+
+
+@pytest.mark.parametrize("message,body,reason", [
+    ("ACTION", struct.pack("<H", 0), "unknown action kind 0"),
+    ("ACTION", struct.pack("<H", 77), "unknown action kind 77"),
+    ("HEARTBEAT", struct.pack("<iqBB", 1, 5, 9, 0), "run_status"),
+    ("ERROR_REPORT", struct.pack("<iB", 1, 200) + struct.pack("<I", 0), "state"),
+    ("REGISTER", struct.pack("<iiII", 0, 1, 0, 0xFFFFFFFF), "string length"),
+    ("REPLICA_INFO", struct.pack("<iI", 0, 0x7FFFFFFF), "does not fit"),
+])
+def test_out_of_range_fields_are_refused(message, body, reason):
+    with pytest.raises(nat.ProtocolError, match=reason):
+        nat.decode_message(T[message], body)
+
+
+def test_action_with_unequal_src_dst_is_refused():
+    sample = dict(SAMPLES["ACTION"], repair=[{"optimizer_type": 0, "repair_type": 0, "src": [1, 2],
+                                               "dst": [3], "rank_list": []}])
+    with pytest.raises(nat.ProtocolError, match="src and dst"):
+        nat.decode_message(T["ACTION"], nat.encode_message(T["ACTION"], sample))
+
+
+def test_random_bytes_never_crash_the_decoders():
+    rng = random.Random(1234)
+    for _ in range(3000):
+        data = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 64)))
+        for type_ in T.values():
+            try:
+                nat.decode_message(type_, data)
+            except nat.ProtocolError:
+                pass
+        with pytest.raises(nat.ProtocolError):
+            nat.decode_frame(data)
