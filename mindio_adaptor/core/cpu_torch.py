@@ -151,7 +151,7 @@ def install():
             setattr(torch.cuda, name, value)
         _mode = CpuDeviceMode()
         _mode.__enter__()
-        logger.info("CPU device layer installed: torch.cuda calls run on the CPU")
+        logger.debug("CPU device layer installed: torch.cuda calls run on the CPU")
 
 
 def uninstall():

@@ -1,15 +1,17 @@
 """The only place that knows Megatron's internals. One module per patched area; each exposes
 `PATCHES`, a list of `registry.Patch`, applied by `mindio_adaptor.patch_all()`."""
-from mindio_adaptor.core import cpu_torch
+from mindio_adaptor.core import cpu_torch, logs
 
 # Modules of this package whose PATCHES are applied, in order.
 PATCH_MODULES = [
     "cpu_support",
+    "arguments",
 ]
 
 
 def before_megatron_import():
     """What must be in place before megatron is first imported."""
+    logs.configure()
     if not cpu_torch.accelerator_present():
         from mindio_adaptor.patches import cpu_support
 

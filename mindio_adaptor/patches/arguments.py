@@ -1,0 +1,87 @@
+"""The high-availability flags on Megatron's own parser, checked in Megatron's `validate_args`."""
+import logging
+import os
+
+from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, HighAvailabilityConfig,
+                                           HighAvailabilityConfigError)
+from mindio_adaptor.patches.registry import Patch
+
+logger = logging.getLogger(__name__)
+
+FLAGS = [
+    ("--enable-high-availability", dict(
+        action="store_true",
+        help="Keep every distributed-optimizer shard on R ranks and save a dying-gasp checkpoint "
+             "after a fault (mindio_adaptor).")),
+    ("--enable-hbmfault-repair", dict(
+        action="store_true",
+        help="Repair a rank online from its replica peer after a memory error (needs "
+             "--enable-high-availability).")),
+    ("--enable-worker-reboot", dict(
+        action="store_true",
+        help="Replace a dead process while the others keep running (needs "
+             "--enable-high-availability).")),
+    ("--distributed-optimizer-no-replica", dict(
+        action="store_true",
+        help="High availability without optimizer replicas (R=1): recovery then needs a checkpoint.")),
+    ("--enable-elastic-training", dict(
+        action="store_true",
+        help="Drop failed data-parallel replicas and continue with a smaller DP (needs "
+             "--enable-high-availability).")),
+    ("--optimizer-replica-num", dict(
+        type=int, default=2, metavar="R",
+        help="Copies of every optimizer shard with --enable-high-availability (default 2); must "
+             "divide DP x CP.")),
+    ("--verify-optimizer-replicas", dict(
+        action="store_true",
+        help="After every step, check that the R holders of each shard hold bit-identical fp32 "
+             "main params and Adam moments (one extra collective per step).")),
+]
+
+
+def config_from_args(args) -> HighAvailabilityConfig:
+    config = HighAvailabilityConfig(**{
+        name: getattr(args, name) for name in HighAvailabilityConfig.__dataclass_fields__})
+    return config.apply_env_override(os.environ.get(ENV_OVERRIDE))
+
+
+def _add_flags(wrapped, instance, args, kwargs):
+    parser = wrapped(*args, **kwargs)
+    group = parser.add_argument_group("high availability (mindio_adaptor)")
+    for flag, options in FLAGS:
+        if flag not in parser._option_string_actions:  # a user script may already define it
+            group.add_argument(flag, **options)
+    return parser
+
+
+def _validate(wrapped, instance, args, kwargs):
+    margs = args[0] if args else kwargs["args"]
+    config = config_from_args(margs)
+    config.check_flags(margs.use_distributed_optimizer)
+    result = wrapped(*args, **kwargs)
+    config.check_layout(margs.data_parallel_size, margs.context_parallel_size,
+                        margs.num_distributed_optimizer_instances)
+    for name in HighAvailabilityConfig.__dataclass_fields__:
+        setattr(margs, name, getattr(config, name))
+    margs.num_distributed_optimizer_instances = config.replica_count
+    _announce(config, margs.rank)
+    return result
+
+
+def _announce(config: HighAvailabilityConfig, rank: int):
+    if rank != 0 or not config.enable_high_availability:
+        return
+    logger.info("high availability on: every optimizer shard on %d rank(s)", config.replica_count)
+    logger.warning("the dying-gasp checkpoint of --enable-high-availability is not active in this "
+                   "version: after a fault the job stops as stock Megatron does")
+    for request in config.inactive_requests():
+        logger.warning("%s is accepted but NOT active in this version: no recovery of that kind "
+                       "will happen", request)
+
+
+PATCHES = [
+    Patch("megatron.training.arguments", "add_megatron_arguments", _add_flags),
+    Patch("megatron.training.arguments", "validate_args", _validate),
+]
+
+__all__ = ["PATCHES", "HighAvailabilityConfigError", "config_from_args"]
