@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 ATTENTION = 0  # dense optimizer (the reference's OptimizerType.ATTENTION)
 MOE = 1  # expert optimizer
+_UNPLACED = object()  # node key prefix for ranks missing from node_of
 
 
 class LayoutError(ValueError):
@@ -46,7 +47,9 @@ def order_for_anti_affinity(ranks: Sequence[int], num_shards: int,
         return list(ranks), True
     by_node: Dict[object, List[int]] = {}
     for rank in ranks:
-        by_node.setdefault(node_of.get(rank, rank), []).append(rank)
+        # a rank with no known node is its own node; key it so it cannot merge with a real node id
+        node = node_of[rank] if rank in node_of else (_UNPLACED, rank)
+        by_node.setdefault(node, []).append(rank)
     order = [rank for members in by_node.values() for rank in members]
     spread = all(len(members) <= num_shards for members in by_node.values())
     return order, spread
