@@ -79,22 +79,24 @@ def params_digest(model_chunks) -> str:
     return hashlib.sha256(b"".join(bytes(t.tolist()) for t in gathered)).hexdigest()
 
 
+def add_example_args(parser):
+    group = parser.add_argument_group("example")
+    group.add_argument("--params-out", default=None, metavar="DIR",
+                       help="Also save every rank's final parameters to DIR/params_rank<R>.pt.")
+    return parser
+
+
 def main():
-    args = parse_and_validate_args()
+    args = parse_and_validate_args(extra_args_provider=add_example_args)
     cfg = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
-    models = []
-    import megatron.training.training as training_module
-
-    original_setup = training_module.setup_model_and_optimizer
-
-    def keep_model(*a, **k):
-        result = original_setup(*a, **k)
-        models.append(result[0])
-        return result
-
-    training_module.setup_model_and_optimizer = keep_model
     pretrain(cfg, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
-    digest = params_digest(models[-1])
+    model = mindio_adaptor.training_model()
+    digest = params_digest(model)
+    if args.params_out:
+        os.makedirs(args.params_out, exist_ok=True)
+        params = {f"{i}.{name}": p.detach().clone() for i, chunk in enumerate(model)
+                  for name, p in chunk.named_parameters()}
+        torch.save(params, os.path.join(args.params_out, f"params_rank{torch.distributed.get_rank()}.pt"))
     if torch.distributed.get_rank() == 0:
         print(f"params digest {digest}", flush=True)
 

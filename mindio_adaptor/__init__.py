@@ -18,3 +18,18 @@ def unpatch_all():
     from mindio_adaptor.patches import registry
 
     registry.unpatch_all()
+
+
+def training_model():
+    """The model chunks Megatron built in this process (recorded by the patches), or None."""
+    from mindio_adaptor.patches.training_state import STATE
+
+    return STATE.model
+
+
+def replica_layout():
+    """The job's `core.replica_layout.ReplicaLayout` once Megatron's groups exist (high
+    availability on), else None."""
+    from mindio_adaptor.patches.training_state import STATE
+
+    return STATE.layout

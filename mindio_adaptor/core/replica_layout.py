@@ -229,3 +229,13 @@ def _check(ranks: List[int], replica_cnt: int):
     if len(ranks) % replica_cnt:
         raise LayoutError(f"data-parallel size {len(ranks)} is not divisible by replica count "
                           f"{replica_cnt} (rank list {ranks})")
+
+
+def crowded_shards(replica_set: ReplicaSet, node_of: Mapping[int, object]) -> List[Tuple[int, Tuple[int, ...]]]:
+    """Shards of `replica_set` with two or more holders on one node: [(shard, holders)]."""
+    crowded = []
+    for shard in range(replica_set.num_shards):
+        holders = replica_set.holders(shard)
+        if len({node_of.get(h, h) for h in holders}) < len(holders):
+            crowded.append((shard, holders))
+    return crowded

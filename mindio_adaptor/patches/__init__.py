@@ -6,6 +6,8 @@ from mindio_adaptor.core import cpu_torch, logs
 PATCH_MODULES = [
     "cpu_support",
     "arguments",
+    "parallel_state",
+    "training",
 ]
 
 

@@ -64,7 +64,7 @@ class Decision:
     """What the engine decided at `time` for `code` on `device`.
 
     `level` is the handling in force for that fault after the event (NotHandleFault once it is
-    gone), `isolation` the device's state after it, `count` the occurrences in the frequency window
+    gone, and for an operator's clear, which concerns no one fault), `isolation` the device's state after it, `count` the occurrences in the frequency window
     (None when the code has no FaultFrequency rule)."""
 
     time: float
@@ -165,7 +165,7 @@ class PolicyEngine:
             episode.frequency_level = None
         reason = (f"operator cleared the sticky isolation from {', '.join(dropped)}; frequency counts "
                   f"restarted" if dropped else "operator clear: nothing sticky; frequency counts restarted")
-        return self._decision(now, device, "", CLEAR, self._device_level(device), reason)
+        return self._decision(now, device, "", CLEAR, Level.NotHandleFault, reason)
 
     # ---- queries --------------------------------------------------------------------------------
 

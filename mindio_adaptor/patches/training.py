@@ -1,0 +1,44 @@
+"""Hooks on Megatron's training loop: remember the model and optimizer, check replicas per step."""
+import logging
+
+from mindio_adaptor.core.replica_check import check_peers_agree
+from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.training_state import STATE, shard_state_tensors
+
+logger = logging.getLogger(__name__)
+
+
+def _record_model_and_optimizer(wrapped, instance, args, kwargs):
+    model, optimizer, scheduler = wrapped(*args, **kwargs)
+    STATE.model, STATE.optimizer, STATE.scheduler = model, optimizer, scheduler
+    return model, optimizer, scheduler
+
+
+def _after_train_step(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    from megatron.training.global_vars import get_args
+
+    margs = get_args()
+    if getattr(margs, "verify_optimizer_replicas", False) and margs.num_distributed_optimizer_instances > 1:
+        verify_replicas(margs.curr_iteration + 1)
+    return result
+
+
+def verify_replicas(step: int):
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    tensors = shard_state_tensors(STATE.optimizer)
+    if not tensors:
+        raise RuntimeError("--verify-optimizer-replicas: found no distributed-optimizer shard state")
+    peers = ps.get_inter_distributed_optimizer_instance_group()
+    check_peers_agree(tensors, peers, step)
+    if dist.get_rank() == 0:
+        logger.info("step %d: every optimizer shard identical on its %d holders (%d tensors checked "
+                    "on rank 0)", step, peers.size(), len(tensors))
+
+
+PATCHES = [
+    Patch("megatron.training.training", "setup_model_and_optimizer", _record_model_and_optimizer),
+    Patch("megatron.training.training", "train_step", _after_train_step),
+]

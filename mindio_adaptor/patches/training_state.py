@@ -1,0 +1,37 @@
+"""What the adaptor keeps of the running Megatron job: model, optimizer, scheduler, replica layout."""
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import torch
+
+
+@dataclass
+class TrainingState:
+    model: Optional[List[Any]] = None
+    optimizer: Any = None
+    scheduler: Any = None
+    layout: Any = None  # core.replica_layout.ReplicaLayout, when high availability is on
+    completed_steps: List[int] = field(default_factory=list)
+
+
+STATE = TrainingState()
+
+
+def distributed_optimizers(optimizer) -> list:
+    """The DistributedOptimizer instances inside Megatron's (possibly chained) optimizer."""
+    if optimizer is None:
+        return []
+    inner = getattr(optimizer, "chained_optimizers", [optimizer])
+    return [opt for opt in inner if hasattr(opt, "shard_fp32_from_float16_groups")]
+
+
+def shard_state_tensors(optimizer) -> list:
+    """This rank's optimizer shard: fp32 main params, then each one's Adam state, in a fixed order."""
+    tensors = []
+    for dopt in distributed_optimizers(optimizer):
+        for group in dopt.optimizer.param_groups:
+            for param in group["params"]:
+                tensors.append(param)
+                state = dopt.optimizer.state.get(param, {})
+                tensors += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
+    return tensors
