@@ -220,7 +220,7 @@ def test_operator_clear_keeps_a_present_fault_isolated_by_its_own_level():
     e = engine({"SeparateNPUCodes": [CODE]}, freq(1))
     assert occur(e, 0)[-1].isolation is I.MANUALLY_SEPARATED
     [cleared] = e.handle(FaultEvent(5, 0, "clear"))
-    assert (cleared.level, cleared.isolation) == (L.SeparateNPU, I.SEPARATED)
+    assert (cleared.level, cleared.isolation) == (L.NotHandleFault, I.SEPARATED)
     assert recover(e, 6)[-1].isolation is I.NONE
 
 
