@@ -24,9 +24,8 @@ import heapq
 import itertools
 import math
 from collections import deque
-from dataclasses import dataclass
 from enum import Enum
-from typing import Deque, Dict, List, Optional
+from typing import Deque, Dict, List, NamedTuple, Optional
 
 from mindio_adaptor.core.policy.events import CLEAR, OCCUR, RECOVER, FaultEvent
 from mindio_adaptor.core.policy.levels import Level, most_severe
@@ -59,8 +58,7 @@ def isolation_of_level(level: Level) -> Isolation:
     return Isolation.NONE
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """What the engine decided at `time` for `code` on `device`.
 
     `level` is the handling in force for that fault after the event (NotHandleFault once it is
