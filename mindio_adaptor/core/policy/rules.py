@@ -6,7 +6,7 @@ the engine reads a `PolicyConfig` and never changes it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from mindio_adaptor.core.policy.levels import Level, level_for_severity
 
@@ -122,9 +122,3 @@ def json_kind(value: object) -> str:
     return {dict: "an object", list: "a list", str: f"the string {value!r}", bool: f"{value}".lower(),
             type(None): "null"}.get(type(value), f"the number {value!r}")
 
-
-def codes_by_level(levels: Mapping[str, Level]) -> Dict[Level, List[str]]:
-    grouped: Dict[Level, List[str]] = {}
-    for code, level in levels.items():
-        grouped.setdefault(level, []).append(code)
-    return grouped
