@@ -17,7 +17,7 @@ from mindio_adaptor.core.policy.config import (
     CUSTOMIZATION_FILE, FAULT_CODE_FILE, customization_from, fault_codes_from, read_json, read_policy)
 from mindio_adaptor.core.policy.customization import SECTIONS
 from mindio_adaptor.core.policy.engine import Decision, PolicyEngine
-from mindio_adaptor.core.policy.events import EventLogError, read_event_log
+from mindio_adaptor.core.policy.events import EventLogError, read_event_log, seconds
 from mindio_adaptor.core.policy.fault_codes import LEVEL_KEYS
 from mindio_adaptor.core.policy.rules import ConfigIssue, Customization, PolicyFileError
 from mindio_adaptor.core.policy.strategy import (
@@ -190,7 +190,7 @@ def _emit(decisions: List[Decision], args, enabled: List[str]) -> None:
                               "isolation": decision.isolation.value, "strategy": strategy.value,
                               "count": decision.count, "reason": decision.reason}))
         else:
-            print(f"t={decision.time:<10g} device {decision.device:<4} {decision.code or '-':<10} "
+            print(f"t={seconds(decision.time):<10} device {decision.device:<4} {decision.code or '-':<10} "
                   f"{decision.kind:<9} {decision.level.name:<19} {decision.isolation.value:<18} "
                   f"{strategy.value:<7} {decision.reason}")
 
@@ -198,5 +198,5 @@ def _emit(decisions: List[Decision], args, enabled: List[str]) -> None:
 def _print_summary(engine: PolicyEngine, events: int) -> None:
     isolated = engine.isolated_devices()
     states = ", ".join(f"device {device} {state.value}" for device, state in isolated.items())
-    until = f" up to t={engine.now:g}" if events else ""
+    until = f" up to t={seconds(engine.now)}" if events else ""
     print(f"# {events} events replayed{until}; isolated: {states or 'none'}")

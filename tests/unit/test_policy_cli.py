@@ -153,3 +153,10 @@ def test_module_entry_point_in_a_subprocess():
     result = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "policy", "check",
                              default_path(FAULT_CODE_FILE)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "RestartBusiness" in result.stdout
+
+
+def test_explain_prints_epoch_times_in_full(tmp_path, capsys):
+    path = write(tmp_path, "events.jsonl", json.dumps(
+        {"time": 1700000000.25, "code": "80E01801", "device": 0, "kind": "occur"}))
+    code, out, _ = run(capsys, "explain", "--events", path)
+    assert code == 0 and "t=1700000000.25 " in out and "e+09" not in out

@@ -27,7 +27,7 @@ from collections import deque
 from enum import Enum
 from typing import Deque, Dict, List, NamedTuple, Optional
 
-from mindio_adaptor.core.policy.events import CLEAR, OCCUR, RECOVER, FaultEvent
+from mindio_adaptor.core.policy.events import CLEAR, OCCUR, RECOVER, FaultEvent, seconds
 from mindio_adaptor.core.policy.levels import Level, most_severe
 from mindio_adaptor.core.policy.rules import DurationRule, FrequencyRule, PolicyConfig
 
@@ -139,8 +139,8 @@ class PolicyEngine:
     def advance(self, now: float) -> List[Decision]:
         """Move time to `now`, returning the decisions of the timers that fell due."""
         if now < self.now:
-            raise ValueError(f"time {now:g} is before the engine's current time {self.now:g}; "
-                             f"events must come in time order")
+            raise ValueError(f"time {seconds(now)} is before the engine's current time "
+                             f"{seconds(self.now)}; events must come in time order")
         decisions = []
         while self._timers and self._timers[0][0] <= now:
             due, _, action, device, code, owner, generation = heapq.heappop(self._timers)
@@ -222,8 +222,9 @@ class PolicyEngine:
         if not episode.active:
             episode.active = True
             episode.generation += 1
-            return episode, False, [f"back within RecoverTimeout: same fault since t={episode.started:g}"]
-        return episode, False, [f"still active since t={episode.started:g}"]
+            return episode, False, [f"back within RecoverTimeout: same fault since "
+                                     f"t={seconds(episode.started)}"]
+        return episode, False, [f"still active since t={seconds(episode.started)}"]
 
     def _base_reason(self, event: FaultEvent, base: Level) -> str:
         if event.code in self.config.levels:
@@ -245,7 +246,7 @@ class PolicyEngine:
             return self._time_out(device, episode, rule, frequency, time)
         if new:
             self._arm(due, PolicyEngine._on_timeout, device, episode.code, episode, 0)
-        return f"times out at t={due:g} unless it recovers"
+        return f"times out at t={seconds(due)} unless it recovers"
 
     def _recover(self, event: FaultEvent) -> Decision:
         time, device, code = event.time, event.device, event.code
@@ -279,7 +280,7 @@ class PolicyEngine:
         episode.duration_level = rule.handling
         if rule.handling == Level.ManuallySeparateNPU:
             self._make_sticky(device, episode.code, None)
-        reason = (f"lasted {time - episode.started:g} s >= FaultTimeout {rule.fault_timeout} s "
+        reason = (f"lasted {seconds(time - episode.started)} s >= FaultTimeout {rule.fault_timeout} s "
                   f"-> {rule.handling.name}")
         if frequency is None:
             return reason

@@ -28,6 +28,16 @@ CLEAR = "clear"
 EVENT_KINDS = (OCCUR, RECOVER, CLEAR)
 
 
+def seconds(value: float) -> str:
+    """A time for people: whole seconds without a fraction, otherwise to the millisecond; never
+    the exponent form, which would garble epoch timestamps."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 class EventLogError(ValueError):
     """An event log line that cannot be understood; the message names the file and line."""
 
@@ -78,7 +88,7 @@ def read_event_log(path: str) -> Iterator[FaultEvent]:
             except ValueError as error:
                 raise EventLogError(f"{path} line {number}: {error}") from None
             if event.time < previous:
-                raise EventLogError(f"{path} line {number}: time {event.time:g} is before the "
-                                    f"previous event's {previous:g}; events must be in time order")
+                raise EventLogError(f"{path} line {number}: time {seconds(event.time)} is before the "
+                                    f"previous event's {seconds(previous)}; events must be in time order")
             previous = event.time
             yield event
