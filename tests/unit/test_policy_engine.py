@@ -327,3 +327,9 @@ def test_timer_decisions_come_before_the_event_in_time_order():
     decisions = occur(e, 100, "80E01801", device=3, severity="hint")
     assert [(d.time, d.device, d.kind) for d in decisions] == \
         [(10, 1, "timeout"), (15, 2, "timeout"), (100, 3, "occur")]
+
+
+def test_codes_are_matched_whatever_their_case():
+    e = engine({"RestartBusinessCodes": ["80E01801"]})
+    assert occur(e, 0, " 80e01801")[-1].level is L.RestartBusiness
+    assert recover(e, 1, "80e01801")[-1].reason == "recovered"

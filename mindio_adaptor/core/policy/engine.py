@@ -24,12 +24,13 @@ import heapq
 import itertools
 import math
 from collections import deque
+from dataclasses import replace
 from enum import Enum
 from typing import Deque, Dict, List, NamedTuple, Optional
 
 from mindio_adaptor.core.policy.events import CLEAR, OCCUR, RECOVER, FaultEvent, seconds
 from mindio_adaptor.core.policy.levels import Level, most_severe
-from mindio_adaptor.core.policy.rules import DurationRule, FrequencyRule, PolicyConfig
+from mindio_adaptor.core.policy.rules import DurationRule, FrequencyRule, PolicyConfig, normalize_code
 
 # Kinds of decisions the engine makes on its own when a time is reached.
 TIMEOUT = "timeout"
@@ -125,6 +126,8 @@ class PolicyEngine:
     def handle(self, event: FaultEvent) -> List[Decision]:
         """The decisions `event` brings about: first those of timers that fell due up to its time
         (timeouts, final recoveries, releases), then the event's own, always last."""
+        if event.code and event.code != normalize_code(event.code):
+            event = replace(event, code=normalize_code(event.code))
         decisions = self.advance(event.time)
         if event.kind == OCCUR:
             decisions.append(self._occur(event))
