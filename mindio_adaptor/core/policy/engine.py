@@ -63,8 +63,9 @@ class Decision(NamedTuple):
     """What the engine decided at `time` for `code` on `device`.
 
     `level` is the handling in force for that fault after the event (NotHandleFault once it is
-    gone, and for an operator's clear, which concerns no one fault), `isolation` the device's state after it, `count` the occurrences in the frequency window
-    (None when the code has no FaultFrequency rule)."""
+    gone, and for an operator's clear, which concerns no one fault), `isolation` the device's
+    state after it, `count` the occurrences in the frequency window (None when the code has no
+    FaultFrequency rule)."""
 
     time: float
     device: int
