@@ -1,6 +1,7 @@
 """The high-availability flags on Megatron's own parser, checked in Megatron's `validate_args`."""
 import logging
 import os
+import re
 
 from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, HighAvailabilityConfig,
                                            HighAvailabilityConfigError)
@@ -51,7 +52,20 @@ def _add_flags(wrapped, instance, args, kwargs):
     for flag, options in FLAGS:
         if flag not in parser._option_string_actions:  # a user script may already define it
             group.add_argument(flag, **options)
+    _escape_stray_percent(parser)
     return parser
+
+
+_FORMAT_TOKEN = re.compile(r"%%|%\([^)]*\)[#0 +-]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]|%")
+
+
+def _escape_stray_percent(parser):
+    """megatron-core 0.19.2 has a help text with a bare '%' (--moe-paged-stash-buffer-size-factor-cuda)
+    that makes `--help` crash; argparse needs it written '%%'."""
+    for action in parser._actions:
+        if action.help and "%" in action.help:
+            action.help = _FORMAT_TOKEN.sub(
+                lambda m: m.group(0) if len(m.group(0)) > 1 else "%%", action.help)
 
 
 def _validate(wrapped, instance, args, kwargs):

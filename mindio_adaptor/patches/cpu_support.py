@@ -97,6 +97,10 @@ def _skip(wrapped, instance, args, kwargs):
     return None
 
 
+def _no_device_arch(wrapped, instance, args, kwargs):
+    return 0  # older than any GPU: Megatron keeps its conservative defaults
+
+
 def _allow_no_cuda(wrapped, instance, args, kwargs):
     kwargs["allow_no_cuda"] = True
     return wrapped(*args, **kwargs)
@@ -112,4 +116,5 @@ PATCHES = [
     # The helpers are compiled when megatron-core is built; the package ships no Makefile.
     Patch("megatron.core.datasets.utils", "compile_helpers", _skip, _on_cpu),
     Patch("megatron.training.initialize", "initialize_megatron", _allow_no_cuda, _on_cpu),
+    Patch("megatron.training.utils.common_utils", "get_device_arch_version", _no_device_arch, _on_cpu),
 ]

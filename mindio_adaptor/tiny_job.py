@@ -1,0 +1,85 @@
+"""Launches the example GPT pretraining on local processes and reads what it printed.
+
+Used by the end-to-end tests, the benchmarks and the demo: a tiny model (2 layers, hidden 64) that
+the real megatron.training trains on CPU processes with gloo in seconds.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pretrain_gpt.py"
+
+TINY_GPT_FLAGS = [
+    "--distributed-backend", "gloo", "--transformer-impl", "local", "--use-cpu-initialization",
+    "--no-gradient-accumulation-fusion", "--no-persist-layer-norm", "--no-masked-softmax-fusion",
+    "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion",
+    "--tokenizer-type", "NullTokenizer", "--vocab-size", "128", "--mock-data",
+    "--position-embedding-type", "learned_absolute", "--attention-dropout", "0", "--hidden-dropout", "0",
+    "--use-distributed-optimizer", "--num-layers", "2", "--hidden-size", "64",
+    "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
+    "--micro-batch-size", "2", "--global-batch-size", "16", "--lr", "1e-3", "--log-interval", "1",
+    "--eval-iters", "0", "--eval-interval", "1000", "--seed", "1234",
+]
+
+_ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+)"
+                        r".*?lm loss: ([\d.E+-]+).*?grad norm: ([\d.]+)")
+_DIGEST = re.compile(r"^params digest ([0-9a-f]{64})$", re.M)
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    output: str
+    losses: Dict[int, float] = field(default_factory=dict)
+    grad_norms: Dict[int, float] = field(default_factory=dict)
+    step_ms: Dict[int, float] = field(default_factory=dict)
+    digest: Optional[str] = None
+
+    def require_success(self) -> "RunResult":
+        if self.returncode != 0:
+            raise AssertionError(f"training exited {self.returncode}; last output:\n{self.output[-6000:]}")
+        return self
+
+
+def parse_output(returncode: int, output: str) -> RunResult:
+    result = RunResult(returncode, output)
+    for m in _ITERATION.finditer(output):
+        step = int(m.group(1))
+        result.step_ms[step] = float(m.group(2))
+        result.losses[step] = float(m.group(3))
+        result.grad_norms[step] = float(m.group(4))
+    digest = _DIGEST.search(output)
+    result.digest = digest.group(1) if digest else None
+    return result
+
+
+def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, timeout: float = 300,
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> RunResult:
+    """Run the example under torchrun with the tiny GPT flags plus `flags`; never waits past timeout."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", str(EXAMPLE), *TINY_GPT_FLAGS,
+               "--train-iters", str(train_iters), *flags]
+    full_env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env, cwd=cwd, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return parse_output(proc.returncode, output)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every worker it started
+        output, _ = proc.communicate()
+        raise AssertionError(f"training did not finish within {timeout} s; last output:\n{output[-6000:]}")
+
+
+def load_params(directory: str, nproc: int = 4) -> List[dict]:
+    import torch
+
+    return [torch.load(os.path.join(directory, f"params_rank{r}.pt")) for r in range(nproc)]

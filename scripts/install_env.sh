@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what mindio_adaptor needs on a CPU machine (Python 3.11): torch (CPU), megatron-core 0.19.2
+# (which ships megatron.training), and this package with its native module. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+# Pinned torch: an unpinned request would download a multi-GB CUDA build.
+if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+    $PY -m pip install -q torch==2.13.0
+fi
+$PY -m pip install -q "setuptools>=64" wheel "pybind11>=2.12" wrapt numpy packaging einops psutil \
+    typing_extensions pytest
+# megatron-core >= 0.17 declares Python >= 3.12 but runs on 3.11; its sdist builds helpers_cpp.
+if ! $PY -c "import importlib.metadata as m, sys; sys.exit(m.version('megatron-core') != '0.19.2')" 2>/dev/null; then
+    $PY -m pip install -q --ignore-requires-python --no-deps --no-build-isolation megatron-core==0.19.2
+fi
+$PY -m pip install -q --no-build-isolation --no-deps -e .
+$PY -c "import mindio_adaptor, megatron.core.package_info as p; print('mindio_adaptor', mindio_adaptor.__version__, 'with megatron-core', p.__version__)"
