@@ -6,10 +6,12 @@ namespace py = pybind11;
 void bind_protocol(py::module_& m);
 void bind_replica(py::module_& m);
 void bind_state_machine(py::module_& m);
+void bind_runtime(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "mindio_adaptor native core: wire protocol, replica manager, controller, processor client";
     bind_protocol(m);
     bind_replica(m);
     bind_state_machine(m);
+    bind_runtime(m);
 }

@@ -78,6 +78,31 @@ py::dict repair_dict(const RepairInfoMsg& r) {
     return d;
 }
 
+}  // namespace
+
+py::dict action_to_dict(const ActionMsg& m) {
+    py::dict d;
+    d["kind"] = static_cast<int>(m.kind);
+    d["strategy"] = static_cast<int>(m.strategy);
+    d["step"] = m.step;
+    d["need_rebuild"] = m.need_rebuild;
+    d["is_uce"] = m.is_uce;
+    d["error_ranks"] = m.error_ranks;
+    py::list repair, save;
+    for (const auto& r : m.repair) repair.append(repair_dict(r));
+    for (const auto& s : m.save) {
+        py::dict sd;
+        sd["optimizer_type"] = s.optimizer_type;
+        sd["ranks"] = s.ranks;
+        save.append(sd);
+    }
+    d["repair"] = repair;
+    d["save"] = save;
+    return d;
+}
+
+namespace {
+
 py::dict decode_dict(MsgType type, const std::string& body) {
     py::dict d;
     switch (type) {
@@ -116,21 +141,8 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             d["rank"] = m.rank; d["state"] = m.state; d["error_code"] = m.error_code;
             break;
         }
-        case MsgType::Action: {
-            auto m = decode_as<ActionMsg>(body);
-            d["kind"] = static_cast<int>(m.kind); d["strategy"] = static_cast<int>(m.strategy);
-            d["step"] = m.step; d["need_rebuild"] = m.need_rebuild; d["is_uce"] = m.is_uce;
-            d["error_ranks"] = m.error_ranks;
-            py::list repair, save;
-            for (const auto& r : m.repair) repair.append(repair_dict(r));
-            for (const auto& s : m.save) {
-                py::dict sd;
-                sd["optimizer_type"] = s.optimizer_type; sd["ranks"] = s.ranks;
-                save.append(sd);
-            }
-            d["repair"] = repair; d["save"] = save;
-            break;
-        }
+        case MsgType::Action:
+            return action_to_dict(decode_as<ActionMsg>(body));
         case MsgType::ActionReply: {
             auto m = decode_as<ActionReplyMsg>(body);
             d["rank"] = m.rank; d["kind"] = static_cast<int>(m.kind); d["result"] = m.result;

@@ -1,0 +1,147 @@
+// The controller and processor objects. Every call that can block releases the GIL; Python
+// callables are called with the GIL taken only for the call, and released objects are destroyed
+// under the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "common/config.h"
+
+namespace py = pybind11;
+using namespace mindio;
+
+py::dict action_to_dict(const ActionMsg& m);
+
+namespace {
+
+using release = py::call_guard<py::gil_scoped_release>;
+
+std::shared_ptr<py::function> hold(py::function fn) {
+    return std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* f) {
+        py::gil_scoped_acquire gil;
+        delete f;
+    });
+}
+
+py::dict cluster_dict(const std::map<int, int>& faults) {
+    py::dict d;
+    for (auto [rank, code] : faults) d[py::int_(rank)] = code;
+    return d;
+}
+
+void call_cluster(const py::function& fn, const ClusterReport& r) {
+    py::dict faults = cluster_dict(r.fault_ranks);
+    if (r.action == "report_fault_ranks") fn(faults);
+    else if (r.action == "report_stop_complete") fn(0, "stop complete", faults);
+    else if (r.action == "report_strategies") fn(faults, r.strategies);
+    else fn(r.result, r.result == 0 ? "ok" : "failed", faults, r.strategy);
+}
+
+ReplicaInfoMsg replica_from_py(int rank, const py::list& groups) {
+    ReplicaInfoMsg info;
+    info.rank = rank;
+    for (auto item : groups) {
+        auto d = item.cast<py::dict>();
+        ReplicaGroupMsg g;
+        g.optimizer_type = d["optimizer_type"].cast<uint8_t>();
+        g.replica_cnt = d["replica_cnt"].cast<int32_t>();
+        g.replica_shift = d.contains("replica_shift") ? d["replica_shift"].cast<int32_t>() : 0;
+        g.ranks = d["rank_list"].cast<std::vector<int32_t>>();
+        info.groups.push_back(std::move(g));
+    }
+    return info;
+}
+
+template <typename Fn>
+auto translate_errors(Fn&& fn) -> decltype(fn()) {
+    try {
+        return fn();
+    } catch (const std::invalid_argument& e) {
+        throw py::value_error(e.what());
+    }
+}
+
+}  // namespace
+
+void bind_runtime(py::module_& m) {
+    m.def("action_time_limit_ms", [] { return translate_errors([] { return action_time_limit_ms(); }); },
+          "The handler time limit from TTP_NORMAL_ACTION_TIME_LIMIT (or MINDIO_TEST_ACTION_TIME_LIMIT).");
+
+    py::class_<Controller>(m, "Controller")
+        .def(py::init([](int rank, int world_size, bool retry, bool recover) {
+                 return translate_errors([&] {
+                     ControllerConfig cfg = controller_config_from_env(rank, world_size);
+                     cfg.caps.retry = retry;
+                     cfg.caps.recover = recover;
+                     return std::make_unique<Controller>(cfg);
+                 });
+             }),
+             py::arg("rank"), py::arg("world_size"), py::arg("retry") = true, py::arg("recover") = false)
+        .def("start", &Controller::start, py::arg("host"), py::arg("port"), release(), "-> the bound port")
+        .def("stop", &Controller::stop, release())
+        .def("state", [](const Controller& c) { return std::string(state_name(c.state())); })
+        .def("repair_step", &Controller::repair_step)
+        .def("events", [](const Controller& c) {
+            py::list out;
+            for (const auto& e : c.events()) out.append(py::make_tuple(e.t, e.kind, e.detail));
+            return out;
+        })
+        .def("stats", &Controller::stats)
+        .def("set_cluster_callback", [](Controller& c, const std::string& action, py::function fn) {
+            auto held = hold(std::move(fn));
+            translate_errors([&] {
+                c.set_cluster_callback(action, [held](const ClusterReport& r) {
+                    py::gil_scoped_acquire gil;
+                    call_cluster(*held, r);
+                });
+            });
+        })
+        .def("notify_faults", [](Controller& c, const std::map<int, int>& f) { translate_errors([&] { c.notify_faults(f); }); })
+        .def("notify_strategy", [](Controller& c, const std::string& s) { translate_errors([&] { c.notify_strategy(s); }); })
+        .def("notify_dump", &Controller::notify_dump)
+        .def("notify_pause", &Controller::notify_pause);
+
+    py::class_<Processor, std::shared_ptr<Processor>>(m, "Processor")
+        .def(py::init([](int rank, int world_size, py::object backoff_base_s) {
+                 return translate_errors([&] {
+                     ProcessorConfig cfg = processor_config_from_env(rank, world_size);
+                     if (!backoff_base_s.is_none()) cfg.backoff_base_ms = static_cast<int>(backoff_base_s.cast<double>() * 1000);
+                     return std::make_shared<Processor>(cfg);
+                 });
+             }),
+             py::arg("rank"), py::arg("world_size"), py::arg("backoff_base_s") = py::none())
+        .def("set_dispatcher", [](Processor& p, py::function fn) {
+            auto held = hold(std::move(fn));
+            p.set_dispatcher([held](const ActionMsg& msg) {
+                py::gil_scoped_acquire gil;
+                py::dict d = action_to_dict(msg);
+                d["name"] = action_name(msg.kind);
+                py::tuple r = (*held)(d);
+                return std::make_pair(r[0].cast<int>(), r[1].cast<std::string>());
+            });
+        }, "fn(action: dict) -> (code, message), called on the processor's worker thread")
+        .def("start", [](Processor& p, const std::string& host, int port) {
+            try {
+                p.start(host, port);
+            } catch (const std::runtime_error& e) {
+                throw py::value_error(e.what());
+            }
+        }, release())
+        .def("stop", &Processor::stop, release())
+        .def("set_replica", [](Processor& p, int rank, const py::list& groups) {
+            ReplicaInfoMsg info = replica_from_py(rank, groups);
+            py::gil_scoped_release nogil;
+            p.set_replica(info);
+        })
+        .def("start_updating", &Processor::start_updating, release())
+        .def("end_updating", &Processor::end_updating, release())
+        .def("report_error", &Processor::report_error, release())
+        .def("wait_next_action", [](Processor& p, double timeout_s) {
+            py::gil_scoped_release nogil;
+            return static_cast<int>(p.wait_next_action(static_cast<int>(timeout_s * 1000)));
+        }, "-> 0 retry, 1 exit, -1 timed out, -2 controller lost")
+        .def("repair_step", &Processor::repair_step)
+        .def("repair_type", [](const Processor& p) { return std::string(strategy_name(p.repair_type())); })
+        .def("paused", &Processor::paused)
+        .def("stats", &Processor::stats);
+}

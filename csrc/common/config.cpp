@@ -1,0 +1,44 @@
+#include "common/config.h"
+
+#include <cstdlib>
+
+#include "common/env.h"
+
+namespace mindio {
+namespace {
+
+int ms(double seconds) { return static_cast<int>(seconds * 1000.0 + 0.5); }
+
+}  // namespace
+
+int action_time_limit_ms() {
+    long limit_s = env_int("TTP_NORMAL_ACTION_TIME_LIMIT", 180, 30, 1800);
+    double test_s = env_seconds("MINDIO_TEST_ACTION_TIME_LIMIT", 0, 0.05, 1800);
+    return test_s > 0 ? ms(test_s) : static_cast<int>(limit_s * 1000);
+}
+
+ControllerConfig controller_config_from_env(int rank, int world_size) {
+    ControllerConfig cfg;
+    cfg.rank = rank;
+    cfg.world_size = world_size;
+    cfg.action_timeout_ms = action_time_limit_ms();
+    cfg.cluster_wait_ms = static_cast<int>(env_int("MINDIO_WAIT_MINDX_TIME", 30, 1, 3600) * 1000);
+    cfg.collect_ms = ms(env_seconds("MINDIO_FAULT_COLLECT_TIME", 0.5, 0, 60));
+    cfg.register_timeout_ms = ms(env_seconds("MINDIO_REGISTER_TIMEOUT", 5, 0.1, 600));
+    cfg.frame_timeout_ms = cfg.register_timeout_ms;
+    cfg.token = env_string("MINDIO_TOKEN");
+    return cfg;
+}
+
+ProcessorConfig processor_config_from_env(int rank, int world_size) {
+    ProcessorConfig cfg;
+    cfg.rank = rank;
+    cfg.world_size = world_size;
+    cfg.heartbeat_ms = static_cast<uint32_t>(ms(env_seconds("MINDIO_HEARTBEAT_INTERVAL", 2, 0.05, 60)));
+    cfg.retry_times = static_cast<int>(env_int("TTP_RETRY_TIMES", 10, 1, 300));
+    cfg.handler_limit_ms = action_time_limit_ms();
+    cfg.token = env_string("MINDIO_TOKEN");
+    return cfg;
+}
+
+}  // namespace mindio

@@ -1,0 +1,22 @@
+// Controller and processor settings from the environment, validated with clear errors.
+//
+//   TTP_NORMAL_ACTION_TIME_LIMIT   seconds a handler may take, 30..1800 (default 180)
+//   MINDIO_TEST_ACTION_TIME_LIMIT  testing only: seconds, 0.05..1800, replaces the limit above so
+//                                  tests can time out quickly; never set it in production
+//   MINDIO_HEARTBEAT_INTERVAL      processor heartbeat period in seconds, 0.05..60 (default 2)
+//   TTP_RETRY_TIMES                connection attempts, 1..300 (default 10)
+//   MINDIO_WAIT_MINDX_TIME         seconds to wait for the cluster manager's strategy, 1..3600 (30)
+//   MINDIO_FAULT_COLLECT_TIME      seconds to gather related faults before deciding, 0..60 (0.5)
+//   MINDIO_REGISTER_TIMEOUT        seconds a new connection has to register, 0.1..600 (5)
+//   MINDIO_TOKEN                   shared secret every processor must present
+#pragma once
+#include "controller/controller.h"
+#include "processor/processor.h"
+
+namespace mindio {
+
+int action_time_limit_ms();
+ControllerConfig controller_config_from_env(int rank, int world_size);
+ProcessorConfig processor_config_from_env(int rank, int world_size);
+
+}  // namespace mindio

@@ -1,0 +1,812 @@
+#include "controller/controller.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace mindio {
+namespace {
+
+constexpr const char* kLog = "controller";
+constexpr auto kTick = std::chrono::milliseconds(20);
+
+template <typename Container>
+std::string list_text(const Container& items) {
+    std::ostringstream os;
+    os << "[";
+    bool first = true;
+    for (const auto& x : items) {
+        os << (first ? "" : ",") << x;
+        first = false;
+    }
+    os << "]";
+    return os.str();
+}
+
+bool tokens_equal(const std::string& a, const std::string& b) {
+    // Constant time over the expected token, so the comparison does not leak a prefix match.
+    unsigned char diff = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+    return diff == 0;
+}
+
+int cluster_fault_code(FaultKind kind) {
+    switch (kind) {
+        case FaultKind::Memory: return 0;
+        case FaultKind::Comm: return 2;
+        default: return 1;
+    }
+}
+
+}  // namespace
+
+Controller::Controller(ControllerConfig config)
+    : cfg_(std::move(config)), server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms) {
+    if (cfg_.world_size < 1) throw std::invalid_argument("world_size must be >= 1");
+    ranks_.resize(cfg_.world_size);
+    started_ = Clock::now();
+    if (cfg_.token.empty()) {
+        LOG_WARN(kLog, cfg_.rank, "MINDIO_TOKEN is not set: any client that reaches the port can register");
+    }
+}
+
+Controller::~Controller() { stop(); }
+
+int Controller::start(const std::string& host, int port) {
+    int bound = server_.start(host, port);
+    thread_ = std::thread([this] { run(); });
+    LOG_INFO(kLog, cfg_.rank, "listening on " << host << ":" << bound << " for " << cfg_.world_size << " ranks");
+    return bound;
+}
+
+void Controller::stop() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        stopping_ = true;
+        if (state_ != State::Final) transition_locked(State::Final, "controller destroyed");
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    server_.stop();
+}
+
+State Controller::state() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return state_;
+}
+
+std::vector<ControllerEvent> Controller::events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+}
+
+int64_t Controller::repair_step() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return repair_step_;
+}
+
+std::map<std::string, uint64_t> Controller::stats() const {
+    Server::Stats s = server_.stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t registered = 0, dead = 0;
+    for (const auto& r : ranks_) {
+        registered += r.registered;
+        dead += r.dead;
+    }
+    return {{"accepted", s.accepted},     {"rejected_frames", s.rejected}, {"frames", s.frames},
+            {"registered", registered},  {"dead", dead},                  {"refused_registrations", registrations_refused_}};
+}
+
+// ---- server thread: the rank table -------------------------------------------------------------
+
+void Controller::on_frame(uint64_t conn, Frame&& frame) {
+    try {
+        if (frame.type == MsgType::Register) return handle_register(conn, frame.body);
+        int rank;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            rank = rank_of_conn_locked(conn);
+        }
+        if (rank < 0) {
+            server_.close(conn, "expected Register first, got message type " + std::to_string(int(frame.type)));
+            return;
+        }
+        auto check_rank = [&](int claimed) {
+            if (claimed != rank) {
+                throw ProtocolError("rank field " + std::to_string(claimed) + " does not match the registered rank " +
+                                    std::to_string(rank));
+            }
+        };
+        switch (frame.type) {
+            case MsgType::Heartbeat:
+            case MsgType::Status: {
+                auto m = decode_as<RankStatusMsg>(frame.body);
+                check_rank(m.rank);
+                return handle_status(m, frame.type == MsgType::Heartbeat);
+            }
+            case MsgType::ReplicaInfo: {
+                auto m = decode_as<ReplicaInfoMsg>(frame.body);
+                check_rank(m.rank);
+                return handle_replica(m);
+            }
+            case MsgType::ErrorReport: {
+                auto m = decode_as<ErrorReportMsg>(frame.body);
+                check_rank(m.rank);
+                return handle_error(m);
+            }
+            case MsgType::ActionReply: {
+                auto m = decode_as<ActionReplyMsg>(frame.body);
+                check_rank(m.rank);
+                return handle_reply(frame.seq, m);
+            }
+            default:
+                throw ProtocolError("message type " + std::to_string(int(frame.type)) + " is not sent by processors");
+        }
+    } catch (const ProtocolError& e) {
+        LOG_WARN(kLog, cfg_.rank, "closing connection " << conn << ": " << e.what());
+        server_.close(conn, e.what());
+    }
+}
+
+void Controller::handle_register(uint64_t conn, const std::string& body) {
+    auto m = decode_as<RegisterMsg>(body);
+    std::string refusal;
+    if (m.world_size != cfg_.world_size) {
+        refusal = "world size " + std::to_string(m.world_size) + " differs from the controller's " +
+                  std::to_string(cfg_.world_size);
+    } else if (m.rank < 0 || m.rank >= cfg_.world_size) {
+        refusal = "rank " + std::to_string(m.rank) + " is out of range 0.." + std::to_string(cfg_.world_size - 1);
+    } else if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
+        refusal = "wrong token (MINDIO_TOKEN differs)";
+    } else if (m.heartbeat_ms < 10 || m.heartbeat_ms > 600000) {
+        refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refusal.empty() && ranks_[m.rank].dead) {
+        refusal = "rank " + std::to_string(m.rank) + " was declared dead; process replacement (ARF) is not enabled";
+    }
+    if (!refusal.empty()) {
+        ++registrations_refused_;
+        LOG_WARN(kLog, cfg_.rank, "refused registration of rank " << m.rank << " on connection " << conn << ": " << refusal);
+        server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{1, refusal})));
+        server_.close(conn, "registration refused: " + refusal);
+        return;
+    }
+    RankEntry& r = ranks_[m.rank];
+    if (r.connected && r.conn != conn) server_.close(r.conn, "rank re-registered on a new connection");
+    if (r.conn) conn_rank_.erase(r.conn);
+    bool again = r.registered;
+    r.conn = conn;
+    r.registered = r.connected = true;
+    ++r.generation;
+    r.heartbeat_ms = m.heartbeat_ms;
+    r.last_seen = Clock::now();
+    conn_rank_[conn] = m.rank;
+    server_.authenticate(conn);
+    server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok"})));
+    event_locked(again ? "reregister" : "register", "rank " + std::to_string(m.rank));
+    LOG_INFO(kLog, cfg_.rank, (again ? "rank re-registered: " : "rank registered: ") << m.rank);
+    cv_.notify_all();
+}
+
+int Controller::rank_of_conn_locked(uint64_t conn) const {
+    auto it = conn_rank_.find(conn);
+    return it == conn_rank_.end() ? -1 : it->second;
+}
+
+void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
+    std::lock_guard<std::mutex> lock(mu_);
+    RankEntry& r = ranks_[m.rank];
+    r.last_seen = Clock::now();
+    r.step = m.step;
+    r.data = m.data_status;
+    r.run = m.run_status;
+    if (!heartbeat) cv_.notify_all();
+}
+
+void Controller::handle_replica(const ReplicaInfoMsg& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks_[m.rank].last_seen = Clock::now();
+    for (const auto& g : m.groups) {
+        std::vector<int> ranks(g.ranks.begin(), g.ranks.end());
+        try {
+            replicas_.add(g.optimizer_type, g.replica_cnt, g.replica_shift, ranks);
+        } catch (const std::invalid_argument& e) {
+            // A wrong layout must not be half-trusted: the repair plan depends on it.
+            LOG_ERROR(kLog, cfg_.rank, "replica layout from rank " << m.rank << " refused: " << e.what());
+            event_locked("replica_refused", "rank " + std::to_string(m.rank) + ": " + e.what());
+        }
+    }
+}
+
+void Controller::handle_error(const ErrorReportMsg& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks_[m.rank].last_seen = Clock::now();
+    auto kind = fault_kind_of(static_cast<ReportState>(m.state));
+    event_locked("report", "rank " + std::to_string(m.rank) + " state " + std::to_string(m.state) +
+                               (m.error_code.empty() ? "" : " code " + m.error_code));
+    if (!kind) return;
+    ranks_[m.rank].run = RunStatus::Faulted;
+    add_fault_locked(m.rank, *kind, "reported state " + std::to_string(m.state) + " " + m.error_code);
+}
+
+void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks_[m.rank].last_seen = Clock::now();
+    if (!pending_ || pending_->seq != seq || !pending_->waiting.count(m.rank)) {
+        LOG_DEBUG(kLog, cfg_.rank, "ignored stale reply of rank " << m.rank << " to sn " << seq);
+        return;
+    }
+    if (m.kind != pending_->kind) {
+        pending_->errors[m.rank] = std::string("replied to ") + action_name(m.kind) + " for sn " + std::to_string(seq) +
+                                   " which is " + action_name(pending_->kind);
+    } else if (m.result != 0 && !(m.kind == ActionKind::Clean && m.result == 2)) {
+        pending_->errors[m.rank] = m.message.empty() ? "handler failed with code " + std::to_string(m.result) : m.message;
+    }
+    pending_->results[m.rank] = m.result;
+    pending_->waiting.erase(m.rank);
+    cv_.notify_all();
+}
+
+void Controller::on_closed(uint64_t conn, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int rank = rank_of_conn_locked(conn);
+    if (rank < 0) {
+        if (reason != "connection closed by peer") LOG_WARN(kLog, cfg_.rank, "connection " << conn << " closed: " << reason);
+        return;
+    }
+    conn_rank_.erase(conn);
+    RankEntry& r = ranks_[rank];
+    if (r.conn != conn) return;
+    r.connected = false;
+    r.disconnected_at = Clock::now();
+    if (state_ != State::Exit && state_ != State::Final) {
+        LOG_WARN(kLog, cfg_.rank, "lost the connection of rank " << rank << ": " << reason);
+    }
+    cv_.notify_all();
+}
+
+// ---- state-machine thread ----------------------------------------------------------------------
+
+void Controller::event_locked(const std::string& kind, const std::string& detail) {
+    double t = std::chrono::duration<double>(Clock::now() - started_).count();
+    events_.push_back({t, kind, detail});
+}
+
+void Controller::transition_locked(State to, const std::string& why) {
+    if (state_ == to) return;
+    if (!transition_allowed(state_, to)) {
+        LOG_ERROR(kLog, cfg_.rank, "illegal transition " << state_name(state_) << " -> " << state_name(to) << " (" << why << ")");
+        throw std::logic_error(std::string("illegal controller transition ") + state_name(state_) + " -> " + state_name(to));
+    }
+    LOG_INFO(kLog, cfg_.rank, "state " << state_name(state_) << " -> " << state_name(to) << ": " << why);
+    event_locked("state", std::string(state_name(state_)) + "->" + state_name(to));
+    state_ = to;
+    cv_.notify_all();
+}
+
+void Controller::transition(State to, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    transition_locked(to, why);
+}
+
+void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& why) {
+    if (state_ == State::Exit || state_ == State::Final) return;
+    event_locked("fault", "rank " + std::to_string(rank) + " " + fault_kind_name(kind) + ": " + why);
+    LOG_WARN(kLog, cfg_.rank, "fault on rank " << rank << " (" << fault_kind_name(kind) << "): " << why);
+    if (flow_active_ && kind == FaultKind::Comm) return;  // the expected fallout of stopping the others
+    auto it = pending_faults_.find(rank);
+    if (it == pending_faults_.end() || static_cast<int>(kind) > static_cast<int>(it->second.kind)) {
+        pending_faults_[rank] = Fault{kind, why};
+    }
+    if (flow_active_) second_fault_ = true;
+    cv_.notify_all();
+}
+
+void Controller::detect_dead_locked() {
+    auto now = Clock::now();
+    for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+        RankEntry& r = ranks_[rank];
+        if (!r.registered || r.dead) continue;
+        auto period = std::chrono::milliseconds(r.heartbeat_ms);
+        std::string why;
+        // A closed connection gets one period to come back (a reconnecting processor); a silent
+        // one is given heartbeat_misses periods, since a busy host may delay a beat or two.
+        if (!r.connected && now - r.disconnected_at > period) {
+            why = "connection lost and not re-registered within one heartbeat period";
+        } else if (now - r.last_seen > std::chrono::duration_cast<std::chrono::milliseconds>(period * cfg_.heartbeat_misses)) {
+            why = "no heartbeat for " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count()) + " ms";
+        }
+        if (why.empty()) continue;
+        r.dead = true;
+        if (state_ == State::Exit || state_ == State::Final) continue;
+        event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
+        add_fault_locked(static_cast<int>(rank), FaultKind::Node, why);
+    }
+}
+
+void Controller::run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+        cv_.wait_for(lock, kTick);
+        if (stopping_) break;
+        detect_dead_locked();
+        if (state_ == State::Init &&
+            std::all_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.registered; })) {
+            transition_locked(State::Normal, "all " + std::to_string(cfg_.world_size) + " ranks registered");
+        }
+        bool idle = state_ == State::Init || state_ == State::Normal || state_ == State::Pause;
+        if (!idle) continue;
+        try {
+            if (!pending_faults_.empty()) {
+                lock.unlock();
+                handle_fault();
+            } else if (dump_requested_) {
+                dump_requested_ = false;
+                flow_active_ = true;
+                FaultContext ctx = assess_locked({});
+                lock.unlock();
+                dump(ctx, "requested by the cluster manager");
+            } else if ((pause_requested_ && state_ == State::Normal) || (continue_requested_ && state_ == State::Pause)) {
+                lock.unlock();
+                pause_flow();
+            } else {
+                continue;
+            }
+        } catch (const std::exception& e) {
+            LOG_ERROR(kLog, cfg_.rank, "recovery flow aborted: " << e.what());
+            if (!lock.owns_lock()) lock.lock();
+            event_locked("error", e.what());
+        }
+        if (!lock.owns_lock()) lock.lock();
+        flow_active_ = false;
+        second_fault_ = false;
+    }
+}
+
+std::set<int> Controller::live_ranks_locked() const {
+    std::set<int> live;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+        if (ranks_[i].registered && !ranks_[i].dead && !ranks_[i].excluded) live.insert(static_cast<int>(i));
+    }
+    return live;
+}
+
+Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults) {
+    FaultContext ctx;
+    ctx.faults = std::move(faults);
+    std::set<int> live = live_ranks_locked();
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+        if (!live.count(static_cast<int>(i))) ctx.unavailable.insert(static_cast<int>(i));
+        if (ranks_[i].dead || !ranks_[i].registered) ctx.dead.insert(static_cast<int>(i));
+    }
+    for (int r : live) ctx.repair_step = std::max(ctx.repair_step, ranks_[r].step);
+    // Prelock, simplified: instead of letting laggards finish their update, a rank that is mid-update
+    // or behind the repair step is treated like a corrupted one (repaired from a peer, never a saver).
+    for (int r : live) {
+        const RankEntry& e = ranks_[r];
+        if (e.data != DataStatus::Updated || e.step < ctx.repair_step) ctx.not_ready.insert(r);
+    }
+    for (const auto& [rank, fault] : ctx.faults) {
+        if (fault.kind == FaultKind::Memory) {
+            ctx.repair_set.insert(rank);
+            ctx.is_uce = true;
+        }
+    }
+    ctx.repair_set.insert(ctx.not_ready.begin(), ctx.not_ready.end());
+    ctx.unavailable.insert(ctx.repair_set.begin(), ctx.repair_set.end());
+    repair_step_ = ctx.repair_step;
+    return ctx;
+}
+
+void Controller::handle_fault() {
+    std::unique_lock<std::mutex> lock(mu_);
+    flow_active_ = true;
+    second_fault_ = false;
+    transition_locked(State::Abnormal, "fault reported");
+    // Faults rarely come alone (a dead rank makes its peers' collectives fail): gather for a moment.
+    auto until = Clock::now() + std::chrono::milliseconds(cfg_.collect_ms);
+    while (!stopping_ && Clock::now() < until) {
+        cv_.wait_until(lock, std::min(until, Clock::now() + kTick));
+        detect_dead_locked();
+    }
+    second_fault_ = false;
+    FaultContext ctx = assess_locked(std::move(pending_faults_));
+    pending_faults_.clear();
+    DecisionInput in;
+    for (const auto& [rank, f] : ctx.faults) in.kinds.insert(f.kind);
+    auto plans = replicas_.repair_pairs(ctx.unavailable);
+    std::set<int> repairable_ranks;
+    for (const auto& [type, plan] : plans) {
+        for (auto [src, dst] : plan.pairs) repairable_ranks.insert(dst);
+    }
+    in.repairable = std::all_of(ctx.repair_set.begin(), ctx.repair_set.end(),
+                                [&](int r) { return repairable_ranks.count(r) > 0; });
+    in.dump_possible = !replicas_.empty() && replicas_.savers(ctx.unavailable).complete();
+    Strategy own = decide(cfg_.caps, in);
+    std::ostringstream why;
+    why << "faults";
+    for (const auto& [rank, f] : ctx.faults) why << " " << rank << ":" << fault_kind_name(f.kind);
+    why << " repair_step=" << ctx.repair_step << " repair_set=" << list_text(ctx.repair_set)
+        << " repairable=" << in.repairable << " dump_possible=" << in.dump_possible;
+    event_locked("decision", std::string(strategy_name(own)) + ": " + why.str());
+    LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << why.str());
+    lock.unlock();
+    Strategy chosen = consult_cluster(ctx, own, in.repairable && cfg_.caps.retry, in.dump_possible);
+    switch (chosen) {
+        case Strategy::Retry: return online_repair(ctx);
+        case Strategy::Dump: return dump(ctx, "decided after " + why.str());
+        default: return exit_all("no recovery possible: " + why.str(), 499);
+    }
+}
+
+Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool dump_possible) {
+    ClusterReport faults{"report_fault_ranks"};
+    for (const auto& [rank, f] : ctx.faults) faults.fault_ranks[rank] = cluster_fault_code(f.kind);
+    report_cluster(faults);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cluster_.count("report_strategies")) return own;
+    ClusterReport offer{"report_strategies"};
+    bool node_fault = std::any_of(ctx.faults.begin(), ctx.faults.end(),
+                                  [](const auto& kv) { return kv.second.kind == FaultKind::Node; });
+    if (retry_possible && !node_fault) offer.strategies.push_back("retry");
+    if (dump_possible) offer.strategies.push_back("dump");
+    offer.strategies.push_back("exit");
+    cluster_strategy_.reset();
+    lock.unlock();
+    report_cluster(offer);
+    lock.lock();
+    auto until = Clock::now() + std::chrono::milliseconds(cfg_.cluster_wait_ms);
+    cv_.wait_until(lock, until, [&] { return stopping_ || cluster_strategy_.has_value(); });
+    if (!cluster_strategy_) {
+        LOG_WARN(kLog, cfg_.rank, "the cluster manager chose no strategy within " << cfg_.cluster_wait_ms
+                                                                                  << " ms; using " << strategy_name(own));
+        return own;
+    }
+    Strategy picked = *cluster_strategy_;
+    cluster_strategy_.reset();
+    std::string name = strategy_name(picked);
+    if (std::find(offer.strategies.begin(), offer.strategies.end(), name) == offer.strategies.end()) {
+        LOG_WARN(kLog, cfg_.rank, "the cluster manager chose '" << name << "', which is not possible now; using "
+                                                                << strategy_name(own));
+        return own;
+    }
+    event_locked("cluster_strategy", name);
+    return picked;
+}
+
+void Controller::report_cluster(const ClusterReport& given) {
+    ClusterCallback cb;
+    ClusterReport report = given;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (report.action == "report_fault_ranks") last_cluster_faults_ = report.fault_ranks;
+        if (report.fault_ranks.empty()) report.fault_ranks = last_cluster_faults_;
+        auto it = cluster_.find(report.action);
+        if (it == cluster_.end()) return;
+        cb = it->second;
+    }
+    try {
+        cb(report);
+    } catch (const std::exception& e) {
+        LOG_ERROR(kLog, cfg_.rank, "cluster-manager callback " << report.action << " failed: " << e.what());
+    }
+}
+
+ActionMsg Controller::base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const {
+    ActionMsg m;
+    m.kind = kind;
+    m.strategy = s;
+    m.step = ctx.repair_step;
+    m.is_uce = ctx.is_uce;
+    for (const auto& [rank, f] : ctx.faults) m.error_ranks.push_back(rank);
+    for (int r : ctx.repair_set) {
+        if (!ctx.faults.count(r)) m.error_ranks.push_back(r);
+    }
+    return m;
+}
+
+void Controller::online_repair(FaultContext& ctx) {
+    std::set<int> live;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        transition_locked(State::EnvClear, "online repair (retry)");
+        live = live_ranks_locked();
+    }
+    ActionOutcome out = run_action_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Retry), true);
+    ctx.stopped = true;
+    if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during repair");
+    report_cluster(ClusterReport{"report_stop_complete"});
+    out = run_action_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
+    if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during repair");
+    std::map<int, RepairPlan> plans;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        transition_locked(State::Repair, "environment clean");
+        plans = replicas_.repair_pairs(ctx.unavailable);
+    }
+    std::map<int, ActionMsg> repair_msgs;
+    for (const auto& [type, plan] : plans) {
+        RepairInfoMsg info;
+        info.optimizer_type = static_cast<uint8_t>(type);
+        std::set<int> members;
+        for (auto [src, dst] : plan.pairs) {
+            if (!ctx.repair_set.count(dst)) continue;
+            info.src.push_back(src);
+            info.dst.push_back(dst);
+            members.insert(src);
+            members.insert(dst);
+        }
+        if (members.empty()) continue;
+        info.rank_list.assign(members.begin(), members.end());
+        std::string detail = "type " + std::to_string(type) + " src=" + list_text(info.src) + " dst=" + list_text(info.dst);
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            event_locked("repair_plan", detail);
+        }
+        for (int r : members) {
+            auto [it, fresh] = repair_msgs.try_emplace(r, base_action(ActionKind::Repair, ctx, Strategy::Retry));
+            RepairInfoMsg mine = info;
+            bool receives = std::find(info.dst.begin(), info.dst.end(), r) != info.dst.end();
+            // RepairType: 0 SEND for a source; for a receiver 2 UCE_LOWLEVEL when its clean reported
+            // that the memory error needs no rebuild, else 1 UCE_HIGHLEVEL.
+            mine.repair_type = receives ? (out.results.count(r) && out.results.at(r) == 2 ? 2 : 1) : 0;
+            it->second.repair.push_back(mine);
+        }
+    }
+    if (!repair_msgs.empty()) {
+        out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
+        if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
+    }
+    out = run_action_all(ActionKind::Rollback, live, base_action(ActionKind::Rollback, ctx, Strategy::Retry), true);
+    if (!out.ok()) return dump(ctx, "rollback failed or a new fault arrived during repair");
+    out = run_action_all(ActionKind::Normal, live, base_action(ActionKind::Normal, ctx, Strategy::Retry), true);
+    if (!out.ok()) return dump(ctx, "resuming failed");
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int r : live) ranks_[r].run = RunStatus::Running;
+        transition_locked(State::Normal, "online repair finished at step " + std::to_string(ctx.repair_step));
+    }
+    ClusterReport result{"report_result"};
+    result.strategy = "retry";
+    report_cluster(result);
+}
+
+void Controller::dump(FaultContext& ctx, const std::string& why) {
+    std::set<int> live;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        transition_locked(State::Dump, why);
+        event_locked("dump", why);
+        live = live_ranks_locked();
+    }
+    if (!ctx.stopped) {
+        run_action_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Dump), false);
+        ctx.stopped = true;
+    }
+    SaverPlan plan;
+    bool no_layout;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        no_layout = replicas_.empty();
+        // Everything learned since the decision: ranks that died, failed an action or reported a
+        // memory error are not trusted to save.
+        for (size_t i = 0; i < ranks_.size(); ++i) {
+            if (ranks_[i].dead || ranks_[i].excluded || !ranks_[i].registered) ctx.unavailable.insert(static_cast<int>(i));
+        }
+        for (const auto& [rank, f] : pending_faults_) {
+            if (f.kind == FaultKind::Memory || f.kind == FaultKind::Node) ctx.unavailable.insert(rank);
+        }
+        plan = replicas_.savers(ctx.unavailable);
+        live = live_ranks_locked();
+    }
+    if (no_layout || !plan.complete()) {
+        std::string missing = no_layout ? "no replica layout was reported" : "";
+        for (const auto& s : plan.missing) {
+            missing += " type " + std::to_string(s.optimizer_type) + " group " + std::to_string(s.group_index) +
+                       " shard " + std::to_string(s.shard) + ";";
+        }
+        return exit_all("dump impossible, no complete replica: " + missing, 499);
+    }
+    ActionMsg save = base_action(ActionKind::SaveCkpt, ctx, Strategy::Dump);
+    std::set<int> savers;
+    for (const auto& [type, ranks] : plan.ranks_by_type()) {
+        save.save.push_back({static_cast<uint8_t>(type), std::vector<int32_t>(ranks.begin(), ranks.end())});
+        savers.insert(ranks.begin(), ranks.end());
+        std::lock_guard<std::mutex> lock(mu_);
+        event_locked("savers", "type " + std::to_string(type) + " step " + std::to_string(ctx.repair_step) + " " +
+                                   list_text(ranks));
+    }
+    ActionOutcome out = run_action_all(ActionKind::SaveCkpt, savers, save, false);
+    if (!out.ok()) return exit_all("saving the checkpoint failed on ranks " + list_text(out.failed), 499);
+    out = run_action_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
+    if (!out.ok()) return exit_all("renaming the checkpoint failed", 499);
+    exit_all("dump of step " + std::to_string(ctx.repair_step) + " complete", 0);
+}
+
+void Controller::exit_all(const std::string& why, int result) {
+    std::set<int> live;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        transition_locked(State::Exit, why);
+        event_locked("exit", why);
+        live = live_ranks_locked();
+    }
+    FaultContext none;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        none.repair_step = repair_step_;
+    }
+    std::map<int, ActionMsg> msgs;
+    for (int r : live) msgs[r] = base_action(ActionKind::Exit, none, Strategy::Exit);
+    run_action(ActionKind::Exit, msgs, false, cfg_.exit_timeout_ms);
+    ClusterReport report{"report_result"};
+    report.result = result;
+    report.strategy = result == 0 ? "dump" : "exit";
+    report_cluster(report);
+}
+
+void Controller::pause_flow() {
+    std::set<int> live;
+    bool pausing;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        pausing = state_ == State::Normal;
+        pause_requested_ = continue_requested_ = false;
+        flow_active_ = true;
+        live = live_ranks_locked();
+        if (pausing) transition_locked(State::Pause, "pause requested");
+    }
+    FaultContext ctx;
+    ctx.repair_step = repair_step_;
+    ActionKind kind = pausing ? ActionKind::Pause : ActionKind::Continue;
+    ActionOutcome out = run_action_all(kind, live, base_action(kind, ctx, Strategy::None), true);
+    if (!out.ok()) {
+        FaultContext now;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            now = assess_locked(pending_faults_);
+        }
+        return dump(now, std::string(action_name(kind)) + " failed");
+    }
+    if (!pausing) transition(State::Normal, "training continues");
+}
+
+// ---- action engine -----------------------------------------------------------------------------
+
+void Controller::send_to_rank_locked(int rank, uint64_t seq, const std::string& frame) {
+    const RankEntry& r = ranks_[rank];
+    if (r.connected) server_.send(r.conn, frame);
+    pending_->sent_generation[rank] = r.generation;
+    LOG_DEBUG(kLog, cfg_.rank, "sent sn " << seq << " to rank " << rank);
+}
+
+Controller::ActionOutcome Controller::run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
+                                                     bool interruptible) {
+    std::map<int, ActionMsg> per_rank;
+    for (int r : ranks) per_rank[r] = msg;
+    return run_action(kind, per_rank, interruptible, cfg_.action_timeout_ms);
+}
+
+Controller::ActionOutcome Controller::run_action(ActionKind kind, const std::map<int, ActionMsg>& per_rank,
+                                                 bool interruptible, int timeout_ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Pending p;
+    p.seq = ++seq_;
+    p.kind = kind;
+    for (const auto& [rank, msg] : per_rank) {
+        p.frames[rank] = encode_frame(MsgType::Action, p.seq, encode(msg));
+        p.waiting.insert(rank);
+    }
+    pending_ = std::move(p);
+    std::vector<int> targets(pending_->waiting.begin(), pending_->waiting.end());
+    event_locked("action", std::string(action_name(kind)) + " sn=" + std::to_string(pending_->seq) + " ranks=" +
+                               list_text(targets));
+    LOG_INFO(kLog, cfg_.rank, "action " << action_name(kind) << " sn " << pending_->seq << " to " << list_text(targets));
+    for (int r : targets) send_to_rank_locked(r, pending_->seq, pending_->frames[r]);
+    auto start = Clock::now();
+    auto deadline = start + std::chrono::milliseconds(timeout_ms);
+    auto resend_at = start + std::chrono::milliseconds(timeout_ms / 2);
+    ActionOutcome outcome;
+    while (true) {
+        for (auto it = pending_->waiting.begin(); it != pending_->waiting.end();) {
+            if (ranks_[*it].dead) {
+                pending_->errors[*it] = "rank died before replying";
+                it = pending_->waiting.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        if (pending_->waiting.empty()) break;
+        if (stopping_ || (interruptible && second_fault_)) {
+            outcome.interrupted = true;
+            break;
+        }
+        auto now = Clock::now();
+        // A reply can only be lost with its connection; resend when the rank comes back, and once
+        // half-way to the deadline in case a reply was dropped with a connection we never saw die.
+        bool resend_all = now >= resend_at;
+        if (resend_all) resend_at = deadline + std::chrono::hours(1);
+        for (int r : pending_->waiting) {
+            if (resend_all || (ranks_[r].connected && ranks_[r].generation != pending_->sent_generation[r])) {
+                send_to_rank_locked(r, pending_->seq, pending_->frames[r]);
+            }
+        }
+        if (now >= deadline) {
+            for (int r : pending_->waiting) {
+                pending_->errors[r] = std::string("no reply to ") + action_name(kind) + " within " +
+                                      std::to_string(timeout_ms) + " ms (handler time limit exceeded)";
+            }
+            pending_->waiting.clear();
+            break;
+        }
+        cv_.wait_until(lock, std::min({deadline, resend_at, now + kTick}));
+        detect_dead_locked();
+    }
+    outcome.results = pending_->results;
+    for (const auto& [rank, error] : pending_->errors) {
+        outcome.failed.insert(rank);
+        ranks_[rank].excluded = true;
+        event_locked("action_failed", std::string(action_name(kind)) + " rank " + std::to_string(rank) + ": " + error);
+        LOG_ERROR(kLog, cfg_.rank, "action " << action_name(kind) << " failed on rank " << rank << ": " << error);
+    }
+    pending_.reset();
+    return outcome;
+}
+
+// ---- cluster manager ---------------------------------------------------------------------------
+
+void Controller::set_cluster_callback(const std::string& action, ClusterCallback cb) {
+    static const std::set<std::string> known = {"report_fault_ranks", "report_stop_complete", "report_strategies",
+                                                "report_result"};
+    if (!known.count(action)) {
+        throw std::invalid_argument("unknown cluster-manager callback '" + action +
+                                    "' (known: report_fault_ranks, report_stop_complete, report_strategies, report_result)");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    cluster_[action] = std::move(cb);
+}
+
+void Controller::notify_faults(const std::map<int, int>& fault_ranks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [rank, code] : fault_ranks) {
+        if (rank < 0 || rank >= cfg_.world_size) {
+            throw std::invalid_argument("fault rank " + std::to_string(rank) + " is out of range");
+        }
+        if (code < 0 || code > 2) {
+            throw std::invalid_argument("fault type " + std::to_string(code) +
+                                        " of rank " + std::to_string(rank) + " is not 0 (memory), 1 (node) or 2 (communication)");
+        }
+    }
+    for (const auto& [rank, code] : fault_ranks) {
+        FaultKind kind = code == 0 ? FaultKind::Memory : code == 2 ? FaultKind::Comm : FaultKind::Node;
+        add_fault_locked(rank, kind, "reported by the cluster manager");
+    }
+}
+
+void Controller::notify_strategy(const std::string& strategy) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (strategy == "retry") cluster_strategy_ = Strategy::Retry;
+    else if (strategy == "dump") cluster_strategy_ = Strategy::Dump;
+    else if (strategy == "exit") cluster_strategy_ = Strategy::Exit;
+    else if (strategy == "continue") continue_requested_ = true;
+    else throw std::invalid_argument("strategy '" + strategy + "' is not implemented by this controller");
+    cv_.notify_all();
+}
+
+void Controller::notify_dump() {
+    std::lock_guard<std::mutex> lock(mu_);
+    dump_requested_ = true;
+    cv_.notify_all();
+}
+
+void Controller::notify_pause() {
+    std::lock_guard<std::mutex> lock(mu_);
+    pause_requested_ = true;
+    cv_.notify_all();
+}
+
+}  // namespace mindio

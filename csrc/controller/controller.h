@@ -1,0 +1,173 @@
+// The controller: the rank table fed by the server thread, and the state-machine thread that turns
+// faults into an ordered sequence of actions (the action engine: one action at a time, a sequence
+// number per action, a reply deadline, resend when a rank reconnects).
+//
+// Security: a processor must present the shared token (MINDIO_TOKEN) at registration; the comparison
+// is constant-time. TLS is not implemented: the link is plaintext, so the token only keeps other jobs
+// and stray clients out; run the job on a trusted network.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/replica_manager.h"
+#include "controller/state_machine.h"
+#include "net/server.h"
+#include "protocol/messages.h"
+
+namespace mindio {
+
+struct ControllerConfig {
+    int world_size = 1;
+    int rank = -1;  // -1: standalone under a cluster manager; otherwise the hosting training rank
+    Capabilities caps;
+    int action_timeout_ms = 180000;  // per action, from TTP_NORMAL_ACTION_TIME_LIMIT
+    int exit_timeout_ms = 10000;     // the final EXIT action: short, processors may be gone
+    int register_timeout_ms = 5000;  // a connection must register within this
+    int frame_timeout_ms = 5000;     // a started frame must complete within this
+    int collect_ms = 500;            // after the first fault, wait this long for related ones
+    int cluster_wait_ms = 30000;     // MINDIO_WAIT_MINDX_TIME: wait for the cluster manager's strategy
+    double heartbeat_misses = 3.0;   // a silent rank is dead after this many of its periods
+    std::string token;
+};
+
+struct ControllerEvent {
+    double t;  // seconds since the controller started
+    std::string kind;
+    std::string detail;
+};
+
+// Calls towards the cluster manager ("MindX"): action is report_fault_ranks, report_stop_complete,
+// report_strategies or report_result. Called from the state-machine thread.
+struct ClusterReport {
+    std::string action;
+    std::map<int, int> fault_ranks;  // rank -> 0 memory, 1 process/node, 2 communication
+    std::vector<std::string> strategies;
+    int result = 0;
+    std::string strategy;
+};
+using ClusterCallback = std::function<void(const ClusterReport&)>;
+
+class Controller : private Server::Listener {
+public:
+    explicit Controller(ControllerConfig config);
+    ~Controller() override;
+    int start(const std::string& host, int port);
+    void stop();
+
+    State state() const;
+    std::vector<ControllerEvent> events() const;
+    std::map<std::string, uint64_t> stats() const;
+    int64_t repair_step() const;
+
+    // Cluster-manager side.
+    void set_cluster_callback(const std::string& action, ClusterCallback cb);
+    void notify_faults(const std::map<int, int>& fault_ranks);
+    void notify_strategy(const std::string& strategy);
+    void notify_dump();
+    void notify_pause();
+
+private:
+    using Clock = std::chrono::steady_clock;
+    struct RankEntry {
+        uint64_t conn = 0;
+        uint64_t generation = 0;  // bumps on every (re-)registration, so the engine knows to resend
+        bool registered = false, connected = false, dead = false, excluded = false;
+        Clock::time_point last_seen, disconnected_at;
+        uint32_t heartbeat_ms = 2000;
+        int64_t step = -1;
+        DataStatus data = DataStatus::Updated;
+        RunStatus run = RunStatus::Running;
+    };
+    struct Fault {
+        FaultKind kind;
+        std::string why;
+    };
+    struct ActionOutcome {
+        std::set<int> failed;
+        std::map<int, int> results;
+        bool interrupted = false;
+        bool ok() const { return failed.empty() && !interrupted; }
+    };
+    struct Pending {
+        uint64_t seq = 0;
+        ActionKind kind{};
+        std::map<int, std::string> frames;
+        std::map<int, uint64_t> sent_generation;
+        std::set<int> waiting;
+        std::map<int, int> results;
+        std::map<int, std::string> errors;
+    };
+    struct FaultContext {
+        std::map<int, Fault> faults;
+        std::set<int> dead, not_ready, repair_set, unavailable;
+        int64_t repair_step = -1;
+        bool is_uce = false;
+        bool stopped = false;
+    };
+
+    void on_frame(uint64_t conn, Frame&& frame) override;
+    void on_closed(uint64_t conn, const std::string& reason) override;
+    void handle_register(uint64_t conn, const std::string& body);
+    void handle_status(const RankStatusMsg& m, bool heartbeat);
+    void handle_replica(const ReplicaInfoMsg& m);
+    void handle_error(const ErrorReportMsg& m);
+    void handle_reply(uint64_t seq, const ActionReplyMsg& m);
+    int rank_of_conn_locked(uint64_t conn) const;
+
+    void run();
+    void detect_dead_locked();
+    void add_fault_locked(int rank, FaultKind kind, const std::string& why);
+    void transition_locked(State to, const std::string& why);
+    void transition(State to, const std::string& why);
+    void event_locked(const std::string& kind, const std::string& detail);
+
+    void handle_fault();
+    FaultContext assess_locked(std::map<int, Fault> faults);
+    Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool repairable, bool dump_possible);
+    void report_cluster(const ClusterReport& report);
+    void online_repair(FaultContext& ctx);
+    void dump(FaultContext& ctx, const std::string& why);
+    void exit_all(const std::string& why, int result);
+    void pause_flow();
+
+    std::set<int> live_ranks_locked() const;
+    ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
+    ActionOutcome run_action(ActionKind kind, const std::map<int, ActionMsg>& per_rank, bool interruptible,
+                             int timeout_ms);
+    ActionOutcome run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
+                                 bool interruptible);
+    void send_to_rank_locked(int rank, uint64_t seq, const std::string& frame);
+
+    ControllerConfig cfg_;
+    Server server_;
+    Clock::time_point started_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    bool stopping_ = false;
+    State state_ = State::Init;
+    std::vector<RankEntry> ranks_;
+    std::map<uint64_t, int> conn_rank_;
+    ReplicaManager replicas_;
+    std::map<int, Fault> pending_faults_;
+    bool flow_active_ = false, second_fault_ = false;
+    std::optional<Pending> pending_;
+    uint64_t seq_ = 0;
+    int64_t repair_step_ = -1;
+    std::vector<ControllerEvent> events_;
+    std::map<std::string, ClusterCallback> cluster_;
+    std::optional<Strategy> cluster_strategy_;
+    std::map<int, int> last_cluster_faults_;
+    bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
+    uint64_t registrations_refused_ = 0;
+    std::thread thread_;
+};
+
+}  // namespace mindio

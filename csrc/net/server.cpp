@@ -1,0 +1,245 @@
+#include "net/server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "net/socket.h"
+
+namespace mindio {
+namespace {
+
+constexpr size_t kMaxPendingOut = 64u * 1024u * 1024u;  // a peer this far behind is not reading
+constexpr size_t kReadBudget = 1u << 20;                // per wake-up, so one peer cannot starve the rest
+constexpr uint64_t kListenTag = 0, kWakeTag = ~0ull;
+
+}  // namespace
+
+Server::Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms)
+    : listener_(listener), auth_timeout_ms_(auth_timeout_ms), frame_timeout_ms_(frame_timeout_ms) {}
+
+Server::~Server() { stop(); }
+
+int Server::start(const std::string& host, int port) {
+    int bound = 0;
+    listen_fd_ = listen_tcp(host, port, &bound);
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenTag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+    ev.data.u64 = kWakeTag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    running_ = true;
+    thread_ = std::thread([this] { loop(); });
+    return bound;
+}
+
+void Server::stop() {
+    if (!running_.exchange(false)) return;
+    wake();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, c] : conns_) close_fd(c.fd);
+    conns_.clear();
+    close_fd(listen_fd_);
+    close_fd(epoll_fd_);
+    close_fd(wake_fd_);
+}
+
+void Server::wake() {
+    uint64_t one = 1;
+    if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+void Server::send(uint64_t conn, std::string bytes) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = conns_.find(conn);
+        if (it == conns_.end() || !it->second.close_reason.empty()) return;
+        it->second.out += bytes;
+    }
+    wake();
+}
+
+void Server::close(uint64_t conn, const std::string& reason) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = conns_.find(conn);
+        if (it == conns_.end()) return;
+        it->second.close_reason = reason.empty() ? "closed by controller" : reason;
+    }
+    wake();
+}
+
+void Server::authenticate(uint64_t conn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = conns_.find(conn);
+    if (it != conns_.end()) it->second.authenticated = true;
+}
+
+Server::Stats Server::stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+}
+
+void Server::loop() {
+    std::vector<epoll_event> events(512);
+    while (running_) {
+        int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 50);
+        std::vector<std::pair<uint64_t, Frame>> frames;
+        std::vector<Closed> closed;
+        for (int i = 0; i < n; ++i) {
+            uint64_t tag = events[i].data.u64;
+            if (tag == kListenTag) {
+                accept_all();
+            } else if (tag == kWakeTag) {
+                uint64_t drained;
+                (void)!::read(wake_fd_, &drained, sizeof drained);
+            } else if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                read_conn(tag, frames, closed);
+            }
+        }
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            sweep_locked(closed);
+        }
+        for (auto& [conn, frame] : frames) listener_.on_frame(conn, std::move(frame));
+        for (auto& c : closed) listener_.on_closed(c.conn, c.reason);
+    }
+}
+
+void Server::accept_all() {
+    while (true) {
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        set_nodelay(fd);
+        std::lock_guard<std::mutex> lock(mu_);
+        uint64_t id = next_id_++;
+        Conn& c = conns_[id];
+        c.fd = fd;
+        c.auth_deadline = Clock::now() + std::chrono::milliseconds(auth_timeout_ms_);
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = id;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+        ++stats_.accepted;
+    }
+}
+
+void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& frames, std::vector<Closed>& closed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    Conn& c = it->second;
+    char buf[65536];
+    size_t budget = kReadBudget;
+    bool eof = false;
+    std::string error;
+    while (budget > 0) {
+        ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
+        if (got > 0) {
+            c.parser.feed(buf, static_cast<size_t>(got));
+            budget -= std::min(budget, static_cast<size_t>(got));
+            continue;
+        }
+        if (got == 0) eof = true;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) error = std::strerror(errno);
+        break;
+    }
+    try {
+        Frame frame;
+        while (c.parser.next(frame)) {
+            frames.emplace_back(id, std::move(frame));
+            ++stats_.frames;
+        }
+    } catch (const ProtocolError& e) {
+        ++stats_.rejected;
+        drop_locked(id, std::string("malformed frame: ") + e.what(), closed);
+        return;
+    }
+    if (c.parser.buffered() && !c.partial) c.partial_since = Clock::now();
+    c.partial = c.parser.buffered() > 0;
+    if (eof || !error.empty()) {
+        if (c.partial) ++stats_.rejected;
+        drop_locked(id, c.partial ? "truncated frame: connection closed with " + std::to_string(c.parser.buffered()) +
+                                        " bytes of an incomplete frame"
+                                  : (eof ? "connection closed by peer" : "receive failed: " + error),
+                    closed);
+    }
+}
+
+void Server::flush_locked(uint64_t id, Conn& c, std::vector<Closed>& closed) {
+    while (!c.out.empty()) {
+        ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+        if (n > 0) {
+            c.out.erase(0, static_cast<size_t>(n));
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+        drop_locked(id, std::string("send failed: ") + std::strerror(errno), closed);
+        return;
+    }
+    if (c.out.size() > kMaxPendingOut) {
+        drop_locked(id, "peer is not reading (" + std::to_string(c.out.size()) + " bytes pending)", closed);
+        return;
+    }
+    bool want = !c.out.empty();
+    if (want != c.want_out) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
+        ev.data.u64 = id;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+    }
+    c.want_out = want;
+}
+
+void Server::drop_locked(uint64_t id, const std::string& reason, std::vector<Closed>& closed) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    close_fd(it->second.fd);
+    conns_.erase(it);
+    closed.push_back({id, reason});
+}
+
+// Flushes queued output and enforces the close requests and deadlines, once per loop turn.
+void Server::sweep_locked(std::vector<Closed>& closed) {
+    auto now = Clock::now();
+    std::vector<std::pair<uint64_t, std::string>> expired;
+    for (auto& [id, c] : conns_) {
+        if (!c.close_reason.empty()) {
+            expired.emplace_back(id, c.close_reason);
+        } else if (!c.authenticated && now > c.auth_deadline) {
+            ++stats_.rejected;
+            expired.emplace_back(id, "did not register within " + std::to_string(auth_timeout_ms_) + " ms");
+        } else if (c.partial && now - c.partial_since > std::chrono::milliseconds(frame_timeout_ms_)) {
+            ++stats_.rejected;
+            expired.emplace_back(id, "frame incomplete for more than " + std::to_string(frame_timeout_ms_) + " ms");
+        }
+    }
+    for (auto& [id, reason] : expired) {
+        auto it = conns_.find(id);
+        if (it != conns_.end() && !it->second.out.empty()) {
+            std::string ignored;
+            send_all(it->second.fd, it->second.out, 100, &ignored);  // a refusal should reach the peer
+        }
+        drop_locked(id, reason, closed);
+    }
+    std::vector<uint64_t> writers;
+    for (auto& [id, c] : conns_) {
+        if (!c.out.empty()) writers.push_back(id);
+    }
+    for (uint64_t id : writers) {
+        auto it = conns_.find(id);
+        if (it != conns_.end()) flush_locked(id, it->second, closed);
+    }
+}
+
+}  // namespace mindio

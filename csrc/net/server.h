@@ -1,0 +1,76 @@
+// The controller's transport: one epoll thread owns every socket. Complete frames and closed
+// connections are handed to a Listener outside the lock; other threads queue sends and closes.
+// A malformed frame, a connection that does not authenticate in time, or a frame that stays
+// incomplete too long closes that connection only, with a logged reason.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/frame.h"
+
+namespace mindio {
+
+class Server {
+public:
+    struct Listener {
+        virtual ~Listener() = default;
+        virtual void on_frame(uint64_t conn, Frame&& frame) = 0;
+        virtual void on_closed(uint64_t conn, const std::string& reason) = 0;
+    };
+    struct Stats {
+        uint64_t accepted = 0, rejected = 0, frames = 0;
+    };
+
+    Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms);
+    ~Server();
+    int start(const std::string& host, int port);  // returns the bound port
+    void stop();
+    void send(uint64_t conn, std::string bytes);
+    void close(uint64_t conn, const std::string& reason);
+    void authenticate(uint64_t conn);  // the connection registered: no auth deadline any more
+    Stats stats() const;
+
+private:
+    using Clock = std::chrono::steady_clock;
+    struct Conn {
+        int fd = -1;
+        FrameParser parser;
+        std::string out;
+        bool authenticated = false;
+        bool want_out = false;
+        Clock::time_point auth_deadline;
+        Clock::time_point partial_since;
+        bool partial = false;
+        std::string close_reason;  // set by close(): the loop closes it after flushing nothing more
+    };
+    struct Closed {
+        uint64_t conn;
+        std::string reason;
+    };
+
+    void loop();
+    void accept_all();
+    void read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& frames, std::vector<Closed>& closed);
+    void flush_locked(uint64_t id, Conn& c, std::vector<Closed>& closed);
+    void drop_locked(uint64_t id, const std::string& reason, std::vector<Closed>& closed);
+    void sweep_locked(std::vector<Closed>& closed);
+    void wake();
+
+    Listener& listener_;
+    const int auth_timeout_ms_, frame_timeout_ms_;
+    int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+    std::atomic<bool> running_{false};
+    std::thread thread_;
+    mutable std::mutex mu_;
+    std::map<uint64_t, Conn> conns_;
+    uint64_t next_id_ = 1;
+    Stats stats_;
+};
+
+}  // namespace mindio

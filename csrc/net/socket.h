@@ -1,0 +1,22 @@
+// Small blocking-with-timeout socket helpers. Every call that can wait takes a timeout.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace mindio {
+
+struct NetError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Listens on host:port (port 0 picks a free one); returns the fd and sets *bound_port.
+int listen_tcp(const std::string& host, int port, int* bound_port);
+// Connects within timeout_ms; throws NetError with the reason.
+int connect_tcp(const std::string& host, int port, int timeout_ms);
+void set_nonblocking(int fd);
+void set_nodelay(int fd);
+// Writes all of `data` within timeout_ms on a blocking or non-blocking fd; false (and *error) on failure.
+bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error);
+void close_fd(int& fd);
+
+}  // namespace mindio

@@ -1,0 +1,379 @@
+#include "processor/processor.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "net/socket.h"
+
+namespace mindio {
+namespace {
+
+constexpr const char* kLog = "processor";
+
+int backoff_ms(int attempt, int base_ms) {
+    // 1, 2, 4, 8, 10, 10, ... times the base, as the reference.
+    int factor = attempt < 4 ? (1 << attempt) : 10;
+    return base_ms * factor;
+}
+
+}  // namespace
+
+Processor::Processor(ProcessorConfig cfg) : cfg_(std::move(cfg)) {}
+
+Processor::~Processor() {
+    running_ = false;
+    cv_.notify_all();
+    if (net_thread_.joinable()) net_thread_.join();
+    if (worker_thread_.joinable()) {
+        if (worker_thread_.get_id() == std::this_thread::get_id()) worker_thread_.detach();
+        else worker_thread_.join();
+    }
+    close_fd(fd_);
+}
+
+void Processor::set_dispatcher(Dispatcher d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dispatcher_ = std::move(d);
+}
+
+void Processor::start(const std::string& host, int port) {
+    if (running_) throw std::logic_error("processor already started");
+    host_ = host;
+    port_ = port;
+    std::string error;
+    bool fatal = false;
+    for (int attempt = 0; attempt < cfg_.retry_times; ++attempt) {
+        if (connect_and_register(&error, &fatal)) break;
+        if (fatal) throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": " + error);
+        if (attempt + 1 == cfg_.retry_times) {
+            throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": could not register with the controller at " +
+                                     host + ":" + std::to_string(port) + " after " + std::to_string(cfg_.retry_times) +
+                                     " attempts: " + error);
+        }
+        LOG_WARN(kLog, cfg_.rank, "registration attempt " << attempt + 1 << " failed: " << error);
+        std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms(attempt, cfg_.backoff_base_ms)));
+    }
+    running_ = true;
+    net_thread_ = std::thread([this] { net_loop(); });
+    // The worker keeps the processor alive while a handler runs, so a stuck handler cannot make
+    // destruction wait forever (stop() detaches it instead).
+    auto self = shared_from_this();
+    worker_thread_ = std::thread([self] { self->worker_loop(); });
+}
+
+void Processor::stop() {
+    if (!running_.exchange(false)) return;
+    cv_.notify_all();
+    if (net_thread_.joinable()) net_thread_.join();
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        bool idle = cv_.wait_for(lock, std::chrono::seconds(5), [&] { return !running_action_; });
+        if (!idle) {
+            LOG_ERROR(kLog, cfg_.rank, "a handler is still running at shutdown; leaving its thread behind");
+            worker_thread_.detach();
+        }
+    }
+    if (worker_thread_.joinable()) worker_thread_.join();
+    std::lock_guard<std::mutex> lock(send_mu_);
+    close_fd(fd_);
+}
+
+bool Processor::connect_and_register(std::string* error, bool* fatal) {
+    int fd;
+    try {
+        fd = connect_tcp(host_, port_, cfg_.io_timeout_ms);
+    } catch (const NetError& e) {
+        *error = e.what();
+        return false;
+    }
+    RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token};
+    if (!send_all(fd, encode_frame(MsgType::Register, 0, encode(reg)), cfg_.io_timeout_ms, error)) {
+        close_fd(fd);
+        return false;
+    }
+    FrameParser parser;
+    Frame ack;
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.io_timeout_ms);
+    try {
+        while (!parser.next(ack)) {
+            int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+            pollfd p{fd, POLLIN, 0};
+            char buf[4096];
+            ssize_t got = left > 0 && ::poll(&p, 1, left) > 0 ? ::recv(fd, buf, sizeof buf, 0) : -2;
+            if (got == -2) throw ProtocolError("no registration reply within " + std::to_string(cfg_.io_timeout_ms) + " ms");
+            if (got <= 0) {
+                if (got < 0 && errno == EAGAIN) continue;
+                throw ProtocolError("connection closed during registration");
+            }
+            parser.feed(buf, static_cast<size_t>(got));
+        }
+        if (ack.type != MsgType::RegisterAck) throw ProtocolError("expected a registration reply");
+        auto reply = decode_as<RegisterAckMsg>(ack.body);
+        if (reply.result != 0) {
+            *fatal = true;
+            throw ProtocolError("the controller refused registration: " + reply.message);
+        }
+    } catch (const ProtocolError& e) {
+        *error = e.what();
+        close_fd(fd);
+        return false;
+    }
+    {
+        std::lock_guard<std::mutex> lock(send_mu_);
+        close_fd(fd_);
+        fd_ = fd;
+    }
+    std::optional<ReplicaInfoMsg> replica;
+    std::optional<ErrorReportMsg> unsent;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        replica = replica_;
+        unsent = unsent_error_;
+        unsent_error_.reset();
+        ++stats_["registrations"];
+    }
+    if (replica) send_frame(encode_frame(MsgType::ReplicaInfo, 0, encode(*replica)));
+    send_frame(status_frame(MsgType::Status));
+    if (unsent) send_frame(encode_frame(MsgType::ErrorReport, 0, encode(*unsent)));
+    LOG_INFO(kLog, cfg_.rank, "registered with the controller at " << host_ << ":" << port_);
+    return true;
+}
+
+bool Processor::send_frame(const std::string& frame) {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (fd_ < 0) return false;
+    std::string error;
+    if (send_all(fd_, frame, cfg_.io_timeout_ms, &error)) return true;
+    LOG_WARN(kLog, cfg_.rank, "send to the controller failed: " << error);
+    ::shutdown(fd_, SHUT_RDWR);  // the network thread notices and reconnects
+    return false;
+}
+
+std::string Processor::status_frame(MsgType type) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return encode_frame(type, 0, encode(RankStatusMsg{cfg_.rank, step_, run_, data_}));
+}
+
+void Processor::drop_connection(const std::string& why) {
+    LOG_WARN(kLog, cfg_.rank, "lost the controller connection: " << why);
+    std::lock_guard<std::mutex> lock(send_mu_);
+    close_fd(fd_);
+}
+
+void Processor::net_loop() {
+    FrameParser parser;
+    auto next_beat = Clock::now();
+    int attempt = 0;
+    while (running_) {
+        int fd;
+        {
+            std::lock_guard<std::mutex> lock(send_mu_);
+            fd = fd_;
+        }
+        if (fd < 0) {
+            std::string error;
+            bool fatal = false;
+            if (connect_and_register(&error, &fatal)) {
+                attempt = 0;
+                parser = FrameParser();
+                continue;
+            }
+            if (fatal || ++attempt >= cfg_.retry_times) {
+                LOG_ERROR(kLog, cfg_.rank, "giving up on the controller after " << attempt << " attempts: " << error);
+                std::lock_guard<std::mutex> lock(mu_);
+                lost_ = true;
+                cv_.notify_all();
+                return;
+            }
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms(attempt - 1, cfg_.backoff_base_ms)),
+                         [&] { return !running_; });
+            continue;
+        }
+        auto now = Clock::now();
+        if (now >= next_beat) {
+            send_frame(status_frame(MsgType::Heartbeat));
+            next_beat = now + std::chrono::milliseconds(cfg_.heartbeat_ms);
+            watch_handler();
+        }
+        int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now).count());
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, std::clamp(wait_ms, 1, 100)) <= 0) continue;
+        char buf[65536];
+        ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+        if (got <= 0) {
+            if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            drop_connection(got == 0 ? "closed by the controller" : std::strerror(errno));
+            continue;
+        }
+        parser.feed(buf, static_cast<size_t>(got));
+        try {
+            Frame frame;
+            while (parser.next(frame)) {
+                if (frame.type != MsgType::Action) throw ProtocolError("unexpected message type " + std::to_string(int(frame.type)));
+                on_action(frame.seq, frame.body);
+            }
+        } catch (const ProtocolError& e) {
+            drop_connection(std::string("malformed frame from the controller: ") + e.what());
+        }
+    }
+}
+
+void Processor::on_action(uint64_t seq, const std::string& body) {
+    ActionMsg msg = decode_as<ActionMsg>(body);
+    std::string cached;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (seq < last_seq_) {
+            ++stats_["stale_dropped"];
+            LOG_DEBUG(kLog, cfg_.rank, "dropped stale action sn " << seq << " (last " << last_seq_ << ")");
+            return;
+        }
+        if (seq == last_seq_) {
+            ++stats_["duplicates"];
+            cached = cached_reply_;  // empty while the action still runs: its reply will follow
+        } else {
+            last_seq_ = seq;
+            cached_reply_.clear();
+            queue_.push_back({seq, std::move(msg)});
+            cv_.notify_all();
+            return;
+        }
+    }
+    if (!cached.empty()) send_frame(cached);
+}
+
+void Processor::watch_handler() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_action_ || warned_slow_) return;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - running_action_->second).count();
+    if (ms > cfg_.handler_limit_ms) {
+        warned_slow_ = true;
+        LOG_ERROR(kLog, cfg_.rank, "handler for action " << action_name(running_action_->first) << " has run " << ms
+                                                         << " ms, beyond its limit of " << cfg_.handler_limit_ms << " ms");
+    }
+}
+
+void Processor::worker_loop() {
+    while (true) {
+        Queued job;
+        Dispatcher dispatch;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [&] { return !running_ || !queue_.empty(); });
+            if (!running_) return;
+            job = std::move(queue_.front());
+            queue_.pop_front();
+            if (job.msg.step >= 0) repair_step_ = job.msg.step;
+            if (job.msg.strategy != Strategy::None) repair_type_ = job.msg.strategy;
+            if (job.msg.kind == ActionKind::Stop) run_ = RunStatus::Stopped;
+            if (job.msg.kind == ActionKind::Pause) paused_ = true, run_ = RunStatus::Paused;
+            running_action_ = std::make_pair(job.msg.kind, Clock::now());
+            warned_slow_ = false;
+            dispatch = dispatcher_;
+        }
+        std::pair<int, std::string> result{0, ""};
+        if (dispatch) {
+            try {
+                result = dispatch(job.msg);
+            } catch (const std::exception& e) {
+                result = {1, "rank " + std::to_string(cfg_.rank) + " action " + action_name(job.msg.kind) + ": " + e.what()};
+            }
+        } else if (job.msg.kind != ActionKind::Normal && job.msg.kind != ActionKind::Exit &&
+                   job.msg.kind != ActionKind::Pause && job.msg.kind != ActionKind::Continue) {
+            result = {1, "rank " + std::to_string(cfg_.rank) + " action " + action_name(job.msg.kind) +
+                             ": no handler dispatcher is registered"};
+        }
+        if (result.first != 0 && !(job.msg.kind == ActionKind::Clean && result.first == 2)) {
+            LOG_ERROR(kLog, cfg_.rank, "action " << action_name(job.msg.kind) << " failed: " << result.second);
+        }
+        std::string reply = encode_frame(MsgType::ActionReply, job.seq,
+                                         encode(ActionReplyMsg{cfg_.rank, job.msg.kind, result.first, result.second}));
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            running_action_.reset();
+            ++stats_[std::string("executed_") + action_name(job.msg.kind)];
+            if (job.seq == last_seq_) cached_reply_ = reply;
+            if (job.msg.kind == ActionKind::Normal) next_action_ = NextAction::Retry, run_ = RunStatus::Running;
+            if (job.msg.kind == ActionKind::Exit) next_action_ = NextAction::Exit;
+            if (job.msg.kind == ActionKind::Continue) paused_ = false, run_ = RunStatus::Running;
+            cv_.notify_all();
+        }
+        send_frame(reply);
+    }
+}
+
+void Processor::set_replica(const ReplicaInfoMsg& info) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        replica_ = info;
+    }
+    send_frame(encode_frame(MsgType::ReplicaInfo, 0, encode(info)));
+}
+
+void Processor::start_updating(int64_t) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        data_ = DataStatus::Updating;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
+void Processor::end_updating(int64_t step) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        data_ = DataStatus::Updated;
+        step_ = step;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
+void Processor::report_error(uint8_t report_state, const std::string& error_code) {
+    ErrorReportMsg msg{cfg_.rank, report_state, error_code};
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (report_state != 0) run_ = RunStatus::Faulted;
+    }
+    if (!send_frame(encode_frame(MsgType::ErrorReport, 0, encode(msg)))) {
+        std::lock_guard<std::mutex> lock(mu_);
+        unsent_error_ = msg;  // sent as soon as the connection is back
+    }
+}
+
+NextAction Processor::wait_next_action(int timeout_ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    bool ready = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                              [&] { return next_action_.has_value() || lost_ || !running_; });
+    if (!ready) return NextAction::Timeout;
+    if (!next_action_) return NextAction::ControllerLost;
+    NextAction next = *next_action_;
+    next_action_.reset();
+    return next;
+}
+
+int64_t Processor::repair_step() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return repair_step_;
+}
+
+Strategy Processor::repair_type() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return repair_type_;
+}
+
+bool Processor::paused() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return paused_;
+}
+
+std::map<std::string, uint64_t> Processor::stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+}
+
+}  // namespace mindio

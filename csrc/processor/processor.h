@@ -1,0 +1,104 @@
+// The processor client: one per training process. A network thread registers with the controller,
+// sends heartbeats and receives actions; a worker thread runs them through the dispatcher (the Python
+// handlers, which take the GIL only while they run), so heartbeats keep flowing during a long handler.
+// Actions are idempotent by sequence number: a lower one is dropped, a repeated one is answered from
+// the cache of the last reply, a higher one is executed.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+
+namespace mindio {
+
+struct ProcessorConfig {
+    int rank = 0;
+    int world_size = 1;
+    uint32_t heartbeat_ms = 2000;
+    int retry_times = 10;          // TTP_RETRY_TIMES: connection attempts before giving up
+    int backoff_base_ms = 1000;    // attempts wait 1, 2, 4, 8, 10, 10, ... times this
+    int io_timeout_ms = 5000;      // connect, register, and each send
+    int handler_limit_ms = 180000; // a handler running longer is reported (the controller acts on it)
+    std::string token;
+};
+
+enum class NextAction : int { Retry = 0, Exit = 1, Timeout = -1, ControllerLost = -2 };
+
+class Processor : public std::enable_shared_from_this<Processor> {
+public:
+    // Runs one action; returns (result code, message). Called on the worker thread.
+    using Dispatcher = std::function<std::pair<int, std::string>(const ActionMsg&)>;
+
+    explicit Processor(ProcessorConfig cfg);
+    ~Processor();
+    void set_dispatcher(Dispatcher d);
+    // Connects and registers, retrying with back-off; throws with the reason when it cannot.
+    void start(const std::string& host, int port);
+    void stop();
+
+    void set_replica(const ReplicaInfoMsg& info);
+    void start_updating(int64_t backup_step);
+    void end_updating(int64_t step);
+    void report_error(uint8_t report_state, const std::string& error_code);
+    NextAction wait_next_action(int timeout_ms);
+    int64_t repair_step() const;
+    Strategy repair_type() const;
+    bool paused() const;
+    std::map<std::string, uint64_t> stats() const;
+
+private:
+    using Clock = std::chrono::steady_clock;
+    struct Queued {
+        uint64_t seq;
+        ActionMsg msg;
+    };
+
+    bool connect_and_register(std::string* error, bool* fatal);
+    void net_loop();
+    void worker_loop();
+    void on_action(uint64_t seq, const std::string& body);
+    bool send_frame(const std::string& frame);
+    std::string status_frame(MsgType type) const;
+    void drop_connection(const std::string& why);
+    void watch_handler();
+
+    const ProcessorConfig cfg_;
+    std::string host_;
+    int port_ = 0;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::mutex send_mu_;
+    int fd_ = -1;
+    std::atomic<bool> running_{false};
+    bool lost_ = false;
+    Dispatcher dispatcher_;
+    std::optional<ReplicaInfoMsg> replica_;
+    std::optional<ErrorReportMsg> unsent_error_;
+    int64_t step_ = -1;
+    DataStatus data_ = DataStatus::Updated;
+    RunStatus run_ = RunStatus::Running;
+    int64_t repair_step_ = -1;
+    Strategy repair_type_ = Strategy::None;
+    bool paused_ = false;
+    std::optional<NextAction> next_action_;
+    uint64_t last_seq_ = 0;
+    std::string cached_reply_;  // reply frame for last_seq_, empty while it still runs
+    std::deque<Queued> queue_;
+    std::optional<std::pair<ActionKind, Clock::time_point>> running_action_;
+    bool warned_slow_ = false;
+    std::map<std::string, uint64_t> stats_;
+    std::thread net_thread_, worker_thread_;
+};
+
+}  // namespace mindio

@@ -1,0 +1,136 @@
+"""Controller side of the reference API: one controller per job, inside rank 0 or standalone
+(rank -1) beside the job."""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Dict, Optional
+
+from mindio_adaptor import _native
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_controller: Optional["_native.Controller"] = None
+_port: Optional[int] = None
+
+_CLUSTER_ACTIONS = ("report_fault_ranks", "report_stop_complete", "report_strategies", "report_result")
+_IMPLEMENTED_STRATEGIES = ("retry", "dump", "exit", "continue")
+
+
+def _require() -> "_native.Controller":
+    if _controller is None:
+        raise RuntimeError("no controller: call tft_init_controller() first")
+    return _controller
+
+
+def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = False, enable_arf: bool = False,
+                        enable_zit: bool = False, *, enable_uce: bool = True) -> None:
+    """Create the controller (rank -1: standalone). `enable_uce` (ours) turns online repair off."""
+    global _controller
+    if enable_arf:
+        raise NotImplementedError("process replacement (ARF, enable_arf=True) is not implemented yet; "
+                                  "faults of a process or node lead to a dump")
+    if enable_zit:
+        raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not isinstance(rank, int) or not -1 <= rank < world_size:
+        raise ValueError(f"controller rank must be -1 (standalone) or in 0..{world_size - 1}, got {rank!r}")
+    with _lock:
+        if _controller is not None:
+            raise RuntimeError("a controller already exists in this process; call tft_destroy_controller() first")
+        _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=False)
+
+
+def tft_start_controller(bind_ip: str, port: int, enable_tls: bool = True, tls_info: str = "") -> int:
+    """Start listening; returns the bound port (useful with port 0).
+
+    TLS is not implemented. Processors authenticate with the shared token MINDIO_TOKEN over plaintext
+    TCP, so the job's network must be trusted. With TLS requested and certificates given this raises;
+    with TLS requested and no certificates (the reference's defaults) it logs a warning and goes on.
+    """
+    global _port
+    if enable_tls and tls_info:
+        raise NotImplementedError("TLS is not implemented; authenticate with MINDIO_TOKEN on a trusted "
+                                  "network and pass enable_tls=False")
+    if enable_tls:
+        logger.warning("TLS is not implemented: the controller link is plaintext TCP authenticated by "
+                       "MINDIO_TOKEN (pass enable_tls=False to silence this)")
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an int in 0..65535, got {port!r}")
+    _port = _require().start(bind_ip, port)
+    return _port
+
+
+def tft_destroy_controller() -> None:
+    global _controller, _port
+    with _lock:
+        controller, _controller, _port = _controller, None, None
+    if controller is not None:
+        controller.stop()
+
+
+def tft_query_high_availability_switch() -> bool:
+    """Whether a controller runs in this process."""
+    return _controller is not None
+
+
+def tft_register_mindx_callback(action: str, func: Callable) -> None:
+    """Callbacks towards the cluster manager, called from the controller's thread:
+    report_fault_ranks(fault_ranks), report_stop_complete(code, msg, fault_ranks),
+    report_strategies(fault_ranks, strategies), report_result(code, msg, fault_ranks, strategy)."""
+    if action not in _CLUSTER_ACTIONS:
+        raise ValueError(f"unknown cluster-manager action {action!r}; known: {', '.join(_CLUSTER_ACTIONS)}")
+    if not callable(func):
+        raise TypeError(f"tft_register_mindx_callback({action!r}): func must be callable, got {func!r}")
+    _require().set_cluster_callback(action, func)
+
+
+def tft_notify_controller_stop_train(fault_ranks: Dict[int, int], stop_type: str = "stop",
+                                     timeout: Optional[float] = None) -> None:
+    """`stop`: these ranks are faulty (0 memory, 1 process/node, 2 communication); recovery starts.
+    `pause`: pause training (every processor runs its pause action) until change_strategy('continue')."""
+    if stop_type == "pause":
+        _require().notify_pause()
+    elif stop_type == "stop":
+        if not fault_ranks:
+            raise ValueError("tft_notify_controller_stop_train: fault_ranks is empty")
+        _require().notify_faults({int(r): int(t) for r, t in fault_ranks.items()})
+    else:
+        raise ValueError(f"stop_type must be 'stop' or 'pause', got {stop_type!r}")
+
+
+def tft_notify_controller_change_strategy(strategy: str, params: str = "") -> None:
+    if strategy not in _IMPLEMENTED_STRATEGIES:
+        if strategy in ("recover", "downgrade", "upgrade", "migration"):
+            raise NotImplementedError(f"strategy {strategy!r} is not implemented yet "
+                                      f"(implemented: {', '.join(_IMPLEMENTED_STRATEGIES)})")
+        raise ValueError(f"unknown strategy {strategy!r}")
+    _require().notify_strategy(strategy)
+
+
+def tft_notify_controller_dump() -> None:
+    """Ask for a dying-gasp checkpoint now (from NORMAL or PAUSE)."""
+    _require().notify_dump()
+
+
+def tft_notify_controller_on_global_rank(fault_ranks, time=1):
+    raise NotImplementedError("tft_notify_controller_on_global_rank is not implemented yet")
+
+
+def tft_notify_controller_prepare_action(*args, **kwargs):
+    raise NotImplementedError("tft_notify_controller_prepare_action is not implemented yet")
+
+
+# Ours, for tools and tests.
+def controller_state() -> str:
+    return _require().state()
+
+
+def controller_events():
+    return _require().events()
+
+
+def controller_stats():
+    return _require().stats()

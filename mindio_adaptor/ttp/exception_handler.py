@@ -1,0 +1,78 @@
+"""The training-loop decorator: classify an exception, report it, wait for the controller's decision,
+and run the step again after an online repair."""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Callable, List, Optional, Tuple
+
+from mindio_adaptor.ttp import processor
+from mindio_adaptor.ttp.enums import Action, ReportState
+
+logger = logging.getLogger(__name__)
+
+# First matching substring wins; user patterns (tft_register_exception_handler) are tried first.
+BUILTIN_PATTERNS: List[Tuple[str, ReportState]] = [
+    ("UCE ERROR", ReportState.UCE),
+    ("HBM MULTI BIT ECC", ReportState.UCE),
+    ("FORCE STOP", ReportState.NORMAL),
+    ("ARF FINISH", ReportState.PREREPAIR_FINISH),
+    ("STEP FINISH", ReportState.STEP_FINISH),
+    ("HCCL OP RETRY FAILED", ReportState.HCCL_FAILED),
+    ("SUSPECT REMOTE ERROR", ReportState.HCCL_FAILED),
+    ("UB LINK ERROR", ReportState.HCCL_FAILED),
+    ("HCCS LINK ERROR", ReportState.HCCL_FAILED),
+]
+_user_patterns: List[Tuple[str, ReportState, Optional[Callable]]] = []
+
+
+def tft_register_exception_handler(pattern: str, report_state_name: str, handle: Optional[Callable] = None) -> None:
+    """Classify errors whose text contains `pattern` as ReportState[report_state_name]; `handle(exc)`,
+    when given, is called before the report."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError("tft_register_exception_handler: pattern must be a non-empty string")
+    try:
+        state = ReportState[report_state_name]
+    except KeyError:
+        raise ValueError(f"tft_register_exception_handler: unknown report state {report_state_name!r}; "
+                         f"known: {', '.join(s.name for s in ReportState)}") from None
+    if handle is not None and not callable(handle):
+        raise TypeError("tft_register_exception_handler: handle must be callable or None")
+    _user_patterns.append((pattern, state, handle))
+
+
+def classify(exc: BaseException) -> Tuple[ReportState, Optional[Callable]]:
+    """The report state for an exception. Only RuntimeErrors are matched against the table, as the
+    reference; any other error is UNKNOWN. "HBM MULTI BIT ECC" is reported as UCE: telling
+    UCE_CORRUPTED apart needs the device's error timestamp, which no backend gives us yet."""
+    if isinstance(exc, RuntimeError):
+        text = str(exc)
+        for pattern, state, handle in _user_patterns:
+            if pattern in text:
+                return state, handle
+        for pattern, state in BUILTIN_PATTERNS:
+            if pattern in text:
+                return state, None
+    return ReportState.UNKNOWN, None
+
+
+def tft_exception_handler(train_func: Callable) -> Callable:
+    """Run `train_func` again after each online repair; exit when the controller decides so."""
+
+    @functools.wraps(train_func)
+    def wrapper(*args, **kwargs):
+        while True:
+            try:
+                return train_func(*args, **kwargs)
+            except Exception as exc:
+                state, handle = classify(exc)
+                logger.warning("training raised %s: %s (reported as %s)", type(exc).__name__, exc, state.name)
+                if handle is not None:
+                    handle(exc)
+                processor.tft_report_error(state)
+                if processor.tft_wait_next_action() == Action.RETRY:
+                    continue
+                raise SystemExit(f"the controller ended training ({processor.tft_get_repair_type()} "
+                                 f"at step {processor.tft_get_repair_step()}) after: {exc}") from exc
+
+    return wrapper

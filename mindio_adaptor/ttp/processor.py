@@ -1,0 +1,272 @@
+"""Processor side of the reference API: one processor per training process. Handlers registered
+here are run by the native processor's worker thread when the controller sends an action."""
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from mindio_adaptor import _native
+from mindio_adaptor.ttp.enums import Action, ReportState
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_processor: Optional["_native.Processor"] = None
+_rank: Optional[int] = None
+_handlers: Dict[str, Tuple[Callable, Any]] = {}
+_step_args: Any = None
+_last_update_start: Optional[float] = None
+
+# handler name -> (positional arguments it is called with, for the error message)
+_HANDLER_ARGS = {
+    "save_ckpt": ("step", "save_info", "args", "ctx"),
+    "rename": ("step", "args"),
+    "exit": ("ctx",),
+    "stop": ("args", "ctx"),
+    "clean": ("is_uce_error", "args", "ctx"),
+    "repair": ("step", "need_rebuild", "error_ranks", "repair_info", "args", "ctx"),
+    "rollback": ("step", "args", "ctx"),
+    "rebuild_group": ("fault_ranks", "args", "ctx"),
+    "stream_sync": (),
+}
+# Actions that need no user handler to succeed.
+_OPTIONAL = {"exit", "stream_sync"}
+
+
+def _require() -> "_native.Processor":
+    if _processor is None:
+        raise RuntimeError("no processor: call tft_init_processor() and tft_start_processor() first")
+    return _processor
+
+
+def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = False, enable_tls: bool = True,
+                       tls_info: str = "", enable_uce: bool = True, enable_arf: bool = False,
+                       enable_zit: bool = False) -> None:
+    global _processor, _rank
+    if enable_arf or enable_zit:
+        raise NotImplementedError("process replacement (ARF) and elastic training (ZIT) are not implemented yet")
+    if enable_tls and tls_info:
+        raise NotImplementedError("TLS is not implemented; authenticate with MINDIO_TOKEN on a trusted network "
+                                  "and pass enable_tls=False")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank!r}")
+    with _lock:
+        if _processor is not None:
+            raise RuntimeError("a processor already exists in this process; call tft_destroy_processor() first")
+        processor = _native.Processor(rank, world_size)
+        processor.set_dispatcher(_dispatch)
+        _processor, _rank = processor, rank
+
+
+def tft_start_processor(master_ip: str, port: int, local_ip: str = "") -> None:
+    """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason."""
+    _require().start(master_ip, int(port))
+
+
+def tft_destroy_processor() -> None:
+    global _processor, _rank
+    with _lock:
+        processor, _processor, _rank = _processor, None, None
+    if processor is not None:
+        processor.stop()
+
+
+def tft_set_optimizer_replica(rank: int, replica_info: List[dict]) -> None:
+    """Report this rank's replica layout: one dict per optimizer type, {"rank_list", "replica_cnt",
+    "replica_shift"}; the list position is the optimizer type unless a dict names "optimizer_type"."""
+    groups = []
+    for position, info in enumerate(replica_info):
+        missing = {"rank_list", "replica_cnt"} - set(info)
+        if missing:
+            raise ValueError(f"tft_set_optimizer_replica: entry {position} lacks {sorted(missing)}")
+        groups.append({"optimizer_type": int(info.get("optimizer_type", position)),
+                       "replica_cnt": int(info["replica_cnt"]), "replica_shift": int(info.get("replica_shift", 0)),
+                       "rank_list": [int(r) for r in info["rank_list"]]})
+    _require().set_replica(int(rank), groups)
+
+
+def tft_set_dp_group_info(rank, dp_list):
+    raise NotImplementedError("tft_set_dp_group_info is not implemented; report the layout with "
+                              "tft_set_optimizer_replica")
+
+
+def tft_start_updating_os(backup_step: int = -1) -> None:
+    global _last_update_start
+    _last_update_start = time.time()
+    _require().start_updating(int(backup_step))
+
+
+def tft_end_updating_os(step: int) -> None:
+    _require().end_updating(int(step))
+
+
+def tft_start_copy_os():
+    raise NotImplementedError("tft_start_copy_os is not implemented yet")
+
+
+def tft_report_error(report_state: ReportState, error_code: str = "") -> None:
+    _require().report_error(int(ReportState(report_state)), str(error_code))
+
+
+def tft_wait_next_action(timeout: Optional[float] = None) -> Action:
+    """Block until the controller has finished handling the fault: RETRY (train again) or EXIT.
+    `timeout` (ours, seconds) defaults to no limit; a lost controller raises RuntimeError."""
+    processor = _require()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        # Short slices so that KeyboardInterrupt is seen while waiting.
+        slice_s = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+        code = processor.wait_next_action(slice_s)
+        if code in (0, 1):
+            return Action(code)
+        if code == -2:
+            raise RuntimeError(f"rank {_rank}: the controller is unreachable (gave up after TTP_RETRY_TIMES)")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"rank {_rank}: no decision from the controller within {timeout} s")
+
+
+def tft_get_repair_step() -> int:
+    return _require().repair_step()
+
+
+def tft_get_repair_type() -> str:
+    return _require().repair_type()
+
+
+def tft_is_reboot_node() -> bool:
+    """Always False: process replacement (ARF) does not exist yet, so no process is a replacement."""
+    return False
+
+
+def tft_get_reboot_type():
+    raise NotImplementedError("tft_get_reboot_type: process replacement (ARF) is not implemented yet")
+
+
+def tft_reset_limit_step():
+    raise NotImplementedError("tft_reset_limit_step is not implemented yet")
+
+
+def tft_report_load_ckpt_step(step):
+    raise NotImplementedError("tft_report_load_ckpt_step (online checkpoint reload) is not implemented yet")
+
+
+def tft_register_decrypt_handler(fn):
+    raise NotImplementedError("tft_register_decrypt_handler: TLS is not implemented")
+
+
+def tft_can_do_uce_repair(err_time, update_start, update_end):
+    raise NotImplementedError("tft_can_do_uce_repair is not implemented yet")
+
+
+def tft_set_step_args(args: Any) -> None:
+    global _step_args
+    _step_args = args
+
+
+def tft_pause_train(cur_step: int, poll_s: float = 0.05, timeout: Optional[float] = None) -> None:
+    """Block while the controller holds training paused (stop_train(stop_type='pause'))."""
+    processor = _require()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while processor.paused():
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"rank {_rank}: still paused at step {cur_step} after {timeout} s")
+        time.sleep(poll_s)
+
+
+def _register(name: str, func: Callable, ctx: Any) -> None:
+    if func is None:
+        raise ValueError(f"tft_register_{name}_handler: func must not be None")
+    if not callable(func):
+        raise TypeError(f"tft_register_{name}_handler: func must be callable, got {func!r}")
+    expected = _HANDLER_ARGS[name]
+    try:
+        inspect.signature(func).bind(*([None] * len(expected)))
+    except TypeError:
+        raise TypeError(f"tft_register_{name}_handler: {getattr(func, '__qualname__', func)!s} must accept "
+                        f"{len(expected)} positional arguments ({', '.join(expected) or 'none'}); its signature "
+                        f"is {inspect.signature(func)}") from None
+    except ValueError:
+        pass  # builtins without a signature: trust them
+    _handlers[name] = (func, ctx)
+
+
+def _make_register(name: str):
+    def register(func: Callable, ctx: Any = None) -> None:
+        _register(name, func, ctx)
+
+    register.__name__ = f"tft_register_{name}_handler"
+    register.__doc__ = f"Register the {name} handler, called as ({', '.join(_HANDLER_ARGS[name])})."
+    return register
+
+
+tft_register_save_ckpt_handler = _make_register("save_ckpt")
+tft_register_rename_handler = _make_register("rename")
+tft_register_exit_handler = _make_register("exit")
+tft_register_stop_handler = _make_register("stop")
+tft_register_clean_handler = _make_register("clean")
+tft_register_repair_handler = _make_register("repair")
+tft_register_rollback_handler = _make_register("rollback")
+tft_register_rebuild_group_handler = _make_register("rebuild_group")
+tft_register_stream_sync_handler = _make_register("stream_sync")
+
+
+def _calls(action: dict) -> List[Tuple[str, tuple]]:
+    """The handler calls one action makes: [(handler name, call arguments)]."""
+    name, step, args = action["name"], action["step"], _step_args
+    ctx = _handlers.get(name, (None, None))[1]
+    if name == "save_ckpt":
+        save_info = [{"type": s["optimizer_type"], "ranks": list(s["ranks"])} for s in action["save"]]
+        return [(name, (step, save_info, args, ctx))]
+    if name == "rename":
+        return [(name, (step, args))]
+    if name == "exit":
+        return [(name, (ctx,))]
+    if name == "stop":
+        return [(name, (args, ctx))]
+    if name == "clean":
+        return [(name, (action["is_uce"], args, ctx))]
+    if name == "repair":
+        return [(name, (step, action["need_rebuild"], list(action["error_ranks"]),
+                        {"type": r["optimizer_type"], "repair_type": r["repair_type"], "src": list(r["src"]),
+                         "dst": list(r["dst"]), "rank_list": list(r["rank_list"])}, args, ctx))
+                for r in action["repair"]]
+    if name == "rollback":
+        return [(name, (step, args, ctx))]
+    if name == "rebuild_group":
+        return [(name, (list(action["error_ranks"]), args, ctx))]
+    if name == "continue":
+        return [("stream_sync", ())]
+    return []  # normal, pause: the native side records them
+
+
+def _dispatch(action: dict) -> Tuple[int, str]:
+    """Run one action's handlers; returns (code, message). Never raises: an error becomes a reply
+    naming the rank, the action and what went wrong."""
+    code = 0
+    for handler, call_args in _calls(action):
+        where = f"rank {_rank} action {action['name']}"
+        entry = _handlers.get(handler)
+        if entry is None:
+            if handler in _OPTIONAL:
+                continue
+            return 1, f"{where}: no handler registered (tft_register_{handler}_handler)"
+        try:
+            result = entry[0](*call_args)
+        except Exception as exc:  # the handler's failure is reported, not propagated into C++
+            logger.exception("%s: handler raised", where)
+            return 1, f"{where}: handler {getattr(entry[0], '__qualname__', entry[0])} raised " \
+                      f"{type(exc).__name__}: {exc}"
+        if handler == "clean":
+            if result is None:
+                result = 0
+            if result not in (0, 1, 2):
+                return 1, f"{where}: clean handler returned {result!r}, expected 0, 1 or 2"
+            code = result
+        elif isinstance(result, int) and not isinstance(result, bool) and result != 0:
+            return result, f"{where}: handler returned failure code {result}"
+    return code, ""

@@ -1,0 +1,97 @@
+"""A controller (in the test process, through the reference API) and N real processor processes
+(controller_worker.py) on localhost, with every wait bounded."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mindio_adaptor.ttp import controller as ctl
+
+WORKER = Path(__file__).with_name("controller_worker.py")
+REPO = Path(__file__).resolve().parents[2]
+HEARTBEAT_S = 0.2
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Job:
+    def __init__(self, tmp_path, world_size, env=None, **worker_args):
+        self.world_size = world_size
+        self.tmp_path = Path(tmp_path)
+        self.trigger = self.tmp_path / "trigger"
+        self.records = {r: [] for r in range(world_size)}
+        self.lock = threading.Lock()
+        ctl.tft_init_controller(-1, world_size)
+        self.port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
+        path = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
+        worker_env = dict(os.environ, MINDIO_HEARTBEAT_INTERVAL=str(HEARTBEAT_S), PYTHONPATH=path, **(env or {}))
+        self.procs = {}
+        for rank in range(world_size):
+            args = [sys.executable, str(WORKER), "--rank", str(rank), "--world-size", str(world_size),
+                    "--port", str(self.port), "--trigger", str(self.trigger)]
+            for key, value in worker_args.items():
+                args += [f"--{key.replace('_', '-')}", str(value)]
+            log = open(self.tmp_path / f"worker{rank}.log", "w")
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=worker_env, text=True)
+            self.procs[rank] = proc
+            threading.Thread(target=self._read, args=(rank, proc), daemon=True).start()
+
+    def _read(self, rank, proc):
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with self.lock:
+                self.records[rank].append(event)
+
+    def events_of(self, rank, key=None):
+        with self.lock:
+            return [e for e in self.records[rank] if key is None or key in e]
+
+    def handler_calls(self, rank, handler):
+        return [e["args"] for e in self.events_of(rank, "handler") if e["handler"] == handler]
+
+    def wait_ready(self, timeout=20):
+        def ready():
+            early = [r for r, p in self.procs.items() if p.poll() is not None]
+            if early:
+                raise AssertionError(f"workers {early} exited early:\n{self.worker_logs()}")
+            return all(self.events_of(r, "ready") for r in range(self.world_size))
+        wait_until(ready, timeout, "every worker to finish its first steps")
+        wait_until(lambda: ctl.controller_state() == "NORMAL", 5, "the controller to reach NORMAL")
+
+    def fire(self):
+        self.trigger.write_text("go")
+
+    def controller_events(self, kind=None):
+        return [(t, k, d) for t, k, d in ctl.controller_events() if kind is None or k == kind]
+
+    def wait_results(self, ranks, timeout=20):
+        wait_until(lambda: all(self.events_of(r, "result") for r in ranks), timeout, f"results of ranks {ranks}")
+        return {r: self.events_of(r, "result")[-1] for r in ranks}
+
+    def close(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+        ctl.tft_destroy_controller()
+
+    def worker_logs(self):
+        return "\n".join(f"--- worker {r}\n" + (self.tmp_path / f"worker{r}.log").read_text()[-2000:]
+                         for r in range(self.world_size))

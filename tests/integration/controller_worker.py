@@ -1,0 +1,95 @@
+"""A training process stand-in for the controller integration tests (run as a subprocess).
+
+It registers with the controller through the reference API, reports a replica layout, runs a few
+optimizer steps, then waits as if blocked in a collective until the controller stops it (or, for the
+rank named by --fail-rank, until the trigger file appears, when it raises a UCE error). Every handler
+call is printed as one JSON line on stdout for the test to check.
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+from mindio_ttp import framework_ttp as ttp
+
+
+def emit(**event):
+    print(json.dumps(event), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--trigger", default="")
+    p.add_argument("--hang-in", default="", help="handler that sleeps far beyond its time limit")
+    p.add_argument("--hang-rank", type=int, default=-1)
+    a = p.parse_args()
+    rank = a.rank
+    stop_requested = threading.Event()
+    fired = []
+
+    def record(handler):
+        def wrapped(*args):
+            emit(rank=rank, handler=handler, args=[x for x in args if not isinstance(x, argparse.Namespace)])
+            if handler == a.hang_in and rank == a.hang_rank:
+                time.sleep(60)
+            if handler == "stop":
+                stop_requested.set()
+            return 0
+        return wrapped
+
+    ttp.tft_init_processor(rank, a.world_size, enable_tls=False)
+    ttp.tft_register_stop_handler(lambda args, ctx: record("stop")(ctx))
+    ttp.tft_register_clean_handler(lambda is_uce, args, ctx: record("clean")(is_uce))
+    ttp.tft_register_repair_handler(
+        lambda step, rebuild, errs, info, args, ctx: record("repair")(step, rebuild, errs, info))
+    ttp.tft_register_rollback_handler(lambda step, args, ctx: record("rollback")(step))
+    ttp.tft_register_save_ckpt_handler(lambda step, info, args, ctx: record("save_ckpt")(step, info))
+    ttp.tft_register_rename_handler(lambda step, args: record("rename")(step))
+    ttp.tft_register_exit_handler(lambda ctx: record("exit")())
+    ttp.tft_start_processor("127.0.0.1", a.port)
+    ttp.tft_set_optimizer_replica(rank, [{"rank_list": list(range(a.world_size)), "replica_cnt": a.replicas,
+                                          "replica_shift": 0}])
+    state = {"step": 0}
+
+    @ttp.tft_exception_handler
+    def train():
+        start = state["step"]
+        if start > 0:  # after a repair: resume from the repaired step
+            start = ttp.tft_get_repair_step()
+            stop_requested.clear()
+        for step in range(start + 1, start + a.steps + 1):
+            ttp.tft_start_updating_os(step)
+            ttp.tft_end_updating_os(step)
+            state["step"] = step
+        if start > 0:
+            return "done"
+        emit(rank=rank, ready=state["step"])
+        deadline = time.monotonic() + 50
+        while time.monotonic() < deadline:  # "blocked in a collective"
+            if stop_requested.is_set():
+                raise RuntimeError("FORCE STOP by the controller")
+            if rank == a.fail_rank and not fired and a.trigger and os.path.exists(a.trigger):
+                fired.append(1)
+                raise RuntimeError("UCE ERROR injected by the test")
+            time.sleep(0.01)
+        return "timeout"
+
+    try:
+        result = train()
+        emit(rank=rank, result=result, repair_type=ttp.tft_get_repair_type())
+    except SystemExit as exc:
+        emit(rank=rank, result="exit", reason=str(exc))
+    finally:
+        ttp.tft_destroy_processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

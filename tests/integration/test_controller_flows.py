@@ -1,0 +1,122 @@
+"""Recovery flows over real sockets with real processor processes: online repair after a memory
+error, dump after a SIGKILL or a hung handler."""
+import os
+import signal
+import time
+
+import pytest
+
+from controller_harness import HEARTBEAT_S, Job, wait_until
+
+pytestmark = pytest.mark.integration
+
+FAST_ENV = {"MINDIO_FAULT_COLLECT_TIME": "0.2", "MINDIO_TEST_ACTION_TIME_LIMIT": "5"}
+
+
+@pytest.fixture
+def job_env(monkeypatch):
+    for key, value in FAST_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+def actions_in_order(job):
+    return [d.split(" ")[0] for _, _, d in job.controller_events("action")]
+
+
+def test_memory_error_runs_online_repair_with_right_pairs(tmp_path, job_env):
+    job = Job(tmp_path, 8, fail_rank=3)
+    try:
+        job.wait_ready()
+        job.fire()
+        results = job.wait_results(range(8))
+        assert all(r["result"] == "done" and r["repair_type"] == "retry" for r in results.values()), results
+        assert actions_in_order(job) == ["stop", "clean", "repair", "rollback", "normal"]
+        states = [d for _, _, d in job.controller_events("state")]
+        assert states[-4:] == ["NORMAL->ABNORMAL", "ABNORMAL->ENV_CLEAR", "ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
+        # DP [0..7], R=2: rank 3's shard is also held by rank 7.
+        assert [d for _, _, d in job.controller_events("repair_plan")] == ["type 0 src=[7] dst=[3]"]
+        for rank in range(8):
+            assert len(job.handler_calls(rank, "stop")) == 1
+            assert job.handler_calls(rank, "clean") == [[True]]
+            assert job.handler_calls(rank, "rollback") == [[5]]
+        repairs = {r: job.handler_calls(r, "repair") for r in range(8)}
+        info = {"type": 0, "src": [7], "dst": [3], "rank_list": [3, 7]}
+        assert repairs[7] == [[5, False, [3], dict(info, repair_type=0)]]  # SEND
+        assert repairs[3] == [[5, False, [3], dict(info, repair_type=1)]]  # UCE_HIGHLEVEL
+        assert all(not repairs[r] for r in range(8) if r not in (3, 7))
+        assert all(p.wait(timeout=10) == 0 for p in job.procs.values())
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_sigkill_is_detected_within_three_heartbeats_and_dumps(tmp_path, job_env):
+    job = Job(tmp_path, 8)
+    try:
+        job.wait_ready()
+        killed_at = time.monotonic()
+        job.procs[5].send_signal(signal.SIGKILL)
+        wait_until(lambda: job.controller_events("dead"), 3 * HEARTBEAT_S + 1.0, "rank 5 declared dead")
+        detected_after = time.monotonic() - killed_at
+        assert detected_after < 3 * HEARTBEAT_S, f"detected after {detected_after:.3f} s"
+        assert job.controller_events("dead")[0][2].startswith("rank 5:")
+        live = [r for r in range(8) if r != 5]
+        results = job.wait_results(live)
+        assert all(r["result"] == "exit" for r in results.values())
+        assert actions_in_order(job) == ["stop", "save_ckpt", "rename", "exit"]
+        # DP [0..7], R=2, rank 5 dead: shard 1 is saved by rank 1, the others by ranks 0, 2, 3.
+        assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,3]"]
+        savers = [r for r in live if job.handler_calls(r, "save_ckpt")]
+        assert savers == [0, 1, 2, 3]
+        assert job.handler_calls(0, "save_ckpt") == [[5, [{"type": 0, "ranks": [0, 1, 2, 3]}]]]
+        assert job.handler_calls(0, "rename") == [[5]]
+        assert all(not job.handler_calls(r, "rename") for r in live if r != 0)
+        assert all(len(job.handler_calls(r, "exit")) == 1 for r in live)
+        assert [d for _, _, d in job.controller_events("state")][-1] == "DUMP->EXIT"
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_silent_rank_is_declared_dead_after_missed_heartbeats(tmp_path, job_env):
+    job = Job(tmp_path, 4)
+    try:
+        job.wait_ready()
+        stopped_at = time.monotonic()
+        job.procs[2].send_signal(signal.SIGSTOP)  # alive socket, no heartbeats
+        wait_until(lambda: job.controller_events("dead"), 3 * HEARTBEAT_S + 2.0, "rank 2 declared dead")
+        detected_after = time.monotonic() - stopped_at
+        assert 2 * HEARTBEAT_S <= detected_after < 4 * HEARTBEAT_S + 0.5, detected_after
+        assert "no heartbeat" in job.controller_events("dead")[0][2]
+        job.wait_results([0, 1, 3])
+        assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1]"]
+    finally:
+        job.procs[2].send_signal(signal.SIGKILL)
+        job.close()
+
+
+def test_handler_beyond_time_limit_leads_to_dump(tmp_path, monkeypatch, job_env):
+    monkeypatch.setenv("MINDIO_TEST_ACTION_TIME_LIMIT", "1.0")
+    job = Job(tmp_path, 8, fail_rank=3, hang_in="clean", hang_rank=5)
+    try:
+        job.wait_ready()
+        job.fire()
+        live = [r for r in range(8) if r != 5]
+        results = job.wait_results(live)
+        assert all(r["result"] == "exit" for r in results.values())
+        failed = [d for _, _, d in job.controller_events("action_failed")]
+        assert failed == ["clean rank 5: no reply to clean within 1000 ms (handler time limit exceeded)"]
+        # Rank 3 (memory error) and rank 5 (timed out) are not trusted: shards 1 and 3 fall to 1 and 7.
+        assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,7]"]
+        assert [r for r in live if job.handler_calls(r, "save_ckpt")] == [0, 1, 2, 7]
+        assert actions_in_order(job)[:2] == ["stop", "clean"]
+        assert "repair" not in actions_in_order(job)
+        assert actions_in_order(job)[-3:] == ["save_ckpt", "rename", "exit"]
+        assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->DUMP", "DUMP->EXIT"]
+    finally:
+        job.procs[5].kill()
+        job.close()
