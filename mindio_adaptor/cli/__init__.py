@@ -10,6 +10,7 @@ import sys
 # Module names (inside mindio_adaptor.cli) of the subcommands, in the order --help lists them.
 SUBCOMMAND_MODULES = [
     "policy",
+    "controller",
 ]
 
 

@@ -1,0 +1,38 @@
+"""`mindio-adaptor controller`: a standalone controller (the reference's rank -1 mode), started by a
+job manager beside the training job. Runs until SIGINT/SIGTERM or until the job exits."""
+import logging
+import signal
+import threading
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers):
+    p = subparsers.add_parser("controller", help="run a standalone recovery controller for a job")
+    p.add_argument("--world-size", type=int, required=True, help="number of training ranks")
+    p.add_argument("--port", type=int, required=True, help="TCP port (0 picks a free one)")
+    p.add_argument("--host", default="0.0.0.0", help="address to bind (default all)")
+    p.add_argument("--no-uce", action="store_true", help="never repair online; dump instead")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from mindio_adaptor.ttp import controller as ctl
+
+    if args.world_size < 1:
+        raise SystemExit(f"--world-size must be >= 1, got {args.world_size}")
+    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        port = ctl.tft_start_controller(args.host, args.port, enable_tls=False)
+        print(f"controller listening on {args.host}:{port} for {args.world_size} ranks", flush=True)
+        while not done.wait(0.5):
+            if ctl.controller_state() == "EXIT":
+                done.wait(1.0)  # let the last replies arrive
+                break
+        print(f"controller finished in state {ctl.controller_state()}", flush=True)
+        return 0
+    finally:
+        ctl.tft_destroy_controller()

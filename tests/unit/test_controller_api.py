@@ -1,0 +1,147 @@
+"""The reference-compatible Python face: enums, handler registration checks, error classification,
+environment validation, and the parts that are deliberately not implemented yet."""
+import pytest
+
+import mindio_ttp.controller_ttp as controller_ttp
+import mindio_ttp.framework_ttp as framework_ttp
+from mindio_adaptor import _native as nat
+from mindio_adaptor.ttp import controller as ctl
+from mindio_adaptor.ttp import processor as tp
+from mindio_adaptor.ttp.enums import Action, OptimizerType, RepairType, ReportState
+from mindio_adaptor.ttp.exception_handler import classify, tft_register_exception_handler, _user_patterns
+
+
+def test_enum_values_are_the_reference_values():
+    assert {e.name: e.value for e in OptimizerType} == {"ATTENTION": 0, "MOE": 1}
+    assert {e.name: e.value for e in Action} == {"RETRY": 0, "EXIT": 1}
+    assert [e.name for e in ReportState] == ["NORMAL", "RETRY", "UCE", "UCE_CORRUPTED", "HCCL_FAILED",
+                                             "INIT_FINISH", "PREREPAIR_FINISH", "STEP_FINISH", "UNKNOWN"]
+    assert [e.value for e in ReportState] == list(range(9))
+    assert [e.name for e in RepairType] == ["SEND", "UCE_HIGHLEVEL", "UCE_LOWLEVEL", "RECV_REPAIR", "ROLLBACK",
+                                            "LOAD_CKPT", "LOAD_REBUILD"]
+    assert [e.value for e in RepairType] == list(range(7))
+
+
+def test_compatibility_modules_expose_the_reference_names():
+    for name in ["tft_init_processor", "tft_start_processor", "tft_destroy_processor", "tft_set_optimizer_replica",
+                 "tft_start_updating_os", "tft_end_updating_os", "tft_report_error", "tft_wait_next_action",
+                 "tft_get_repair_step", "tft_get_repair_type", "tft_set_step_args", "tft_pause_train",
+                 "tft_exception_handler", "tft_register_exception_handler", "Action", "RepairType", "ReportState",
+                 "OptimizerType"] + [f"tft_register_{h}_handler" for h in
+                                     ["save_ckpt", "rename", "exit", "stop", "clean", "repair", "rollback",
+                                      "rebuild_group", "stream_sync"]]:
+        assert callable(getattr(framework_ttp, name)), name
+    for name in ["tft_init_controller", "tft_start_controller", "tft_destroy_controller",
+                 "tft_register_mindx_callback", "tft_notify_controller_stop_train",
+                 "tft_notify_controller_change_strategy", "tft_notify_controller_dump",
+                 "tft_query_high_availability_switch"]:
+        assert callable(getattr(controller_ttp, name)), name
+
+
+def test_handler_registration_refuses_none_and_wrong_arity():
+    with pytest.raises(ValueError, match="tft_register_stop_handler: func must not be None"):
+        tp.tft_register_stop_handler(None)
+    with pytest.raises(TypeError, match=r"tft_register_repair_handler: .* must accept 6 positional arguments "
+                                        r"\(step, need_rebuild, error_ranks, repair_info, args, ctx\)"):
+        tp.tft_register_repair_handler(lambda step, args: None)
+    tp.tft_register_rollback_handler(lambda *a: None)  # variadic is fine
+    tp.tft_register_clean_handler(lambda is_uce, args, ctx=None: 0)
+    tp._handlers.clear()
+
+
+def test_dispatch_calls_handlers_with_the_reference_arguments():
+    seen = {}
+    tp.tft_set_step_args("ARGS")
+    tp.tft_register_save_ckpt_handler(lambda *a: seen.setdefault("save", a), ctx="C")
+    tp.tft_register_repair_handler(lambda *a: seen.setdefault("repair", a))
+    tp.tft_register_clean_handler(lambda *a: 2)
+    base = {"step": 9, "is_uce": True, "need_rebuild": False, "error_ranks": [3], "repair": [], "save": []}
+    assert tp._dispatch(dict(base, name="save_ckpt", save=[{"optimizer_type": 0, "ranks": [0, 1]}])) == (0, "")
+    assert seen["save"] == (9, [{"type": 0, "ranks": [0, 1]}], "ARGS", "C")
+    repair = {"optimizer_type": 1, "repair_type": 0, "src": [7], "dst": [3], "rank_list": [3, 7]}
+    assert tp._dispatch(dict(base, name="repair", repair=[repair])) == (0, "")
+    assert seen["repair"] == (9, False, [3], {"type": 1, "repair_type": 0, "src": [7], "dst": [3],
+                                              "rank_list": [3, 7]}, "ARGS", None)
+    assert tp._dispatch(dict(base, name="clean")) == (2, "")  # "memory error needs no rebuild"
+    tp.tft_register_clean_handler(lambda *a: "weird")
+    code, message = tp._dispatch(dict(base, name="clean"))
+    assert code == 1 and "clean handler returned 'weird'" in message
+    tp._handlers.clear()
+    tp.tft_set_step_args(None)
+
+
+@pytest.mark.parametrize("text,state", [
+    ("UCE ERROR on device 3", ReportState.UCE), ("HBM MULTI BIT ECC", ReportState.UCE),
+    ("FORCE STOP", ReportState.NORMAL), ("ARF FINISH", ReportState.PREREPAIR_FINISH),
+    ("STEP FINISH", ReportState.STEP_FINISH), ("HCCL OP RETRY FAILED", ReportState.HCCL_FAILED),
+    ("SUSPECT REMOTE ERROR", ReportState.HCCL_FAILED), ("UB LINK ERROR", ReportState.HCCL_FAILED),
+    ("HCCS LINK ERROR", ReportState.HCCL_FAILED), ("CUDA out of memory", ReportState.UNKNOWN),
+])
+def test_runtime_errors_are_classified_by_first_matching_pattern(text, state):
+    assert classify(RuntimeError(text))[0] == state
+
+
+def test_non_runtime_errors_are_unknown_and_user_patterns_come_first():
+    assert classify(ValueError("UCE ERROR"))[0] == ReportState.UNKNOWN
+    tft_register_exception_handler("NCCL watchdog", "HCCL_FAILED")
+    tft_register_exception_handler("UCE ERROR but fine", "NORMAL")
+    try:
+        assert classify(RuntimeError("NCCL watchdog timeout"))[0] == ReportState.HCCL_FAILED
+        assert classify(RuntimeError("UCE ERROR but fine"))[0] == ReportState.NORMAL
+        with pytest.raises(ValueError, match="unknown report state 'BROKEN'"):
+            tft_register_exception_handler("x", "BROKEN")
+    finally:
+        _user_patterns.clear()
+
+
+@pytest.mark.parametrize("value,message", [("5", r"TTP_NORMAL_ACTION_TIME_LIMIT=5 is out of range \[30, 1800\]"),
+                                           ("1801", "out of range"), ("abc", "is not an integer")])
+def test_action_time_limit_out_of_range_is_a_clear_error(monkeypatch, value, message):
+    monkeypatch.setenv("TTP_NORMAL_ACTION_TIME_LIMIT", value)
+    with pytest.raises(ValueError, match=message):
+        ctl.tft_init_controller(-1, 4)
+    with pytest.raises(ValueError, match=message):
+        tp.tft_init_processor(0, 4)
+    assert not ctl.tft_query_high_availability_switch()
+
+
+def test_action_time_limit_default_and_test_override(monkeypatch):
+    monkeypatch.delenv("TTP_NORMAL_ACTION_TIME_LIMIT", raising=False)
+    monkeypatch.delenv("MINDIO_TEST_ACTION_TIME_LIMIT", raising=False)
+    assert nat.action_time_limit_ms() == 180_000
+    monkeypatch.setenv("TTP_NORMAL_ACTION_TIME_LIMIT", "30")
+    assert nat.action_time_limit_ms() == 30_000
+    monkeypatch.setenv("MINDIO_TEST_ACTION_TIME_LIMIT", "0.5")
+    assert nat.action_time_limit_ms() == 500
+    monkeypatch.setenv("MINDIO_HEARTBEAT_INTERVAL", "0")
+    with pytest.raises(ValueError, match="MINDIO_HEARTBEAT_INTERVAL=0 is out of range"):
+        nat.Processor(0, 1)
+
+
+def test_unimplemented_parts_raise_not_implemented():
+    with pytest.raises(NotImplementedError, match="ARF"):
+        ctl.tft_init_controller(-1, 4, enable_arf=True)
+    with pytest.raises(NotImplementedError, match="ZIT"):
+        ctl.tft_init_controller(-1, 4, enable_zit=True)
+    with pytest.raises(NotImplementedError):
+        tp.tft_init_processor(0, 4, enable_arf=True)
+    for call in [lambda: ctl.tft_notify_controller_on_global_rank({1: 1}),
+                 lambda: ctl.tft_notify_controller_prepare_action(), lambda: tp.tft_start_copy_os(),
+                 lambda: tp.tft_report_load_ckpt_step(3), lambda: tp.tft_get_reboot_type(),
+                 lambda: tp.tft_set_dp_group_info(0, [0, 1])]:
+        with pytest.raises(NotImplementedError):
+            call()
+    ctl.tft_init_controller(-1, 2)
+    try:
+        with pytest.raises(NotImplementedError, match="'recover' is not implemented"):
+            ctl.tft_notify_controller_change_strategy("recover")
+        with pytest.raises(ValueError, match="unknown strategy"):
+            ctl.tft_notify_controller_change_strategy("teleport")
+        with pytest.raises(NotImplementedError, match="TLS"):
+            ctl.tft_start_controller("127.0.0.1", 0, enable_tls=True, tls_info="/certs")
+        with pytest.raises(ValueError, match="unknown cluster-manager action"):
+            ctl.tft_register_mindx_callback("report_everything", print)
+        with pytest.raises(ValueError, match="not 0 \\(memory\\), 1 \\(node\\) or 2"):
+            ctl.tft_notify_controller_stop_train({1: 7})
+    finally:
+        ctl.tft_destroy_controller()
