@@ -45,6 +45,10 @@ def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None
         MockGPTDataset, train_val_test_num_samples, lambda: True, config).build()
 
 
+# Every rank calls the provider (Megatron otherwise builds data on TP rank 0 only).
+train_valid_test_datasets_provider.is_distributed = True
+
+
 def get_batch(data_iterator):
     batch = next(data_iterator)
     return (batch["tokens"], batch["labels"], batch["loss_mask"], batch.get("attention_mask"),

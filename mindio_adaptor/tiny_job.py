@@ -30,6 +30,7 @@ TINY_GPT_FLAGS = [
 
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+)"
                         r".*?lm loss: ([\d.E+-]+).*?grad norm: ([\d.]+)")
+_NUM_ZEROS = re.compile(r"iteration\s+(\d+)/.*?num zeros: ([\d.]+)")
 _DIGEST = re.compile(r"^params digest ([0-9a-f]{64})$", re.M)
 
 
@@ -40,6 +41,7 @@ class RunResult:
     losses: Dict[int, float] = field(default_factory=dict)
     grad_norms: Dict[int, float] = field(default_factory=dict)
     step_ms: Dict[int, float] = field(default_factory=dict)
+    num_zeros: Dict[int, float] = field(default_factory=dict)
     digest: Optional[str] = None
 
     def require_success(self) -> "RunResult":
@@ -55,6 +57,8 @@ def parse_output(returncode: int, output: str) -> RunResult:
         result.step_ms[step] = float(m.group(2))
         result.losses[step] = float(m.group(3))
         result.grad_norms[step] = float(m.group(4))
+    for m in _NUM_ZEROS.finditer(output):
+        result.num_zeros[int(m.group(1))] = float(m.group(2))
     digest = _DIGEST.search(output)
     result.digest = digest.group(1) if digest else None
     return result

@@ -8,6 +8,7 @@ PATCH_MODULES = [
     "arguments",
     "parallel_state",
     "training",
+    "optimizer_state",
 ]
 
 

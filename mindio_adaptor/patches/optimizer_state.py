@@ -1,0 +1,64 @@
+"""Checkpoint-load fixes for Megatron's DistributedOptimizer over plain torch Adam (no Apex/TE).
+
+megatron-core 0.19 has three defects there, hit by every CPU run (see shared notes):
+1. `state_dict()` asserts one Adam step even before Adam has any state (the load template).
+2. `load_state_dict()` hands ONE step tensor to every parameter, so torch Adam, which increments the
+   step in place per parameter, advances it once per parameter each iteration after a resume; and
+   the dp_reshardable load then overwrites it with the template's dummy step.
+3. `load_parameter_state_from_dp_reshardable` copies into fp32 leaf views outside `no_grad`.
+Each parameter gets its own copy of the saved step, restored after the parameter-state load.
+"""
+import torch
+
+from mindio_adaptor.patches.registry import Patch
+
+DOPT = "DistributedOptimizer"
+
+
+def _plain_torch_adam():
+    from megatron.core.optimizer import distrib_optimizer
+
+    return not distrib_optimizer.HAVE_APEX_OR_TE
+
+
+def _state_dict(wrapped, instance, args, kwargs):
+    if not instance.optimizer.state:
+        instance._init_optimizer_states_with_dummy_values()
+    return wrapped(*args, **kwargs)
+
+
+def _load_state_dict(wrapped, instance, args, kwargs):
+    state_dict = args[0] if args else kwargs["state_dict"]
+    steps = {g["step"] for g in state_dict["optimizer"]["param_groups"] if g.get("step") is not None}
+    if len(steps) != 1:
+        raise RuntimeError(f"optimizer checkpoint holds {len(steps)} different Adam steps {sorted(steps)}; "
+                           f"expected exactly one")
+    saved_step = float(steps.pop())
+    instance._mindio_loaded_step = saved_step
+    result = wrapped(*args, **kwargs)
+    _give_each_param_its_step(instance.optimizer, saved_step)
+    return result
+
+
+def _load_dp_reshardable(wrapped, instance, args, kwargs):
+    with torch.no_grad():
+        result = wrapped(*args, **kwargs)
+    saved_step = getattr(instance, "_mindio_loaded_step", None)
+    if saved_step is not None:
+        _give_each_param_its_step(instance.optimizer, saved_step)
+    return result
+
+
+def _give_each_param_its_step(optimizer, step: float):
+    for state in optimizer.state.values():
+        if "step" in state:
+            state["step"] = torch.tensor(step, dtype=torch.float32)
+
+
+PATCHES = [
+    Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.state_dict", _state_dict, _plain_torch_adam),
+    Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_state_dict", _load_state_dict,
+          _plain_torch_adam),
+    Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_parameter_state_from_dp_reshardable",
+          _load_dp_reshardable, _plain_torch_adam),
+]

@@ -1,0 +1,23 @@
+"""Uninterrupted reference runs, trained once per test session and shared by the e2e tests."""
+import pytest
+
+from mindio_adaptor.tiny_job import load_params, run_training
+
+HA = ["--enable-high-availability"]
+REFERENCE_FLAGS = {"plain": [], "ha": HA}
+
+
+@pytest.fixture(scope="session")
+def reference_runs(tmp_path_factory):
+    """name -> (RunResult, per-rank params) of an uninterrupted 8-step dp4 run."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            out = tmp_path_factory.mktemp(f"reference_{name}")
+            run = run_training([*REFERENCE_FLAGS[name], "--log-num-zeros-in-grad",
+                                "--params-out", str(out)]).require_success()
+            cache[name] = (run, load_params(out))
+        return cache[name]
+
+    return get
