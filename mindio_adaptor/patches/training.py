@@ -19,9 +19,26 @@ def _after_train_step(wrapped, instance, args, kwargs):
     from megatron.training.global_vars import get_args
 
     margs = get_args()
+    if not STATE.completed_steps:
+        report_optimizer_state_bytes()
+    STATE.completed_steps.append(margs.curr_iteration + 1)
     if getattr(margs, "verify_optimizer_replicas", False) and margs.num_distributed_optimizer_instances > 1:
         verify_replicas(margs.curr_iteration + 1)
     return result
+
+
+def report_optimizer_state_bytes():
+    """Once, after the first step (Adam creates its moments lazily): the bytes of fp32 main params
+    and optimizer state each rank keeps, gathered to rank 0 and logged. Views into the model's own
+    parameters (the "main params" of fp32 training) cost nothing and are not counted."""
+    import torch.distributed as dist
+
+    local = sum(t.numel() * t.element_size() for t in shard_state_tensors(STATE.optimizer)
+                if t.dim() > 0 and t._base is None)
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, local)
+    if dist.get_rank() == 0:
+        logger.info("optimizer state bytes per rank (fp32 master copies + Adam moments): %s", everyone)
 
 
 def verify_replicas(step: int):
