@@ -52,6 +52,23 @@ ReplicaInfoMsg replica_from_py(int rank, const py::list& groups) {
     return info;
 }
 
+// The policy callback, GIL taken only for the call. A Python exception or a non-string answer
+// becomes a C++ exception carrying its text, which the controller logs before falling back.
+PolicyCallback policy_from_py(std::shared_ptr<py::function> held) {
+    return [held](int rank, int report_state, const std::string& code) {
+        py::gil_scoped_acquire gil;
+        try {
+            py::object answer = (*held)(rank, report_state, code);
+            if (!py::isinstance<py::str>(answer)) {
+                throw std::runtime_error("returned " + std::string(py::repr(answer)) + ", expected a strategy name");
+            }
+            return answer.cast<std::string>();
+        } catch (py::error_already_set& e) {
+            throw std::runtime_error(e.what());
+        }
+    };
+}
+
 template <typename Fn>
 auto translate_errors(Fn&& fn) -> decltype(fn()) {
     try {
@@ -98,6 +115,16 @@ void bind_runtime(py::module_& m) {
         })
         .def("notify_faults", [](Controller& c, const std::map<int, int>& f) { translate_errors([&] { c.notify_faults(f); }); })
         .def("notify_strategy", [](Controller& c, const std::string& s) { translate_errors([&] { c.notify_strategy(s); }); })
+        .def("set_policy", [](Controller& c, py::object fn, double timeout_s) {
+            int timeout_ms = static_cast<int>(timeout_s * 1000);
+            PolicyCallback cb;
+            if (!fn.is_none()) {
+                if (!PyCallable_Check(fn.ptr())) throw py::type_error("policy must be callable or None");
+                cb = policy_from_py(hold(fn.cast<py::function>()));
+            }
+            translate_errors([&] { c.set_policy(std::move(cb), timeout_ms); });
+        }, py::arg("policy"), py::arg("timeout_s") = 5.0,
+           "policy(rank, report_state, code) -> 'none'|'retry'|'recover'|'dump'|'exit', or None to remove it")
         .def("notify_dump", &Controller::notify_dump)
         .def("notify_pause", &Controller::notify_pause);
 

@@ -6,6 +6,36 @@
 namespace py = pybind11;
 using namespace mindio;
 
+namespace {
+
+DecisionInput decision_input(const std::vector<std::string>& kinds, bool during_repair, bool repairable,
+                             bool dump_possible) {
+    DecisionInput in;
+    for (const auto& k : kinds) {
+        bool found = false;
+        for (uint8_t i = 0; i < 4; ++i) {
+            if (k == fault_kind_name(static_cast<FaultKind>(i))) {
+                in.kinds.insert(static_cast<FaultKind>(i));
+                found = true;
+            }
+        }
+        if (!found) throw py::value_error("unknown fault kind '" + k + "'");
+    }
+    in.during_repair = during_repair;
+    in.repairable = repairable;
+    in.dump_possible = dump_possible;
+    return in;
+}
+
+Capabilities capabilities(bool retry, bool recover) {
+    Capabilities caps;
+    caps.retry = retry;
+    caps.recover = recover;
+    return caps;
+}
+
+}  // namespace
+
 void bind_state_machine(py::module_& m) {
     py::list states;
     for (int i = 0; i < kNumStates; ++i) states.append(state_name(static_cast<State>(i)));
@@ -34,24 +64,19 @@ void bind_state_machine(py::module_& m) {
     });
     m.def("decide", [](const std::vector<std::string>& kinds, bool retry, bool recover, bool during_repair,
                        bool repairable, bool dump_possible) {
-        DecisionInput in;
-        for (const auto& k : kinds) {
-            bool found = false;
-            for (uint8_t i = 0; i < 4; ++i) {
-                if (k == fault_kind_name(static_cast<FaultKind>(i))) {
-                    in.kinds.insert(static_cast<FaultKind>(i));
-                    found = true;
-                }
-            }
-            if (!found) throw py::value_error("unknown fault kind '" + k + "'");
-        }
-        in.during_repair = during_repair;
-        in.repairable = repairable;
-        in.dump_possible = dump_possible;
-        Capabilities caps;
-        caps.retry = retry;
-        caps.recover = recover;
-        return std::string(strategy_name(decide(caps, in)));
+        DecisionInput in = decision_input(kinds, during_repair, repairable, dump_possible);
+        return std::string(strategy_name(decide(capabilities(retry, recover), in)));
     }, py::arg("kinds"), py::arg("retry"), py::arg("recover"), py::arg("during_repair"), py::arg("repairable"),
        py::arg("dump_possible"));
+    m.def("combine_with_policy", [](const std::vector<std::string>& kinds, const std::string& policy, bool retry,
+                                    bool recover, bool during_repair, bool repairable, bool dump_possible) {
+        DecisionInput in = decision_input(kinds, during_repair, repairable, dump_possible);
+        auto asked = parse_strategy(policy);
+        if (!asked) throw py::value_error("unknown strategy '" + policy + "'");
+        Capabilities caps = capabilities(retry, recover);
+        Strategy builtin = decide(caps, in);
+        return py::make_tuple(strategy_name(builtin), strategy_name(combine_with_policy(caps, in, builtin, *asked)));
+    }, py::arg("kinds"), py::arg("policy"), py::arg("retry"), py::arg("recover"), py::arg("during_repair"),
+       py::arg("repairable"), py::arg("dump_possible"),
+       "-> (built-in decision, decision after the policy's answer), as the controller combines them");
 }

@@ -10,6 +10,7 @@ namespace {
 
 constexpr const char* kLog = "controller";
 constexpr auto kTick = std::chrono::milliseconds(20);
+constexpr size_t kMaxCodedReports = 16;  // per rank and fault handling
 
 template <typename Container>
 std::string list_text(const Container& items) {
@@ -229,7 +230,9 @@ void Controller::handle_error(const ErrorReportMsg& m) {
                                (m.error_code.empty() ? "" : " code " + m.error_code));
     if (!kind) return;
     ranks_[m.rank].run = RunStatus::Faulted;
-    add_fault_locked(m.rank, *kind, "reported state " + std::to_string(m.state) + " " + m.error_code);
+    CodedReport coded{m.state, m.error_code};
+    add_fault_locked(m.rank, *kind, "reported state " + std::to_string(m.state) + " " + m.error_code,
+                     m.error_code.empty() ? nullptr : &coded);
 }
 
 void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
@@ -292,15 +295,19 @@ void Controller::transition(State to, const std::string& why) {
     transition_locked(to, why);
 }
 
-void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& why) {
+void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded) {
     if (state_ == State::Exit || state_ == State::Final) return;
     event_locked("fault", "rank " + std::to_string(rank) + " " + fault_kind_name(kind) + ": " + why);
     LOG_WARN(kLog, cfg_.rank, "fault on rank " << rank << " (" << fault_kind_name(kind) << "): " << why);
     if (flow_active_ && kind == FaultKind::Comm) return;  // the expected fallout of stopping the others
-    auto it = pending_faults_.find(rank);
-    if (it == pending_faults_.end() || static_cast<int>(kind) > static_cast<int>(it->second.kind)) {
-        pending_faults_[rank] = Fault{kind, why};
+    auto [it, fresh] = pending_faults_.try_emplace(rank, Fault{kind, why, {}});
+    if (!fresh && static_cast<int>(kind) > static_cast<int>(it->second.kind)) {
+        it->second.kind = kind;
+        it->second.why = why;
     }
+    // Every coded report goes to the policy (its frequency rules count occurrences); the bound keeps
+    // a rank that reports in a loop from growing the list without limit.
+    if (coded && it->second.coded.size() < kMaxCodedReports) it->second.coded.push_back(*coded);
     if (flow_active_) second_fault_ = true;
     cv_.notify_all();
 }
@@ -435,12 +442,121 @@ void Controller::handle_fault() {
     event_locked("decision", std::string(strategy_name(own)) + ": " + why.str());
     LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << why.str());
     lock.unlock();
-    Strategy chosen = consult_cluster(ctx, own, in.repairable && cfg_.caps.retry, in.dump_possible);
+    Strategy chosen = own;
+    if (auto asked = consult_policy(ctx)) {
+        chosen = combine_with_policy(cfg_.caps, in, own, *asked);
+        std::string detail = std::string("builtin ") + strategy_name(own) + ", policy " + strategy_name(*asked) +
+                             " -> " + strategy_name(chosen);
+        lock.lock();
+        event_locked("policy_decision", detail);
+        lock.unlock();
+        LOG_INFO(kLog, cfg_.rank, "fault policy: " << detail);
+    }
+    // The cluster manager may pick among what is still allowed: not retry once the policy escalated.
+    bool retry_possible = in.repairable && cfg_.caps.retry && static_cast<int>(chosen) <= static_cast<int>(Strategy::Retry);
+    chosen = consult_cluster(ctx, chosen, retry_possible, in.dump_possible);
     switch (chosen) {
         case Strategy::Retry: return online_repair(ctx);
         case Strategy::Dump: return dump(ctx, "decided after " + why.str());
         default: return exit_all("no recovery possible: " + why.str(), 499);
     }
+}
+
+namespace {
+
+struct PolicyQuery {
+    int rank;
+    uint8_t state;
+    std::string code;
+};
+
+// Answers of one consultation, shared with the helper thread, which may outlive the wait (a hung
+// callback): it owns copies of everything it touches, never the controller.
+struct PolicyBatch {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::pair<std::string, std::string>> answers;  // (strategy, error) per query, in order
+};
+
+void run_policy_queries(const PolicyCallback& cb, const std::vector<PolicyQuery>& queries,
+                        const std::shared_ptr<PolicyBatch>& batch) {
+    for (const auto& q : queries) {
+        std::pair<std::string, std::string> answer;
+        try {
+            answer.first = cb(q.rank, q.state, q.code);
+        } catch (const std::exception& e) {
+            answer.second = e.what();
+        } catch (...) {
+            answer.second = "unknown exception";
+        }
+        std::lock_guard<std::mutex> lock(batch->mu);
+        batch->answers.push_back(std::move(answer));
+        batch->cv.notify_all();
+    }
+}
+
+}  // namespace
+
+void Controller::set_policy(PolicyCallback cb, int timeout_ms) {
+    if (timeout_ms < kMinPolicyTimeoutMs || timeout_ms > kMaxPolicyTimeoutMs) {
+        throw std::invalid_argument("policy timeout " + std::to_string(timeout_ms) + " ms is out of range " +
+                                    std::to_string(kMinPolicyTimeoutMs) + ".." + std::to_string(kMaxPolicyTimeoutMs));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    policy_ = std::move(cb);
+    policy_timeout_ms_ = timeout_ms;
+}
+
+std::optional<Strategy> Controller::consult_policy(const FaultContext& ctx) {
+    PolicyCallback cb;
+    int timeout_ms;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!policy_) return std::nullopt;
+        cb = policy_;
+        timeout_ms = policy_timeout_ms_;
+    }
+    std::vector<PolicyQuery> queries;
+    for (const auto& [rank, f] : ctx.faults) {
+        for (const auto& c : f.coded) queries.push_back({rank, c.state, c.code});
+    }
+    if (queries.empty()) return std::nullopt;
+    // A helper thread, so that a callback stuck in Python costs this thread timeout_ms, not the job.
+    auto batch = std::make_shared<PolicyBatch>();
+    std::thread(run_policy_queries, cb, queries, batch).detach();
+    std::vector<std::pair<std::string, std::string>> answers;
+    {
+        std::unique_lock<std::mutex> lock(batch->mu);
+        batch->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                           [&] { return batch->answers.size() == queries.size(); });
+        answers = batch->answers;
+    }
+    std::optional<Strategy> most;
+    for (size_t i = 0; i < queries.size(); ++i) {
+        std::string error;
+        std::optional<Strategy> s;
+        if (i >= answers.size()) {
+            error = "no answer within " + std::to_string(timeout_ms) + " ms";
+        } else if (!answers[i].second.empty()) {
+            error = answers[i].second;
+        } else if (!(s = parse_strategy(answers[i].first))) {
+            error = "answered '" + answers[i].first.substr(0, 64) + "', not one of none, retry, recover, dump, exit";
+        }
+        note_policy_answer(queries[i].rank, queries[i].code, s, error);
+        if (s && (!most || static_cast<int>(*s) > static_cast<int>(*most))) most = s;
+    }
+    return most;
+}
+
+void Controller::note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string about = "rank " + std::to_string(rank) + " code " + code;
+    if (s) {
+        event_locked("policy", about + " -> " + strategy_name(*s));
+        return;
+    }
+    event_locked("policy_error", about + ": " + error);
+    LOG_ERROR(kLog, cfg_.rank, "fault policy failed for " << about << ": " << error << "; using the built-in decision");
 }
 
 Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool dump_possible) {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -55,6 +56,13 @@ struct ClusterReport {
 };
 using ClusterCallback = std::function<void(const ClusterReport&)>;
 
+// A fault policy: (rank, report state, error code) -> a strategy name (none, retry, recover, dump,
+// exit). Opaque to the controller, which only knows that the answer may escalate its own decision
+// (combine_with_policy). It may throw; it is called on a helper thread and waited for a bounded time.
+using PolicyCallback = std::function<std::string(int rank, int report_state, const std::string& code)>;
+constexpr int kMinPolicyTimeoutMs = 10;
+constexpr int kMaxPolicyTimeoutMs = 600000;
+
 class Controller : private Server::Listener {
 public:
     explicit Controller(ControllerConfig config);
@@ -74,6 +82,10 @@ public:
     void notify_dump();
     void notify_pause();
 
+    // Fault policy: consulted for every reported fault that carries an error code. An empty
+    // callback removes it. timeout_ms bounds the whole consultation of one fault handling.
+    void set_policy(PolicyCallback cb, int timeout_ms);
+
 private:
     using Clock = std::chrono::steady_clock;
     struct RankEntry {
@@ -86,9 +98,14 @@ private:
         DataStatus data = DataStatus::Updated;
         RunStatus run = RunStatus::Running;
     };
+    struct CodedReport {
+        uint8_t state;
+        std::string code;
+    };
     struct Fault {
         FaultKind kind;
         std::string why;
+        std::vector<CodedReport> coded;  // reports of this rank that carried an error code
     };
     struct ActionOutcome {
         std::set<int> failed;
@@ -124,13 +141,15 @@ private:
 
     void run();
     void detect_dead_locked();
-    void add_fault_locked(int rank, FaultKind kind, const std::string& why);
+    void add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded = nullptr);
     void transition_locked(State to, const std::string& why);
     void transition(State to, const std::string& why);
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
     FaultContext assess_locked(std::map<int, Fault> faults);
+    std::optional<Strategy> consult_policy(const FaultContext& ctx);
+    void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
     Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool repairable, bool dump_possible);
     void report_cluster(const ClusterReport& report);
     void online_repair(FaultContext& ctx);
@@ -167,6 +186,8 @@ private:
     std::map<int, int> last_cluster_faults_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
     uint64_t registrations_refused_ = 0;
+    PolicyCallback policy_;
+    int policy_timeout_ms_ = 5000;
     std::thread thread_;
 };
 

@@ -79,4 +79,30 @@ Strategy decide(const Capabilities& caps, const DecisionInput& in) {
     return caps.retry && in.repairable ? Strategy::Retry : fallback;
 }
 
+bool strategy_feasible(Strategy s, const Capabilities& caps, const DecisionInput& in) {
+    switch (s) {
+        case Strategy::None: return false;
+        case Strategy::Retry: return caps.retry && in.repairable && !in.during_repair && !in.kinds.count(FaultKind::Node);
+        case Strategy::Recover: return caps.recover && in.repairable && !in.during_repair;
+        case Strategy::Dump: return in.dump_possible;
+        case Strategy::Exit: return true;
+    }
+    return false;
+}
+
+Strategy combine_with_policy(const Capabilities& caps, const DecisionInput& in, Strategy builtin, Strategy asked) {
+    if (static_cast<int>(asked) <= static_cast<int>(builtin)) return builtin;
+    for (int s = static_cast<int>(asked); s <= static_cast<int>(Strategy::Exit); ++s) {
+        if (strategy_feasible(static_cast<Strategy>(s), caps, in)) return static_cast<Strategy>(s);
+    }
+    return Strategy::Exit;
+}
+
+std::optional<Strategy> parse_strategy(const std::string& name) {
+    for (int s = static_cast<int>(Strategy::None); s <= static_cast<int>(Strategy::Exit); ++s) {
+        if (name == strategy_name(static_cast<Strategy>(s))) return static_cast<Strategy>(s);
+    }
+    return std::nullopt;
+}
+
 }  // namespace mindio

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -48,5 +49,19 @@ struct DecisionInput {
 };
 
 Strategy decide(const Capabilities& caps, const DecisionInput& in);
+
+// Whether `s` can be carried out now. None never handles a reported fault; Exit always can.
+bool strategy_feasible(Strategy s, const Capabilities& caps, const DecisionInput& in);
+
+// The built-in decision combined with what a fault policy asked for. Strategies are ordered by how
+// drastic they are (none < retry < recover < dump < exit, the enum's order). The policy may only
+// make the handling more drastic: an answer at or below `builtin` changes nothing, because the
+// built-in rules know what the processes can still do (a dead process cannot be retried). A more
+// drastic answer is taken if feasible, else the next more drastic feasible one (recover -> dump ->
+// exit): falling back to something milder would ignore the policy's reason for escalating.
+Strategy combine_with_policy(const Capabilities& caps, const DecisionInput& in, Strategy builtin, Strategy asked);
+
+// The strategy called `name` ("none", "retry", "recover", "dump", "exit"), or nothing.
+std::optional<Strategy> parse_strategy(const std::string& name);
 
 }  // namespace mindio

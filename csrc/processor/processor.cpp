@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #include "common/log.h"
 #include "net/socket.h"
@@ -334,6 +335,11 @@ void Processor::end_updating(int64_t step) {
 }
 
 void Processor::report_error(uint8_t report_state, const std::string& error_code) {
+    // Refused here, in the caller's thread, so the training code learns of a bad code at once
+    // instead of the controller dropping the connection over it.
+    std::string problem = check_error_code(error_code);
+    if (!problem.empty()) throw std::invalid_argument("error_code " + problem);
+    if (report_state > 8) throw std::invalid_argument("report_state " + std::to_string(report_state) + " is out of range 0..8");
     ErrorReportMsg msg{cfg_.rank, report_state, error_code};
     {
         std::lock_guard<std::mutex> lock(mu_);

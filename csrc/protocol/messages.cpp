@@ -101,6 +101,17 @@ ActionKind read_kind(Reader& r) {
 
 }  // namespace
 
+std::string check_error_code(const std::string& code) {
+    if (code.size() > kMaxErrorCode) {
+        return std::to_string(code.size()) + " bytes exceed the limit of " + std::to_string(kMaxErrorCode);
+    }
+    for (size_t i = 0; i < code.size(); ++i) {
+        auto c = static_cast<unsigned char>(code[i]);
+        if (c < 0x20 || c > 0x7E) return "byte " + std::to_string(c) + " at offset " + std::to_string(i) + " is not printable ASCII";
+    }
+    return "";
+}
+
 const char* action_name(ActionKind kind) {
     switch (kind) {
         case ActionKind::Stop: return "stop";
@@ -209,6 +220,8 @@ std::string encode(const ErrorReportMsg& m) {
     Writer w;
     w.i32(m.rank);
     w.u8(m.state);
+    std::string problem = check_error_code(m.error_code);
+    if (!problem.empty()) throw ProtocolError("ErrorReport.error_code: " + problem);
     w.str(m.error_code);
     return w.out;
 }
@@ -218,6 +231,8 @@ void decode(const std::string& body, ErrorReportMsg& m) {
     m.rank = r.i32("rank");
     m.state = r.enum_u8("state", 8);
     m.error_code = r.str("error_code");
+    std::string problem = check_error_code(m.error_code);
+    if (!problem.empty()) r.fail("error_code", problem);
     r.finish();
 }
 

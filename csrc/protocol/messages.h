@@ -58,8 +58,14 @@ struct ReplicaInfoMsg {
 struct ErrorReportMsg {
     int32_t rank = 0;
     uint8_t state = 0;  // ReportState value
-    std::string error_code;
+    std::string error_code;  // a device fault code such as "80E01801", or empty; see check_error_code
 };
+
+// An error code goes into logs and to the fault policy, so it is short printable ASCII; a device
+// fault code is 8 hex digits, and the bound leaves room for other vendors' longer names.
+constexpr size_t kMaxErrorCode = 64;
+// Empty when `code` is acceptable, otherwise what is wrong with it.
+std::string check_error_code(const std::string& code);
 
 struct RepairInfoMsg {
     uint8_t optimizer_type = 0;

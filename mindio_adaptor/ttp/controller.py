@@ -7,6 +7,7 @@ import threading
 from typing import Callable, Dict, Optional
 
 from mindio_adaptor import _native
+from mindio_adaptor.ttp.fault_policy import DEFAULT_TIMEOUT_S, PolicySpec, check_timeout, make_policy
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,9 @@ def _require() -> "_native.Controller":
 
 
 def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = False, enable_arf: bool = False,
-                        enable_zit: bool = False, *, enable_uce: bool = True) -> None:
-    """Create the controller (rank -1: standalone). `enable_uce` (ours) turns online repair off."""
+                        enable_zit: bool = False, *, enable_uce: bool = True, fault_policy: PolicySpec = None) -> None:
+    """Create the controller (rank -1: standalone). `enable_uce` (ours) turns online repair off;
+    `fault_policy` (ours) is passed to tft_set_fault_policy."""
     global _controller
     if enable_arf:
         raise NotImplementedError("process replacement (ARF, enable_arf=True) is not implemented yet; "
@@ -41,6 +43,23 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
         if _controller is not None:
             raise RuntimeError("a controller already exists in this process; call tft_destroy_controller() first")
         _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=False)
+    if fault_policy is not None:
+        tft_set_fault_policy(fault_policy)
+
+
+def tft_set_fault_policy(policy: PolicySpec, *, sub_healthy_strategy: str = "ignore",
+                         timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Ours, beyond the reference: let the controller consult a fault policy for every reported
+    fault that carries an error code (tft_report_error(state, error_code)).
+
+    `policy`: None removes it; a PolicyEngine, a PolicyConfig, a faultCode.json path or a
+    (faultCode.json, faultCustomization.json) pair is wrapped in a FaultPolicy; any other callable
+    `(rank, report_state, code) -> "none"|"retry"|"recover"|"dump"|"exit"` is used as it is.
+    The answer can only make the controller's decision more drastic. A policy that raises, answers
+    something else or takes longer than `timeout_s` is logged with the rank, and the built-in
+    decision stands. See docs/policy.md."""
+    callback = make_policy(policy, sub_healthy_strategy)
+    _require().set_policy(callback, check_timeout(timeout_s))
 
 
 def tft_start_controller(bind_ip: str, port: int, enable_tls: bool = True, tls_info: str = "") -> int:

@@ -56,6 +56,14 @@ def classify(exc: BaseException) -> Tuple[ReportState, Optional[Callable]]:
     return ReportState.UNKNOWN, None
 
 
+def fault_code_of(exc: BaseException) -> str:
+    """The device fault code an exception carries in its `fault_code` attribute (ours: set by the
+    code that raised it, e.g. a device-error translator), or "" for none; the controller's fault
+    policy acts on it."""
+    code = getattr(exc, "fault_code", "")
+    return code if isinstance(code, str) else ""
+
+
 def tft_exception_handler(train_func: Callable) -> Callable:
     """Run `train_func` again after each online repair; exit when the controller decides so."""
 
@@ -69,7 +77,7 @@ def tft_exception_handler(train_func: Callable) -> Callable:
                 logger.warning("training raised %s: %s (reported as %s)", type(exc).__name__, exc, state.name)
                 if handle is not None:
                     handle(exc)
-                processor.tft_report_error(state)
+                processor.tft_report_error(state, fault_code_of(exc))
                 if processor.tft_wait_next_action() == Action.RETRY:
                     continue
                 raise SystemExit(f"the controller ended training ({processor.tft_get_repair_type()} "

@@ -110,7 +110,13 @@ def tft_start_copy_os():
 
 
 def tft_report_error(report_state: ReportState, error_code: str = "") -> None:
-    _require().report_error(int(ReportState(report_state)), str(error_code))
+    """Report a fault. `error_code`, when given, is the device fault code (e.g. "80E01801", at most
+    64 printable ASCII characters); a controller with a fault policy consults it."""
+    if error_code is None:
+        error_code = ""
+    if not isinstance(error_code, str):
+        raise TypeError(f"tft_report_error: error_code must be a string, got {type(error_code).__name__}")
+    _require().report_error(int(ReportState(report_state)), error_code)
 
 
 def tft_wait_next_action(timeout: Optional[float] = None) -> Action:

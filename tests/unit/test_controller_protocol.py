@@ -111,3 +111,28 @@ def test_random_bytes_never_crash_the_decoders():
                 pass
         with pytest.raises(nat.ProtocolError):
             nat.decode_frame(data)
+
+
+@pytest.mark.parametrize("code", ["", "80E01801", "x" * 64, " !~"])
+def test_error_code_round_trips_up_to_its_bound(code):
+    sample = {"rank": 1, "state": 2, "error_code": code}
+    body = nat.encode_message(T["ERROR_REPORT"], sample)
+    assert nat.decode_message(T["ERROR_REPORT"], body) == sample
+
+
+def error_report_body(code: bytes) -> bytes:
+    return struct.pack("<iBI", 1, 2, len(code)) + code
+
+
+@pytest.mark.parametrize("code,reason", [
+    (b"x" * 65, "65 bytes exceed the limit of 64"),
+    (b"80E0\n1801", "byte 10 at offset 4 is not printable ASCII"),
+    (b"\xff", "byte 255 at offset 0 is not printable ASCII"),
+    (b"\x00", "byte 0 at offset 0"),
+])
+def test_bad_error_code_is_refused_naming_the_field(code, reason):
+    with pytest.raises(nat.ProtocolError, match=f"ErrorReport.error_code: {reason}"):
+        nat.decode_message(T["ERROR_REPORT"], error_report_body(code))
+    # Through Python the text is UTF-8 encoded, so a non-ASCII byte differs; the reason does not.
+    with pytest.raises(nat.ProtocolError, match="exceed the limit|not printable ASCII"):
+        nat.encode_message(T["ERROR_REPORT"], {"rank": 1, "state": 2, "error_code": code.decode("latin-1")})
