@@ -26,16 +26,19 @@ def wait_until(predicate, timeout, what):
 
 
 class Job:
-    def __init__(self, tmp_path, world_size, env=None, **worker_args):
+    def __init__(self, tmp_path, world_size, env=None, policy=None, policy_timeout_s=5.0, heartbeat_s=HEARTBEAT_S,
+                 **worker_args):
         self.world_size = world_size
         self.tmp_path = Path(tmp_path)
         self.trigger = self.tmp_path / "trigger"
         self.records = {r: [] for r in range(world_size)}
         self.lock = threading.Lock()
         ctl.tft_init_controller(-1, world_size)
+        if policy is not None:
+            ctl.tft_set_fault_policy(policy, timeout_s=policy_timeout_s)
         self.port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
         path = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
-        worker_env = dict(os.environ, MINDIO_HEARTBEAT_INTERVAL=str(HEARTBEAT_S), PYTHONPATH=path, **(env or {}))
+        worker_env = dict(os.environ, MINDIO_HEARTBEAT_INTERVAL=str(heartbeat_s), PYTHONPATH=path, **(env or {}))
         self.procs = {}
         for rank in range(world_size):
             args = [sys.executable, str(WORKER), "--rank", str(rank), "--world-size", str(world_size),

@@ -28,6 +28,7 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--trigger", default="")
+    p.add_argument("--fail-code", default="", help="device fault code the injected error carries")
     p.add_argument("--hang-in", default="", help="handler that sleeps far beyond its time limit")
     p.add_argument("--hang-rank", type=int, default=-1)
     a = p.parse_args()
@@ -78,7 +79,9 @@ def main():
                 raise RuntimeError("FORCE STOP by the controller")
             if rank == a.fail_rank and not fired and a.trigger and os.path.exists(a.trigger):
                 fired.append(1)
-                raise RuntimeError("UCE ERROR injected by the test")
+                error = RuntimeError("UCE ERROR injected by the test")
+                error.fault_code = a.fail_code  # reported as tft_report_error's error_code
+                raise error
             time.sleep(0.01)
         return "timeout"
 
