@@ -38,21 +38,93 @@ class ShardKey:
 
 def order_for_anti_affinity(ranks: Sequence[int], num_shards: int,
                             node_of: Optional[Mapping[int, object]]) -> Tuple[List[int], bool]:
-    """Re-order `ranks` so that slicing it into groups of `num_shards` puts the holders of each shard
-    on different nodes. Ranks of one node are kept together (nodes in order of first appearance), so
-    two of them can only meet in one shard when that node has more than `num_shards` ranks here,
-    which no order can avoid. Returns (order, spread) where spread tells whether every shard's holders
-    are on distinct nodes."""
+    """Choose R = len(ranks) / num_shards replica groups so that the holders of each shard sit on
+    different nodes. Returns (order, spread): `order` is the groups concatenated, group k being
+    order[k*g:(k+1)*g], and spread tells whether every shard's holders are on distinct nodes.
+
+    A process group numbers its members by ascending global rank, so a rank's shard is its position
+    in its sorted group: every candidate keeps each group sorted. Megatron's own contiguous cut comes
+    first and is kept unless another candidate crowds fewer shards, so with the usual block
+    placement (nodes are contiguous rank ranges) the layout is the reference's."""
+    ranks = list(ranks)
     if node_of is None:
-        return list(ranks), True
-    by_node: Dict[object, List[int]] = {}
-    for rank in ranks:
-        # a rank with no known node is its own node; key it so it cannot merge with a real node id
-        node = node_of[rank] if rank in node_of else (_UNPLACED, rank)
-        by_node.setdefault(node, []).append(rank)
-    order = [rank for members in by_node.values() for rank in members]
-    spread = all(len(members) <= num_shards for members in by_node.values())
-    return order, spread
+        return ranks, True
+    node = {r: node_of[r] if r in node_of else (_UNPLACED, r) for r in ranks}
+    best, best_crowded = None, None
+    for groups in _candidate_groups(ranks, num_shards, node):
+        crowded = _crowded_count(groups, node)
+        if best is None or crowded < best_crowded:
+            best, best_crowded = groups, crowded
+        if crowded == 0:
+            break
+    return [r for group in best for r in group], best_crowded == 0
+
+
+def _candidate_groups(ranks: List[int], g: int, node) -> Iterable[List[List[int]]]:
+    r_count = len(ranks) // g
+    yield [ranks[k * g:(k + 1) * g] for k in range(r_count)]  # Megatron's contiguous cut
+    yield [sorted(ranks[k::r_count]) for k in range(r_count)]  # strided: cyclic placements
+    yield _greedy_groups(sorted(ranks), g, r_count, node)
+    searched = _searched_groups(sorted(ranks), g, r_count, node)
+    if searched is not None:
+        yield searched
+
+
+def _greedy_groups(ascending: List[int], g: int, r_count: int, node) -> List[List[int]]:
+    """Deal ranks in ascending order; a rank joins the least filled group whose next shard row has
+    no rank of its node yet (the least filled group if every one has). Rows stay sorted."""
+    groups: List[List[int]] = [[] for _ in range(r_count)]
+    rows: List[set] = [set() for _ in range(g)]
+    for rank in ascending:
+        open_groups = [k for k in range(r_count) if len(groups[k]) < g]
+        fitting = [k for k in open_groups if node[rank] not in rows[len(groups[k])]]
+        k = min(fitting or open_groups, key=lambda k: (len(groups[k]), k))
+        rows[len(groups[k])].add(node[rank])
+        groups[k].append(rank)
+    return groups
+
+
+SEARCH_MAX_RANKS = 512
+
+
+def _searched_groups(ascending: List[int], g: int, r_count: int, node,
+                     budget: int = 200_000) -> Optional[List[List[int]]]:
+    """Depth-first search for groups with every shard row on distinct nodes, or None when none is
+    found within `budget` steps. Dealing ranks in ascending order keeps every group sorted; groups
+    equally filled are interchangeable, so only one of each fill level is tried. Recursive, one
+    level per rank: lists longer than SEARCH_MAX_RANKS keep the best of the cheap candidates."""
+    if len(ascending) > SEARCH_MAX_RANKS:
+        return None
+    groups: List[List[int]] = [[] for _ in range(r_count)]
+    rows: List[set] = [set() for _ in range(g)]
+    steps = [0]
+
+    def place(i: int) -> bool:
+        if i == len(ascending):
+            return True
+        steps[0] += 1
+        if steps[0] > budget:
+            return False
+        rank, tried = ascending[i], set()
+        for k in sorted(range(r_count), key=lambda k: len(groups[k])):
+            row = len(groups[k])
+            if row == g or row in tried or node[rank] in rows[row]:
+                continue
+            tried.add(row)
+            groups[k].append(rank)
+            rows[row].add(node[rank])
+            if place(i + 1):
+                return True
+            groups[k].pop()
+            rows[row].discard(node[rank])
+        return False
+
+    return groups if place(0) else None
+
+
+def _crowded_count(groups: List[List[int]], node) -> int:
+    g = len(groups[0])
+    return sum(len({node[group[j]] for group in groups}) < len(groups) for j in range(g))
 
 
 class ReplicaSet:

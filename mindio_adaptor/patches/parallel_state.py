@@ -62,12 +62,76 @@ def build_layout(replica_cnt: int) -> ReplicaLayout:
     expert_lists = sorted({entry[1] for entry in everyone})
     node_of = {r: entry[2] for r, entry in enumerate(everyone)}
     expert_lists = [] if expert_lists == dp_lists else expert_lists
-    layout = ReplicaLayout.from_dp_lists(dp_lists, replica_cnt, expert_dp_lists=expert_lists)
+    natural = ReplicaLayout.from_dp_lists(dp_lists, replica_cnt, expert_dp_lists=expert_lists)
+    spread = ReplicaLayout.from_dp_lists(dp_lists, replica_cnt, node_of, expert_dp_lists=expert_lists)
+    layout = natural
+    if _groups(spread) != _groups(natural):
+        if expert_lists:
+            if rank == 0:
+                logger.warning("replica holders could be spread over nodes, but re-laying Megatron's "
+                               "groups is not supported with separate expert data-parallel lists (MoE)")
+        else:
+            _rebuild_optimizer_instances(spread, ps)
+            layout = spread
     _check_matches_megatron(layout, rank, ps)
     _warn_crowding(layout, node_of, rank)
     if rank == 0:
-        logger.info("replica layout: %s", layout.sets)
+        logger.info("replica layout: %s (failure domains: %s)", layout.sets,
+                    sorted(set(node_of.values())))
     return layout
+
+
+def _groups(layout: ReplicaLayout):
+    return [s.replica_groups for s in layout.sets]
+
+
+def _rebuild_optimizer_instances(layout: ReplicaLayout, ps):
+    """Megatron cut every DP list into contiguous optimizer instances; the layout chose other
+    groups so that no shard has all its holders on one node. Create those groups (every rank calls
+    new_group for every group, in the same order) and point Megatron's globals at them before the
+    model, DDP and optimizer read them."""
+    rank, r_count = dist.get_rank(), layout.sets[0].replica_cnt
+    with_gloo = ps._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO is not None
+    mine = {}
+    instances = [[] for _ in range(r_count)]
+    for s in layout.sets:
+        for k, members in enumerate(s.replica_groups):
+            _new_group(members, rank, mine, "intra")
+            if with_gloo:
+                _new_group(members, rank, mine, "intra_gloo", backend="gloo")
+            instances[k] += members
+        for shard in range(s.num_shards):
+            _new_group(s.holders(shard), rank, mine, "inter")
+    for members in instances:
+        _new_group(sorted(members), rank, mine, "instance")
+    # Without separate expert lists Megatron's expert DP groups are the dense ones, and the
+    # inter-instance group (shared by both) is kept under the expert name.
+    for name, group in [("_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP", mine["intra"]),
+                        ("_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO", mine.get("intra_gloo")),
+                        ("_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP", mine["intra"]),
+                        ("_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP_GLOO", mine.get("intra_gloo")),
+                        ("_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP", mine["inter"]),
+                        ("_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", mine["instance"])]:
+        _repoint(ps, name, group)
+    if rank == 0:
+        logger.info("optimizer instances re-laid so each shard's holders are on different nodes: %s",
+                    [s.replica_groups for s in layout.sets])
+
+
+def _repoint(ps, name, group):
+    """Set ps.<name> to `group`, and every other parallel_state global that aliased the old group
+    (e.g. the *_WITH_GTP_REMAT names, which equal the plain ones when GTP is off)."""
+    old = getattr(ps, name)
+    for attribute, value in list(vars(ps).items()):
+        if old is not None and value is old and attribute.isupper():
+            setattr(ps, attribute, group)
+    setattr(ps, name, group)
+
+
+def _new_group(members, rank, mine, name, backend=None):
+    group = dist.new_group(sorted(members), backend=backend)
+    if rank in members:
+        mine[name] = group
 
 
 def _check_matches_megatron(layout: ReplicaLayout, rank: int, ps):
