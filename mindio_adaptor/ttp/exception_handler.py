@@ -6,24 +6,17 @@ import functools
 import logging
 from typing import Callable, List, Optional, Tuple
 
+from mindio_adaptor.core import faults
 from mindio_adaptor.ttp import processor
 from mindio_adaptor.ttp.enums import Action, ReportState
 
 logger = logging.getLogger(__name__)
 
-# First matching substring wins; user patterns (tft_register_exception_handler) are tried first.
-BUILTIN_PATTERNS: List[Tuple[str, ReportState]] = [
-    ("UCE ERROR", ReportState.UCE),
-    ("HBM MULTI BIT ECC", ReportState.UCE),
-    ("FORCE STOP", ReportState.NORMAL),
-    ("ARF FINISH", ReportState.PREREPAIR_FINISH),
-    ("STEP FINISH", ReportState.STEP_FINISH),
-    ("HCCL OP RETRY FAILED", ReportState.HCCL_FAILED),
-    ("SUSPECT REMOTE ERROR", ReportState.HCCL_FAILED),
-    ("UB LINK ERROR", ReportState.HCCL_FAILED),
-    ("HCCS LINK ERROR", ReportState.HCCL_FAILED),
-]
-_user_patterns: List[Tuple[str, ReportState, Optional[Callable]]] = []
+# The table lives in core/faults.py (one source of truth for every device); these names stay for
+# callers of the reference face. _user_patterns IS the process-wide table's user list: clearing it
+# clears the registered patterns.
+BUILTIN_PATTERNS: List[Tuple[str, ReportState]] = [(r.text, r.state) for r in faults.BUILTIN_RULES]
+_user_patterns: List[faults.FaultRule] = faults.DEFAULT.user_rules
 
 
 def tft_register_exception_handler(pattern: str, report_state_name: str, handle: Optional[Callable] = None) -> None:
@@ -38,22 +31,16 @@ def tft_register_exception_handler(pattern: str, report_state_name: str, handle:
                          f"known: {', '.join(s.name for s in ReportState)}") from None
     if handle is not None and not callable(handle):
         raise TypeError("tft_register_exception_handler: handle must be callable or None")
-    _user_patterns.append((pattern, state, handle))
+    faults.DEFAULT.add_pattern(pattern, state, handle, source="tft_register_exception_handler")
 
 
 def classify(exc: BaseException) -> Tuple[ReportState, Optional[Callable]]:
-    """The report state for an exception. Only RuntimeErrors are matched against the table, as the
-    reference; any other error is UNKNOWN. "HBM MULTI BIT ECC" is reported as UCE: telling
-    UCE_CORRUPTED apart needs the device's error timestamp, which no backend gives us yet."""
-    if isinstance(exc, RuntimeError):
-        text = str(exc)
-        for pattern, state, handle in _user_patterns:
-            if pattern in text:
-                return state, handle
-        for pattern, state in BUILTIN_PATTERNS:
-            if pattern in text:
-                return state, None
-    return ReportState.UNKNOWN, None
+    """The report state for an exception and the handle registered with the matching pattern
+    (core/faults.py: first match wins, user patterns first; RuntimeErrors in the exception's
+    cause chain are matched, as the reference matches RuntimeErrors). "HBM MULTI BIT ECC" is reported
+    as UCE: telling UCE_CORRUPTED apart needs the device's error timestamp, which no backend gives us yet."""
+    result = faults.classify_exception(exc)
+    return result.state, result.handle
 
 
 def fault_code_of(exc: BaseException) -> str:

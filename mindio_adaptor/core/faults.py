@@ -1,0 +1,172 @@
+"""Which ReportState a training failure is, on every device: the single table the exception handler,
+the patches and the tests share (reference-system.md §5).
+
+Rules are substrings of the error text, tried in order, first match wins:
+1. user rules (add_pattern / tft_register_exception_handler), in registration order;
+2. the built-in text rules below, in this order: the reference's Ascend texts, CUDA device errors
+   (memory first, then fatal device errors), then communication errors (NCCL, gloo). Device texts come
+   before communication texts on purpose: NCCL embeds the CUDA error that broke it ("Cuda failure 'an
+   illegal memory access was encountered'"), and the device fault is the cause to act on;
+3. the built-in type rules (torch.distributed's DistBackendError, DistNetworkError, DistStoreError are
+   communication failures whatever their text), matched by class name so torch is not imported here.
+Nothing matched: UNKNOWN, which the controller treats as "dump and exit".
+
+As in the reference, only RuntimeErrors (torch's DistError, AcceleratorError and OutOfMemoryError are
+subclasses) are matched against text; an exception is classified through its chain -- itself, then its
+__cause__, else its __context__ unless suppressed, as Python's traceback walks it -- so a wrapper raised
+while handling a NCCL error is still a communication failure. For each rule every exception of the
+chain is tried, so a user rule beats a built-in one wherever each matches.
+
+Where each built-in text comes from is recorded beside it (`source`). The gloo texts were observed with
+torch 2.13.0+cpu on a 2-process job (a peer exiting, killed, or sleeping past a 3 s timeout); the NCCL
+and CUDA texts are data from torch's c10d sources, NCCL's and CUDA's documentation (no GPU here).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple, Union
+
+# ttp.enums is a leaf module (enums only, no native code): the wire values live there once.
+from mindio_adaptor.ttp.enums import ReportState
+
+
+class FaultRule(NamedTuple):
+    text: str
+    state: ReportState
+    source: str
+    handle: Optional[Callable[[BaseException], None]] = None
+
+
+def _rules(state: ReportState, source: str, *texts: str) -> Tuple[FaultRule, ...]:
+    return tuple(FaultRule(text, state, source) for text in texts)
+
+
+_REFERENCE = "reference adaptor (reference-system.md §5)"
+_CUDA = "cudaGetErrorString texts as torch prints them ('CUDA error: ...'), CUDA runtime API docs"
+_NCCL = "torch c10d NCCLUtils getNcclErrorDetailStr / ProcessGroupNCCL, NCCL ncclResult_t docs"
+_GLOO = "observed: torch 2.13.0+cpu, gloo, 2 processes (tests/unit/test_faults.py)"
+
+_S = ReportState
+BUILTIN_RULES: Tuple[FaultRule, ...] = (
+    _rules(_S.UCE, _REFERENCE, "UCE ERROR", "HBM MULTI BIT ECC")
+    + _rules(_S.NORMAL, _REFERENCE, "FORCE STOP")  # this rank was stopped on purpose (prelock)
+    + _rules(_S.PREREPAIR_FINISH, _REFERENCE, "ARF FINISH")
+    + _rules(_S.STEP_FINISH, _REFERENCE, "STEP FINISH")
+    + _rules(_S.HCCL_FAILED, _REFERENCE, "HCCL OP RETRY FAILED", "SUSPECT REMOTE ERROR", "UB LINK ERROR",
+             "HCCS LINK ERROR")
+    # Xid 48 (DBE), 63/64 (row remapping), 94 (contained ECC): the memory is bad, the rank's state is not.
+    + _rules(_S.UCE, _CUDA, "uncorrectable ECC error encountered")
+    # Fatal, sticky device errors (Xid 13/31/43/74/79/95 class): the CUDA context is unusable until the
+    # process restarts, so neither a retry nor a link rebuild helps. NVLink is the analogue of HCCS, but
+    # unlike HCCS LINK ERROR its CUDA error poisons the context, hence UNKNOWN, not HCCL_FAILED.
+    + _rules(_S.UNKNOWN, _CUDA, "an illegal memory access was encountered", "unspecified launch failure",
+             "an illegal instruction was encountered", "hardware stack error",
+             "uncorrectable NVLink error detected", "contained by the GPU's error containment capability")
+    + _rules(_S.HCCL_FAILED, _NCCL, "ncclSystemError", "ncclRemoteError", "ncclUnhandledCudaError",
+             "ncclInternalError", "NCCL communicator was aborted",
+             "Watchdog caught collective operation timeout", "Some NCCL operations have failed or timed out")
+    + _rules(_S.HCCL_FAILED, _GLOO, "Connection closed by peer", "Connection reset by peer",
+             "for recv operation to complete", "for send operation to complete")
+)
+del _S
+
+# Class names (anywhere in the MRO) that mean a communication failure whatever the text says.
+BUILTIN_TYPE_RULES: Tuple[Tuple[str, ReportState], ...] = (
+    ("DistBackendError", ReportState.HCCL_FAILED),  # raised by ProcessGroupNCCL/Gloo for backend errors
+    ("DistNetworkError", ReportState.HCCL_FAILED),  # store socket failures
+    ("DistStoreError", ReportState.HCCL_FAILED),    # store waits timing out: a peer never arrived
+)
+
+
+@dataclass(frozen=True)
+class Classification:
+    state: ReportState
+    rule: Optional[FaultRule] = None         # None: a type rule matched, or nothing (UNKNOWN)
+    matched: Optional[BaseException] = None  # the exception of the chain that matched
+
+    @property
+    def handle(self) -> Optional[Callable[[BaseException], None]]:
+        return None if self.rule is None else self.rule.handle
+
+
+def exception_chain(exc: BaseException, limit: int = 32) -> Iterator[BaseException]:
+    """exc, then its cause (or unsuppressed context), as Python's traceback prints them; cycle-safe."""
+    seen = set()
+    while exc is not None and id(exc) not in seen and len(seen) < limit:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
+
+
+def _to_state(state: Union[ReportState, str, int]) -> ReportState:
+    if isinstance(state, ReportState):
+        return state
+    if isinstance(state, str):
+        try:
+            return ReportState[state]
+        except KeyError:
+            raise ValueError(f"unknown report state {state!r}; known: "
+                             f"{', '.join(s.name for s in ReportState)}") from None
+    return ReportState(state)
+
+
+class FaultClassifier:
+    """An ordered rule table. `user_rules` is a plain list so callers may inspect or clear it."""
+
+    def __init__(self, builtin_rules=BUILTIN_RULES, type_rules=BUILTIN_TYPE_RULES):
+        self.user_rules: List[FaultRule] = []
+        self.builtin_rules = tuple(builtin_rules)
+        self.type_rules = tuple(type_rules)
+
+    def add_pattern(self, text: str, state: Union[ReportState, str, int],
+                    handle: Optional[Callable[[BaseException], None]] = None, source: str = "user") -> FaultRule:
+        """Classify errors containing `text` as `state` (a ReportState or its name), before every
+        built-in rule and after the user rules added earlier."""
+        if not isinstance(text, str) or not text:
+            raise ValueError("fault pattern must be a non-empty string")
+        if handle is not None and not callable(handle):
+            raise TypeError("fault pattern handle must be callable or None")
+        rule = FaultRule(text, _to_state(state), source, handle)
+        self.user_rules.append(rule)
+        return rule
+
+    def classify_text(self, text: str) -> Classification:
+        for rule in self._text_rules():
+            if rule.text in text:
+                return Classification(rule.state, rule)
+        return Classification(ReportState.UNKNOWN)
+
+    def classify(self, exc: BaseException) -> Classification:
+        chain = list(exception_chain(exc))
+        texts = [(e, str(e)) for e in chain if isinstance(e, RuntimeError)]
+        for rule in self._text_rules():
+            for err, text in texts:
+                if rule.text in text:
+                    return Classification(rule.state, rule, err)
+        for name, state in self.type_rules:
+            for err in chain:
+                if any(cls.__name__ == name for cls in type(err).__mro__):
+                    return Classification(state, None, err)
+        return Classification(ReportState.UNKNOWN)
+
+    def _text_rules(self) -> Iterator[FaultRule]:
+        yield from list(self.user_rules)  # a copy: a handler may register patterns while we iterate
+        yield from self.builtin_rules
+
+
+# The process-wide table: the exception handler and tft_register_exception_handler use this one.
+DEFAULT = FaultClassifier()
+
+
+def add_pattern(text: str, state: Union[ReportState, str, int],
+                handle: Optional[Callable[[BaseException], None]] = None) -> FaultRule:
+    return DEFAULT.add_pattern(text, state, handle)
+
+
+def classify_text(text: str) -> Classification:
+    return DEFAULT.classify_text(text)
+
+
+def classify_exception(exc: BaseException) -> Classification:
+    return DEFAULT.classify(exc)
