@@ -247,7 +247,10 @@ class FaultPlan:
         if self.faults:
             if not state_dir:
                 raise FaultSpecError("FaultPlan with faults needs a state_dir for its once-per-job markers")
-            os.makedirs(state_dir, mode=0o700, exist_ok=True)
+            try:
+                os.makedirs(state_dir, mode=0o700, exist_ok=True)
+            except OSError as exc:  # at start, not at the step where the fault should fire
+                raise FaultSpecError(f"fault state directory {state_dir!r} is unusable: {exc}") from exc
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, state_dir: Optional[str] = None) -> "FaultPlan":

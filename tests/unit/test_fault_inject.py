@@ -112,6 +112,12 @@ def test_from_env_reads_the_spec_and_creates_the_state_dir(tmp_path):
     assert plan.faults == (Fault("raise", 1, 2),) and state.is_dir()
 
 
+def test_an_unusable_state_dir_is_refused_at_start(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FaultSpecError, match="fault state directory .*file/state' is unusable"):
+        FaultPlan.from_env({ENV_SPEC: "kill:rank=0,step=1", ENV_STATE_DIR: str(tmp_path / "file" / "state")})
+
+
 def test_rank_outside_the_world_is_rejected(tmp_path):
     plan = FaultPlan(parse_spec("raise:rank=4,step=2"), str(tmp_path))
     plan.check_world_size(5)
