@@ -104,18 +104,19 @@ def _apply(patch: Patch, module):
         raise PatchTargetMissing(f"{patch.target} is a {type(original).__name__}; patches wrap functions")
     wrapped = wrapt.FunctionWrapper(original, patch.wrapper)
     setattr(owner, name, wrapped)
-    aliases = _replace_aliases(original, wrapped, name) if owner is module else []
-    patch.applied = (owner, name, original, aliases)
+    if owner is module:
+        _replace_everywhere(original, wrapped, name)
+    patch.applied = (owner, name, original, wrapped)
     logger.debug("patched %s", patch.target)
 
 
 def _remove(patch: Patch):
     if patch.applied is None:
         return
-    owner, name, original, aliases = patch.applied
+    owner, name, original, wrapped = patch.applied
     setattr(owner, name, original)
-    for alias_module in aliases:
-        setattr(alias_module, name, original)
+    # Modules imported after patching bound the wrapper by name too.
+    _replace_everywhere(wrapped, original, name)
     patch.applied = None
 
 
@@ -134,13 +135,11 @@ def _resolve_owner(patch: Patch, module):
     return owner, name
 
 
-def _replace_aliases(original, wrapped, name):
-    replaced = []
+def _replace_everywhere(old, new, name):
+    """Rebind `name` from `old` to `new` in every imported megatron module that holds `old`."""
     for mod_name, mod in list(sys.modules.items()):
-        if mod_name.startswith("megatron") and mod is not None and getattr(mod, name, None) is original:
-            setattr(mod, name, wrapped)
-            replaced.append(mod)
-    return replaced
+        if mod_name.startswith("megatron") and mod is not None and getattr(mod, name, None) is old:
+            setattr(mod, name, new)
 
 
 def _megatron_version() -> str:

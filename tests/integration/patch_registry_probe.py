@@ -1,0 +1,42 @@
+"""Checks patch_all()/unpatch_all() on the real megatron in a fresh process; prints one JSON line."""
+import json
+import sys
+
+import mindio_adaptor
+from mindio_adaptor.patches import registry
+
+order = sys.argv[1]  # "before": patch_all before importing megatron; "after": the other way round
+if order == "after":
+    # On a CPU machine megatron.core only imports once triton's absence is dealt with, which
+    # patch_all() does first; on a GPU machine this line is not needed.
+    from mindio_adaptor.patches import cpu_support
+
+    cpu_support.prepare_python_for_megatron()
+    import megatron.training.training  # noqa: F401  (binds initialize_megatron by name)
+
+mindio_adaptor.patch_all()
+mindio_adaptor.patch_all()  # idempotent
+
+import megatron.training.arguments as arguments  # noqa: E402
+import megatron.training.initialize as initialize  # noqa: E402
+import megatron.training.training as training  # noqa: E402
+import megatron.core.parallel_state as ps  # noqa: E402
+import torch  # noqa: E402
+
+patches = registry.all_patches()
+applied = [p.target for p in patches if registry.is_patched(p)]
+wrapped_once = not hasattr(arguments.validate_args.__wrapped__, "__wrapped__")
+alias_patched = training.initialize_megatron is initialize.initialize_megatron  # bound by name
+mode_active = registry.is_patched(patches[0]) and torch.cuda.current_device.__module__.startswith("mindio")
+
+mindio_adaptor.unpatch_all()
+restored = all(not registry.is_patched(p) for p in patches)
+originals = (not hasattr(arguments.validate_args, "__wrapped__")
+             and not hasattr(initialize.initialize_megatron, "__wrapped__")
+             and not hasattr(training.initialize_megatron, "__wrapped__")
+             and not hasattr(training.train_step, "__wrapped__")
+             and not hasattr(ps.initialize_model_parallel, "__wrapped__"))
+cuda_restored = not torch.cuda.current_device.__module__.startswith("mindio")
+print(json.dumps({"applied": applied, "wrapped_once": wrapped_once, "alias_patched": alias_patched,
+                  "mode_active": mode_active, "restored": restored, "originals": originals,
+                  "cuda_restored": cuda_restored, "total": len(patches)}))
