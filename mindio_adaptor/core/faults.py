@@ -26,8 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
-# ttp.enums is a leaf module (enums only, no native code): the wire values live there once.
-from mindio_adaptor.ttp.enums import ReportState
+from mindio_adaptor.core.enums import ReportState
 
 
 class FaultRule(NamedTuple):
