@@ -2,8 +2,11 @@
 compiled from csrc/ (the controller and processor transport)."""
 import glob
 
-from pybind11.setup_helpers import Pybind11Extension, build_ext
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import find_packages, setup
+
+# Compile the C++ files in parallel (MINDIO_BUILD_JOBS, default: every core).
+ParallelCompile("MINDIO_BUILD_JOBS", default=0).install()
 
 native_sources = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
 ext_modules = []

@@ -16,4 +16,4 @@ if ! $PY -c "import importlib.metadata as m, sys; sys.exit(m.version('megatron-c
     $PY -m pip install -q --ignore-requires-python --no-deps --no-build-isolation megatron-core==0.19.2
 fi
 $PY -m pip install -q --no-build-isolation --no-deps -e .
-$PY -c "import mindio_adaptor, megatron.core.package_info as p; print('mindio_adaptor', mindio_adaptor.__version__, 'with megatron-core', p.__version__)"
+$PY -c "import importlib.metadata as m, mindio_adaptor._native; print('mindio_adaptor', m.version('mindio_adaptor'), 'with megatron-core', m.version('megatron-core'), 'and torch', m.version('torch'))"
