@@ -32,7 +32,11 @@ def main(argv=None):
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return args.func(args) or 0
+    try:
+        return args.func(args) or 0
+    except BrokenPipeError:  # output piped into `head` and the like: not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ PATCH_MODULES = [
     "parallel_state",
     "training",
     "optimizer_state",
+    "fault_injection",
 ]
 
 

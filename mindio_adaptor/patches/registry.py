@@ -75,7 +75,7 @@ def patch_all():
 def unpatch_all():
     global _active
     with _lock:
-        for patch in all_patches():
+        for patch in reversed(all_patches()):  # two patches may stack on one target
             _remove(patch)
         _active = False
         from mindio_adaptor.patches import after_unpatch

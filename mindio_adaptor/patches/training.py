@@ -11,7 +11,31 @@ logger = logging.getLogger(__name__)
 def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     model, optimizer, scheduler = wrapped(*args, **kwargs)
     STATE.model, STATE.optimizer, STATE.scheduler = model, optimizer, scheduler
+    if optimizer is not None:
+        optimizer.step = _bracketed(optimizer.step)
     return model, optimizer, scheduler
+
+
+def _bracketed(step):
+    """The optimizer update with STATE's before/after hooks around it."""
+
+    def step_with_hooks(*args, **kwargs):
+        iteration = _current_iteration()
+        for hook in STATE.before_optimizer_step:
+            hook(iteration)
+        result = step(*args, **kwargs)
+        for hook in STATE.after_optimizer_step:
+            hook(iteration)
+        return result
+
+    return step_with_hooks
+
+
+def _current_iteration() -> int:
+    """The iteration being computed, numbered as Megatron's log prints it (1-based)."""
+    from megatron.training.global_vars import get_args
+
+    return get_args().curr_iteration + 1
 
 
 def _after_train_step(wrapped, instance, args, kwargs):

@@ -1,6 +1,6 @@
 """What the adaptor keeps of the running Megatron job: model, optimizer, scheduler, replica layout."""
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 
@@ -12,6 +12,10 @@ class TrainingState:
     scheduler: Any = None
     layout: Any = None  # core.replica_layout.ReplicaLayout, when high availability is on
     completed_steps: List[int] = field(default_factory=list)
+    fault_plan: Any = None  # core.fault_inject.FaultPlan
+    # Called as hook(step) around every optimizer update (step = the iteration being computed).
+    before_optimizer_step: List[Callable[[int], None]] = field(default_factory=list)
+    after_optimizer_step: List[Callable[[int], None]] = field(default_factory=list)
 
 
 STATE = TrainingState()

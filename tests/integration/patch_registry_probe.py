@@ -24,8 +24,22 @@ import megatron.core.parallel_state as ps  # noqa: E402
 import torch  # noqa: E402
 
 patches = registry.all_patches()
+
 applied = [p.target for p in patches if registry.is_patched(p)]
-wrapped_once = not hasattr(arguments.validate_args.__wrapped__, "__wrapped__")
+
+
+def wrapper_depth(function):
+    depth = 0
+    while hasattr(function, "__wrapped__"):
+        function, depth = function.__wrapped__, depth + 1
+    return depth
+
+
+# Two patch_all() calls must leave one wrapper per declared patch, not two.
+wrapped_once = all(
+    wrapper_depth(getattr(arguments, name)) == sum(p.target == f"megatron.training.arguments.{name}"
+                                                   for p in patches)
+    for name in ("validate_args", "add_megatron_arguments"))
 alias_patched = training.initialize_megatron is initialize.initialize_megatron  # bound by name
 mode_active = registry.is_patched(patches[0]) and torch.cuda.current_device.__module__.startswith("mindio")
 

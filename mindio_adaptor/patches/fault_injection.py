@@ -1,0 +1,52 @@
+"""MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
+the run at start), fired at the forward, backward and optimizer phases of the planned step."""
+import torch.distributed as dist
+
+from mindio_adaptor.core.fault_inject import FaultPlan
+from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.training import _current_iteration
+from mindio_adaptor.patches.training_state import STATE
+
+
+def _read_plan(wrapped, instance, args, kwargs):
+    margs = args[0] if args else kwargs["args"]
+    plan = FaultPlan.from_env()
+    plan.check_world_size(margs.world_size)
+    STATE.fault_plan = plan
+    if plan and _fire_optimizer_phase not in STATE.before_optimizer_step:
+        STATE.before_optimizer_step.append(_fire_optimizer_phase)
+    return wrapped(*args, **kwargs)
+
+
+def fire(phase: str, step: int):
+    if STATE.fault_plan:
+        STATE.fault_plan.maybe_fire(dist.get_rank(), step, phase)
+
+
+def _fire_optimizer_phase(step: int):
+    fire("optimizer", step)
+
+
+def _forward_with_faults(wrapped, instance, args, kwargs):
+    if not STATE.fault_plan:
+        return wrapped(*args, **kwargs)
+    forward_step_func, *rest = args
+
+    def forward_step(*f_args, **f_kwargs):
+        fire("forward", _current_iteration())
+        return forward_step_func(*f_args, **f_kwargs)
+
+    return wrapped(forward_step, *rest, **kwargs)
+
+
+def _backward_with_faults(wrapped, instance, args, kwargs):
+    if STATE.fault_plan:
+        fire("backward", _current_iteration())
+    return wrapped(*args, **kwargs)
+
+
+PATCHES = [
+    Patch("megatron.training.arguments", "validate_args", _read_plan),
+    Patch("megatron.training.training", "train_step", _forward_with_faults),
+    Patch("megatron.core.pipeline_parallel.schedules", "backward_step", _backward_with_faults),
+]
