@@ -223,11 +223,12 @@ class ReplicaLayout:
     @classmethod
     def from_dp_lists(cls, dp_lists: Sequence[Sequence[int]], replica_cnt: int,
                       node_of: Optional[Mapping[int, object]] = None,
-                      expert_dp_lists: Sequence[Sequence[int]] = ()) -> "ReplicaLayout":
+                      expert_dp_lists: Sequence[Sequence[int]] = (), warn: bool = True) -> "ReplicaLayout":
         sets = [ReplicaSet(ranks, replica_cnt, ATTENTION, i, node_of) for i, ranks in enumerate(dp_lists)]
         sets += [ReplicaSet(ranks, replica_cnt, MOE, i, node_of) for i, ranks in enumerate(expert_dp_lists)]
         layout = cls(sets)
-        layout.warn_if_not_spread()
+        if warn:
+            layout.warn_if_not_spread()
         return layout
 
     def set_of(self, rank: int, optimizer_type: int = ATTENTION) -> ReplicaSet:

@@ -10,6 +10,7 @@ PATCH_MODULES = [
     "training",
     "optimizer_state",
     "fault_injection",
+    "controller_link",
 ]
 
 

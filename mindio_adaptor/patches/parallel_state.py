@@ -63,7 +63,9 @@ def build_layout(replica_cnt: int) -> ReplicaLayout:
     node_of = {r: entry[2] for r, entry in enumerate(everyone)}
     expert_lists = [] if expert_lists == dp_lists else expert_lists
     natural = ReplicaLayout.from_dp_lists(dp_lists, replica_cnt, expert_dp_lists=expert_lists)
-    spread = ReplicaLayout.from_dp_lists(dp_lists, replica_cnt, node_of, expert_dp_lists=expert_lists)
+    # _warn_crowding below says it once, on rank 0, with the shard and the node.
+    spread = ReplicaLayout.from_dp_lists(dp_lists, replica_cnt, node_of, expert_dp_lists=expert_lists,
+                                         warn=False)
     layout = natural
     if _groups(spread) != _groups(natural):
         if expert_lists:

@@ -30,6 +30,10 @@ def test_dp4_replicas_match_plain(reference_runs):
     (plain, params_plain), (replicated, params_replicated) = reference_runs("plain"), reference_runs("ha")
     assert "every optimizer shard on 2 rank(s)" in replicated.output
     assert_close_runs(plain, replicated, params_plain, params_replicated)
+    # The recovery controller ran in rank 0 beside training, saw every rank, and changed no number.
+    assert "state INIT -> NORMAL: all 4 ranks registered" in replicated.output
+    assert "controller at exit: state NORMAL" in replicated.output and "dead 0," in replicated.output
+    assert "listening on" not in plain.output
 
 
 def test_zero_count_is_not_double_counted():

@@ -1,0 +1,91 @@
+"""Connects the Megatron job to the recovery controller once Megatron's process groups exist.
+
+With --enable-high-availability: the controller runs in the rank-0 process (the reference's default),
+or outside the job when MINDIO_CONTROLLER_ADDR=host:port names one; every rank starts its processor,
+reports the replica layout (tft_set_optimizer_replica) and brackets each optimizer update with
+tft_start_updating_os / tft_end_updating_os, so the controller always knows the last step every
+shard completed. The in-job controller's port and a fresh job token reach the ranks by one
+broadcast over Megatron's world group.
+"""
+import atexit
+import logging
+import os
+import secrets
+import socket
+
+import torch.distributed as dist
+
+from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.training_state import STATE
+
+logger = logging.getLogger(__name__)
+
+ENV_CONTROLLER = "MINDIO_CONTROLLER_ADDR"
+ENV_TOKEN = "MINDIO_TOKEN"
+
+
+def _after_initialize(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    from megatron.training.global_vars import get_args
+
+    if getattr(get_args(), "enable_high_availability", False):
+        connect()
+    return result
+
+
+def controller_address(environ=os.environ):
+    """(host, port) of an external controller, or None for the in-job one."""
+    value = environ.get(ENV_CONTROLLER)
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{ENV_CONTROLLER}={value!r}: expected host:port with a port in 1..65535")
+    return host, int(port)
+
+
+def connect():
+    from mindio_adaptor.ttp import controller, processor
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    address = controller_address()
+    if address is None:
+        address = _start_in_job_controller(rank, world, controller)
+    processor.tft_init_processor(rank, world, enable_tls=False)
+    processor.tft_start_processor(*address)
+    if STATE.layout is not None:
+        processor.tft_set_optimizer_replica(rank, STATE.layout.to_reference())
+    STATE.before_optimizer_step.append(lambda step: processor.tft_start_updating_os(step - 1))
+    STATE.after_optimizer_step.append(processor.tft_end_updating_os)
+    atexit.register(disconnect)
+    if rank == 0:
+        logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)
+
+
+def _start_in_job_controller(rank, world, controller):
+    host = socket.gethostbyname(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    shared = [None, None]
+    if rank == 0:
+        os.environ.setdefault(ENV_TOKEN, secrets.token_hex(16))
+        controller.tft_init_controller(0, world)
+        shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
+    dist.broadcast_object_list(shared, src=0)
+    port, token = shared
+    os.environ[ENV_TOKEN] = token
+    return host, port
+
+
+def disconnect():
+    from mindio_adaptor.ttp import controller, processor
+
+    processor.tft_destroy_processor()
+    if controller.tft_query_high_availability_switch():
+        stats = controller.controller_stats()
+        logger.info("controller at exit: state %s, %s", controller.controller_state(),
+                    ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
+        controller.tft_destroy_controller()
+
+
+PATCHES = [
+    Patch("megatron.training.initialize", "initialize_megatron", _after_initialize),
+]
