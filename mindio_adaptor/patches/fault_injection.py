@@ -4,7 +4,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.fault_inject import FaultPlan
 from mindio_adaptor.patches.registry import Patch
-from mindio_adaptor.patches.training import _current_iteration
+from mindio_adaptor.patches.training import current_iteration
 from mindio_adaptor.patches.training_state import STATE
 
 
@@ -33,7 +33,7 @@ def _forward_with_faults(wrapped, instance, args, kwargs):
     forward_step_func, *rest = args
 
     def forward_step(*f_args, **f_kwargs):
-        fire("forward", _current_iteration())
+        fire("forward", current_iteration())
         return forward_step_func(*f_args, **f_kwargs)
 
     return wrapped(forward_step, *rest, **kwargs)
@@ -41,7 +41,7 @@ def _forward_with_faults(wrapped, instance, args, kwargs):
 
 def _backward_with_faults(wrapped, instance, args, kwargs):
     if STATE.fault_plan:
-        fire("backward", _current_iteration())
+        fire("backward", current_iteration())
     return wrapped(*args, **kwargs)
 
 

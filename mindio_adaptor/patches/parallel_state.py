@@ -1,9 +1,11 @@
 """Reads Megatron's data-parallel rank lists once its groups exist and builds the replica layout.
 
 Replicas use Megatron's own distributed-optimizer instances (`num_distributed_optimizer_instances`
-= R): instance k is the k-th contiguous slice of each DP x CP rank list, exactly the reference's
-replica groups. We check that the groups Megatron built are the ones the layout describes, so the
-controller, dumps and repairs can rely on the layout alone.
+= R): Megatron makes instance k the k-th contiguous slice of each DP x CP rank list, exactly the
+reference's replica groups. Where that cut would put every holder of a shard on one node and another
+cut would not, the instances are re-created along the layout's groups. Either way we check that the
+groups Megatron uses are the ones the layout describes, so the controller, dumps and repairs can
+rely on the layout alone.
 """
 import logging
 import os

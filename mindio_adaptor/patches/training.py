@@ -1,6 +1,8 @@
 """Hooks on Megatron's training loop: remember the model and optimizer, check replicas per step."""
 import logging
 
+import torch.distributed as dist
+
 from mindio_adaptor.core.replica_check import check_peers_agree
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training_state import STATE, shard_state_tensors
@@ -20,7 +22,7 @@ def _bracketed(step):
     """The optimizer update with STATE's before/after hooks around it."""
 
     def step_with_hooks(*args, **kwargs):
-        iteration = _current_iteration()
+        iteration = current_iteration()
         for hook in STATE.before_optimizer_step:
             hook(iteration)
         result = step(*args, **kwargs)
@@ -31,7 +33,7 @@ def _bracketed(step):
     return step_with_hooks
 
 
-def _current_iteration() -> int:
+def current_iteration() -> int:
     """The iteration being computed, numbered as Megatron's log prints it (1-based)."""
     from megatron.training.global_vars import get_args
 
@@ -42,12 +44,12 @@ def _after_train_step(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     from megatron.training.global_vars import get_args
 
-    margs = get_args()
+    margs, step = get_args(), current_iteration()
     if not STATE.completed_steps:
         report_optimizer_state_bytes()
-    STATE.completed_steps.append(margs.curr_iteration + 1)
+    STATE.completed_steps.append(step)
     if getattr(margs, "verify_optimizer_replicas", False) and margs.num_distributed_optimizer_instances > 1:
-        verify_replicas(margs.curr_iteration + 1)
+        verify_replicas(step)
     return result
 
 
@@ -55,8 +57,6 @@ def report_optimizer_state_bytes():
     """Once, after the first step (Adam creates its moments lazily): the bytes of fp32 main params
     and optimizer state each rank keeps, gathered to rank 0 and logged. Views into the model's own
     parameters (the "main params" of fp32 training) cost nothing and are not counted."""
-    import torch.distributed as dist
-
     local = sum(t.numel() * t.element_size() for t in shard_state_tensors(STATE.optimizer)
                 if t.dim() > 0 and t._base is None)
     everyone = [None] * dist.get_world_size()
@@ -66,7 +66,6 @@ def report_optimizer_state_bytes():
 
 
 def verify_replicas(step: int):
-    import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     tensors = shard_state_tensors(STATE.optimizer)
