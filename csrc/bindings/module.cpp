@@ -7,6 +7,7 @@ void bind_protocol(py::module_& m);
 void bind_replica(py::module_& m);
 void bind_state_machine(py::module_& m);
 void bind_runtime(py::module_& m);
+void bind_sim(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "mindio_adaptor native core: wire protocol, replica manager, controller, processor client";
@@ -14,4 +15,5 @@ PYBIND11_MODULE(_native, m) {
     bind_replica(m);
     bind_state_machine(m);
     bind_runtime(m);
+    bind_sim(m);
 }

@@ -97,7 +97,8 @@ std::map<std::string, uint64_t> Controller::stats() const {
         dead += r.dead;
     }
     return {{"accepted", s.accepted},     {"rejected_frames", s.rejected}, {"frames", s.frames},
-            {"registered", registered},  {"dead", dead},                  {"refused_registrations", registrations_refused_}};
+            {"registered", registered},  {"dead", dead},                  {"refused_registrations", registrations_refused_},
+            {"heartbeats", heartbeats_}};
 }
 
 // ---- server thread: the rank table -------------------------------------------------------------
@@ -204,7 +205,8 @@ void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     r.step = m.step;
     r.data = m.data_status;
     r.run = m.run_status;
-    if (!heartbeat) cv_.notify_all();
+    if (heartbeat) ++heartbeats_;
+    else cv_.notify_all();
 }
 
 void Controller::handle_replica(const ReplicaInfoMsg& m) {
@@ -250,7 +252,9 @@ void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
     }
     pending_->results[m.rank] = m.result;
     pending_->waiting.erase(m.rank);
-    cv_.notify_all();
+    // Only the last reply wakes the engine: each wake-up walks the whole waiting set, so waking it
+    // per reply cost O(N^2) per action at N ranks. Errors are collected when the action ends.
+    if (pending_->waiting.empty()) cv_.notify_all();
 }
 
 void Controller::on_closed(uint64_t conn, const std::string& reason) {

@@ -186,6 +186,7 @@ private:
     std::map<int, int> last_cluster_faults_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
     uint64_t registrations_refused_ = 0;
+    uint64_t heartbeats_ = 0;  // handled, for stats() (the scale benchmark's rate)
     PolicyCallback policy_;
     int policy_timeout_ms_ = 5000;
     std::thread thread_;

@@ -64,6 +64,7 @@ void Server::send(uint64_t conn, std::string bytes) {
         auto it = conns_.find(conn);
         if (it == conns_.end() || !it->second.close_reason.empty()) return;
         it->second.out += bytes;
+        dirty_.insert(conn);
     }
     wake();
 }
@@ -74,6 +75,7 @@ void Server::close(uint64_t conn, const std::string& reason) {
         auto it = conns_.find(conn);
         if (it == conns_.end()) return;
         it->second.close_reason = reason.empty() ? "closed by controller" : reason;
+        dirty_.insert(conn);
     }
     wake();
 }
@@ -125,6 +127,7 @@ void Server::accept_all() {
         Conn& c = conns_[id];
         c.fd = fd;
         c.auth_deadline = Clock::now() + std::chrono::milliseconds(auth_timeout_ms_);
+        watch_.insert(id);
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.u64 = id;
@@ -166,6 +169,7 @@ void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& fra
     }
     if (c.parser.buffered() && !c.partial) c.partial_since = Clock::now();
     c.partial = c.parser.buffered() > 0;
+    if (c.partial) watch_.insert(id);
     if (eof || !error.empty()) {
         if (c.partial) ++stats_.rejected;
         drop_locked(id, c.partial ? "truncated frame: connection closed with " + std::to_string(c.parser.buffered()) +
@@ -206,23 +210,37 @@ void Server::drop_locked(uint64_t id, const std::string& reason, std::vector<Clo
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
     close_fd(it->second.fd);
     conns_.erase(it);
+    dirty_.erase(id);
+    watch_.erase(id);
     closed.push_back({id, reason});
 }
 
-// Flushes queued output and enforces the close requests and deadlines, once per loop turn.
+// Flushes queued output and enforces the close requests and deadlines, once per loop turn. Only
+// the connections in dirty_ and watch_ are visited.
 void Server::sweep_locked(std::vector<Closed>& closed) {
     auto now = Clock::now();
     std::vector<std::pair<uint64_t, std::string>> expired;
-    for (auto& [id, c] : conns_) {
-        if (!c.close_reason.empty()) {
-            expired.emplace_back(id, c.close_reason);
-        } else if (!c.authenticated && now > c.auth_deadline) {
-            ++stats_.rejected;
-            expired.emplace_back(id, "did not register within " + std::to_string(auth_timeout_ms_) + " ms");
-        } else if (c.partial && now - c.partial_since > std::chrono::milliseconds(frame_timeout_ms_)) {
-            ++stats_.rejected;
-            expired.emplace_back(id, "frame incomplete for more than " + std::to_string(frame_timeout_ms_) + " ms");
+    for (auto w = watch_.begin(); w != watch_.end();) {
+        auto it = conns_.find(*w);
+        Conn* c = it == conns_.end() ? nullptr : &it->second;
+        if (!c || (c->authenticated && !c->partial)) {
+            w = watch_.erase(w);  // nothing left to time out
+            continue;
         }
+        if (!c->authenticated && now > c->auth_deadline) {
+            ++stats_.rejected;
+            expired.emplace_back(*w, "did not register within " + std::to_string(auth_timeout_ms_) + " ms");
+        } else if (c->partial && now - c->partial_since > std::chrono::milliseconds(frame_timeout_ms_)) {
+            ++stats_.rejected;
+            expired.emplace_back(*w, "frame incomplete for more than " + std::to_string(frame_timeout_ms_) + " ms");
+        }
+        ++w;
+    }
+    std::set<uint64_t> dirty;
+    dirty.swap(dirty_);
+    for (uint64_t id : dirty) {
+        auto it = conns_.find(id);
+        if (it != conns_.end() && !it->second.close_reason.empty()) expired.emplace_back(id, it->second.close_reason);
     }
     for (auto& [id, reason] : expired) {
         auto it = conns_.find(id);
@@ -232,13 +250,12 @@ void Server::sweep_locked(std::vector<Closed>& closed) {
         }
         drop_locked(id, reason, closed);
     }
-    std::vector<uint64_t> writers;
-    for (auto& [id, c] : conns_) {
-        if (!c.out.empty()) writers.push_back(id);
-    }
-    for (uint64_t id : writers) {
+    for (uint64_t id : dirty) {
         auto it = conns_.find(id);
-        if (it != conns_.end()) flush_locked(id, it->second, closed);
+        if (it == conns_.end() || it->second.out.empty()) continue;
+        flush_locked(id, it->second, closed);
+        it = conns_.find(id);
+        if (it != conns_.end() && !it->second.out.empty()) dirty_.insert(id);  // the peer's window is full: next turn
     }
 }
 
