@@ -3,8 +3,9 @@ new repair epoch, among the survivors (dying-gasp save) or the full world again 
 ARF), without restarting the surviving processes. torch.distributed only; nothing here imports megatron.
 
 How it works (one epoch = one membership):
-  1. teardown: abort every process group of this process (`_abort_all`, bounded by a timeout), so no
-     thread stays inside a broken collective and torch's global group registry is empty again;
+  1. teardown: abort every process group of this process, the default one and every subgroup, whoever
+     created them (`_abort_all`, in a thread joined with a timeout), so torch's global group registry is
+     empty again and init_process_group can run a second time;
   2. arrival: each member writes `arrive/<global rank>` under the epoch's store prefix and waits (bounded)
      for every other member's key; a missing rank is named in the error instead of a bare store timeout,
      and the members lists every rank passed are compared, so two views of the membership never meet;
@@ -101,9 +102,16 @@ def _init_kwargs(backend: str) -> dict:
 
 def _abort_all() -> str:
     """Drop every process group of this process. abort (not destroy) first: NCCL's destroy/finalize
-    waits for pending work and can hang when a peer died, abort does not; gloo's abort (torch >= 2.8)
-    closes its pairs so a thread still inside a collective returns. destroy is the fallback for a
-    backend without abort. Returns which call was used, for the log."""
+    waits for pending work and can hang when a peer died (ncclCommDestroy); abort is the path torch
+    documents for a broken communicator. destroy is the fallback for a backend without abort. Returns
+    which call was used, for the log.
+
+    Observed on gloo (torch 2.13.0+cpu, tests/integration/test_comm_epochs.py): after a peer was
+    SIGKILLed, `_abort_process_group()` returned in under 1 ms on every survivor. Both abort and
+    destroy_process_group also return at once when another thread is still inside a collective on a
+    silent (alive, not answering) peer, but neither wakes that collective: it returns only at the
+    group's own timeout. So on gloo a rank stuck in a collective is bounded by the group timeout, not by
+    teardown: keep `timeout` short. Not observed here (no GPU): NCCL's and HCCL's abort."""
     if not dist.is_initialized():
         return "none"
     try:
@@ -171,6 +179,7 @@ class CommEpochs:
         self.last_teardown = ""  # "abort" / "destroy" / "none": what the last teardown used
         self.last_teardown_s = 0.0
         self._store: Optional[dist.Store] = None
+        self._last_epoch: Optional[int] = None  # attempted, not only completed: a failed try leaves keys
 
     @property
     def address(self) -> str:
@@ -223,12 +232,13 @@ class CommEpochs:
         members = validate_members(members, self.world_size, self.rank)
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
-        if self.membership is not None and epoch <= self.membership.epoch:
-            raise ValueError(f"epoch {epoch} is not newer than the current epoch {self.membership.epoch}: "
-                             f"reusing an epoch would meet stale keys")
+        if self._last_epoch is not None and epoch <= self._last_epoch:
+            raise ValueError(f"epoch {epoch} is not newer than the last epoch tried, {self._last_epoch}: "
+                             f"reusing an epoch, even a failed one, would meet its stale keys")
         return members
 
     def _start(self, epoch: int, members: Tuple[int, ...]) -> Dict[str, Optional[dist.ProcessGroup]]:
+        self._last_epoch = epoch  # from here on this epoch may have left keys in the store
         store = dist.PrefixStore(epoch_prefix(epoch), self._connect())
         self._arrive(store, epoch, members)
         ms = Membership(epoch, members, self.rank)

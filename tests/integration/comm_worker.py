@@ -70,3 +70,11 @@ def run(rank, port, epochs, start_epoch=0):
     dist.barrier()  # nobody tears down while a peer is still inside the last check
     rep.add("done", 1)
     ce.close()
+
+
+def host_store_until_killed(queue):
+    """A store host that can die: the launcher agent or rank 0 of a plain env:// job."""
+    from mindio_adaptor.core.comm import host_store
+    store = host_store(0, "127.0.0.1")
+    queue.put(store.port)
+    time.sleep(60)

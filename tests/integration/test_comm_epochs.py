@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import comm_worker
-from mindio_adaptor.core.comm import host_store
+from mindio_adaptor.core.comm import CommEpochs, StoreUnreachable, host_store
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +155,28 @@ def test_two_consecutive_faults_two_epochs(job_factory):
     results = [job.get(f"result/2/{r}") for r in (0, 1)]
     assert [(res["sum"], res["pair_sum"], res["size"]) for res in results] == [(3.0, 3.0, 2)] * 2
     job.finish([0, 1])
+
+
+def test_lost_store_host_is_reported_by_address(job_factory):
+    """This slice requires the store host to survive; when it does not, rebuild says so, bounded."""
+    queue = CTX.Queue()
+    host = CTX.Process(target=comm_worker.host_store_until_killed, args=(queue,), daemon=True)
+    host.start()
+    ce = None
+    try:
+        port = queue.get(timeout=30)
+        ce = CommEpochs(0, 1, "127.0.0.1", port, timeout=timedelta(seconds=5),
+                        store_timeout=timedelta(seconds=2), join_timeout=timedelta(seconds=2))
+        ce.join(0, [0])
+        os.kill(host.pid, signal.SIGKILL)
+        host.join(5)
+        start = time.monotonic()
+        with pytest.raises(StoreUnreachable, match=f"store at 127.0.0.1:{port} not reachable within 2s"):
+            ce.rebuild(1, [0])
+        assert time.monotonic() - start < 8
+    finally:
+        if host.is_alive():
+            os.kill(host.pid, signal.SIGKILL)
+        host.join(5)
+        if ce is not None and dist.is_initialized():
+            ce.teardown()
