@@ -78,16 +78,25 @@ def _validate(wrapped, instance, args, kwargs):
     for name in HighAvailabilityConfig.__dataclass_fields__:
         setattr(margs, name, getattr(config, name))
     margs.num_distributed_optimizer_instances = config.replica_count
-    _announce(config, margs.rank)
+    if config.enable_high_availability:
+        # A job manager's SIGTERM (to any rank) makes every rank save the step it just completed,
+        # through Megatron's own distributed signal handler, then exit.
+        margs.exit_signal_handler = True
+    _announce(config, margs)
     return result
 
 
-def _announce(config: HighAvailabilityConfig, rank: int):
-    if rank != 0 or not config.enable_high_availability:
+def _announce(config: HighAvailabilityConfig, margs):
+    if margs.rank != 0 or not config.enable_high_availability:
         return
     logger.info("high availability on: every optimizer shard on %d rank(s)", config.replica_count)
-    logger.warning("the dying-gasp checkpoint of --enable-high-availability is not active in this "
-                   "version: after a fault the job stops as stock Megatron does")
+    if margs.save:
+        logger.info("on SIGTERM every rank saves a checkpoint of the last completed step to %s, then "
+                    "exits", margs.save)
+    else:
+        logger.warning("no --save directory: a SIGTERM stops the job without a checkpoint")
+    logger.warning("the dying-gasp checkpoint after a fault (an exception, a dead or hung rank) is not "
+                   "active in this version: the job stops as stock Megatron does")
     for request in config.inactive_requests():
         logger.warning("%s is accepted but NOT active in this version: no recovery of that kind "
                        "will happen", request)
