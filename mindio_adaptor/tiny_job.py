@@ -10,9 +10,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pretrain_gpt.py"
 
@@ -65,8 +66,10 @@ def parse_output(returncode: int, output: str) -> RunResult:
 
 
 def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, timeout: float = 300,
-                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> RunResult:
-    """Run the example under torchrun with the tiny GPT flags plus `flags`; never waits past timeout."""
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+                 on_line: Optional[Callable[[str], None]] = None) -> RunResult:
+    """Run the example under torchrun with the tiny GPT flags plus `flags`; never waits past timeout.
+    `on_line` sees every output line as it comes."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nproc}", str(EXAMPLE), *TINY_GPT_FLAGS,
                "--train-iters", str(train_iters), *flags]
@@ -74,13 +77,26 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
                 "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=full_env, cwd=cwd, start_new_session=True)
+    lines: List[str] = []
+    reader = threading.Thread(target=_pump, args=(proc.stdout, lines, on_line), daemon=True)
+    reader.start()
     try:
-        output, _ = proc.communicate(timeout=timeout)
-        return parse_output(proc.returncode, output)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every worker it started
-        output, _ = proc.communicate()
-        raise AssertionError(f"training did not finish within {timeout} s; last output:\n{output[-6000:]}")
+        proc.wait()
+        reader.join(10)
+        raise AssertionError(f"training did not finish within {timeout} s; last output:\n"
+                             f"{''.join(lines)[-6000:]}")
+    reader.join(30)
+    return parse_output(proc.returncode, "".join(lines))
+
+
+def _pump(stream, lines: List[str], on_line):
+    for line in stream:
+        lines.append(line)
+        if on_line is not None:
+            on_line(line)
 
 
 def load_params(directory: str, nproc: int = 4) -> List[dict]:

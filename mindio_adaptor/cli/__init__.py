@@ -11,6 +11,7 @@ import sys
 SUBCOMMAND_MODULES = [
     "policy",
     "controller",
+    "demo",
 ]
 
 
