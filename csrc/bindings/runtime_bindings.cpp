@@ -168,6 +168,7 @@ void bind_runtime(py::module_& m) {
             return static_cast<int>(p.wait_next_action(static_cast<int>(timeout_s * 1000)));
         }, "-> 0 retry, 1 exit, -1 timed out, -2 controller lost")
         .def("repair_step", &Processor::repair_step)
+        .def("prelock_step", &Processor::prelock_step, "-1, or the step of the controller's PRELOCK in force")
         .def("repair_type", [](const Processor& p) { return std::string(strategy_name(p.repair_type())); })
         .def("paused", &Processor::paused)
         .def("stats", &Processor::stats);

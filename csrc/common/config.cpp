@@ -17,6 +17,10 @@ int action_time_limit_ms() {
     return test_s > 0 ? ms(test_s) : static_cast<int>(limit_s * 1000);
 }
 
+int prelock_timeout_ms() { return ms(env_seconds("MINDIO_PRELOCK_TIMEOUT", 30, 0.05, 600)); }
+
+int prelock_tries() { return static_cast<int>(env_int("MINDIO_PRELOCK_TRIES", 3, 1, 10)); }
+
 ControllerConfig controller_config_from_env(int rank, int world_size) {
     ControllerConfig cfg;
     cfg.rank = rank;
@@ -26,6 +30,8 @@ ControllerConfig controller_config_from_env(int rank, int world_size) {
     cfg.collect_ms = ms(env_seconds("MINDIO_FAULT_COLLECT_TIME", 0.5, 0, 60));
     cfg.register_timeout_ms = ms(env_seconds("MINDIO_REGISTER_TIMEOUT", 5, 0.1, 600));
     cfg.frame_timeout_ms = cfg.register_timeout_ms;
+    cfg.prelock_timeout_ms = prelock_timeout_ms();
+    cfg.prelock_tries = prelock_tries();
     cfg.token = env_string("MINDIO_TOKEN");
     return cfg;
 }
@@ -37,6 +43,8 @@ ProcessorConfig processor_config_from_env(int rank, int world_size) {
     cfg.heartbeat_ms = static_cast<uint32_t>(ms(env_seconds("MINDIO_HEARTBEAT_INTERVAL", 2, 0.05, 60)));
     cfg.retry_times = static_cast<int>(env_int("TTP_RETRY_TIMES", 10, 1, 300));
     cfg.handler_limit_ms = action_time_limit_ms();
+    // A start_updating after PRELOCK waits for the STOP that follows the controller's wait for laggards.
+    cfg.prelock_wait_ms = prelock_timeout_ms() * prelock_tries() + cfg.handler_limit_ms;
     cfg.token = env_string("MINDIO_TOKEN");
     return cfg;
 }

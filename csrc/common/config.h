@@ -17,6 +17,9 @@ namespace mindio {
 
 int action_time_limit_ms();
 ControllerConfig controller_config_from_env(int rank, int world_size);
+// MINDIO_PRELOCK_TIMEOUT (s, 30, range 0.05-600) x MINDIO_PRELOCK_TRIES (3, range 1-10).
+int prelock_timeout_ms();
+int prelock_tries();
 ProcessorConfig processor_config_from_env(int rank, int world_size);
 
 }  // namespace mindio

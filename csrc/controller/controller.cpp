@@ -386,7 +386,7 @@ std::set<int> Controller::live_ranks_locked() const {
     return live;
 }
 
-Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults) {
+Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults, int64_t lock_step) {
     FaultContext ctx;
     ctx.faults = std::move(faults);
     std::set<int> live = live_ranks_locked();
@@ -395,11 +395,12 @@ Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults) 
         if (ranks_[i].dead || !ranks_[i].registered) ctx.dead.insert(static_cast<int>(i));
     }
     for (int r : live) ctx.repair_step = std::max(ctx.repair_step, ranks_[r].step);
-    // Prelock, simplified: instead of letting laggards finish their update, a rank that is mid-update
-    // or behind the repair step is treated like a corrupted one (repaired from a peer, never a saver).
+    if (lock_step >= 0) ctx.repair_step = lock_step;
+    // After the prelock wait (see prelock()): a rank still mid-update or not at the repair step is
+    // treated like a corrupted one (repaired from a peer, never a saver).
     for (int r : live) {
         const RankEntry& e = ranks_[r];
-        if (e.data != DataStatus::Updated || e.step < ctx.repair_step) ctx.not_ready.insert(r);
+        if (e.data != DataStatus::Updated || e.step != ctx.repair_step) ctx.not_ready.insert(r);
     }
     for (const auto& [rank, fault] : ctx.faults) {
         if (fault.kind == FaultKind::Memory) {
@@ -425,8 +426,16 @@ void Controller::handle_fault() {
         detect_dead_locked();
     }
     second_fault_ = false;
-    FaultContext ctx = assess_locked(std::move(pending_faults_));
+    std::map<int, Fault> faults = std::move(pending_faults_);
     pending_faults_.clear();
+    lock.unlock();
+    int64_t lock_step = prelock(faults);
+    lock.lock();
+    // Faults that arrived during the prelock wait are handled with the first ones.
+    for (auto& [rank, f] : pending_faults_) faults.try_emplace(rank, std::move(f));
+    pending_faults_.clear();
+    second_fault_ = false;
+    FaultContext ctx = assess_locked(std::move(faults), lock_step);
     DecisionInput in;
     for (const auto& [rank, f] : ctx.faults) in.kinds.insert(f.kind);
     auto plans = replicas_.repair_pairs(ctx.unavailable);
@@ -464,6 +473,55 @@ void Controller::handle_fault() {
         case Strategy::Dump: return dump(ctx, "decided after " + why.str());
         default: return exit_all("no recovery possible: " + why.str(), 499);
     }
+}
+
+// PRELOCK, as the reference: repair_step = the highest completed step among the ranks whose status
+// is known; every live rank is told that no update may start, and ranks behind it that are not
+// faulty get prelock_tries waits of prelock_timeout_ms to finish their update up to it. Returns the
+// repair step; who is still behind afterwards is for assess_locked to judge.
+int64_t Controller::prelock(const std::map<int, Fault>& faults) {
+    std::set<int> live;
+    int64_t step = -1;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        live = live_ranks_locked();
+        for (int r : live) step = std::max(step, ranks_[r].step);
+    }
+    if (live.empty() || step < 0) return step;
+    FaultContext ctx;
+    ctx.repair_step = step;
+    ctx.faults = faults;
+    ActionMsg msg = base_action(ActionKind::Prelock, ctx, Strategy::None);
+    // Not interruptible: a fault during the lock is gathered with the first ones, not a second fault.
+    run_action_all(ActionKind::Prelock, live, msg, false);
+    std::unique_lock<std::mutex> lock(mu_);
+    auto laggards = [&] {
+        std::set<int> behind;
+        for (int r : live) {
+            const RankEntry& e = ranks_[r];
+            if (faults.count(r) || pending_faults_.count(r) || e.dead || e.excluded) continue;
+            if (e.step < step) behind.insert(r);
+        }
+        return behind;
+    };
+    std::set<int> behind = laggards();
+    if (behind.empty()) return step;
+    event_locked("prelock_wait", "step " + std::to_string(step) + " laggards " + list_text(behind));
+    LOG_INFO(kLog, cfg_.rank, "prelock at step " << step << ": waiting for " << list_text(behind));
+    for (int attempt = 1; attempt <= cfg_.prelock_tries && !behind.empty() && !stopping_; ++attempt) {
+        auto until = Clock::now() + std::chrono::milliseconds(cfg_.prelock_timeout_ms);
+        while (!stopping_ && !(behind = laggards()).empty() && Clock::now() < until) {
+            cv_.wait_until(lock, std::min(until, Clock::now() + kTick));
+            detect_dead_locked();
+        }
+        if (!behind.empty()) {
+            event_locked("prelock_timeout", "try " + std::to_string(attempt) + "/" + std::to_string(cfg_.prelock_tries) +
+                                                " laggards " + list_text(behind));
+        }
+    }
+    if (behind.empty()) event_locked("prelock_done", "step " + std::to_string(step));
+    else LOG_WARN(kLog, cfg_.rank, "ranks " << list_text(behind) << " did not reach step " << step << " after the prelock");
+    return step;
 }
 
 namespace {

@@ -35,6 +35,8 @@ struct ControllerConfig {
     int frame_timeout_ms = 5000;     // a started frame must complete within this
     int collect_ms = 500;            // after the first fault, wait this long for related ones
     int cluster_wait_ms = 30000;     // MINDIO_WAIT_MINDX_TIME: wait for the cluster manager's strategy
+    int prelock_timeout_ms = 30000;  // MINDIO_PRELOCK_TIMEOUT: one wait for laggards after PRELOCK
+    int prelock_tries = 3;           // MINDIO_PRELOCK_TRIES: that many waits before giving up on them
     double heartbeat_misses = 3.0;   // a silent rank is dead after this many of its periods
     std::string token;
 };
@@ -147,7 +149,9 @@ private:
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
-    FaultContext assess_locked(std::map<int, Fault> faults);
+    // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
+    FaultContext assess_locked(std::map<int, Fault> faults, int64_t lock_step = -1);
+    int64_t prelock(const std::map<int, Fault>& faults);
     std::optional<Strategy> consult_policy(const FaultContext& ctx);
     void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
     Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool repairable, bool dump_possible);

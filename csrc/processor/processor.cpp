@@ -273,6 +273,8 @@ void Processor::worker_loop() {
             if (job.msg.step >= 0) repair_step_ = job.msg.step;
             if (job.msg.strategy != Strategy::None) repair_type_ = job.msg.strategy;
             if (job.msg.kind == ActionKind::Stop) run_ = RunStatus::Stopped;
+            if (job.msg.kind == ActionKind::Prelock) prelock_step_ = std::max<int64_t>(job.msg.step, 0);
+            cv_.notify_all();  // a start_updating blocked by the prelock waits for STOP
             if (job.msg.kind == ActionKind::Pause) paused_ = true, run_ = RunStatus::Paused;
             running_action_ = std::make_pair(job.msg.kind, Clock::now());
             warned_slow_ = false;
@@ -286,7 +288,8 @@ void Processor::worker_loop() {
                 result = {1, "rank " + std::to_string(cfg_.rank) + " action " + action_name(job.msg.kind) + ": " + e.what()};
             }
         } else if (job.msg.kind != ActionKind::Normal && job.msg.kind != ActionKind::Exit &&
-                   job.msg.kind != ActionKind::Pause && job.msg.kind != ActionKind::Continue) {
+                   job.msg.kind != ActionKind::Pause && job.msg.kind != ActionKind::Continue &&
+                   job.msg.kind != ActionKind::Prelock) {
             result = {1, "rank " + std::to_string(cfg_.rank) + " action " + action_name(job.msg.kind) +
                              ": no handler dispatcher is registered"};
         }
@@ -302,6 +305,7 @@ void Processor::worker_loop() {
             if (job.seq == last_seq_) cached_reply_ = reply;
             if (job.msg.kind == ActionKind::Normal) next_action_ = NextAction::Retry, run_ = RunStatus::Running;
             if (job.msg.kind == ActionKind::Exit) next_action_ = NextAction::Exit;
+            if (job.msg.kind == ActionKind::Normal || job.msg.kind == ActionKind::Exit) prelock_step_ = -1;
             if (job.msg.kind == ActionKind::Continue) paused_ = false, run_ = RunStatus::Running;
             cv_.notify_all();
         }
@@ -319,7 +323,29 @@ void Processor::set_replica(const ReplicaInfoMsg& info) {
 
 void Processor::start_updating(int64_t) {
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::unique_lock<std::mutex> lock(mu_);
+        if (prelock_step_ >= 0) {
+            int64_t locked = prelock_step_;
+            auto waited_from = Clock::now();
+            // Nobody starts an update after the lock: wait for the STOP (bounded), unless the lock is
+            // for a step this rank already completed, when there is nothing to wait for.
+            bool stopped = step_ >= locked ||
+                           cv_.wait_for(lock, std::chrono::milliseconds(cfg_.prelock_wait_ms), [&] {
+                               return run_ == RunStatus::Stopped || prelock_step_ < 0 || !running_ || lost_;
+                           });
+            if (prelock_step_ >= 0 || !stopped) {
+                auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - waited_from).count();
+                ++stats_["prelock_force_stops"];
+                throw std::runtime_error(
+                    "FORCE STOP: rank " + std::to_string(cfg_.rank) + " may not start an optimizer update after the "
+                    "controller's prelock at step " + std::to_string(locked) + " (last completed step " +
+                    std::to_string(step_) + ", " +
+                    (step_ >= locked ? std::string("already at the lock step")
+                                     : run_ == RunStatus::Stopped ? "stopped after " + std::to_string(ms) + " ms"
+                                                                  : "no STOP within " + std::to_string(ms) + " ms") +
+                    ")");
+            }
+        }
         data_ = DataStatus::Updating;
     }
     send_frame(status_frame(MsgType::Status));
@@ -360,6 +386,11 @@ NextAction Processor::wait_next_action(int timeout_ms) {
     NextAction next = *next_action_;
     next_action_.reset();
     return next;
+}
+
+int64_t Processor::prelock_step() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prelock_step_;
 }
 
 int64_t Processor::repair_step() const {

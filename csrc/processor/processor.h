@@ -30,6 +30,7 @@ struct ProcessorConfig {
     int backoff_base_ms = 1000;    // attempts wait 1, 2, 4, 8, 10, 10, ... times this
     int io_timeout_ms = 5000;      // connect, register, and each send
     int handler_limit_ms = 180000; // a handler running longer is reported (the controller acts on it)
+    int prelock_wait_ms = 270000;  // longest a start_updating after PRELOCK waits for the STOP
     std::string token;
 };
 
@@ -48,7 +49,11 @@ public:
     void stop();
 
     void set_replica(const ReplicaInfoMsg& info);
+    // After PRELOCK no update starts: this blocks until the controller's STOP (at most prelock_wait_ms)
+    // and throws std::runtime_error("FORCE STOP ..."); at once when the lock is for a step this rank
+    // has already completed.
     void start_updating(int64_t backup_step);
+    int64_t prelock_step() const;  // -1 when not locked
     void end_updating(int64_t step);
     void report_error(uint8_t report_state, const std::string& error_code);
     NextAction wait_next_action(int timeout_ms);
@@ -89,6 +94,7 @@ private:
     DataStatus data_ = DataStatus::Updated;
     RunStatus run_ = RunStatus::Running;
     int64_t repair_step_ = -1;
+    int64_t prelock_step_ = -1;  // >= 0 between PRELOCK and the NORMAL/EXIT that ends the fault handling
     Strategy repair_type_ = Strategy::None;
     bool paused_ = false;
     std::optional<NextAction> next_action_;

@@ -125,6 +125,7 @@ const char* action_name(ActionKind kind) {
         case ActionKind::Normal: return "normal";
         case ActionKind::Pause: return "pause";
         case ActionKind::Continue: return "continue";
+        case ActionKind::Prelock: return "prelock";
     }
     return "unknown";
 }

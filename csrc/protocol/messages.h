@@ -18,8 +18,10 @@ enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit
 enum class ActionKind : uint16_t {
     Stop = 1, Clean = 2, Repair = 3, Rollback = 4, RebuildGroup = 5, SaveCkpt = 6, Rename = 7,
     Exit = 8, Normal = 9, Pause = 10, Continue = 11,
+    // PRELOCK(step): no new optimizer update may start; a rank behind `step` may finish its current one.
+    Prelock = 12,
 };
-constexpr uint16_t kMaxActionKind = 11;
+constexpr uint16_t kMaxActionKind = 12;
 const char* action_name(ActionKind kind);
 const char* strategy_name(Strategy s);
 

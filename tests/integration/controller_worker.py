@@ -12,11 +12,19 @@ import sys
 import threading
 import time
 
+from mindio_adaptor.ttp import processor as _processor_module
 from mindio_ttp import framework_ttp as ttp
 
 
+_emit_lock = threading.Lock()
+
+
 def emit(**event):
-    print(json.dumps(event), flush=True)
+    # One write per line under a lock: handlers emit from the processor's worker thread while the
+    # training thread emits too, and print() writes the text and the newline separately.
+    with _emit_lock:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
 
 
 def main():
@@ -31,6 +39,11 @@ def main():
     p.add_argument("--fail-code", default="", help="device fault code the injected error carries")
     p.add_argument("--hang-in", default="", help="handler that sleeps far beyond its time limit")
     p.add_argument("--hang-rank", type=int, default=-1)
+    p.add_argument("--lag-rank", type=int, default=-1, help="rank that stops one update short (prelock tests)")
+    p.add_argument("--lag-mode", default="finish", choices=["finish", "never", "start"],
+                   help="finish: mid-update, ends it after the prelock; never: mid-update for good; "
+                        "start: not updating, starts the next update after the prelock")
+    p.add_argument("--start-rank", type=int, default=-1, help="rank that starts a new update after the prelock")
     a = p.parse_args()
     rank = a.rank
     stop_requested = threading.Event()
@@ -66,7 +79,12 @@ def main():
         if start > 0:  # after a repair: resume from the repaired step
             start = ttp.tft_get_repair_step()
             stop_requested.clear()
+        lag = rank == a.lag_rank and start == 0
         for step in range(start + 1, start + a.steps + 1):
+            if lag and step == a.steps:
+                if a.lag_mode != "start":
+                    ttp.tft_start_updating_os(step)  # and stays mid-update
+                break
             ttp.tft_start_updating_os(step)
             ttp.tft_end_updating_os(step)
             state["step"] = step
@@ -77,6 +95,27 @@ def main():
         while time.monotonic() < deadline:  # "blocked in a collective"
             if stop_requested.is_set():
                 raise RuntimeError("FORCE STOP by the controller")
+            if (lag or rank == a.start_rank) and not fired and a.trigger and os.path.exists(a.trigger):
+                fired.append(1)
+                native = _processor_module._require()
+                wait_deadline = time.monotonic() + 10
+                while native.prelock_step() < 0 and time.monotonic() < wait_deadline:
+                    time.sleep(0.01)
+                emit(rank=rank, prelock=native.prelock_step())
+                if lag and a.lag_mode == "finish":
+                    ttp.tft_end_updating_os(a.steps)
+                    state["step"] = a.steps
+                    emit(rank=rank, finished=a.steps)
+                elif lag and a.lag_mode == "never":
+                    pass
+                else:
+                    began = time.monotonic()
+                    try:
+                        ttp.tft_start_updating_os(state["step"] + 1)
+                        emit(rank=rank, started=state["step"] + 1)
+                    except RuntimeError as exc:
+                        emit(rank=rank, start_error=str(exc), blocked_s=time.monotonic() - began)
+                        raise
             if rank == a.fail_rank and not fired and a.trigger and os.path.exists(a.trigger):
                 fired.append(1)
                 error = RuntimeError("UCE ERROR injected by the test")

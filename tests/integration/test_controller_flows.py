@@ -30,7 +30,7 @@ def test_memory_error_runs_online_repair_with_right_pairs(tmp_path, job_env):
         job.fire()
         results = job.wait_results(range(8))
         assert all(r["result"] == "done" and r["repair_type"] == "retry" for r in results.values()), results
-        assert actions_in_order(job) == ["stop", "clean", "repair", "rollback", "normal"]
+        assert actions_in_order(job) == ["prelock", "stop", "clean", "repair", "rollback", "normal"]
         states = [d for _, _, d in job.controller_events("state")]
         assert states[-4:] == ["NORMAL->ABNORMAL", "ABNORMAL->ENV_CLEAR", "ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
         # DP [0..7], R=2: rank 3's shard is also held by rank 7.
@@ -65,7 +65,7 @@ def test_sigkill_is_detected_within_three_heartbeats_and_dumps(tmp_path, job_env
         live = [r for r in range(8) if r != 5]
         results = job.wait_results(live)
         assert all(r["result"] == "exit" for r in results.values())
-        assert actions_in_order(job) == ["stop", "save_ckpt", "rename", "exit"]
+        assert actions_in_order(job) == ["prelock", "stop", "save_ckpt", "rename", "exit"]
         # DP [0..7], R=2, rank 5 dead: shard 1 is saved by rank 1, the others by ranks 0, 2, 3.
         assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,3]"]
         savers = [r for r in live if job.handler_calls(r, "save_ckpt")]
@@ -113,7 +113,7 @@ def test_handler_beyond_time_limit_leads_to_dump(tmp_path, monkeypatch, job_env)
         # Rank 3 (memory error) and rank 5 (timed out) are not trusted: shards 1 and 3 fall to 1 and 7.
         assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,7]"]
         assert [r for r in live if job.handler_calls(r, "save_ckpt")] == [0, 1, 2, 7]
-        assert actions_in_order(job)[:2] == ["stop", "clean"]
+        assert actions_in_order(job)[:3] == ["prelock", "stop", "clean"]
         assert "repair" not in actions_in_order(job)
         assert actions_in_order(job)[-3:] == ["save_ckpt", "rename", "exit"]
         assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->DUMP", "DUMP->EXIT"]

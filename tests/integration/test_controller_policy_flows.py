@@ -48,7 +48,7 @@ def details(job, kind):
 def assert_online_repair(job, src, dst):
     results = job.wait_results(range(WORLD_SIZE))
     assert all(r["result"] == "done" and r["repair_type"] == "retry" for r in results.values()), results
-    assert actions_in_order(job) == ["stop", "clean", "repair", "rollback", "normal"]
+    assert actions_in_order(job) == ["prelock", "stop", "clean", "repair", "rollback", "normal"]
     assert details(job, "repair_plan") == [f"type 0 src=[{src}] dst=[{dst}]"]
     assert details(job, "state")[-1] == "REPAIR->NORMAL"
 
@@ -93,7 +93,7 @@ def test_separate_npu_code_turns_the_repair_into_a_dump(tmp_path, job_env, fault
         assert details(job, "policy") == [f"rank 1 code {SEPARATE} -> recover"]
         # ARF (recover) is not enabled, so the next more drastic strategy applies.
         assert details(job, "policy_decision") == ["builtin retry, policy recover -> dump"]
-        assert actions_in_order(job) == ["stop", "save_ckpt", "rename", "exit"]
+        assert actions_in_order(job) == ["prelock", "stop", "save_ckpt", "rename", "exit"]
         # DP [0,1,2,3], R=2, rank 1 not trusted: its shard is saved by its replica peer 3.
         assert details(job, "savers") == ["type 0 step 5 [0,3]"]
         assert [r for r in range(WORLD_SIZE) if job.handler_calls(r, "save_ckpt")] == [0, 3]

@@ -145,3 +145,17 @@ def test_unimplemented_parts_raise_not_implemented():
             ctl.tft_notify_controller_stop_train({1: 7})
     finally:
         ctl.tft_destroy_controller()
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("MINDIO_PRELOCK_TIMEOUT", "0.01", r"MINDIO_PRELOCK_TIMEOUT=0.01 is out of range \[0.05, 600\] seconds"),
+    ("MINDIO_PRELOCK_TIMEOUT", "abc", "is not a number of seconds"),
+    ("MINDIO_PRELOCK_TRIES", "0", r"MINDIO_PRELOCK_TRIES=0 is out of range \[1, 10\]"),
+])
+def test_prelock_timer_out_of_range_is_a_clear_error(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        ctl.tft_init_controller(-1, 4)
+    with pytest.raises(ValueError, match=message):
+        tp.tft_init_processor(0, 4)
+    assert not ctl.tft_query_high_availability_switch()
