@@ -11,6 +11,7 @@ PATCH_MODULES = [
     "optimizer_state",
     "fault_injection",
     "controller_link",
+    "signal_handler",
 ]
 
 
