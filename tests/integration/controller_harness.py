@@ -98,3 +98,8 @@ class Job:
     def worker_logs(self):
         return "\n".join(f"--- worker {r}\n" + (self.tmp_path / f"worker{r}.log").read_text()[-2000:]
                          for r in range(self.world_size))
+
+
+def actions_in_order(job):
+    """The names of the actions the controller sent, in order."""
+    return [d.split(" ")[0] for _, _, d in job.controller_events("action")]

@@ -6,21 +6,9 @@ import time
 
 import pytest
 
-from controller_harness import HEARTBEAT_S, Job, wait_until
+from controller_harness import HEARTBEAT_S, Job, actions_in_order, wait_until
 
 pytestmark = pytest.mark.integration
-
-FAST_ENV = {"MINDIO_FAULT_COLLECT_TIME": "0.2", "MINDIO_TEST_ACTION_TIME_LIMIT": "5"}
-
-
-@pytest.fixture
-def job_env(monkeypatch):
-    for key, value in FAST_ENV.items():
-        monkeypatch.setenv(key, value)
-
-
-def actions_in_order(job):
-    return [d.split(" ")[0] for _, _, d in job.controller_events("action")]
 
 
 def test_memory_error_runs_online_repair_with_right_pairs(tmp_path, job_env):

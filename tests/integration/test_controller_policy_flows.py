@@ -6,23 +6,16 @@ import time
 
 import pytest
 
-from controller_harness import Job
+from controller_harness import Job, actions_in_order
 
 pytestmark = pytest.mark.integration
 
-FAST_ENV = {"MINDIO_FAULT_COLLECT_TIME": "0.2", "MINDIO_TEST_ACTION_TIME_LIMIT": "5"}
 RESTART_REQUEST = "80C98000"
 # These tests time decisions, not fault detection: a slow heartbeat keeps a loaded machine from
 # declaring a busy worker dead.
 HEARTBEAT_S = 1.0
 WORLD_SIZE = 4
 SEPARATE = "80CB8009"
-
-
-@pytest.fixture
-def job_env(monkeypatch):
-    for key, value in FAST_ENV.items():
-        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture
@@ -35,10 +28,6 @@ def fault_codes(tmp_path):
 def start_job(tmp_path, **kwargs):
     """Four workers (DP [0,1,2,3], two replicas) under a controller with the given policy."""
     return Job(tmp_path, WORLD_SIZE, heartbeat_s=HEARTBEAT_S, **kwargs)
-
-
-def actions_in_order(job):
-    return [d.split(" ")[0] for _, _, d in job.controller_events("action")]
 
 
 def details(job, kind):

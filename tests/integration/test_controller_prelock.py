@@ -5,21 +5,9 @@ import signal
 
 import pytest
 
-from controller_harness import HEARTBEAT_S, Job, wait_until
+from controller_harness import HEARTBEAT_S, Job, actions_in_order, wait_until
 
 pytestmark = pytest.mark.integration
-
-FAST_ENV = {"MINDIO_FAULT_COLLECT_TIME": "0.2", "MINDIO_TEST_ACTION_TIME_LIMIT": "5"}
-
-
-@pytest.fixture
-def job_env(monkeypatch):
-    for key, value in FAST_ENV.items():
-        monkeypatch.setenv(key, value)
-
-
-def actions_in_order(job):
-    return [d.split(" ")[0] for _, _, d in job.controller_events("action")]
 
 
 def test_rank_mid_update_finishes_within_the_wait_and_is_a_valid_peer(tmp_path, job_env, monkeypatch):
