@@ -811,7 +811,10 @@ void Controller::exit_all(const std::string& why, int result) {
         std::lock_guard<std::mutex> lock(mu_);
         transition_locked(State::Exit, why);
         event_locked("exit", why);
-        live = live_ranks_locked();
+        // Ranks excluded for failing an action are alive and waiting for a decision too.
+        for (size_t i = 0; i < ranks_.size(); ++i) {
+            if (ranks_[i].registered && !ranks_[i].dead) live.insert(static_cast<int>(i));
+        }
     }
     FaultContext none;
     {

@@ -10,6 +10,7 @@ PATCH_MODULES = [
     "training",
     "optimizer_state",
     "fault_injection",
+    "exception_loop",
     "controller_link",
     "signal_handler",
 ]

@@ -92,11 +92,10 @@ def _announce(config: HighAvailabilityConfig, margs):
     logger.info("high availability on: every optimizer shard on %d rank(s)", config.replica_count)
     if margs.save:
         logger.info("on SIGTERM every rank saves a checkpoint of the last completed step to %s, then "
-                    "exits", margs.save)
+                    "exits; after a fault (an exception, a dead rank) the survivors save one there",
+                    margs.save)
     else:
-        logger.warning("no --save directory: a SIGTERM stops the job without a checkpoint")
-    logger.warning("the dying-gasp checkpoint after a fault (an exception, a dead or hung rank) is not "
-                   "active in this version: the job stops as stock Megatron does")
+        logger.warning("no --save directory: a SIGTERM or a fault stops the job without a checkpoint")
     for request in config.inactive_requests():
         logger.warning("%s is accepted but NOT active in this version: no recovery of that kind "
                        "will happen", request)

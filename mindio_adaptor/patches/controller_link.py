@@ -15,6 +15,8 @@ import socket
 
 import torch.distributed as dist
 
+from mindio_adaptor.patches import dump, step_snapshot
+from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training_state import STATE
 
@@ -55,8 +57,13 @@ def connect():
     processor.tft_start_processor(*address)
     if STATE.layout is not None:
         processor.tft_set_optimizer_replica(rank, STATE.layout.to_reference())
+    # The bracket closes when train_step returns (scheduler stepped too) and only after the step's
+    # snapshot exists, so every step the controller believes complete can be dumped.
     STATE.before_optimizer_step.append(lambda step: processor.tft_start_updating_os(step - 1))
-    STATE.after_optimizer_step.append(processor.tft_end_updating_os)
+    STATE.after_train_step.extend([step_snapshot.take, processor.tft_end_updating_os])
+    TRAINING.backend = dist.get_backend()
+    TRAINING.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
+    dump.register_handlers()
     atexit.register(disconnect)
     if rank == 0:
         logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)

@@ -19,16 +19,13 @@ def _record_model_and_optimizer(wrapped, instance, args, kwargs):
 
 
 def _bracketed(step):
-    """The optimizer update with STATE's before/after hooks around it."""
+    """The optimizer update with STATE's before hooks."""
 
     def step_with_hooks(*args, **kwargs):
         iteration = current_iteration()
         for hook in STATE.before_optimizer_step:
             hook(iteration)
-        result = step(*args, **kwargs)
-        for hook in STATE.after_optimizer_step:
-            hook(iteration)
-        return result
+        return step(*args, **kwargs)
 
     return step_with_hooks
 
@@ -45,6 +42,8 @@ def _after_train_step(wrapped, instance, args, kwargs):
     from megatron.training.global_vars import get_args
 
     margs, step = get_args(), current_iteration()
+    for hook in STATE.after_train_step:
+        hook(step)
     if not STATE.completed_steps:
         report_optimizer_state_bytes()
     STATE.completed_steps.append(step)

@@ -13,9 +13,10 @@ class TrainingState:
     layout: Any = None  # core.replica_layout.ReplicaLayout, when high availability is on
     completed_steps: List[int] = field(default_factory=list)
     fault_plan: Any = None  # core.fault_inject.FaultPlan
-    # Called as hook(step) around every optimizer update (step = the iteration being computed).
+    # Called as hook(step) before every optimizer update and after every train_step returned
+    # (step = the iteration being computed, as Megatron's log numbers it).
     before_optimizer_step: List[Callable[[int], None]] = field(default_factory=list)
-    after_optimizer_step: List[Callable[[int], None]] = field(default_factory=list)
+    after_train_step: List[Callable[[int], None]] = field(default_factory=list)
 
 
 STATE = TrainingState()

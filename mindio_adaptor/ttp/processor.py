@@ -36,6 +36,10 @@ _HANDLER_ARGS = {
 _OPTIONAL = {"exit", "stream_sync"}
 
 
+class ControllerUnreachable(RuntimeError):
+    """The processor gave up reconnecting to the controller (TTP_RETRY_TIMES)."""
+
+
 def _require() -> "_native.Processor":
     if _processor is None:
         raise RuntimeError("no processor: call tft_init_processor() and tft_start_processor() first")
@@ -131,7 +135,7 @@ def tft_wait_next_action(timeout: Optional[float] = None) -> Action:
         if code in (0, 1):
             return Action(code)
         if code == -2:
-            raise RuntimeError(f"rank {_rank}: the controller is unreachable (gave up after TTP_RETRY_TIMES)")
+            raise ControllerUnreachable(f"rank {_rank}: the controller is unreachable (gave up after TTP_RETRY_TIMES)")
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(f"rank {_rank}: no decision from the controller within {timeout} s")
 

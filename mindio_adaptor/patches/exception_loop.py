@@ -1,0 +1,171 @@
+"""Megatron's train_step inside the reference's exception loop (`tft_exception_handler` semantics),
+with --enable-high-availability: an exception is classified, reported to the controller, and the
+training thread parks until the controller decides. The controller's STOP reaches every rank through
+the processor thread (`stop_training`): it makes the training thread's pending collective fail
+(core/comm_abort), so a rank whose peer died or hangs does not wait for the group timeout, and waits
+until the training thread is parked. Only then may a saver touch the model and optimizer.
+
+Decisions: EXIT (after a dump, or when nothing can be saved) ends the process with a message naming
+the fault and the decision. RETRY needs the online repair, which does not exist yet: it ends the
+process the same way, saying so.
+"""
+import logging
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Tuple
+
+from mindio_adaptor.core import comm_abort
+from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.training import current_iteration
+
+logger = logging.getLogger(__name__)
+
+STOP_TIMEOUT_ENV = "MINDIO_STOP_TIMEOUT_S"
+DEFAULT_STOP_TIMEOUT_S = 30.0
+DECISION_TIMEOUT_S = 30 * 60.0  # the reference's longest wait: a dump may take that long
+
+
+class TrainingThread:
+    """What the training thread and the processor thread tell each other during a recovery. Work on
+    the model (a save, a repair) is handed to the parked training thread: device state (the current
+    CUDA/NPU device, our CPU device layer's torch function mode) is per thread, and Megatron expects
+    to run there."""
+
+    def __init__(self):
+        self.stop_requested = threading.Event()
+        self.parked = threading.Event()
+        self.jobs: "queue.Queue[Tuple[Callable[[], Any], Future]]" = queue.Queue()
+        self.keep_ports: set = set()  # connections a stop must not break: store, controller
+        self.backend = "gloo"
+
+    def run_parked(self, fn: Callable[[], Any], timeout: float) -> Any:
+        """Run fn() on the training thread once it is parked; its result, or its exception, here."""
+        if not self.parked.wait(stop_timeout_s()):
+            raise RuntimeError("the training thread is not parked; refusing to touch a model it may still change")
+        future: Future = Future()
+        self.jobs.put((fn, future))
+        return future.result(timeout)
+
+    def run_jobs(self, wait_s: float) -> None:
+        """On the training thread: run what the handlers posted, waiting up to wait_s for one."""
+        try:
+            fn, future = self.jobs.get(timeout=wait_s)
+        except queue.Empty:
+            return
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the handler, which reports it to the controller
+                future.set_exception(exc)
+
+
+TRAINING = TrainingThread()
+
+
+def stop_timeout_s() -> float:
+    value = os.environ.get(STOP_TIMEOUT_ENV, str(DEFAULT_STOP_TIMEOUT_S))
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{STOP_TIMEOUT_ENV}={value!r}: expected seconds, e.g. 30") from None
+    if not 1 <= seconds <= 1800:
+        raise ValueError(f"{STOP_TIMEOUT_ENV}={value!r}: must be within 1..1800 seconds")
+    return seconds
+
+
+def stop_training(args, ctx):
+    """The stop handler (processor thread): break the training thread out of its collective, then
+    wait until it is parked. A training thread that does not park in time (hung in compute) makes
+    this rank fail the action, so the controller never picks it to save."""
+    TRAINING.stop_requested.set()
+    what = comm_abort.break_collectives(TRAINING.backend, TRAINING.keep_ports)
+    started = time.monotonic()
+    limit = stop_timeout_s()
+    if not TRAINING.parked.wait(limit):
+        raise RuntimeError(f"the training thread did not stop within {limit:.0f} s ({STOP_TIMEOUT_ENV}); "
+                           f"it is hung, this rank cannot save")
+    logger.info("stopped: %s; training thread parked after %.2f s", what, time.monotonic() - started)
+    return 0
+
+
+def _ha_enabled() -> bool:
+    from megatron.training.global_vars import get_args
+
+    return bool(getattr(get_args(), "enable_high_availability", False))
+
+
+def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
+    if not _ha_enabled():
+        return wrapped(*args, **kwargs)
+    try:
+        return wrapped(*args, **kwargs)
+    except Exception as exc:
+        wait_for_decision(exc, current_iteration())
+        raise  # unreachable: wait_for_decision ends the process
+
+
+def _train_in_exception_loop(wrapped, instance, args, kwargs):
+    """Faults between two train_steps (the train loop's own collectives: the exit-signal check,
+    logging reductions, a periodic save) take the same path."""
+    if not _ha_enabled():
+        return wrapped(*args, **kwargs)
+    try:
+        return wrapped(*args, **kwargs)
+    except Exception as exc:
+        wait_for_decision(exc, current_iteration())
+        raise
+
+
+def wait_for_decision(exc: BaseException, step: int):
+    """Report the fault, park, and end the process as the controller decides."""
+    from mindio_adaptor.ttp import exception_handler, processor
+    from mindio_adaptor.ttp.enums import Action, ReportState
+
+    stopped = TRAINING.stop_requested.is_set()
+    state = ReportState.NORMAL if stopped else exception_handler.classify(exc)[0]
+    summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    if stopped:
+        logger.info("step %d: training stopped by the controller (%s)", step, summary)
+    else:
+        logger.error("step %d: training failed with %s; reported as %s", step, summary, state.name)
+    try:
+        processor.tft_report_error(state, exception_handler.fault_code_of(exc))
+    finally:
+        TRAINING.parked.set()
+    action = _serve_until_decision(processor)
+    decision = f"{processor.tft_get_repair_type() or 'exit'} at step {processor.tft_get_repair_step()}"
+    rank = os.environ.get("RANK", "?")
+    if action == Action.RETRY:
+        raise SystemExit(f"rank {rank}: step {step}: the controller chose an online repair ({decision}), which this "
+                         f"adaptor cannot do yet; exiting after {summary}") from exc
+    logger.error("step %d: training ended by the recovery controller (%s)", step, decision)
+    raise SystemExit(f"rank {rank}: step {step}: training ended by the recovery controller ({decision}) after {summary}") \
+        from exc
+
+
+def _serve_until_decision(processor):
+    """Park: run the handlers' jobs until the controller's decision arrives (bounded). An exception
+    while parked (a DataLoader worker ended by the launcher's SIGTERM raises one here) changes
+    nothing: this rank has already reported."""
+    deadline = time.monotonic() + DECISION_TIMEOUT_S
+    while True:
+        try:
+            TRAINING.run_jobs(0.1)
+            return processor.tft_wait_next_action(timeout=0.1)
+        except TimeoutError:
+            pass
+        except processor.ControllerUnreachable:
+            raise
+        except Exception as exc:
+            logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no decision from the controller within {DECISION_TIMEOUT_S:.0f} s")
+
+
+PATCHES = [
+    Patch("megatron.training.training", "train_step", _train_step_in_exception_loop),
+    Patch("megatron.training.training", "train", _train_in_exception_loop),
+]

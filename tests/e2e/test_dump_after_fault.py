@@ -1,0 +1,54 @@
+"""The dying-gasp checkpoint after a fault, on the real megatron.training (dp4, R=2, gloo): the
+survivors save one checkpoint of the last step that completed everywhere, the processes exit
+non-zero, and a stock --load of it ends bit-identical to the uninterrupted run."""
+import pytest
+
+from mindio_adaptor.tiny_job import run_training
+
+pytestmark = pytest.mark.e2e
+HA = ["--enable-high-availability"]
+
+
+def faulty_run(tmp_path, spec, ckpt):
+    env = {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
+    return run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"], env=env)
+
+
+def assert_resumes_like_the_reference(ckpt, dumped_step, reference_runs):
+    resumed = run_training(["--load", str(ckpt), *HA]).require_success()
+    reference, _ = reference_runs("ha")
+    assert sorted(resumed.losses) == list(range(dumped_step + 1, 9))
+    # Megatron logs the loss of the first step after a resume exactly; later lines average two steps.
+    assert resumed.losses[dumped_step + 1] == reference.losses[dumped_step + 1]
+    assert resumed.digest == reference.digest
+
+
+def test_raise_on_one_rank_dumps_the_last_completed_step(tmp_path, reference_runs):
+    ckpt = tmp_path / "ckpt"
+    run = faulty_run(tmp_path, "raise:rank=1,step=5", ckpt)
+    assert run.returncode != 0
+    assert "step 5: training failed with RuntimeError: Other ERROR; reported as UNKNOWN" in run.output
+    assert "dump of step 4 published" in run.output
+    assert "training ended by the recovery controller" in run.output
+    assert sorted(run.losses) == [1, 2, 3, 4]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000004", "latest_checkpointed_iteration.txt"]
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert_resumes_like_the_reference(ckpt, 4, reference_runs)
+
+
+def test_killed_rank_survivors_dump(tmp_path, reference_runs):
+    ckpt = tmp_path / "ckpt"
+    run = faulty_run(tmp_path, "kill:rank=2,step=5,phase=backward", ckpt)
+    assert run.returncode != 0
+    assert "dump of step 4 published" in run.output
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert_resumes_like_the_reference(ckpt, 4, reference_runs)
+
+
+def test_both_holders_of_a_shard_killed_writes_nothing(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    # dp4, R=2 on one host: instances [0, 1] and [2, 3]; shard 1 lives on ranks 1 and 3.
+    run = faulty_run(tmp_path, "kill:rank=1,step=5;kill:rank=3,step=5", ckpt)
+    assert run.returncode != 0
+    assert "dump impossible, no complete replica: type 0 group 0 shard 1" in run.output
+    assert not ckpt.exists() or not [p for p in ckpt.iterdir() if p.name.startswith("iter_")]
