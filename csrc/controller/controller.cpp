@@ -445,7 +445,8 @@ void Controller::handle_fault() {
     }
     in.repairable = std::all_of(ctx.repair_set.begin(), ctx.repair_set.end(),
                                 [&](int r) { return repairable_ranks.count(r) > 0; });
-    in.dump_possible = !replicas_.empty() && replicas_.savers(ctx.unavailable).complete();
+    SaverPlan saver_plan = replicas_.savers(ctx.unavailable);
+    in.dump_possible = !replicas_.empty() && saver_plan.complete();
     Strategy own = decide(cfg_.caps, in);
     std::ostringstream why;
     why << "faults";
@@ -471,7 +472,9 @@ void Controller::handle_fault() {
     switch (chosen) {
         case Strategy::Retry: return online_repair(ctx);
         case Strategy::Dump: return dump(ctx, "decided after " + why.str());
-        default: return exit_all("no recovery possible: " + why.str(), 499);
+        default:
+            if (!in.dump_possible) why << "; dump impossible, no complete replica:" << missing_shards_text(saver_plan);
+            return exit_all("no recovery possible: " + why.str(), 499);
     }
 }
 
@@ -782,12 +785,8 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         live = live_ranks_locked();
     }
     if (no_layout || !plan.complete()) {
-        std::string missing = no_layout ? "no replica layout was reported" : "";
-        for (const auto& s : plan.missing) {
-            missing += " type " + std::to_string(s.optimizer_type) + " group " + std::to_string(s.group_index) +
-                       " shard " + std::to_string(s.shard) + ";";
-        }
-        return exit_all("dump impossible, no complete replica: " + missing, 499);
+        std::string missing = no_layout ? " no replica layout was reported" : missing_shards_text(plan);
+        return exit_all("dump impossible, no complete replica:" + missing, 499);
     }
     ActionMsg save = base_action(ActionKind::SaveCkpt, ctx, Strategy::Dump);
     std::set<int> savers;
@@ -803,6 +802,15 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
     out = run_action_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
     if (!out.ok()) return exit_all("renaming the checkpoint failed", 499);
     exit_all("dump of step " + std::to_string(ctx.repair_step) + " complete", 0);
+}
+
+std::string Controller::missing_shards_text(const SaverPlan& plan) const {
+    std::string text;
+    for (const auto& s : plan.missing) {
+        text += " type " + std::to_string(s.optimizer_type) + " group " + std::to_string(s.group_index) +
+                " shard " + std::to_string(s.shard) + ";";
+    }
+    return text;
 }
 
 void Controller::exit_all(const std::string& why, int result) {

@@ -162,6 +162,7 @@ private:
     void pause_flow();
 
     std::set<int> live_ranks_locked() const;
+    std::string missing_shards_text(const SaverPlan& plan) const;
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
     ActionOutcome run_action(ActionKind kind, const std::map<int, ActionMsg>& per_rank, bool interruptible,
                              int timeout_ms);

@@ -8,7 +8,7 @@ _configured = False
 
 
 def configure(rank=None):
-    """Send the adaptor's logs to stderr as `[mindio <time> rank R] LEVEL message`, once per process.
+    """Send the adaptor's logs to stderr as `[mindio HH:MM:SS.mmm rank R] LEVEL message`, once per process.
     Level from MINDIO_LOG_LEVEL (default INFO)."""
     global _configured
     if _configured:
@@ -17,7 +17,7 @@ def configure(rank=None):
     rank = os.environ.get("RANK", "?") if rank is None else rank
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(
-        f"[mindio %(asctime)s rank {rank}] %(levelname)s %(message)s", "%H:%M:%S"))
+        f"[mindio %(asctime)s.%(msecs)03d rank {rank}] %(levelname)s %(message)s", "%H:%M:%S"))
     root = logging.getLogger(LOGGER_NAME)
     root.addHandler(handler)
     root.setLevel(os.environ.get("MINDIO_LOG_LEVEL", "INFO").upper())

@@ -15,7 +15,8 @@ import socket
 
 import torch.distributed as dist
 
-from mindio_adaptor.patches import dump, step_snapshot
+from mindio_adaptor.core import inherited_sockets
+from mindio_adaptor.patches import dump, exception_loop, step_snapshot
 from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training_state import STATE
@@ -47,6 +48,8 @@ def controller_address(environ=os.environ):
 
 
 def connect():
+    from megatron.training.global_vars import get_args
+
     from mindio_adaptor.ttp import controller, processor
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -61,6 +64,8 @@ def connect():
     # snapshot exists, so every step the controller believes complete can be dumped.
     STATE.before_optimizer_step.append(lambda step: processor.tft_start_updating_os(step - 1))
     STATE.after_train_step.extend([step_snapshot.take, processor.tft_end_updating_os])
+    inherited_sockets.install()
+    exception_loop.arm(get_args())
     TRAINING.backend = dist.get_backend()
     TRAINING.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
     dump.register_handlers()

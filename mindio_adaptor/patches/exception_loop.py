@@ -15,9 +15,10 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from mindio_adaptor.core import comm_abort
+from mindio_adaptor.core.step_watchdog import StepWatchdog
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training import current_iteration
 
@@ -25,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_ENV = "MINDIO_STOP_TIMEOUT_S"
 DEFAULT_STOP_TIMEOUT_S = 30.0
+STEP_TIMEOUT_ENV = "MINDIO_STEP_TIMEOUT_S"  # default: Megatron's --distributed-timeout-minutes
+HUNG_EXIT_GRACE_S = 2.0
 DECISION_TIMEOUT_S = 30 * 60.0  # the reference's longest wait: a dump may take that long
 
 
@@ -40,6 +43,7 @@ class TrainingThread:
         self.jobs: "queue.Queue[Tuple[Callable[[], Any], Future]]" = queue.Queue()
         self.keep_ports: set = set()  # connections a stop must not break: store, controller
         self.backend = "gloo"
+        self.watchdog: Optional[StepWatchdog] = None
 
     def run_parked(self, fn: Callable[[], Any], timeout: float) -> Any:
         """Run fn() on the training thread once it is parked; its result, or its exception, here."""
@@ -65,15 +69,56 @@ class TrainingThread:
 TRAINING = TrainingThread()
 
 
-def stop_timeout_s() -> float:
-    value = os.environ.get(STOP_TIMEOUT_ENV, str(DEFAULT_STOP_TIMEOUT_S))
+def _seconds_from_env(name: str, default: float, low: float, high: float) -> float:
+    value = os.environ.get(name, str(default))
     try:
         seconds = float(value)
     except ValueError:
-        raise ValueError(f"{STOP_TIMEOUT_ENV}={value!r}: expected seconds, e.g. 30") from None
-    if not 1 <= seconds <= 1800:
-        raise ValueError(f"{STOP_TIMEOUT_ENV}={value!r}: must be within 1..1800 seconds")
+        raise ValueError(f"{name}={value!r}: expected seconds, e.g. 30") from None
+    if not low <= seconds <= high:
+        raise ValueError(f"{name}={value!r}: must be within {low:g}..{high:g} seconds")
     return seconds
+
+
+def stop_timeout_s() -> float:
+    return _seconds_from_env(STOP_TIMEOUT_ENV, DEFAULT_STOP_TIMEOUT_S, 1, 1800)
+
+
+def arm(margs) -> None:
+    """At connect: the hang watchdog and the exit handler. Read here so a bad value stops the start."""
+    from mindio_adaptor.ttp import processor
+
+    stop_timeout_s()
+    limit = _seconds_from_env(STEP_TIMEOUT_ENV, margs.distributed_timeout_minutes * 60.0, 1, 7 * 24 * 3600)
+    TRAINING.watchdog = StepWatchdog(limit, _report_hang)
+    processor.tft_register_exit_handler(_exit_even_if_hung)
+
+
+def _report_hang(step: int, age: float) -> None:
+    """Watchdog thread: the step may be stuck in compute or in a collective with a hung peer; either
+    way the controller decides (a dump), and its STOP finds out which ranks can still act."""
+    from mindio_adaptor.ttp import processor
+    from mindio_adaptor.ttp.enums import ReportState
+
+    logger.error("step %d has been running for %.0f s (limit %s=%.0f s): reporting a hang", step, age,
+                 STEP_TIMEOUT_ENV, TRAINING.watchdog.limit_s)
+    processor.tft_report_error(ReportState.UNKNOWN, "")
+
+
+def _exit_even_if_hung(ctx):
+    """exit handler: a parked training thread exits by itself; a hung one cannot, so the process is
+    ended shortly after the reply to the controller has gone out."""
+    if TRAINING.parked.is_set():
+        return 0
+
+    def end():
+        if not TRAINING.parked.is_set():
+            logger.error("the controller ended the job and the training thread is hung: ending the process")
+            logging.shutdown()
+            os._exit(1)
+
+    threading.Timer(HUNG_EXIT_GRACE_S, end).start()
+    return 0
 
 
 def stop_training(args, ctx):
@@ -100,11 +145,17 @@ def _ha_enabled() -> bool:
 def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
     if not _ha_enabled():
         return wrapped(*args, **kwargs)
+    step = current_iteration()
+    if TRAINING.watchdog is not None:
+        TRAINING.watchdog.step_started(step)
     try:
         return wrapped(*args, **kwargs)
     except Exception as exc:
-        wait_for_decision(exc, current_iteration())
+        wait_for_decision(exc, step)
         raise  # unreachable: wait_for_decision ends the process
+    finally:
+        if TRAINING.watchdog is not None:
+            TRAINING.watchdog.step_ended()
 
 
 def _train_in_exception_loop(wrapped, instance, args, kwargs):

@@ -9,8 +9,8 @@ pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
 
 
-def faulty_run(tmp_path, spec, ckpt):
-    env = {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
+def faulty_run(tmp_path, spec, ckpt, **env_extra):
+    env = {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults"), **env_extra}
     return run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"], env=env)
 
 
@@ -40,6 +40,7 @@ def test_killed_rank_survivors_dump(tmp_path, reference_runs):
     ckpt = tmp_path / "ckpt"
     run = faulty_run(tmp_path, "kill:rank=2,step=5,phase=backward", ckpt)
     assert run.returncode != 0
+    assert "lost the connection of rank 2" in run.output
     assert "dump of step 4 published" in run.output
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     assert_resumes_like_the_reference(ckpt, 4, reference_runs)
@@ -52,3 +53,14 @@ def test_both_holders_of_a_shard_killed_writes_nothing(tmp_path):
     assert run.returncode != 0
     assert "dump impossible, no complete replica: type 0 group 0 shard 1" in run.output
     assert not ckpt.exists() or not [p for p in ckpt.iterdir() if p.name.startswith("iter_")]
+
+
+def test_hung_rank_is_detected_and_the_others_dump(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    run = faulty_run(tmp_path, "hang:rank=3,step=5", ckpt, MINDIO_STEP_TIMEOUT_S="8", MINDIO_STOP_TIMEOUT_S="4")
+    assert run.returncode != 0
+    assert "step 5 has been running for" in run.output and "reporting a hang" in run.output
+    assert "action stop failed on rank 3" in run.output  # the hung rank never parks: it may not save
+    assert "dump of step 4 published" in run.output
+    assert "the training thread is hung: ending the process" in run.output
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"

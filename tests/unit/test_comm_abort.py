@@ -1,0 +1,52 @@
+"""Which connections a stop breaks: every established TCP connection except those to kept ports."""
+import os
+import socket
+
+from mindio_adaptor.core import comm_abort, inherited_sockets
+from mindio_adaptor.core.comm_abort import Connection
+
+INET = int(socket.AF_INET)
+
+
+def test_kept_ports_on_either_side_and_listeners_survive():
+    conns = [
+        Connection(10, INET, 40001, 29500),  # client of the store
+        Connection(11, INET, 29500, 40002),  # the store's side of a client (rank 0 hosting it)
+        Connection(12, INET, 40003, 41000),  # gloo pair
+        Connection(13, INET, 41000, 0),      # gloo listener
+        Connection(14, INET, 40004, 45555),  # processor -> controller
+        Connection(15, INET, 40005, 41001),  # gloo pair
+    ]
+    broken = comm_abort.connections_to_break(conns, keep_ports={29500, 45555})
+    assert [c.fd for c in broken] == [12, 15]
+
+
+def test_shutdown_wakes_a_blocked_reader_and_keeps_the_descriptor():
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    mine = [c for c in comm_abort.tcp_connections() if c.fd == client.fileno()]
+    assert len(mine) == 1
+    assert comm_abort.shutdown_connections(mine) == 1
+    assert client.recv(1) == b""  # end of stream at once, not a block
+    os.fstat(client.fileno())  # still open: the owner closes it
+    for s in (client, peer, server):
+        s.close()
+
+
+def test_a_forked_child_closes_the_inherited_connections():
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: what the at-fork hook does
+        closed = inherited_sockets.close_in_child()
+        os.write(write_end, str(closed).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert int(os.read(read_end, 16)) >= 3  # listener, client, accepted peer
+    client.close()  # the parent's was the last reference: the peer sees the end at once
+    assert peer.recv(1) == b""
+    for s in (peer, server):
+        s.close()
