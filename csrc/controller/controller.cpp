@@ -808,7 +808,7 @@ std::string Controller::missing_shards_text(const SaverPlan& plan) const {
     std::string text;
     for (const auto& s : plan.missing) {
         text += " type " + std::to_string(s.optimizer_type) + " group " + std::to_string(s.group_index) +
-                " shard " + std::to_string(s.shard) + ";";
+                " shard " + std::to_string(s.shard) + " (holders " + list_text(s.holders) + " all dead, faulty or behind);";
     }
     return text;
 }

@@ -75,13 +75,12 @@ SaverPlan ReplicaManager::savers(const std::set<int>& unavailable) const {
         int g = s.num_shards();
         for (int shard = 0; shard < g; ++shard) {
             int chosen = -1;
+            std::vector<int> holders;
             for (size_t i = shard; i < s.ranks.size(); i += g) {
-                if (!unavailable.count(s.ranks[i])) {
-                    chosen = s.ranks[i];
-                    break;
-                }
+                holders.push_back(s.ranks[i]);
+                if (chosen < 0 && !unavailable.count(s.ranks[i])) chosen = s.ranks[i];
             }
-            ShardSaver entry{s.optimizer_type, s.group_index, shard, chosen};
+            ShardSaver entry{s.optimizer_type, s.group_index, shard, chosen, std::move(holders)};
             (chosen >= 0 ? plan.savers : plan.missing).push_back(entry);
         }
     }

@@ -21,6 +21,7 @@ struct ReplicaSetInfo {
 
 struct ShardSaver {
     int optimizer_type, group_index, shard, rank;  // rank -1: no available holder
+    std::vector<int> holders = {};                  // every rank that holds the shard
 };
 
 struct SaverPlan {

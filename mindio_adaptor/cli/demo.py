@@ -1,9 +1,13 @@
 """`mindio-adaptor demo`: a 4-process CPU GPT training with high availability, a fault injected
 mid-run, the checkpoint written on the way out, the relaunch that resumes from it, and a timeline.
 
-Scenario available in this version: `sigterm` (a job manager's graceful stop reaches one rank; every
-rank saves the step it just completed and exits; the relaunch resumes). The dying-gasp checkpoint after
-a crash (`dump`), online repair (`repair`) and process replacement (`replace`) come with later versions.
+Scenarios available in this version:
+  sigterm  a job manager's graceful stop reaches one rank; every rank saves the step it just completed
+           and exits; the relaunch resumes.
+  dump     one rank fails (--fault-kind kill, raise or hang); the survivors save one checkpoint of
+           the last step completed everywhere (the dying-gasp checkpoint) and exit; the relaunch
+           resumes from it, losing only the interrupted step.
+Online repair (`repair`) and process replacement (`replace`) come with later versions.
 """
 import re
 import sys
@@ -14,7 +18,10 @@ from pathlib import Path
 from mindio_adaptor.tiny_job import run_training
 
 SCENARIOS = ("sigterm", "dump", "repair", "replace")
-AVAILABLE = ("sigterm",)
+AVAILABLE = ("sigterm", "dump")
+FAULT_KINDS = ("kill", "raise", "hang")
+# A hang is noticed by the step watchdog; short limits keep the demo short.
+HANG_ENV = {"MINDIO_STEP_TIMEOUT_S": "10", "MINDIO_STOP_TIMEOUT_S": "5"}
 HA = ["--enable-high-availability"]
 _STEP = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?lm loss: ([\d.E+-]+)")
 
@@ -22,10 +29,12 @@ _STEP = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?lm loss: ([\d.E+-]+)")
 def register(subparsers):
     parser = subparsers.add_parser("demo", help="watch a fault, the checkpoint on the way out and the "
                                                 "resume on a 4-process CPU training")
-    parser.add_argument("--scenario", choices=SCENARIOS, default="sigterm")
+    parser.add_argument("--scenario", choices=SCENARIOS, default="dump")
     parser.add_argument("--steps", type=int, default=12, help="training steps (default 12)")
     parser.add_argument("--fault-step", type=int, default=6, help="step during which the fault comes")
     parser.add_argument("--fault-rank", type=int, default=2, help="rank the fault hits")
+    parser.add_argument("--fault-kind", choices=FAULT_KINDS, default="kill",
+                        help="dump scenario: how the rank fails (default kill)")
     parser.add_argument("--nproc", type=int, default=4, help="processes (default 4)")
     parser.add_argument("--workdir", default=None, help="where checkpoints go (default: a temporary dir)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed per launch")
@@ -37,9 +46,12 @@ class Timeline:
         self.start = time.monotonic()
         self.events = []
 
-    def mark(self, what: str):
-        self.events.append((time.monotonic() - self.start, what))
+    def mark(self, what: str, key: str = ""):
+        self.events.append((time.monotonic() - self.start, what, key))
         print(f"[{self.events[-1][0]:7.2f} s] {what}", flush=True)
+
+    def seen(self, key: str) -> bool:
+        return any(k == key for _, _, k in self.events)
 
 
 def _watch(timeline: Timeline, phase: str):
@@ -49,6 +61,14 @@ def _watch(timeline: Timeline, phase: str):
             print(f"  {phase}: step {step.group(1)}/{step.group(2)} loss {float(step.group(3)):.6f}", flush=True)
         elif "fault injection: firing" in line:
             timeline.mark("fault: " + line.split("fault injection: ", 1)[1].split(" at 20")[0])
+        elif "[controller rank" in line and "fault on rank" in line and not timeline.seen("detected"):
+            timeline.mark("detected by the controller: " + line.split("fault on ", 1)[1].strip(), key="detected")
+        elif "[controller rank" in line and "] decision " in line:
+            timeline.mark("controller decision: " + line.split("] decision ", 1)[1].split(":")[0])
+        elif "dump of step" in line and "published" in line:
+            timeline.mark("dump written: iteration " + line.split("dump of step ", 1)[1].split()[0])
+        elif "training ended by the recovery controller" in line and not timeline.seen("ended"):
+            timeline.mark("the processes exit, as the controller decided", key="ended")
         elif "exiting program after receiving SIGTERM" in line:
             timeline.mark("every rank saw the signal and saved its checkpoint")
         elif "successfully saved checkpoint from iteration" in line:
@@ -66,6 +86,10 @@ def _check(args):
         sys.exit(f"mindio-adaptor demo: --fault-step must be in 1..{args.steps - 1}")
     if not 0 <= args.fault_rank < args.nproc:
         sys.exit(f"mindio-adaptor demo: --fault-rank must be in 0..{args.nproc - 1}")
+    if args.scenario == "dump" and args.fault_rank == 0:
+        sys.exit("mindio-adaptor demo: --fault-rank 0 hosts the in-job controller; a fault there ends the "
+                 "controller with it (run one outside the job with MINDIO_CONTROLLER_ADDR); pick 1.."
+                 f"{args.nproc - 1}")
 
 
 def run(args) -> int:
@@ -78,15 +102,19 @@ def run(args) -> int:
     timeline.mark(f"uninterrupted reference run: {args.steps} steps on {args.nproc} processes")
     reference = run_training(HA, on_line=_watch(timeline, "reference"), **common).require_success()
 
-    env = {"MINDIO_FAULT_INJECT": f"sigterm:rank={args.fault_rank},step={args.fault_step}",
-           "MINDIO_FAULT_STATE_DIR": str(faults)}
-    timeline.mark(f"run with a SIGTERM to rank {args.fault_rank} during step {args.fault_step}")
+    kind = "sigterm" if args.scenario == "sigterm" else args.fault_kind
+    env = {"MINDIO_FAULT_INJECT": f"{kind}:rank={args.fault_rank},step={args.fault_step}",
+           "MINDIO_FAULT_STATE_DIR": str(faults), **(HANG_ENV if kind == "hang" else {})}
+    timeline.mark(f"run with a fault ({kind}) on rank {args.fault_rank} during step {args.fault_step}")
     stopped = run_training([*HA, "--save", str(ckpt), "--save-interval", str(10 ** 6)], env=env,
                            on_line=_watch(timeline, "faulty run"), **common)
-    if stopped.returncode != 0:
+    tracker = ckpt / "latest_checkpointed_iteration.txt"
+    expected_exit = "0" if kind == "sigterm" else "non-zero"
+    if (stopped.returncode == 0) != (kind == "sigterm") or not tracker.exists():
         print(stopped.output[-4000:], file=sys.stderr)
-        sys.exit(f"mindio-adaptor demo: the stopped run exited {stopped.returncode} (see above)")
-    saved = int((ckpt / "latest_checkpointed_iteration.txt").read_text().strip())
+        sys.exit(f"mindio-adaptor demo: the faulty run exited {stopped.returncode} (expected {expected_exit}) "
+                 f"{'with' if tracker.exists() else 'without'} a checkpoint (see above)")
+    saved = int(tracker.read_text().strip())
 
     timeline.mark("relaunch with --load")
     resumed = run_training([*HA, "--load", str(ckpt)], env=env, on_line=_watch(timeline, "resumed"),
@@ -96,8 +124,10 @@ def run(args) -> int:
     done_before = max(stopped.losses, default=0)
     equal = resumed.digest is not None and resumed.digest == reference.digest
     print("\nsummary")
+    print(f"  faulty run exited {stopped.returncode} ({expected_exit} expected for {kind})")
     print(f"  steps completed before the stop: {done_before}; checkpoint at iteration {saved}; "
-          f"steps lost: {done_before - saved}")
+          f"steps lost: {done_before - saved}"
+          + ("; the interrupted step is recomputed" if kind != "sigterm" else ""))
     print(f"  resumed at step {min(resumed.losses, default=0)}, finished at step {max(resumed.losses, default=0)}")
     print(f"  params digest equal to the uninterrupted run: {'yes' if equal else 'no'}")
     second = saved + 2

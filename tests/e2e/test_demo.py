@@ -12,14 +12,17 @@ def demo(*args, timeout=600):
                           text=True, timeout=timeout)
 
 
-def test_sigterm_demo_resumes_to_the_uninterrupted_digest(tmp_path):
-    done = demo("--steps", "8", "--fault-step", "5", "--workdir", str(tmp_path))
+def test_dump_demo_resumes_to_the_uninterrupted_digest(tmp_path):
+    """The SIGTERM scenario's path is tested in test_sigterm_dump.py; this is the newcomer's default."""
+    done = demo("--scenario", "dump", "--steps", "8", "--fault-step", "5", "--workdir", str(tmp_path))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    assert "fault: firing sigterm on rank 2 at step 5 (forward)" in out
-    assert "checkpoint written: iteration 5" in out
-    assert "relaunch loaded the checkpoint at iteration 5" in out
-    assert "steps lost: 0" in out
+    assert "fault: firing kill on rank 2 at step 5 (forward)" in out
+    assert "detected by the controller: rank 2" in out
+    assert "controller decision: dump" in out
+    assert "dump written: iteration 4" in out
+    assert "relaunch loaded the checkpoint at iteration 4" in out
+    assert "steps lost: 0; the interrupted step is recomputed" in out
     assert "params digest equal to the uninterrupted run: yes" in out
     for step in range(1, 9):
         assert f"reference: step {step}/8" in out
@@ -29,6 +32,7 @@ def test_sigterm_demo_resumes_to_the_uninterrupted_digest(tmp_path):
     (["--scenario", "repair"], "scenario 'repair' needs a capability this version does not have yet"),
     (["--fault-step", "12", "--steps", "12"], "--fault-step must be in 1..11"),
     (["--fault-rank", "4"], "--fault-rank must be in 0..3"),
+    (["--scenario", "dump", "--fault-rank", "0"], "--fault-rank 0 hosts the in-job controller"),
 ])
 def test_demo_refuses_what_it_cannot_show(args, message):
     done = demo(*args, timeout=60)
