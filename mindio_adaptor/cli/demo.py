@@ -61,6 +61,8 @@ def _watch(timeline: Timeline, phase: str):
             print(f"  {phase}: step {step.group(1)}/{step.group(2)} loss {float(step.group(3)):.6f}", flush=True)
         elif "fault injection: firing" in line:
             timeline.mark("fault: " + line.split("fault injection: ", 1)[1].split(" at 20")[0])
+        elif "[controller rank" in line and "lost the connection of rank" in line and phase == "faulty run":
+            timeline.mark("the controller lost the connection of " + line.split("connection of ", 1)[1].split(":")[0])
         elif "[controller rank" in line and "fault on rank" in line and not timeline.seen("detected"):
             timeline.mark("detected by the controller: " + line.split("fault on ", 1)[1].strip(), key="detected")
         elif "[controller rank" in line and "] decision " in line:

@@ -70,9 +70,9 @@ def _save(step: int, save_info: List[dict]):
     margs = get_args()
     savers = _dense_savers(save_info)
     members = dump_world(savers, margs)
-    staging = dump_dir.prepare_staging(_save_root, step)
     try:
         _enter_dump_world(members, margs)
+        staging = _staging_prepared_by_one(step)
         _restore_step_state(snapshot, margs)
         margs.save = str(staging)
         from megatron.training.checkpointing import save_checkpoint
@@ -189,6 +189,15 @@ def _rerun_state_for_every_rank(members: List[int], world_size: int):
         yield
     finally:
         machine.state_dict, machine.state = original, interrupted
+
+
+def _staging_prepared_by_one(step: int):
+    """One saver empties the staging directory; the others wait for it (they may share the file
+    system), so no saver ever deletes another's files."""
+    if dist.get_rank() == 0:
+        dump_dir.prepare_staging(_save_root, step)
+    dist.barrier()
+    return dump_dir.staging_root(_save_root, step)
 
 
 def _restore_step_state(snapshot, margs):

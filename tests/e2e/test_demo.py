@@ -18,7 +18,8 @@ def test_dump_demo_resumes_to_the_uninterrupted_digest(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "fault: firing kill on rank 2 at step 5 (forward)" in out
-    assert "detected by the controller: rank 2" in out
+    assert "the controller lost the connection of rank 2" in out
+    assert "detected by the controller: rank" in out  # the first report: rank 2's death or a peer's error
     assert "controller decision: dump" in out
     assert "dump written: iteration 4" in out
     assert "relaunch loaded the checkpoint at iteration 4" in out

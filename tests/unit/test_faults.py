@@ -183,14 +183,16 @@ def test_the_reference_face_shares_the_table():
 # ---------------------------------------------------------------- real gloo failures
 
 def _gloo_worker(rank, mode, init_file, queue):
+    # A generous timeout to connect (a loaded machine may take seconds), a short one for the fault.
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=3))
+                            timeout=datetime.timedelta(seconds=60))
     tensor = torch.ones(4)
     dist.all_reduce(tensor)  # both alive: the connections exist before the fault
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=3))
     if rank == 1:
         if mode == "kill":
             os.kill(os.getpid(), 9)
-        time.sleep(30)  # "sleep": stalled past the survivor's 3 s timeout; the test kills it
+        time.sleep(8)  # "sleep": stalled past the survivor's 3 s timeout
         os._exit(0)
     try:
         dist.all_reduce(tensor)
