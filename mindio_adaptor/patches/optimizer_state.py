@@ -5,7 +5,11 @@ megatron-core 0.19 has three defects there, hit by every CPU run (see shared not
 2. `load_state_dict()` hands ONE step tensor to every parameter, so torch Adam, which increments the
    step in place per parameter, advances it once per parameter each iteration after a resume; and
    the dp_reshardable load then overwrites it with the template's dummy step.
-3. `load_parameter_state_from_dp_reshardable` copies into fp32 leaf views outside `no_grad`.
+3. `load_parameter_state_from_dp_reshardable` (torch_dist) and `load_parameter_state_from_dp_zero`
+   (--ckpt-format torch) copy into fp32 leaf views outside `no_grad`.
+4. the torch-format parameter state holds no per-parameter "step", which torch Adam keeps per
+   parameter: `_set_main_param_and_optimizer_states` then fails on the missing key. The step comes
+   from the optimizer's own state dict (2.), so the parameter state may leave it as it is.
 Each parameter gets its own copy of the saved step, restored after the parameter-state load.
 """
 import torch
@@ -40,13 +44,23 @@ def _load_state_dict(wrapped, instance, args, kwargs):
     return result
 
 
-def _load_dp_reshardable(wrapped, instance, args, kwargs):
+def _load_parameter_state(wrapped, instance, args, kwargs):
     with torch.no_grad():
         result = wrapped(*args, **kwargs)
     saved_step = getattr(instance, "_mindio_loaded_step", None)
     if saved_step is not None:
         _give_each_param_its_step(instance.optimizer, saved_step)
     return result
+
+
+def _keep_step_when_missing(wrapped, instance, args, kwargs):
+    model_param, tensors = args
+    group_index, group_order = instance.model_param_group_index_map[model_param]
+    main_param = instance.optimizer.param_groups[group_index]["params"][group_order]
+    step = instance.optimizer.state.get(main_param, {}).get("step")
+    if isinstance(step, torch.Tensor) and "step" not in tensors:
+        tensors = {**tensors, "step": step.clone()}
+    return wrapped(model_param, tensors, **kwargs)
 
 
 def _give_each_param_its_step(optimizer, step: float):
@@ -60,5 +74,9 @@ PATCHES = [
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_state_dict", _load_state_dict,
           _plain_torch_adam),
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_parameter_state_from_dp_reshardable",
-          _load_dp_reshardable, _plain_torch_adam),
+          _load_parameter_state, _plain_torch_adam),
+    Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_parameter_state_from_dp_zero",
+          _load_parameter_state, _plain_torch_adam),
+    Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}._set_main_param_and_optimizer_states",
+          _keep_step_when_missing, _plain_torch_adam),
 ]

@@ -9,13 +9,13 @@ pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
 
 
-def faulty_run(tmp_path, spec, ckpt, **env_extra):
+def faulty_run(tmp_path, spec, ckpt, flags=(), **env_extra):
     env = {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults"), **env_extra}
-    return run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"], env=env)
+    return run_training([*HA, *flags, "--save", str(ckpt), "--save-interval", "1000"], env=env)
 
 
-def assert_resumes_like_the_reference(ckpt, dumped_step, reference_runs):
-    resumed = run_training(["--load", str(ckpt), *HA]).require_success()
+def assert_resumes_like_the_reference(ckpt, dumped_step, reference_runs, flags=()):
+    resumed = run_training(["--load", str(ckpt), *HA, *flags]).require_success()
     reference, _ = reference_runs("ha")
     assert sorted(resumed.losses) == list(range(dumped_step + 1, 9))
     # Megatron logs the loss of the first step after a resume exactly; later lines average two steps.
@@ -34,6 +34,14 @@ def test_raise_on_one_rank_dumps_the_last_completed_step(tmp_path, reference_run
     assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000004", "latest_checkpointed_iteration.txt"]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     assert_resumes_like_the_reference(ckpt, 4, reference_runs)
+
+
+def test_dump_in_the_legacy_torch_format(tmp_path, reference_runs):
+    ckpt, legacy = tmp_path / "ckpt", ["--ckpt-format", "torch"]
+    run = faulty_run(tmp_path, "raise:rank=2,step=6,phase=backward", ckpt, flags=legacy)
+    assert run.returncode != 0 and "dump of step 5 published" in run.output
+    assert (ckpt / "iter_0000005" / "mp_rank_00" / "distrib_optim.pt").exists()
+    assert_resumes_like_the_reference(ckpt, 5, reference_runs, flags=legacy)
 
 
 def test_killed_rank_survivors_dump(tmp_path, reference_runs):
