@@ -16,7 +16,8 @@ import socket
 import torch.distributed as dist
 
 from mindio_adaptor.core import inherited_sockets
-from mindio_adaptor.patches import dump, exception_loop, step_snapshot
+from mindio_adaptor.patches import dump, exception_loop, online_repair, step_snapshot
+from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training_state import STATE
@@ -53,9 +54,11 @@ def connect():
     from mindio_adaptor.ttp import controller, processor
 
     rank, world = dist.get_rank(), dist.get_world_size()
+    margs = get_args()
+    online_repair_on = config_from_args(margs).enable_hbmfault_repair
     address = controller_address()
     if address is None:
-        address = _start_in_job_controller(rank, world, controller)
+        address = _start_in_job_controller(rank, world, controller, online_repair_on)
     processor.tft_init_processor(rank, world, enable_tls=False)
     processor.tft_start_processor(*address)
     if STATE.layout is not None:
@@ -65,21 +68,22 @@ def connect():
     STATE.before_optimizer_step.append(lambda step: processor.tft_start_updating_os(step - 1))
     STATE.after_train_step.extend([step_snapshot.take, processor.tft_end_updating_os])
     inherited_sockets.install()
-    exception_loop.arm(get_args())
+    exception_loop.arm(margs)
     TRAINING.backend = dist.get_backend()
     TRAINING.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
     dump.register_handlers()
+    online_repair.register_handlers()
     atexit.register(disconnect)
     if rank == 0:
         logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)
 
 
-def _start_in_job_controller(rank, world, controller):
+def _start_in_job_controller(rank, world, controller, online_repair_on):
     host = socket.gethostbyname(os.environ.get("MASTER_ADDR", "127.0.0.1"))
     shared = [None, None]
     if rank == 0:
         os.environ.setdefault(ENV_TOKEN, secrets.token_hex(16))
-        controller.tft_init_controller(0, world)
+        controller.tft_init_controller(0, world, enable_uce=online_repair_on)
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
     dist.broadcast_object_list(shared, src=0)
     port, token = shared

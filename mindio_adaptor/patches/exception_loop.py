@@ -6,8 +6,8 @@ the processor thread (`stop_training`): it makes the training thread's pending c
 until the training thread is parked. Only then may a saver touch the model and optimizer.
 
 Decisions: EXIT (after a dump, or when nothing can be saved) ends the process with a message naming
-the fault and the decision. RETRY needs the online repair, which does not exist yet: it ends the
-process the same way, saying so.
+the fault and the decision. RETRY comes after an online repair (patches/online_repair): the
+interrupted step is computed again, with the same micro-batches.
 """
 import logging
 import os
@@ -44,6 +44,11 @@ class TrainingThread:
         self.keep_ports: set = set()  # connections a stop must not break: store, controller
         self.backend = "gloo"
         self.watchdog: Optional[StepWatchdog] = None
+
+    def reset(self):
+        """The training thread resumes training: the next stop starts from scratch."""
+        self.stop_requested.clear()
+        self.parked.clear()
 
     def run_parked(self, fn: Callable[[], Any], timeout: float) -> Any:
         """Run fn() on the training thread once it is parked; its result, or its exception, here."""
@@ -145,33 +150,42 @@ def _ha_enabled() -> bool:
 def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
     if not _ha_enabled():
         return wrapped(*args, **kwargs)
+    from mindio_adaptor.patches import online_repair
+
     step = current_iteration()
-    if TRAINING.watchdog is not None:
-        TRAINING.watchdog.step_started(step)
-    try:
-        return wrapped(*args, **kwargs)
-    except Exception as exc:
-        wait_for_decision(exc, step)
-        raise  # unreachable: wait_for_decision ends the process
-    finally:
+    if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
+        args = (args[0], online_repair.prepare_step(args[1]), *args[2:])
+    while True:
         if TRAINING.watchdog is not None:
-            TRAINING.watchdog.step_ended()
+            TRAINING.watchdog.step_started(step)
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception as exc:
+            wait_for_decision(exc, step)  # returns only after an online repair
+            TRAINING.reset()
+            logger.info("step %d: recomputing after the online repair", step)
+        finally:
+            if TRAINING.watchdog is not None:
+                TRAINING.watchdog.step_ended()
 
 
 def _train_in_exception_loop(wrapped, instance, args, kwargs):
     """Faults between two train_steps (the train loop's own collectives: the exit-signal check,
-    logging reductions, a periodic save) take the same path."""
+    logging reductions, a periodic save) take the same path; there is no step to recompute, so an
+    online repair cannot resume them: the process ends."""
     if not _ha_enabled():
         return wrapped(*args, **kwargs)
     try:
         return wrapped(*args, **kwargs)
     except Exception as exc:
         wait_for_decision(exc, current_iteration())
-        raise
+        raise SystemExit(f"rank {os.environ.get('RANK', '?')}: a fault outside a train step cannot be "
+                         f"repaired online: {exc}") from exc
 
 
 def wait_for_decision(exc: BaseException, step: int):
-    """Report the fault, park, and end the process as the controller decides."""
+    """Report the fault, park, and end the process as the controller decides; returns after an
+    online repair."""
     from mindio_adaptor.ttp import exception_handler, processor
     from mindio_adaptor.ttp.enums import Action, ReportState
 
@@ -181,17 +195,18 @@ def wait_for_decision(exc: BaseException, step: int):
     if stopped:
         logger.info("step %d: training stopped by the controller (%s)", step, summary)
     else:
-        logger.error("step %d: training failed with %s; reported as %s", step, summary, state.name)
+        logger.error("step %d: training failed with %s; reported as %s", step, summary, state.name,
+                     exc_info=exc)
     try:
         processor.tft_report_error(state, exception_handler.fault_code_of(exc))
     finally:
         TRAINING.parked.set()
     action = _serve_until_decision(processor)
     decision = f"{processor.tft_get_repair_type() or 'exit'} at step {processor.tft_get_repair_step()}"
-    rank = os.environ.get("RANK", "?")
     if action == Action.RETRY:
-        raise SystemExit(f"rank {rank}: step {step}: the controller chose an online repair ({decision}), which this "
-                         f"adaptor cannot do yet; exiting after {summary}") from exc
+        logger.info("step %d: online repair done (%s)", step, decision)
+        return
+    rank = os.environ.get("RANK", "?")
     logger.error("step %d: training ended by the recovery controller (%s)", step, decision)
     raise SystemExit(f"rank {rank}: step {step}: training ended by the recovery controller ({decision}) after {summary}") \
         from exc

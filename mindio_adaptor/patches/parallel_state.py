@@ -27,6 +27,8 @@ def _after_initialize(wrapped, instance, args, kwargs):
     margs = _megatron_args()
     if margs is not None and getattr(margs, "enable_high_availability", False):
         STATE.layout = build_layout(margs.num_distributed_optimizer_instances)
+        # An online repair initialises the same groups again after rebuilding the world.
+        STATE.model_parallel_init = (args, kwargs)
     return result
 
 

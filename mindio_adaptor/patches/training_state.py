@@ -11,6 +11,7 @@ class TrainingState:
     optimizer: Any = None
     scheduler: Any = None
     layout: Any = None  # core.replica_layout.ReplicaLayout, when high availability is on
+    model_parallel_init: Any = None  # (args, kwargs) of Megatron's initialize_model_parallel call
     completed_steps: List[int] = field(default_factory=list)
     fault_plan: Any = None  # core.fault_inject.FaultPlan
     # Called as hook(step) before every optimizer update and after every train_step returned

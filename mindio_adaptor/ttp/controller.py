@@ -16,7 +16,7 @@ _controller: Optional["_native.Controller"] = None
 _port: Optional[int] = None
 
 _CLUSTER_ACTIONS = ("report_fault_ranks", "report_stop_complete", "report_strategies", "report_result")
-_IMPLEMENTED_STRATEGIES = ("retry", "dump", "exit", "continue")
+_IMPLEMENTED_STRATEGIES = ("retry", "recover", "dump", "exit", "continue")
 
 
 def _require() -> "_native.Controller":
@@ -28,11 +28,14 @@ def _require() -> "_native.Controller":
 def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = False, enable_arf: bool = False,
                         enable_zit: bool = False, *, enable_uce: bool = True, fault_policy: PolicySpec = None) -> None:
     """Create the controller (rank -1: standalone). `enable_uce` (ours) turns online repair off;
-    `fault_policy` (ours) is passed to tft_set_fault_policy."""
+    `fault_policy` (ours) is passed to tft_set_fault_policy.
+
+    `enable_arf`: a dead process (or a process/node fault) is replaced instead of dumping: the survivors
+    are stopped and cleaned, and the controller waits up to MINDIO_ARF_WAIT_S seconds (default 600) for
+    a restarted process of that rank (started by the launcher with MINDIO_RESTARTED=1) to register and
+    report ready, then rebuilds the groups, repairs it from a replica peer and resumes. See
+    docs/controller.md."""
     global _controller
-    if enable_arf:
-        raise NotImplementedError("process replacement (ARF, enable_arf=True) is not implemented yet; "
-                                  "faults of a process or node lead to a dump")
     if enable_zit:
         raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
     if not isinstance(world_size, int) or world_size < 1:
@@ -42,7 +45,7 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
     with _lock:
         if _controller is not None:
             raise RuntimeError("a controller already exists in this process; call tft_destroy_controller() first")
-        _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=False)
+        _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=bool(enable_arf))
     if fault_policy is not None:
         tft_set_fault_policy(fault_policy)
 
@@ -122,7 +125,7 @@ def tft_notify_controller_stop_train(fault_ranks: Dict[int, int], stop_type: str
 
 def tft_notify_controller_change_strategy(strategy: str, params: str = "") -> None:
     if strategy not in _IMPLEMENTED_STRATEGIES:
-        if strategy in ("recover", "downgrade", "upgrade", "migration"):
+        if strategy in ("downgrade", "upgrade", "migration"):
             raise NotImplementedError(f"strategy {strategy!r} is not implemented yet "
                                       f"(implemented: {', '.join(_IMPLEMENTED_STRATEGIES)})")
         raise ValueError(f"unknown strategy {strategy!r}")

@@ -49,9 +49,12 @@ def _require() -> "_native.Processor":
 def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = False, enable_tls: bool = True,
                        tls_info: str = "", enable_uce: bool = True, enable_arf: bool = False,
                        enable_zit: bool = False) -> None:
+    """Create this process's processor. With `enable_arf`, a process that the launcher started again
+    for a dead rank (environment MINDIO_RESTARTED=1) registers as that rank's replacement; see
+    tft_is_reboot_node."""
     global _processor, _rank
-    if enable_arf or enable_zit:
-        raise NotImplementedError("process replacement (ARF) and elastic training (ZIT) are not implemented yet")
+    if enable_zit:
+        raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
     if enable_tls and tls_info:
         raise NotImplementedError("TLS is not implemented; authenticate with MINDIO_TOKEN on a trusted network "
                                   "and pass enable_tls=False")
@@ -63,6 +66,9 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
         if _processor is not None:
             raise RuntimeError("a processor already exists in this process; call tft_destroy_processor() first")
         processor = _native.Processor(rank, world_size)
+        if processor.restarted() and not enable_arf:
+            raise ValueError(f"rank {rank}: MINDIO_RESTARTED=1 marks a restarted process, which only process "
+                             f"replacement can take in: pass enable_arf=True to tft_init_processor")
         processor.set_dispatcher(_dispatch)
         _processor, _rank = processor, rank
 
@@ -149,12 +155,16 @@ def tft_get_repair_type() -> str:
 
 
 def tft_is_reboot_node() -> bool:
-    """Always False: process replacement (ARF) does not exist yet, so no process is a replacement."""
-    return False
+    """True in a process the launcher started again for a dead rank (ARF). The launcher says so with
+    the environment variable MINDIO_RESTARTED=1 (0 or unset: an original process); such a process
+    registers as a replacement and, once its model is built, raises RuntimeError("ARF FINISH") in its
+    train loop so that the controller learns it is ready (tft_exception_handler reports it)."""
+    return _require().restarted()
 
 
-def tft_get_reboot_type():
-    raise NotImplementedError("tft_get_reboot_type: process replacement (ARF) is not implemented yet")
+def tft_get_reboot_type() -> str:
+    """Why this process was started: "recover" in a replacement process (ARF), "none" otherwise."""
+    return "recover" if _require().restarted() else "none"
 
 
 def tft_reset_limit_step():

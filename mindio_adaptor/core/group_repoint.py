@@ -1,0 +1,97 @@
+"""Re-point every reference to a process group that was replaced.
+
+After a membership change the old groups are dead, and a framework keeps references to them in many
+places it built at start: module globals, models, buffers, optimizers, config objects. Rather than
+knowing each of those places (and missing the next one a new framework version adds), the caller
+gives a mapping old -> new and every container the garbage collector knows to refer to an old group
+(an object's attributes, a dict, a list; instance dicts the collector no longer tracks are reached
+through their owners) gets the new one. Tuples and other immutable holders cannot be
+changed: they are counted and named, so the caller can refuse to continue rather than train on a dead
+group.
+"""
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+
+@dataclass
+class RepointReport:
+    replaced: int = 0
+    immutable: List[str] = field(default_factory=list)  # type names of holders that could not change
+
+
+def repoint(mapping: Dict[object, object]) -> RepointReport:
+    """Replace, in every mutable container, each value that IS an old group (identity) by its new one."""
+    report = RepointReport()
+    by_id = {id(old): new for old, new in mapping.items() if old is not new}
+    olds = [old for old in mapping if id(old) in by_id]
+    for old in olds:
+        for holder in gc.get_referrers(old):
+            if holder is mapping or holder is olds:
+                continue
+            report.replaced += _replace_in(holder, by_id, report)
+    report.replaced += _replace_in_untracked_dicts(by_id)
+    return report
+
+
+def _replace_in_untracked_dicts(by_id: Dict[int, object]) -> int:
+    """CPython stops tracking a dict whose values cannot form cycles, e.g. an instance __dict__ that
+    holds only groups (pybind objects, not collected): the collector then reports no referrer for
+    them. Those dicts are reached through their owners."""
+    count = 0
+    for owner in gc.get_objects():
+        try:
+            attributes = object.__getattribute__(owner, "__dict__")
+        except (AttributeError, TypeError):
+            continue
+        if isinstance(attributes, dict) and not gc.is_tracked(attributes):
+            for key, value in list(attributes.items()):
+                if id(value) in by_id:
+                    attributes[key] = by_id[id(value)]
+                    count += 1
+    return count
+
+
+def _replace_in(holder, by_id: Dict[int, object], report: RepointReport) -> int:
+    count = 0
+    if isinstance(holder, dict):
+        for key, value in list(holder.items()):
+            if id(value) in by_id:
+                holder[key] = by_id[id(value)]
+                count += 1
+    elif isinstance(holder, list):
+        for i, value in enumerate(holder):
+            if id(value) in by_id:
+                holder[i] = by_id[id(value)]
+                count += 1
+    elif isinstance(holder, (tuple, frozenset, set)):
+        owners = sorted({type(o).__name__ for o in gc.get_referrers(holder)} - {"list"})
+        report.immutable.append(f"{type(holder).__name__} of {len(holder)} held by {','.join(owners) or '?'}")
+    else:
+        count += _replace_attributes(holder, by_id)
+    # frames, cells and the like: a local variable of a running function cannot be rebound here
+    return count
+
+
+def _replace_attributes(holder, by_id: Dict[int, object]) -> int:
+    """An object that refers to a group directly: since Python 3.11 an instance's attributes may live
+    inline in the object rather than in a __dict__ the collector reports, and __slots__ never have one."""
+    count = 0
+    names = list(getattr(holder, "__dict__", {}))
+    for klass in type(holder).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    for name in names:
+        try:
+            value = getattr(holder, name)
+        except AttributeError:
+            continue
+        if id(value) in by_id:
+            try:
+                setattr(holder, name, by_id[id(value)])
+                count += 1
+            except (AttributeError, TypeError):
+                pass
+    return count

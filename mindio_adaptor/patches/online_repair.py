@@ -1,0 +1,197 @@
+"""Online repair on Megatron (--enable-hbmfault-repair): the clean, repair and rollback handlers.
+
+After the controller's STOP every rank's communicators are broken (patches/exception_loop) and every
+training thread is parked. Then, on every training thread:
+  clean     the world group is rebuilt under a new epoch among the same ranks (core/comm), Megatron's
+            parallel state is initialised again with the call it was first initialised with, and every
+            reference to an old group (DDP buffers and bucket groups, the optimizer, configs) is
+            re-pointed to its new counterpart (core/group_repoint), matched through parallel_state's
+            globals.
+  repair    the faulty rank receives its optimizer shard (fp32 main params, Adam moments and steps)
+            point to point from the live replica peer the controller chose.
+  rollback  model params are re-derived from the main params on every rank (each writes its shard,
+            then the instance all-gathers), RNG states go back to the repair step's snapshot, the data
+            iterator replays the interrupted step's micro-batches, Megatron's timers and rerun state
+            are reset; the training thread then recomputes the interrupted step (exception_loop).
+"""
+import logging
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from mindio_adaptor.core.comm import CommEpochs
+from mindio_adaptor.core.group_repoint import repoint
+from mindio_adaptor.core.replay_iterator import ReplayableIterator
+from mindio_adaptor.patches import step_snapshot
+from mindio_adaptor.patches.exception_loop import TRAINING
+from mindio_adaptor.patches.training_state import STATE, distributed_optimizers, shard_state_tensors
+
+logger = logging.getLogger(__name__)
+
+HANDLER_TIMEOUT_S = 30 * 60.0  # the controller's action time limit ends a stuck handler first
+
+
+class RepairError(RuntimeError):
+    pass
+
+
+class _Epochs:
+    """The communicator epochs of this process; the dump (patches/dump) uses its own, later one."""
+    next = 10
+
+
+def register_handlers():
+    from mindio_adaptor.ttp import processor
+
+    processor.tft_register_clean_handler(lambda is_uce, args, ctx: TRAINING.run_parked(clean, HANDLER_TIMEOUT_S))
+    processor.tft_register_repair_handler(
+        lambda step, need_rebuild, error_ranks, info, args, ctx:
+        TRAINING.run_parked(lambda: repair(step, info), HANDLER_TIMEOUT_S))
+    processor.tft_register_rollback_handler(
+        lambda step, args, ctx: TRAINING.run_parked(lambda: rollback(step), HANDLER_TIMEOUT_S))
+
+
+# --- clean: rebuild the groups, re-point Megatron ---------------------------------------------------
+
+def _megatron_groups(ps) -> dict:
+    """parallel_state's globals that hold process groups: name -> group (or list of groups)."""
+    out = {}
+    for name, value in vars(ps).items():
+        if isinstance(value, dist.ProcessGroup):
+            out[name] = value
+        elif isinstance(value, list) and value and all(isinstance(v, dist.ProcessGroup) for v in value):
+            out[name] = list(value)
+    return out
+
+
+def _old_to_new(old: dict, new: dict) -> dict:
+    mapping = {}
+    for name, value in old.items():
+        if name not in new:
+            raise RepairError(f"parallel_state.{name} existed before the rebuild and not after it")
+        befores = value if isinstance(value, list) else [value]
+        afters = new[name] if isinstance(value, list) else [new[name]]
+        for i, before in enumerate(befores):
+            mapping.setdefault(before, afters[i])
+    return mapping
+
+
+def clean():
+    from megatron.core import parallel_state as ps
+    from megatron.training.global_vars import get_args
+
+    started = time.monotonic()
+    margs = get_args()
+    old = _megatron_groups(ps)
+    old_world = dist.group.WORLD
+    epochs = CommEpochs(dist.get_rank(), dist.get_world_size(), backend=TRAINING.backend,
+                        timeout=timedelta(minutes=margs.distributed_timeout_minutes))
+    epoch, _Epochs.next = _Epochs.next, _Epochs.next + 1
+    epochs.rebuild(epoch, list(range(dist.get_world_size())))
+    ps.destroy_model_parallel()
+    init_args, init_kwargs = STATE.model_parallel_init
+    ps.initialize_model_parallel(*init_args, **init_kwargs)
+    mapping = _old_to_new(old, _megatron_groups(ps))
+    mapping.setdefault(old_world, dist.group.WORLD)
+    del old, old_world  # only the mapping may still hold the old groups
+    report = repoint(mapping)
+    if report.immutable:
+        raise RepairError(f"old process groups are still held in {sorted(set(report.immutable))}; "
+                          f"training on them would fail")
+    for chunk in STATE.model:
+        chunk.zero_grad_buffer()
+    logger.info("clean: communicators rebuilt (epoch %d), %d group references re-pointed in %.2f s", epoch,
+                report.replaced, time.monotonic() - started)
+    return 0
+
+
+# --- repair: the faulty rank receives its shard ------------------------------------------------------
+
+def repair(step: int, info: dict):
+    started = time.monotonic()
+    me = dist.get_rank()
+    tensors = [t for t in shard_state_tensors(STATE.optimizer)]
+    requests, moved = [], 0
+    for src, dst in zip(info["src"], info["dst"]):
+        if me == src:
+            requests += [dist.isend(t.detach().contiguous(), dst) for t in tensors]
+        elif me == dst:
+            inbox = [torch.empty_like(t) for t in tensors]
+            requests += [dist.irecv(buf, src) for buf in inbox]
+            received = (src, inbox)
+    for request in requests:
+        request.wait()
+    if me in info["dst"]:
+        src, inbox = received
+        with torch.no_grad():
+            for target, value in zip(tensors, inbox):
+                target.copy_(value)
+        moved = sum(t.numel() * t.element_size() for t in inbox)
+        logger.info("repair of step %d: received my optimizer shard (%d tensors, %d bytes) from rank %d in "
+                    "%.2f s", step, len(inbox), moved, src, time.monotonic() - started)
+    return 0
+
+
+# --- rollback ------------------------------------------------------------------------------------------
+
+def rollback(step: int):
+    from megatron.core.rerun_state_machine import RerunState, get_rerun_state_machine
+    from megatron.training.global_vars import get_timers
+    snapshot = step_snapshot.LATEST
+    if snapshot is None or snapshot.iteration != step:
+        have = "none" if snapshot is None else f"step {snapshot.iteration}"
+        raise RepairError(f"asked to roll back to step {step}, but this rank's snapshot is {have}")
+    _rederive_model_params()
+    step_snapshot.restore_rng(snapshot.rng)
+    replayed = sum(it.rewind() for it in REPLAY.values())
+    for name, timer in get_timers()._timers.items():
+        if name not in _TIMERS_RUNNING_BEFORE_STEP:  # started by the interrupted step, never stopped
+            timer._started = False
+    get_rerun_state_machine().state = RerunState.NOT_RUNNING_YET
+    logger.info("rollback to step %d: params re-derived, RNG restored, %d micro-batch(es) to replay", step,
+                replayed)
+    return 0
+
+
+def _rederive_model_params():
+    """Each rank writes its shard of the main params into the model, then each instance all-gathers."""
+    with torch.no_grad():
+        for opt in distributed_optimizers(STATE.optimizer):
+            opt._copy_main_params_to_model_params()
+    for chunk in STATE.model:
+        chunk.start_param_sync(force_sync=True)
+
+
+# --- the data iterator of each step -------------------------------------------------------------------
+
+REPLAY: dict = {}  # id(Megatron's iterator) -> ReplayableIterator
+_TIMERS_RUNNING_BEFORE_STEP: set = set()  # e.g. the train loop's interval timer, which always runs
+
+
+def prepare_step(data_iterator):
+    """At each train_step: note the timers already running, and return the iterator to use."""
+    global _TIMERS_RUNNING_BEFORE_STEP
+    from megatron.training.global_vars import get_timers
+
+    _TIMERS_RUNNING_BEFORE_STEP = {n for n, t in get_timers()._timers.items() if t._started}
+    return replayable(data_iterator)
+
+
+def replayable(data_iterator):
+    """The iterator train_step should use. Megatron hands train_step a RerunDataIterator (it asserts
+    so); its source (`.iterable`) is wrapped once in a ReplayableIterator, and the RerunDataIterator
+    itself is passed on."""
+    if data_iterator is None:
+        return None
+    if isinstance(data_iterator, list):
+        return [replayable(it) for it in data_iterator]
+    wrapper = REPLAY.get(id(data_iterator))
+    if wrapper is None:
+        holder = data_iterator if hasattr(data_iterator, "iterable") else None
+        if holder is None:
+            return data_iterator  # not Megatron's iterator: nothing to replay through
+        wrapper = REPLAY[id(data_iterator)] = holder.iterable = ReplayableIterator(holder.iterable)
+    wrapper.begin_step()
+    return data_iterator
