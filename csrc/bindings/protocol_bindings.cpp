@@ -22,7 +22,8 @@ std::string encode_dict(MsgType type, const py::dict& d) {
     switch (type) {
         case MsgType::Register:
             return encode(RegisterMsg{get<int32_t>(d, "rank", 0), get<int32_t>(d, "world_size", 0),
-                                      get<uint32_t>(d, "heartbeat_ms", 0), get<std::string>(d, "token", "")});
+                                      get<uint32_t>(d, "heartbeat_ms", 0), get<std::string>(d, "token", ""),
+                                      get<bool>(d, "restarted", false)});
         case MsgType::RegisterAck:
             return encode(RegisterAckMsg{get<int32_t>(d, "result", 0), get<std::string>(d, "message", "")});
         case MsgType::Heartbeat:
@@ -109,7 +110,7 @@ py::dict decode_dict(MsgType type, const std::string& body) {
         case MsgType::Register: {
             auto m = decode_as<RegisterMsg>(body);
             d["rank"] = m.rank; d["world_size"] = m.world_size; d["heartbeat_ms"] = m.heartbeat_ms;
-            d["token"] = m.token;
+            d["token"] = m.token; d["restarted"] = m.restarted;
             break;
         }
         case MsgType::RegisterAck: {

@@ -171,5 +171,6 @@ void bind_runtime(py::module_& m) {
         .def("prelock_step", &Processor::prelock_step, "-1, or the step of the controller's PRELOCK in force")
         .def("repair_type", [](const Processor& p) { return std::string(strategy_name(p.repair_type())); })
         .def("paused", &Processor::paused)
+        .def("restarted", &Processor::restarted, "started again for a dead rank (MINDIO_RESTARTED=1)")
         .def("stats", &Processor::stats);
 }

@@ -32,6 +32,7 @@ ControllerConfig controller_config_from_env(int rank, int world_size) {
     cfg.frame_timeout_ms = cfg.register_timeout_ms;
     cfg.prelock_timeout_ms = prelock_timeout_ms();
     cfg.prelock_tries = prelock_tries();
+    cfg.arf_wait_ms = ms(env_seconds("MINDIO_ARF_WAIT_S", 600, 0.1, 3600));
     cfg.token = env_string("MINDIO_TOKEN");
     return cfg;
 }
@@ -45,6 +46,7 @@ ProcessorConfig processor_config_from_env(int rank, int world_size) {
     cfg.handler_limit_ms = action_time_limit_ms();
     // A start_updating after PRELOCK waits for the STOP that follows the controller's wait for laggards.
     cfg.prelock_wait_ms = prelock_timeout_ms() * prelock_tries() + cfg.handler_limit_ms;
+    cfg.restarted = env_int("MINDIO_RESTARTED", 0, 0, 1) == 1;
     cfg.token = env_string("MINDIO_TOKEN");
     return cfg;
 }

@@ -9,6 +9,10 @@
 //   MINDIO_FAULT_COLLECT_TIME      seconds to gather related faults before deciding, 0..60 (0.5)
 //   MINDIO_REGISTER_TIMEOUT        seconds a new connection has to register, 0.1..600 (5)
 //   MINDIO_TOKEN                   shared secret every processor must present
+//   MINDIO_ARF_WAIT_S              seconds the controller waits for a restarted process to replace a
+//                                  dead rank and report ready (ARF), 0.1..3600 (default 600)
+//   MINDIO_RESTARTED               1 in a process the launcher started again for a dead rank (ARF), else
+//                                  0 or unset; it registers as a replacement (tft_is_reboot_node)
 #pragma once
 #include "controller/controller.h"
 #include "processor/processor.h"

@@ -166,16 +166,16 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (refusal.empty() && ranks_[m.rank].dead) {
-        refusal = "rank " + std::to_string(m.rank) + " was declared dead; process replacement (ARF) is not enabled";
-    }
+    if (refusal.empty()) refusal = arf_refusal_locked(m);
     if (!refusal.empty()) {
         ++registrations_refused_;
+        event_locked("register_refused", "rank " + std::to_string(m.rank) + ": " + refusal);
         LOG_WARN(kLog, cfg_.rank, "refused registration of rank " << m.rank << " on connection " << conn << ": " << refusal);
         server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{1, refusal})));
         server_.close(conn, "registration refused: " + refusal);
         return;
     }
+    bool replacing = accept_replacement_locked(m);
     RankEntry& r = ranks_[m.rank];
     if (r.connected && r.conn != conn) server_.close(r.conn, "rank re-registered on a new connection");
     if (r.conn) conn_rank_.erase(r.conn);
@@ -188,9 +188,56 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     conn_rank_[conn] = m.rank;
     server_.authenticate(conn);
     server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok"})));
-    event_locked(again ? "reregister" : "register", "rank " + std::to_string(m.rank));
-    LOG_INFO(kLog, cfg_.rank, (again ? "rank re-registered: " : "rank registered: ") << m.rank);
+    const char* kind = replacing ? "replacement" : again ? "reregister" : "register";
+    event_locked(kind, "rank " + std::to_string(m.rank));
+    LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " " << (replacing ? "replaced by a restarted process" : again ? "re-registered" : "registered"));
     cv_.notify_all();
+}
+
+// Which registrations ARF refuses. A dead rank comes back only as a restarted process, and a restarted
+// process only replaces a rank that is dead (or whose connection is gone: the replacement is the proof
+// the old process died), while the controller can still use it.
+std::string Controller::arf_refusal_locked(const RegisterMsg& m) const {
+    const RankEntry& r = ranks_[m.rank];
+    std::string who = "rank " + std::to_string(m.rank);
+    if (!m.restarted) {
+        if (!r.dead) return "";
+        return who + " was declared dead; only a restarted process (MINDIO_RESTARTED=1 with enable_arf=True) may " +
+               "take its place" + (cfg_.caps.recover ? "" : ", and process replacement (ARF) is not enabled");
+    }
+    if (!cfg_.caps.recover) {
+        return "a restarted process registered as " + who + ", but process replacement (ARF) is not enabled on the "
+               "controller (tft_init_controller(..., enable_arf=True))";
+    }
+    if (state_ == State::Dump || state_ == State::Exit || state_ == State::Final) {
+        return "a restarted process registered as " + who + " while the controller is in state " + state_name(state_) +
+               ", where no process is replaced";
+    }
+    if (r.registered && r.connected && !r.dead && !r.joining) {
+        return who + " is alive and connected: a restarted process may only replace a dead rank";
+    }
+    return "";
+}
+
+// Marks `m.rank` as joining when `m` is a restarted process taking a dead rank's place; returns whether
+// it is. A rank whose connection closed but that was not yet declared dead is declared dead now.
+bool Controller::accept_replacement_locked(const RegisterMsg& m) {
+    RankEntry& r = ranks_[m.rank];
+    bool replacing = m.restarted && (r.dead || r.joining || (r.registered && !r.connected));
+    if (!replacing) return false;
+    if (!r.dead && !r.joining) {
+        std::string why = "connection lost and a restarted process registered in its place";
+        r.dead = true;
+        event_locked("dead", "rank " + std::to_string(m.rank) + ": " + why);
+        add_fault_locked(m.rank, FaultKind::Node, why);
+    }
+    if (!r.joining) r.ready = false;  // a fresh replacement; a reconnecting one keeps its report
+    r.joining = true;
+    r.dead = false;
+    r.excluded = false;
+    r.step = -1;
+    r.data = DataStatus::Updated;
+    return true;
 }
 
 int Controller::rank_of_conn_locked(uint64_t conn) const {
@@ -230,6 +277,11 @@ void Controller::handle_error(const ErrorReportMsg& m) {
     auto kind = fault_kind_of(static_cast<ReportState>(m.state));
     event_locked("report", "rank " + std::to_string(m.rank) + " state " + std::to_string(m.state) +
                                (m.error_code.empty() ? "" : " code " + m.error_code));
+    if (static_cast<ReportState>(m.state) == ReportState::PrerepairFinish && ranks_[m.rank].joining) {
+        ranks_[m.rank].ready = true;  // "ARF FINISH": the restarted process waits for REBUILD_GROUP
+        event_locked("replacement_ready", "rank " + std::to_string(m.rank));
+        cv_.notify_all();
+    }
     if (!kind) return;
     ranks_[m.rank].run = RunStatus::Faulted;
     CodedReport coded{m.state, m.error_code};
@@ -381,7 +433,8 @@ void Controller::run() {
 std::set<int> Controller::live_ranks_locked() const {
     std::set<int> live;
     for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (ranks_[i].registered && !ranks_[i].dead && !ranks_[i].excluded) live.insert(static_cast<int>(i));
+        const RankEntry& r = ranks_[i];
+        if (r.registered && !r.dead && !r.excluded && !r.joining) live.insert(static_cast<int>(i));
     }
     return live;
 }
@@ -392,7 +445,7 @@ Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults, 
     std::set<int> live = live_ranks_locked();
     for (size_t i = 0; i < ranks_.size(); ++i) {
         if (!live.count(static_cast<int>(i))) ctx.unavailable.insert(static_cast<int>(i));
-        if (ranks_[i].dead || !ranks_[i].registered) ctx.dead.insert(static_cast<int>(i));
+        if (ranks_[i].dead || !ranks_[i].registered || ranks_[i].joining) ctx.dead.insert(static_cast<int>(i));
     }
     for (int r : live) ctx.repair_step = std::max(ctx.repair_step, ranks_[r].step);
     if (lock_step >= 0) ctx.repair_step = lock_step;
@@ -407,7 +460,9 @@ Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults, 
             ctx.repair_set.insert(rank);
             ctx.is_uce = true;
         }
+        if (fault.kind == FaultKind::Node) ctx.replace.insert(rank);
     }
+    ctx.unavailable.insert(ctx.replace.begin(), ctx.replace.end());
     ctx.repair_set.insert(ctx.not_ready.begin(), ctx.not_ready.end());
     ctx.unavailable.insert(ctx.repair_set.begin(), ctx.repair_set.end());
     repair_step_ = ctx.repair_step;
@@ -443,8 +498,10 @@ void Controller::handle_fault() {
     for (const auto& [type, plan] : plans) {
         for (auto [src, dst] : plan.pairs) repairable_ranks.insert(dst);
     }
-    in.repairable = std::all_of(ctx.repair_set.begin(), ctx.repair_set.end(),
-                                [&](int r) { return repairable_ranks.count(r) > 0; });
+    // With a process/node fault the dead ranks are the ones to repair (into their replacements).
+    std::set<int> to_repair = ctx.repair_set;
+    to_repair.insert(ctx.replace.begin(), ctx.replace.end());
+    in.repairable = std::all_of(to_repair.begin(), to_repair.end(), [&](int r) { return repairable_ranks.count(r) > 0; });
     SaverPlan saver_plan = replicas_.savers(ctx.unavailable);
     in.dump_possible = !replicas_.empty() && saver_plan.complete();
     Strategy own = decide(cfg_.caps, in);
@@ -468,9 +525,13 @@ void Controller::handle_fault() {
     }
     // The cluster manager may pick among what is still allowed: not retry once the policy escalated.
     bool retry_possible = in.repairable && cfg_.caps.retry && static_cast<int>(chosen) <= static_cast<int>(Strategy::Retry);
-    chosen = consult_cluster(ctx, chosen, retry_possible, in.dump_possible);
+    bool recover_possible = strategy_feasible(Strategy::Recover, cfg_.caps, in) && !ctx.replace.empty() &&
+                            static_cast<int>(chosen) <= static_cast<int>(Strategy::Recover);
+    chosen = consult_cluster(ctx, chosen, retry_possible, recover_possible, in.dump_possible);
+    if (chosen == Strategy::Recover && ctx.replace.empty()) replace_faulty(ctx);
     switch (chosen) {
         case Strategy::Retry: return online_repair(ctx);
+        case Strategy::Recover: return recover(ctx);
         case Strategy::Dump: return dump(ctx, "decided after " + why.str());
         default:
             if (!in.dump_possible) why << "; dump impossible, no complete replica:" << missing_shards_text(saver_plan);
@@ -624,7 +685,8 @@ void Controller::note_policy_answer(int rank, const std::string& code, std::opti
     LOG_ERROR(kLog, cfg_.rank, "fault policy failed for " << about << ": " << error << "; using the built-in decision");
 }
 
-Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool dump_possible) {
+Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool recover_possible,
+                                     bool dump_possible) {
     ClusterReport faults{"report_fault_ranks"};
     for (const auto& [rank, f] : ctx.faults) faults.fault_ranks[rank] = cluster_fault_code(f.kind);
     report_cluster(faults);
@@ -634,6 +696,7 @@ Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, bool
     bool node_fault = std::any_of(ctx.faults.begin(), ctx.faults.end(),
                                   [](const auto& kv) { return kv.second.kind == FaultKind::Node; });
     if (retry_possible && !node_fault) offer.strategies.push_back("retry");
+    if (recover_possible) offer.strategies.push_back("recover");
     if (dump_possible) offer.strategies.push_back("dump");
     offer.strategies.push_back("exit");
     cluster_strategy_.reset();
@@ -703,41 +766,8 @@ void Controller::online_repair(FaultContext& ctx) {
     report_cluster(ClusterReport{"report_stop_complete"});
     out = run_action_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
     if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during repair");
-    std::map<int, RepairPlan> plans;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::Repair, "environment clean");
-        plans = replicas_.repair_pairs(ctx.unavailable);
-    }
-    std::map<int, ActionMsg> repair_msgs;
-    for (const auto& [type, plan] : plans) {
-        RepairInfoMsg info;
-        info.optimizer_type = static_cast<uint8_t>(type);
-        std::set<int> members;
-        for (auto [src, dst] : plan.pairs) {
-            if (!ctx.repair_set.count(dst)) continue;
-            info.src.push_back(src);
-            info.dst.push_back(dst);
-            members.insert(src);
-            members.insert(dst);
-        }
-        if (members.empty()) continue;
-        info.rank_list.assign(members.begin(), members.end());
-        std::string detail = "type " + std::to_string(type) + " src=" + list_text(info.src) + " dst=" + list_text(info.dst);
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            event_locked("repair_plan", detail);
-        }
-        for (int r : members) {
-            auto [it, fresh] = repair_msgs.try_emplace(r, base_action(ActionKind::Repair, ctx, Strategy::Retry));
-            RepairInfoMsg mine = info;
-            bool receives = std::find(info.dst.begin(), info.dst.end(), r) != info.dst.end();
-            // RepairType: 0 SEND for a source; for a receiver 2 UCE_LOWLEVEL when its clean reported
-            // that the memory error needs no rebuild, else 1 UCE_HIGHLEVEL.
-            mine.repair_type = receives ? (out.results.count(r) && out.results.at(r) == 2 ? 2 : 1) : 0;
-            it->second.repair.push_back(mine);
-        }
-    }
+    transition(State::Repair, "environment clean");
+    std::map<int, ActionMsg> repair_msgs = repair_messages(ctx, Strategy::Retry, out.results);
     if (!repair_msgs.empty()) {
         out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
         if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
@@ -754,6 +784,166 @@ void Controller::online_repair(FaultContext& ctx) {
     ClusterReport result{"report_result"};
     result.strategy = "retry";
     report_cluster(result);
+}
+
+// The REPAIR action of every rank taking part: for each optimizer type, a healthy peer sends each
+// shard to the rank that needs it. RepairType of a rank: 0 SEND for a source; for a receiver 3
+// RECV_REPAIR when it is a replacement process (ARF), 2 UCE_LOWLEVEL when its clean reported that the
+// memory error needs no rebuild, else 1 UCE_HIGHLEVEL.
+std::map<int, ActionMsg> Controller::repair_messages(const FaultContext& ctx, Strategy s,
+                                                     const std::map<int, int>& clean_results) {
+    std::map<int, RepairPlan> plans;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        plans = replicas_.repair_pairs(ctx.unavailable);
+    }
+    std::map<int, ActionMsg> msgs;
+    for (const auto& [type, plan] : plans) {
+        RepairInfoMsg info;
+        info.optimizer_type = static_cast<uint8_t>(type);
+        std::set<int> members;
+        for (auto [src, dst] : plan.pairs) {
+            if (!ctx.repair_set.count(dst) && !ctx.replace.count(dst)) continue;
+            info.src.push_back(src);
+            info.dst.push_back(dst);
+            members.insert(src);
+            members.insert(dst);
+        }
+        if (members.empty()) continue;
+        info.rank_list.assign(members.begin(), members.end());
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            event_locked("repair_plan", "type " + std::to_string(type) + " src=" + list_text(info.src) +
+                                            " dst=" + list_text(info.dst));
+        }
+        for (int r : members) {
+            auto it = msgs.try_emplace(r, base_action(ActionKind::Repair, ctx, s)).first;
+            RepairInfoMsg mine = info;
+            bool receives = std::find(info.dst.begin(), info.dst.end(), r) != info.dst.end();
+            auto clean = clean_results.find(r);
+            mine.repair_type = !receives ? 0 : ctx.replace.count(r) ? 3 : clean != clean_results.end() && clean->second == 2 ? 2 : 1;
+            it->second.repair.push_back(mine);
+        }
+    }
+    return msgs;
+}
+
+// ---- process replacement (ARF) -----------------------------------------------------------------
+
+// As the reference: STOP and CLEAN the survivors, take the dead ranks offline, wait for a restarted
+// process of each to register and report ready, then REBUILD_GROUP on all, REPAIR the replacements
+// from live replica peers, ROLLBACK and NORMAL on all. Anything going wrong on the way dumps.
+void Controller::recover(FaultContext& ctx) {
+    std::set<int> survivors;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        transition_locked(State::EnvClear, "process replacement (recover) of ranks " + list_text(ctx.replace));
+        survivors = live_ranks_locked();
+        for (int r : ctx.replace) survivors.erase(r);
+    }
+    ActionOutcome out = run_action_all(ActionKind::Stop, survivors, base_action(ActionKind::Stop, ctx, Strategy::Recover), true);
+    ctx.stopped = true;
+    if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during process replacement");
+    report_cluster(ClusterReport{"report_stop_complete"});
+    out = run_action_all(ActionKind::Clean, survivors, base_action(ActionKind::Clean, ctx, Strategy::Recover), true);
+    if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during process replacement");
+    std::map<int, int> clean_results = out.results;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        take_offline_locked(ctx.replace);
+    }
+    std::string why;
+    if (!await_replacements(ctx.replace, &why)) return dump(ctx, why);
+    transition(State::Repair, "replacements of ranks " + list_text(ctx.replace) + " ready");
+    std::set<int> all = survivors;
+    all.insert(ctx.replace.begin(), ctx.replace.end());
+    ActionMsg rebuild = base_action(ActionKind::RebuildGroup, ctx, Strategy::Recover);
+    rebuild.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());  // the handler's fault_ranks
+    out = run_action_all(ActionKind::RebuildGroup, all, rebuild, true);
+    if (!out.ok()) return dump(ctx, "rebuilding the communication groups failed or a new fault arrived");
+    std::map<int, ActionMsg> repair_msgs = repair_messages(ctx, Strategy::Recover, clean_results);
+    out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
+    if (!out.ok()) return dump(ctx, "repairing the replacements failed or a new fault arrived");
+    out = run_action_all(ActionKind::Rollback, all, base_action(ActionKind::Rollback, ctx, Strategy::Recover), true);
+    if (!out.ok()) return dump(ctx, "rollback failed or a new fault arrived during process replacement");
+    out = run_action_all(ActionKind::Normal, all, base_action(ActionKind::Normal, ctx, Strategy::Recover), true);
+    if (!out.ok()) return dump(ctx, "resuming failed");
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int r : ctx.replace) ranks_[r].joining = ranks_[r].ready = false;
+        for (int r : all) ranks_[r].run = RunStatus::Running;
+        transition_locked(State::Normal, "ranks " + list_text(ctx.replace) + " replaced, training resumes at step " +
+                                             std::to_string(ctx.repair_step));
+    }
+    ClusterReport result{"report_result"};
+    result.strategy = "recover";
+    report_cluster(result);
+}
+
+// A fault policy escalated a memory or communication fault to replacement (a device to isolate):
+// the faulty ranks' processes are replaced instead of repaired in place.
+void Controller::replace_faulty(FaultContext& ctx) {
+    for (const auto& [rank, f] : ctx.faults) {
+        if (f.kind != FaultKind::Comm) ctx.replace.insert(rank);
+    }
+    if (ctx.replace.empty()) {
+        for (const auto& [rank, f] : ctx.faults) ctx.replace.insert(rank);
+    }
+    for (int r : ctx.replace) ctx.repair_set.erase(r);
+    ctx.unavailable.insert(ctx.replace.begin(), ctx.replace.end());
+}
+
+// The old processes of ranks with a process/node fault are not used again: a rank still connected
+// (a fault reported by the cluster manager) is cut off, so only its restarted process can come back.
+void Controller::take_offline_locked(const std::set<int>& ranks) {
+    for (int rank : ranks) {
+        RankEntry& r = ranks_[rank];
+        event_locked("offline", "rank " + std::to_string(rank));
+        if (r.joining || r.dead) continue;  // gone already, or its replacement registered early
+        r.dead = true;
+        if (!r.connected) continue;
+        // Still running (a fault the cluster manager or a policy named): told to exit, then cut off.
+        FaultContext none;
+        none.repair_step = repair_step_;
+        send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::Recover));
+        server_.close(r.conn, "rank taken offline for process replacement (ARF)");
+    }
+    LOG_INFO(kLog, cfg_.rank, "ranks " << list_text(ranks) << " offline; waiting up to " << cfg_.arf_wait_ms
+                                       << " ms for their restarted processes");
+}
+
+// Waits (at most arf_wait_ms) until a restarted process of every rank in `ranks` registered and
+// reported PREREPAIR_FINISH. False with the reason on a timeout, a new fault or shutdown.
+bool Controller::await_replacements(const std::set<int>& ranks, std::string* why) {
+    std::unique_lock<std::mutex> lock(mu_);
+    event_locked("arf_wait", "ranks " + list_text(ranks) + " up to " + std::to_string(cfg_.arf_wait_ms) + " ms");
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.arf_wait_ms);
+    while (true) {
+        std::set<int> absent, unready;
+        for (int r : ranks) {
+            const RankEntry& e = ranks_[r];
+            if (!e.joining || e.dead) absent.insert(r);
+            else if (!e.ready) unready.insert(r);
+        }
+        if (absent.empty() && unready.empty()) {
+            event_locked("arf_ready", "ranks " + list_text(ranks));
+            return true;
+        }
+        if (stopping_) *why = "the controller is shutting down";
+        else if (second_fault_) *why = "a new fault arrived while waiting for the replacement of ranks " + list_text(ranks);
+        else if (Clock::now() >= deadline) {
+            *why = "process replacement timed out after " + std::to_string(cfg_.arf_wait_ms) + " ms (MINDIO_ARF_WAIT_S):";
+            if (!absent.empty()) *why += " no restarted process registered for ranks " + list_text(absent) + ";";
+            if (!unready.empty()) *why += " ranks " + list_text(unready) + " registered but did not report ready;";
+            event_locked("arf_timeout", *why);
+        }
+        if (!why->empty()) {
+            LOG_ERROR(kLog, cfg_.rank, *why);
+            return false;
+        }
+        cv_.wait_until(lock, std::min(deadline, Clock::now() + kTick));
+        detect_dead_locked();
+    }
 }
 
 void Controller::dump(FaultContext& ctx, const std::string& why) {
@@ -776,7 +966,8 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         // Everything learned since the decision: ranks that died, failed an action or reported a
         // memory error are not trusted to save.
         for (size_t i = 0; i < ranks_.size(); ++i) {
-            if (ranks_[i].dead || ranks_[i].excluded || !ranks_[i].registered) ctx.unavailable.insert(static_cast<int>(i));
+            const RankEntry& r = ranks_[i];
+            if (r.dead || r.excluded || !r.registered || r.joining) ctx.unavailable.insert(static_cast<int>(i));
         }
         for (const auto& [rank, f] : pending_faults_) {
             if (f.kind == FaultKind::Memory || f.kind == FaultKind::Node) ctx.unavailable.insert(rank);
@@ -865,6 +1056,20 @@ void Controller::pause_flow() {
 }
 
 // ---- action engine -----------------------------------------------------------------------------
+
+// An action no reply is waited for: its own sequence number, so that the processors run it in order
+// with the tracked ones, and a late reply is dropped as stale.
+void Controller::send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg) {
+    uint64_t seq = ++seq_;
+    std::string frame = encode_frame(MsgType::Action, seq, encode(msg));
+    for (int r : ranks) {
+        if (ranks_[r].connected) server_.send(ranks_[r].conn, frame);
+    }
+    event_locked("action", std::string(action_name(msg.kind)) + " sn=" + std::to_string(seq) + " ranks=" +
+                               list_text(ranks) + " untracked");
+    LOG_INFO(kLog, cfg_.rank, "action " << action_name(msg.kind) << " sn " << seq << " to " << list_text(ranks)
+                                        << " (no reply awaited)");
+}
 
 void Controller::send_to_rank_locked(int rank, uint64_t seq, const std::string& frame) {
     const RankEntry& r = ranks_[rank];
@@ -979,6 +1184,7 @@ void Controller::notify_faults(const std::map<int, int>& fault_ranks) {
 void Controller::notify_strategy(const std::string& strategy) {
     std::lock_guard<std::mutex> lock(mu_);
     if (strategy == "retry") cluster_strategy_ = Strategy::Retry;
+    else if (strategy == "recover") cluster_strategy_ = Strategy::Recover;
     else if (strategy == "dump") cluster_strategy_ = Strategy::Dump;
     else if (strategy == "exit") cluster_strategy_ = Strategy::Exit;
     else if (strategy == "continue") continue_requested_ = true;

@@ -38,6 +38,7 @@ struct ControllerConfig {
     int prelock_timeout_ms = 30000;  // MINDIO_PRELOCK_TIMEOUT: one wait for laggards after PRELOCK
     int prelock_tries = 3;           // MINDIO_PRELOCK_TRIES: that many waits before giving up on them
     double heartbeat_misses = 3.0;   // a silent rank is dead after this many of its periods
+    int arf_wait_ms = 600000;        // MINDIO_ARF_WAIT_S: wait for restarted processes to register and be ready
     std::string token;
 };
 
@@ -94,6 +95,9 @@ private:
         uint64_t conn = 0;
         uint64_t generation = 0;  // bumps on every (re-)registration, so the engine knows to resend
         bool registered = false, connected = false, dead = false, excluded = false;
+        // ARF: a restarted process registered for this dead rank and is kept out of the job (no
+        // STOP/CLEAN, never a saver or source) until repaired; ready once it reported PREREPAIR_FINISH.
+        bool joining = false, ready = false;
         Clock::time_point last_seen, disconnected_at;
         uint32_t heartbeat_ms = 2000;
         int64_t step = -1;
@@ -127,6 +131,7 @@ private:
     struct FaultContext {
         std::map<int, Fault> faults;
         std::set<int> dead, not_ready, repair_set, unavailable;
+        std::set<int> replace;  // ranks with a process/node fault: replaced by a restarted process (ARF)
         int64_t repair_step = -1;
         bool is_uce = false;
         bool stopped = false;
@@ -135,6 +140,8 @@ private:
     void on_frame(uint64_t conn, Frame&& frame) override;
     void on_closed(uint64_t conn, const std::string& reason) override;
     void handle_register(uint64_t conn, const std::string& body);
+    std::string arf_refusal_locked(const RegisterMsg& m) const;
+    bool accept_replacement_locked(const RegisterMsg& m);
     void handle_status(const RankStatusMsg& m, bool heartbeat);
     void handle_replica(const ReplicaInfoMsg& m);
     void handle_error(const ErrorReportMsg& m);
@@ -154,9 +161,15 @@ private:
     int64_t prelock(const std::map<int, Fault>& faults);
     std::optional<Strategy> consult_policy(const FaultContext& ctx);
     void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
-    Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool repairable, bool dump_possible);
+    Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool recover_possible,
+                             bool dump_possible);
     void report_cluster(const ClusterReport& report);
     void online_repair(FaultContext& ctx);
+    void recover(FaultContext& ctx);
+    void replace_faulty(FaultContext& ctx);
+    void take_offline_locked(const std::set<int>& ranks);
+    bool await_replacements(const std::set<int>& ranks, std::string* why);
+    std::map<int, ActionMsg> repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
     void dump(FaultContext& ctx, const std::string& why);
     void exit_all(const std::string& why, int result);
     void pause_flow();
@@ -169,6 +182,7 @@ private:
     ActionOutcome run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
                                  bool interruptible);
     void send_to_rank_locked(int rank, uint64_t seq, const std::string& frame);
+    void send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg);
 
     ControllerConfig cfg_;
     Server server_;

@@ -24,7 +24,7 @@ int backoff_ms(int attempt, int base_ms) {
 
 }  // namespace
 
-Processor::Processor(ProcessorConfig cfg) : cfg_(std::move(cfg)) {}
+Processor::Processor(ProcessorConfig cfg) : cfg_(std::move(cfg)), joining_(cfg_.restarted) {}
 
 Processor::~Processor() {
     running_ = false;
@@ -92,7 +92,11 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         *error = e.what();
         return false;
     }
-    RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token};
+    RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token, false};
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        reg.restarted = joining_;
+    }
     if (!send_all(fd, encode_frame(MsgType::Register, 0, encode(reg)), cfg_.io_timeout_ms, error)) {
         close_fd(fd);
         return false;
@@ -303,7 +307,7 @@ void Processor::worker_loop() {
             running_action_.reset();
             ++stats_[std::string("executed_") + action_name(job.msg.kind)];
             if (job.seq == last_seq_) cached_reply_ = reply;
-            if (job.msg.kind == ActionKind::Normal) next_action_ = NextAction::Retry, run_ = RunStatus::Running;
+            if (job.msg.kind == ActionKind::Normal) next_action_ = NextAction::Retry, run_ = RunStatus::Running, joining_ = false;
             if (job.msg.kind == ActionKind::Exit) next_action_ = NextAction::Exit;
             if (job.msg.kind == ActionKind::Normal || job.msg.kind == ActionKind::Exit) prelock_step_ = -1;
             if (job.msg.kind == ActionKind::Continue) paused_ = false, run_ = RunStatus::Running;
@@ -369,7 +373,9 @@ void Processor::report_error(uint8_t report_state, const std::string& error_code
     ErrorReportMsg msg{cfg_.rank, report_state, error_code};
     {
         std::lock_guard<std::mutex> lock(mu_);
-        if (report_state != 0) run_ = RunStatus::Faulted;
+        // NORMAL (stopped on purpose) and the progress reports (INIT_FINISH, PREREPAIR_FINISH,
+        // STEP_FINISH) are not faults.
+        if (report_state != 0 && (report_state < 5 || report_state > 7)) run_ = RunStatus::Faulted;
     }
     if (!send_frame(encode_frame(MsgType::ErrorReport, 0, encode(msg)))) {
         std::lock_guard<std::mutex> lock(mu_);

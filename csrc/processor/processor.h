@@ -31,6 +31,7 @@ struct ProcessorConfig {
     int io_timeout_ms = 5000;      // connect, register, and each send
     int handler_limit_ms = 180000; // a handler running longer is reported (the controller acts on it)
     int prelock_wait_ms = 270000;  // longest a start_updating after PRELOCK waits for the STOP
+    bool restarted = false;        // started again for a dead rank (ARF): registers as a replacement
     std::string token;
 };
 
@@ -60,6 +61,8 @@ public:
     int64_t repair_step() const;
     Strategy repair_type() const;
     bool paused() const;
+    // Started again for a dead rank (MINDIO_RESTARTED=1); stays true for the life of the process.
+    bool restarted() const { return cfg_.restarted; }
     std::map<std::string, uint64_t> stats() const;
 
 private:
@@ -97,6 +100,9 @@ private:
     int64_t prelock_step_ = -1;  // >= 0 between PRELOCK and the NORMAL/EXIT that ends the fault handling
     Strategy repair_type_ = Strategy::None;
     bool paused_ = false;
+    // Registers as a replacement until the controller's NORMAL shows the replacement is complete;
+    // a later reconnect is an ordinary one.
+    bool joining_ = false;
     std::optional<NextAction> next_action_;
     uint64_t last_seq_ = 0;
     std::string cached_reply_;  // reply frame for last_seq_, empty while it still runs

@@ -147,6 +147,7 @@ std::string encode(const RegisterMsg& m) {
     w.i32(m.world_size);
     w.u32(m.heartbeat_ms);
     w.str(m.token);
+    write_bool(w, m.restarted);
     return w.out;
 }
 
@@ -156,6 +157,7 @@ void decode(const std::string& body, RegisterMsg& m) {
     m.world_size = r.i32("world_size");
     m.heartbeat_ms = r.u32("heartbeat_ms");
     m.token = r.str("token");
+    m.restarted = read_bool(r, "restarted");
     r.finish();
 }
 

@@ -30,6 +30,9 @@ struct RegisterMsg {
     int32_t world_size = 0;
     uint32_t heartbeat_ms = 0;
     std::string token;
+    // A process started again for a rank that died (ARF): the controller accepts it only for a rank
+    // it holds dead, and keeps it out of the job until the replacement is repaired.
+    bool restarted = false;
 };
 
 struct RegisterAckMsg {

@@ -27,28 +27,43 @@ def wait_until(predicate, timeout, what):
 
 class Job:
     def __init__(self, tmp_path, world_size, env=None, policy=None, policy_timeout_s=5.0, heartbeat_s=HEARTBEAT_S,
-                 **worker_args):
+                 enable_arf=False, **worker_args):
         self.world_size = world_size
         self.tmp_path = Path(tmp_path)
         self.trigger = self.tmp_path / "trigger"
         self.records = {r: [] for r in range(world_size)}
         self.lock = threading.Lock()
-        ctl.tft_init_controller(-1, world_size)
+        ctl.tft_init_controller(-1, world_size, enable_arf=enable_arf)
         if policy is not None:
             ctl.tft_set_fault_policy(policy, timeout_s=policy_timeout_s)
         self.port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
         path = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
-        worker_env = dict(os.environ, MINDIO_HEARTBEAT_INTERVAL=str(heartbeat_s), PYTHONPATH=path, **(env or {}))
+        self.worker_env = dict(os.environ, MINDIO_HEARTBEAT_INTERVAL=str(heartbeat_s), PYTHONPATH=path, **(env or {}))
+        self.worker_args = dict(worker_args, enable_arf=int(enable_arf))
         self.procs = {}
+        self.retired = []  # processes replaced by spawn(), kept to be reaped
         for rank in range(world_size):
-            args = [sys.executable, str(WORKER), "--rank", str(rank), "--world-size", str(world_size),
-                    "--port", str(self.port), "--trigger", str(self.trigger)]
-            for key, value in worker_args.items():
-                args += [f"--{key.replace('_', '-')}", str(value)]
-            log = open(self.tmp_path / f"worker{rank}.log", "w")
-            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=worker_env, text=True)
+            self.spawn(rank)
+
+    def spawn(self, rank, restarted=False, track=True, **overrides):
+        """Start the worker process of `rank`; `restarted`: as a launcher restarts a dead rank (ARF);
+        `track=False`: an extra process for that rank (its output is recorded, it is not the rank's)."""
+        args = [sys.executable, str(WORKER), "--rank", str(rank), "--world-size", str(self.world_size),
+                "--port", str(self.port), "--trigger", str(self.trigger)]
+        for key, value in dict(self.worker_args, **overrides).items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        env = dict(self.worker_env, MINDIO_RESTARTED="1" if restarted else "0")
+        suffix = f".{len(self.retired)}" if rank in self.procs else ""
+        log = open(self.tmp_path / f"worker{rank}{suffix}.log", "w")
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env, text=True)
+        if not track:
+            self.retired.append(proc)
+        elif rank in self.procs:
+            self.retired.append(self.procs[rank])
+        if track:
             self.procs[rank] = proc
-            threading.Thread(target=self._read, args=(rank, proc), daemon=True).start()
+        threading.Thread(target=self._read, args=(rank, proc), daemon=True).start()
+        return proc
 
     def _read(self, rank, proc):
         for line in proc.stdout:
@@ -86,7 +101,7 @@ class Job:
         return {r: self.events_of(r, "result")[-1] for r in ranks}
 
     def close(self):
-        for proc in self.procs.values():
+        for proc in list(self.procs.values()) + self.retired:
             if proc.poll() is None:
                 try:
                     proc.wait(timeout=3)
@@ -96,8 +111,8 @@ class Job:
         ctl.tft_destroy_controller()
 
     def worker_logs(self):
-        return "\n".join(f"--- worker {r}\n" + (self.tmp_path / f"worker{r}.log").read_text()[-2000:]
-                         for r in range(self.world_size))
+        return "\n".join(f"--- {path.name}\n" + path.read_text()[-2000:]
+                         for path in sorted(self.tmp_path.glob("worker*.log")))
 
 
 def actions_in_order(job):

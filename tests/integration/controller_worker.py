@@ -44,6 +44,7 @@ def main():
                    help="finish: mid-update, ends it after the prelock; never: mid-update for good; "
                         "start: not updating, starts the next update after the prelock")
     p.add_argument("--start-rank", type=int, default=-1, help="rank that starts a new update after the prelock")
+    p.add_argument("--enable-arf", type=int, default=0, help="1: tft_init_processor(enable_arf=True)")
     a = p.parse_args()
     rank = a.rank
     stop_requested = threading.Event()
@@ -59,7 +60,8 @@ def main():
             return 0
         return wrapped
 
-    ttp.tft_init_processor(rank, a.world_size, enable_tls=False)
+    ttp.tft_init_processor(rank, a.world_size, enable_tls=False, enable_arf=bool(a.enable_arf))
+    restarted = ttp.tft_is_reboot_node()
     ttp.tft_register_stop_handler(lambda args, ctx: record("stop")(ctx))
     ttp.tft_register_clean_handler(lambda is_uce, args, ctx: record("clean")(is_uce))
     ttp.tft_register_repair_handler(
@@ -68,18 +70,30 @@ def main():
     ttp.tft_register_save_ckpt_handler(lambda step, info, args, ctx: record("save_ckpt")(step, info))
     ttp.tft_register_rename_handler(lambda step, args: record("rename")(step))
     ttp.tft_register_exit_handler(lambda ctx: record("exit")())
-    ttp.tft_start_processor("127.0.0.1", a.port)
+    ttp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: record("rebuild_group")(fault_ranks))
+    try:
+        ttp.tft_start_processor("127.0.0.1", a.port)
+    except ValueError as exc:
+        emit(rank=rank, start_error=str(exc))
+        ttp.tft_destroy_processor()
+        return 3
     ttp.tft_set_optimizer_replica(rank, [{"rank_list": list(range(a.world_size)), "replica_cnt": a.replicas,
                                           "replica_shift": 0}])
-    state = {"step": 0}
+    state = {"step": 0, "joined": False}
+    if restarted:
+        emit(rank=rank, restarted=True, reboot_type=ttp.tft_get_reboot_type())
 
     @ttp.tft_exception_handler
     def train():
+        if restarted and not state["joined"]:
+            # A replacement builds its model, then tells the controller it is ready and waits for the repair.
+            state["joined"] = True
+            raise RuntimeError("ARF FINISH: the restarted process is ready")
         start = state["step"]
-        if start > 0:  # after a repair: resume from the repaired step
+        if start > 0 or state["joined"]:  # after a repair: resume from the repaired step
             start = ttp.tft_get_repair_step()
             stop_requested.clear()
-        lag = rank == a.lag_rank and start == 0
+        lag = rank == a.lag_rank and start == 0 and not state["joined"]
         for step in range(start + 1, start + a.steps + 1):
             if lag and step == a.steps:
                 if a.lag_mode != "start":
@@ -88,7 +102,7 @@ def main():
             ttp.tft_start_updating_os(step)
             ttp.tft_end_updating_os(step)
             state["step"] = step
-        if start > 0:
+        if start > 0 or state["joined"]:
             return "done"
         emit(rank=rank, ready=state["step"])
         deadline = time.monotonic() + 50
@@ -126,7 +140,7 @@ def main():
 
     try:
         result = train()
-        emit(rank=rank, result=result, repair_type=ttp.tft_get_repair_type())
+        emit(rank=rank, result=result, repair_type=ttp.tft_get_repair_type(), step=state["step"])
     except SystemExit as exc:
         emit(rank=rank, result="exit", reason=str(exc))
     finally:

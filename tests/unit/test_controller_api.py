@@ -119,22 +119,19 @@ def test_action_time_limit_default_and_test_override(monkeypatch):
 
 
 def test_unimplemented_parts_raise_not_implemented():
-    with pytest.raises(NotImplementedError, match="ARF"):
-        ctl.tft_init_controller(-1, 4, enable_arf=True)
     with pytest.raises(NotImplementedError, match="ZIT"):
         ctl.tft_init_controller(-1, 4, enable_zit=True)
-    with pytest.raises(NotImplementedError):
-        tp.tft_init_processor(0, 4, enable_arf=True)
+    with pytest.raises(NotImplementedError, match="ZIT"):
+        tp.tft_init_processor(0, 4, enable_zit=True)
     for call in [lambda: ctl.tft_notify_controller_on_global_rank({1: 1}),
                  lambda: ctl.tft_notify_controller_prepare_action(), lambda: tp.tft_start_copy_os(),
-                 lambda: tp.tft_report_load_ckpt_step(3), lambda: tp.tft_get_reboot_type(),
-                 lambda: tp.tft_set_dp_group_info(0, [0, 1])]:
+                 lambda: tp.tft_report_load_ckpt_step(3), lambda: tp.tft_set_dp_group_info(0, [0, 1])]:
         with pytest.raises(NotImplementedError):
             call()
     ctl.tft_init_controller(-1, 2)
     try:
-        with pytest.raises(NotImplementedError, match="'recover' is not implemented"):
-            ctl.tft_notify_controller_change_strategy("recover")
+        with pytest.raises(NotImplementedError, match="'migration' is not implemented"):
+            ctl.tft_notify_controller_change_strategy("migration")
         with pytest.raises(ValueError, match="unknown strategy"):
             ctl.tft_notify_controller_change_strategy("teleport")
         with pytest.raises(NotImplementedError, match="TLS"):
@@ -158,4 +155,35 @@ def test_prelock_timer_out_of_range_is_a_clear_error(monkeypatch, name, value, m
         ctl.tft_init_controller(-1, 4)
     with pytest.raises(ValueError, match=message):
         tp.tft_init_processor(0, 4)
+    assert not ctl.tft_query_high_availability_switch()
+
+
+def test_arf_switches_and_the_restarted_marker(monkeypatch):
+    ctl.tft_init_controller(-1, 4, enable_arf=True)
+    ctl.tft_destroy_controller()
+    monkeypatch.setenv("MINDIO_RESTARTED", "1")
+    with pytest.raises(ValueError, match="MINDIO_RESTARTED=1 marks a restarted process.*enable_arf=True"):
+        tp.tft_init_processor(0, 4)
+    tp.tft_init_processor(0, 4, enable_arf=True)
+    try:
+        assert tp.tft_is_reboot_node() and tp.tft_get_reboot_type() == "recover"
+    finally:
+        tp.tft_destroy_processor()
+    monkeypatch.setenv("MINDIO_RESTARTED", "0")
+    tp.tft_init_processor(0, 4, enable_arf=True)
+    try:
+        assert not tp.tft_is_reboot_node() and tp.tft_get_reboot_type() == "none"
+    finally:
+        tp.tft_destroy_processor()
+    monkeypatch.setenv("MINDIO_RESTARTED", "yes")
+    with pytest.raises(ValueError, match="MINDIO_RESTARTED='yes' is not an integer"):
+        tp.tft_init_processor(0, 4, enable_arf=True)
+
+
+@pytest.mark.parametrize("value,message", [("0.01", r"MINDIO_ARF_WAIT_S=0.01 is out of range \[0.1, 3600\] seconds"),
+                                           ("3601", "out of range"), ("soon", "is not a number of seconds")])
+def test_arf_wait_out_of_range_is_a_clear_error(monkeypatch, value, message):
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", value)
+    with pytest.raises(ValueError, match=message):
+        ctl.tft_init_controller(-1, 4, enable_arf=True)
     assert not ctl.tft_query_high_availability_switch()

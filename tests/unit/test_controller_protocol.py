@@ -16,7 +16,7 @@ def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version
 
 
 SAMPLES = {
-    "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret"},
+    "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True},
     "REGISTER_ACK": {"result": 1, "message": "bad token"},
     "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1},
     "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0},

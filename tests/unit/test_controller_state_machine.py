@@ -81,3 +81,27 @@ def decide(kinds, retry=True, recover=False, during_repair=False, repairable=Tru
 ])
 def test_decision_per_fault_type(kinds, kwargs, expected):
     assert decide(kinds, **kwargs) == expected
+
+
+# Process replacement (ARF) on and off: a node error (process dead, heartbeat lost, process-type fault)
+# is replaced when ARF is enabled and its shard has a live replica, else dumped (or exit without a
+# complete replica); memory and communication errors are repaired online either way.
+@pytest.mark.parametrize("kinds,kwargs,with_arf,without_arf", [
+    (["node"], {}, "recover", "dump"),
+    (["node"], {"retry": False}, "recover", "dump"),
+    (["node", "memory"], {}, "recover", "dump"),
+    (["node", "communication"], {}, "recover", "dump"),
+    (["node", "unknown"], {}, "recover", "dump"),
+    (["node"], {"repairable": False}, "dump", "dump"),
+    (["node"], {"repairable": False, "dump_possible": False}, "exit", "exit"),
+    (["node"], {"during_repair": True}, "dump", "dump"),
+    (["node"], {"during_repair": True, "dump_possible": False}, "exit", "exit"),
+    (["memory"], {}, "retry", "retry"),
+    (["memory"], {"retry": False}, "dump", "dump"),
+    (["communication"], {}, "retry", "retry"),
+    (["unknown"], {}, "dump", "dump"),
+    ([], {}, "dump", "dump"),
+])
+def test_decision_with_and_without_arf(kinds, kwargs, with_arf, without_arf):
+    assert decide(kinds, recover=True, **kwargs) == with_arf
+    assert decide(kinds, recover=False, **kwargs) == without_arf

@@ -1,0 +1,97 @@
+"""Process replacement (ARF) with real processor processes: a SIGKILLed rank is replaced by a
+restarted process of the same rank, repaired from its replica peer, and training resumes at the same
+step; a replacement that never comes leads to a dump; registrations that may not replace are refused."""
+import signal
+
+import pytest
+
+from controller_harness import Job, actions_in_order, wait_until
+from mindio_adaptor.ttp import controller as ctl
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("arrives", ["during_the_wait", "before_the_decision"])
+def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env, arrives):
+    job = Job(tmp_path, 8, enable_arf=True)
+    reports = []
+    for action in ("report_fault_ranks", "report_result"):
+        ctl.tft_register_mindx_callback(action, lambda *a, action=action: reports.append((action, a)))
+    try:
+        job.wait_ready()
+        # A restarted process may not take the place of a live rank.
+        extra = job.spawn(2, restarted=True, track=False)
+        assert extra.wait(timeout=20) == 3
+        [refused] = job.events_of(2, "start_error")
+        assert "rank 2 is alive and connected" in refused["start_error"], refused
+        assert [d for _, _, d in job.controller_events("register_refused")] == [
+            "rank 2: rank 2 is alive and connected: a restarted process may only replace a dead rank"]
+        assert ctl.controller_state() == "NORMAL" and not job.controller_events("fault")
+
+        job.procs[5].send_signal(signal.SIGKILL)
+        if arrives == "during_the_wait":  # the reference's order: offline first, then the restart registers
+            wait_until(lambda: job.controller_events("arf_wait"), 10, "the controller waiting for rank 5")
+        else:  # a fast launcher: the restart registers while the controller still gathers faults
+            wait_until(lambda: job.controller_events("dead"), 5, "rank 5 declared dead")
+        job.spawn(5, restarted=True)
+        results = job.wait_results(range(8), timeout=30)
+        assert all(r["result"] == "done" and r["repair_type"] == "recover" and r["step"] == 10
+                   for r in results.values()), results
+        assert job.events_of(5, "restarted") == [{"rank": 5, "restarted": True, "reboot_type": "recover"}]
+        assert actions_in_order(job) == ["prelock", "stop", "clean", "rebuild_group", "repair", "rollback", "normal"]
+        targets = {d.split(" ")[0]: d.split("ranks=")[1] for _, _, d in job.controller_events("action")}
+        survivors, everyone = "[0,1,2,3,4,6,7]", "[0,1,2,3,4,5,6,7]"
+        assert targets == {"prelock": survivors, "stop": survivors, "clean": survivors, "rebuild_group": everyone,
+                           "repair": "[1,5]", "rollback": everyone, "normal": everyone}
+        assert [d for _, _, d in job.controller_events("offline")] == ["rank 5"]
+        assert [d for _, _, d in job.controller_events("replacement")] == ["rank 5"]
+        assert job.controller_events("arf_ready")
+        states = [d for _, _, d in job.controller_events("state")]
+        assert states[-4:] == ["NORMAL->ABNORMAL", "ABNORMAL->ENV_CLEAR", "ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
+        # DP [0..7], R=2: rank 5's shard is also held by rank 1, which sends it to the new process.
+        assert [d for _, _, d in job.controller_events("repair_plan")] == ["type 0 src=[1] dst=[5]"]
+        info = {"type": 0, "src": [1], "dst": [5], "rank_list": [1, 5]}
+        assert job.handler_calls(1, "repair") == [[5, False, [5], dict(info, repair_type=0)]]  # SEND
+        assert job.handler_calls(5, "repair") == [[5, False, [5], dict(info, repair_type=3)]]  # RECV_REPAIR
+        for rank in range(8):
+            assert job.handler_calls(rank, "rebuild_group") == [[[5]]], rank
+            assert job.handler_calls(rank, "rollback") == [[5]], rank
+            expected_stops = 0 if rank == 5 else 1
+            assert len(job.handler_calls(rank, "stop")) == expected_stops, rank
+        assert ("report_fault_ranks", ({5: 1},)) in reports
+        assert reports[-1][0] == "report_result" and reports[-1][1][0] == 0 and reports[-1][1][3] == "recover"
+        assert all(p.wait(timeout=10) == 0 for p in job.procs.values())
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_replacement_that_never_comes_leads_to_a_dump(tmp_path, job_env, monkeypatch):
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
+    job = Job(tmp_path, 8, enable_arf=True)
+    try:
+        job.wait_ready()
+        job.procs[5].send_signal(signal.SIGKILL)
+        wait_until(lambda: job.controller_events("dead"), 5, "rank 5 declared dead")
+        # A process of the dead rank that does not say it is a restarted one is refused.
+        impostor = job.spawn(5, track=False)
+        assert impostor.wait(timeout=20) == 3
+        [refused] = job.events_of(5, "start_error")
+        assert "rank 5 was declared dead; only a restarted process" in refused["start_error"], refused
+        live = [r for r in range(8) if r != 5]
+        results = job.wait_results(live, timeout=30)
+        assert all(r["result"] == "exit" for r in results.values()), results
+        assert actions_in_order(job) == ["prelock", "stop", "clean", "save_ckpt", "rename", "exit"]
+        [timeout] = [d for _, _, d in job.controller_events("arf_timeout")]
+        assert "timed out after 1500 ms (MINDIO_ARF_WAIT_S): no restarted process registered for ranks [5]" in timeout
+        [dump] = [d for _, _, d in job.controller_events("dump")]
+        assert dump == timeout
+        assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,3]"]
+        assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->DUMP", "DUMP->EXIT"]
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
