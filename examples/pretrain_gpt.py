@@ -90,7 +90,16 @@ def add_example_args(parser):
     return parser
 
 
+def say(line: str):
+    """One write per line: unbuffered output from several processes then never splits a line."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main():
+    # One line per process at start and at the end: a recovery that replaced a process shows as a
+    # rank with two starts or two PIDs.
+    say(f"rank {os.environ.get('RANK', '?')} pid {os.getpid()} starting")
     args = parse_and_validate_args(extra_args_provider=add_example_args)
     cfg = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
     pretrain(cfg, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
@@ -101,6 +110,7 @@ def main():
         params = {f"{i}.{name}": p.detach().clone() for i, chunk in enumerate(model)
                   for name, p in chunk.named_parameters()}
         torch.save(params, os.path.join(args.params_out, f"params_rank{torch.distributed.get_rank()}.pt"))
+    say(f"rank {torch.distributed.get_rank()} pid {os.getpid()} done")
     if torch.distributed.get_rank() == 0:
         print(f"params digest {digest}", flush=True)
 
