@@ -7,7 +7,10 @@ Scenarios available in this version:
   dump     one rank fails (--fault-kind kill, raise or hang); the survivors save one checkpoint of
            the last step completed everywhere (the dying-gasp checkpoint) and exit; the relaunch
            resumes from it, losing only the interrupted step.
-Online repair (`repair`) and process replacement (`replace`) come with later versions.
+  repair   a memory error (UCE) on one rank: communicators rebuilt, its optimizer shard copied from
+           a replica peer, every rank rolls back and recomputes the step; no process restarts,
+           no checkpoint, no relaunch.
+Process replacement (`replace`) comes with a later version.
 """
 import re
 import sys
@@ -18,7 +21,7 @@ from pathlib import Path
 from mindio_adaptor.tiny_job import run_training
 
 SCENARIOS = ("sigterm", "dump", "repair", "replace")
-AVAILABLE = ("sigterm", "dump")
+AVAILABLE = ("sigterm", "dump", "repair")
 FAULT_KINDS = ("kill", "raise", "hang")
 # A hang is noticed by the step watchdog; short limits keep the demo short.
 HANG_ENV = {"MINDIO_STEP_TIMEOUT_S": "10", "MINDIO_STOP_TIMEOUT_S": "5"}
@@ -71,6 +74,13 @@ def _watch(timeline: Timeline, phase: str):
             timeline.mark("dump written: iteration " + line.split("dump of step ", 1)[1].split()[0])
         elif "training ended by the recovery controller" in line and not timeline.seen("ended"):
             timeline.mark("the processes exit, as the controller decided", key="ended")
+        elif "clean: communicators rebuilt" in line and not timeline.seen("clean"):
+            timeline.mark("communicators rebuilt, Megatron re-pointed: " + line.split("] INFO clean: ", 1)[1].strip(),
+                          key="clean")
+        elif "INFO repair of step" in line:
+            timeline.mark("state sent: " + line.split("] INFO ", 1)[1].strip())
+        elif "online repair finished at step" in line:
+            timeline.mark("controller: online repair finished; the interrupted step is recomputed")
         elif "exiting program after receiving SIGTERM" in line:
             timeline.mark("every rank saw the signal and saved its checkpoint")
         elif "successfully saved checkpoint from iteration" in line:
@@ -104,6 +114,8 @@ def run(args) -> int:
     timeline.mark(f"uninterrupted reference run: {args.steps} steps on {args.nproc} processes")
     reference = run_training(HA, on_line=_watch(timeline, "reference"), **common).require_success()
 
+    if args.scenario == "repair":
+        return _repair(args, timeline, reference, faults, common)
     kind = "sigterm" if args.scenario == "sigterm" else args.fault_kind
     env = {"MINDIO_FAULT_INJECT": f"{kind}:rank={args.fault_rank},step={args.fault_step}",
            "MINDIO_FAULT_STATE_DIR": str(faults), **(HANG_ENV if kind == "hang" else {})}
@@ -137,4 +149,23 @@ def run(args) -> int:
         print(f"  note: Megatron's second log line after a resume shows the mean of steps {second - 1} "
               f"and {second}; the parameters are what the digest compares")
     print(f"  checkpoints kept in {ckpt}")
+    return 0 if equal else 1
+
+
+def _repair(args, timeline, reference, faults, common) -> int:
+    env = {"MINDIO_FAULT_INJECT": f"raise:rank={args.fault_rank},step={args.fault_step},msg=UCE ERROR (demo)",
+           "MINDIO_FAULT_STATE_DIR": str(faults)}
+    timeline.mark(f"run with a memory error (UCE) on rank {args.fault_rank} during step {args.fault_step}")
+    repaired = run_training([*HA, "--enable-hbmfault-repair"], env=env, on_line=_watch(timeline, "repaired run"),
+                            **common)
+    if repaired.returncode != 0:
+        print(repaired.output[-4000:], file=sys.stderr)
+        sys.exit(f"mindio-adaptor demo: the run with the fault exited {repaired.returncode} (see above)")
+    timeline.mark("run finished")
+    equal = repaired.digest is not None and repaired.digest == reference.digest
+    print("\nsummary")
+    print(f"  steps completed: {len(repaired.losses)} of {args.steps}, in the same processes (no restart, "
+          f"no checkpoint)")
+    print(f"  losses equal to the uninterrupted run: {'yes' if repaired.losses == reference.losses else 'no'}")
+    print(f"  params digest equal to the uninterrupted run: {'yes' if equal else 'no'}")
     return 0 if equal else 1

@@ -19,7 +19,8 @@ from typing import Dict, List
 @dataclass
 class RepointReport:
     replaced: int = 0
-    immutable: List[str] = field(default_factory=list)  # type names of holders that could not change
+    immutable: List[str] = field(default_factory=list)  # holders that could not change
+    in_frames: List[str] = field(default_factory=list)  # immutable holders only function locals refer to
 
 
 def repoint(mapping: Dict[object, object]) -> RepointReport:
@@ -68,7 +69,10 @@ def _replace_in(holder, by_id: Dict[int, object], report: RepointReport) -> int:
                 count += 1
     elif isinstance(holder, (tuple, frozenset, set)):
         owners = sorted({type(o).__name__ for o in gc.get_referrers(holder)} - {"list"})
-        report.immutable.append(f"{type(holder).__name__} of {len(holder)} held by {','.join(owners) or '?'}")
+        where = f"{type(holder).__name__} of {len(holder)} held by {','.join(owners) or '?'}"
+        # A function's locals: usually the frames of the interrupted call, kept by its traceback,
+        # which never run again; reported apart, as they cannot be told from a live caller's.
+        (report.in_frames if owners == ["frame"] else report.immutable).append(where)
     else:
         count += _replace_attributes(holder, by_id)
     # frames, cells and the like: a local variable of a running function cannot be rebound here

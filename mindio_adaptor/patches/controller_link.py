@@ -63,9 +63,10 @@ def connect():
     processor.tft_start_processor(*address)
     if STATE.layout is not None:
         processor.tft_set_optimizer_replica(rank, STATE.layout.to_reference())
-    # The bracket closes when train_step returns (scheduler stepped too) and only after the step's
-    # snapshot exists, so every step the controller believes complete can be dumped.
-    STATE.before_optimizer_step.append(lambda step: processor.tft_start_updating_os(step - 1))
+    # The bracket opens right before the in-place update (after the gradient-norm collective) and
+    # closes when train_step returns (scheduler stepped too), only after the step's snapshot exists:
+    # every step the controller believes complete can be dumped or repaired from.
+    STATE.before_update.append(lambda step: processor.tft_start_updating_os(step - 1))
     STATE.after_train_step.extend([step_snapshot.take, processor.tft_end_updating_os])
     inherited_sockets.install()
     exception_loop.arm(margs)

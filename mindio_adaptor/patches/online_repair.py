@@ -97,6 +97,9 @@ def clean():
     mapping.setdefault(old_world, dist.group.WORLD)
     del old, old_world  # only the mapping may still hold the old groups
     report = repoint(mapping)
+    if report.in_frames:
+        logger.info("clean: %d old group reference(s) remain in function locals (the interrupted step's "
+                    "frames, never resumed): %s", len(report.in_frames), sorted(set(report.in_frames)))
     if report.immutable:
         raise RepairError(f"old process groups are still held in {sorted(set(report.immutable))}; "
                           f"training on them would fail")

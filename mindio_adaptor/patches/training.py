@@ -15,7 +15,26 @@ def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     STATE.model, STATE.optimizer, STATE.scheduler = model, optimizer, scheduler
     if optimizer is not None:
         optimizer.step = _bracketed(optimizer.step)
+        for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+            if hasattr(inner, "step_with_ready_grads"):
+                inner.step_with_ready_grads = _update_bracketed(inner.step_with_ready_grads)
     return model, optimizer, scheduler
+
+
+def _update_bracketed(step_with_ready_grads):
+    """The in-place update alone (after the gradient-norm collective, which changes nothing): a
+    rank blocked before it still holds the previous step's state intact. STATE.before_update runs
+    once per iteration, however many optimizers a chain updates."""
+
+    def update_with_hooks(*args, **kwargs):
+        iteration = current_iteration()
+        if STATE.updating_iteration != iteration:
+            STATE.updating_iteration = iteration
+            for hook in STATE.before_update:
+                hook(iteration)
+        return step_with_ready_grads(*args, **kwargs)
+
+    return update_with_hooks
 
 
 def _bracketed(step):

@@ -18,6 +18,9 @@ class TrainingState:
     # (step = the iteration being computed, as Megatron's log numbers it).
     before_optimizer_step: List[Callable[[int], None]] = field(default_factory=list)
     after_train_step: List[Callable[[int], None]] = field(default_factory=list)
+    # Called once per iteration right before the optimizer changes its state in place.
+    before_update: List[Callable[[int], None]] = field(default_factory=list)
+    updating_iteration: int = -1
 
 
 STATE = TrainingState()

@@ -4,7 +4,7 @@ import pytest
 from mindio_adaptor.tiny_job import load_params, run_training
 
 HA = ["--enable-high-availability"]
-REFERENCE_FLAGS = {"plain": [], "ha": HA}
+REFERENCE_FLAGS = {"plain": [], "ha": HA, "ha_tp2": [*HA, "--tensor-model-parallel-size", "2"]}
 
 
 @pytest.fixture(scope="session")

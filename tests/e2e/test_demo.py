@@ -30,7 +30,7 @@ def test_dump_demo_resumes_to_the_uninterrupted_digest(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--scenario", "repair"], "scenario 'repair' needs a capability this version does not have yet"),
+    (["--scenario", "replace"], "scenario 'replace' needs a capability this version does not have yet"),
     (["--fault-step", "12", "--steps", "12"], "--fault-step must be in 1..11"),
     (["--fault-rank", "4"], "--fault-rank must be in 0..3"),
     (["--scenario", "dump", "--fault-rank", "0"], "--fault-rank 0 hosts the in-job controller"),

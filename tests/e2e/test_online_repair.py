@@ -19,10 +19,12 @@ def pids(output):
     return seen
 
 
+def inject(spec, tmp_path):
+    return {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
+
+
 def test_uce_error_in_forward_is_repaired_online(tmp_path, reference_runs):
-    env = {"MINDIO_FAULT_INJECT": "raise:rank=1,step=5,msg=UCE ERROR injected",
-           "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
-    run = run_training(REPAIR, env=env).require_success()
+    run = run_training(REPAIR, env=inject("raise:rank=1,step=5,msg=UCE ERROR injected", tmp_path)).require_success()
     assert "step 5: training failed with RuntimeError: UCE ERROR injected; reported as UCE" in run.output
     assert "decision retry: faults 1:memory repair_step=4" in run.output
     assert re.search(r"repair of step 4: received my optimizer shard \(\d+ tensors, \d+ bytes\) from rank 3",
@@ -34,4 +36,24 @@ def test_uce_error_in_forward_is_repaired_online(tmp_path, reference_runs):
     assert len(pids(run.output)) == 4
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
+    assert run.digest == reference.digest
+
+
+def test_two_ranks_holding_different_shards_repaired_together(tmp_path, reference_runs):
+    # dp4, R=2: shard 1 on ranks 1 and 3, shard 0 on ranks 0 and 2
+    spec = "raise:rank=1,step=5,msg=UCE ERROR a;raise:rank=2,step=5,msg=UCE ERROR b"
+    run = run_training(REPAIR, env=inject(spec, tmp_path)).require_success()
+    assert "repair_set=[1,2]" in run.output
+    assert re.search(r"rank 1\] INFO repair of step 4: received my optimizer shard .* from rank 3", run.output)
+    assert re.search(r"rank 2\] INFO repair of step 4: received my optimizer shard .* from rank 0", run.output)
+    reference, _ = reference_runs("ha")
+    assert run.digest == reference.digest
+
+
+def test_tp2_dp2_fault_repaired_online(tmp_path, reference_runs):
+    tp2 = ["--tensor-model-parallel-size", "2"]
+    run = run_training([*REPAIR, *tp2], env=inject("raise:rank=1,step=5,msg=UCE ERROR tp", tmp_path))
+    run.require_success()
+    assert "online repair finished at step 4" in run.output
+    reference, _ = reference_runs("ha_tp2")
     assert run.digest == reference.digest

@@ -1,0 +1,60 @@
+"""Re-pointing references from replaced objects: every kind of holder the collector can reach."""
+from dataclasses import dataclass
+
+from mindio_adaptor.core.group_repoint import repoint
+from mindio_adaptor.core.replay_iterator import ReplayableIterator
+
+
+class Group:  # stands for a ProcessGroup: identity is what counts
+    pass
+
+
+class Slotted:
+    __slots__ = ("group",)
+
+    def __init__(self, group):
+        self.group = group
+
+
+@dataclass
+class Collection:
+    dp: object
+    tp: object
+
+
+class Plain:
+    def __init__(self, group):
+        self.group = group
+
+
+def test_every_mutable_holder_gets_the_new_group():
+    old_dp, old_tp, new_dp, new_tp = Group(), Group(), Group(), Group()
+    in_list, in_dict = [old_dp, 1], {"g": old_tp, "x": 2}
+    slotted, plain, collection = Slotted(old_dp), Plain(old_tp), Collection(old_dp, old_tp)
+    nested = {"outer": [{"inner": old_dp}]}
+    report = repoint({old_dp: new_dp, old_tp: new_tp})
+    assert in_list[0] is new_dp and in_dict["g"] is new_tp
+    assert slotted.group is new_dp and plain.group is new_tp
+    assert collection.dp is new_dp and collection.tp is new_tp  # a dict of uncollected values only
+    assert nested["outer"][0]["inner"] is new_dp
+    assert report.replaced >= 7 and not report.immutable
+
+
+def test_a_tuple_holding_an_old_group_is_reported():
+    old, new = Group(), Group()
+    holder = {"pair": (old, 1)}
+    report = repoint({old: new})
+    assert holder["pair"][0] is old
+    assert report.immutable and report.immutable[0].startswith("tuple of 2")
+
+
+def test_replay_gives_the_interrupted_step_again_then_goes_on():
+    it = ReplayableIterator(iter(range(10)))
+    it.begin_step()
+    assert [next(it), next(it)] == [0, 1]
+    it.begin_step()
+    assert next(it) == 2
+    assert it.rewind() == 1
+    assert [next(it), next(it), next(it)] == [2, 3, 4]
+    assert it.rewind() == 3  # a second fault in the recompute replays the whole step again
+    assert [next(it) for _ in range(4)] == [2, 3, 4, 5]
