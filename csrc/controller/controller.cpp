@@ -546,16 +546,31 @@ void Controller::handle_fault() {
 int64_t Controller::prelock(const std::map<int, Fault>& faults) {
     std::set<int> live;
     int64_t step = -1;
+    bool level = true;
     {
         std::lock_guard<std::mutex> lock(mu_);
         live = live_ranks_locked();
         for (int r : live) step = std::max(step, ranks_[r].step);
+        for (int r : live) {
+            const RankEntry& e = ranks_[r];
+            bool faulty = faults.count(r) || pending_faults_.count(r);
+            if (!faulty && (e.data != DataStatus::Updated || e.step != step)) level = false;
+        }
     }
     if (live.empty() || step < 0) return step;
     FaultContext ctx;
     ctx.repair_step = step;
     ctx.faults = faults;
     ActionMsg msg = base_action(ActionKind::Prelock, ctx, Strategy::None);
+    if (level) {
+        // Every healthy rank completed the repair step and none is mid-update: nobody has an update to
+        // finish, so the decision need not wait for the replies (at 16k ranks that round trip was most
+        // of the fault-to-STOP latency). The lock is still sent so that a late start_updating raises
+        // FORCE STOP; the processors run it before the STOP that follows (sequence order).
+        std::lock_guard<std::mutex> lock(mu_);
+        send_untracked_locked(live, msg);
+        return step;
+    }
     // Not interruptible: a fault during the lock is gathered with the first ones, not a second fault.
     run_action_all(ActionKind::Prelock, live, msg, false);
     std::unique_lock<std::mutex> lock(mu_);
@@ -1065,8 +1080,8 @@ void Controller::send_untracked_locked(const std::set<int>& ranks, const ActionM
     for (int r : ranks) {
         if (ranks_[r].connected) server_.send(ranks_[r].conn, frame);
     }
-    event_locked("action", std::string(action_name(msg.kind)) + " sn=" + std::to_string(seq) + " ranks=" +
-                               list_text(ranks) + " untracked");
+    event_locked("action", std::string(action_name(msg.kind)) + " sn=" + std::to_string(seq) + " untracked ranks=" +
+                               list_text(ranks));
     LOG_INFO(kLog, cfg_.rank, "action " << action_name(msg.kind) << " sn " << seq << " to " << list_text(ranks)
                                         << " (no reply awaited)");
 }

@@ -13,7 +13,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_scale_bench_small_n_every_rank_gets_stop(tmp_path):
-    opts = controller_scale.Options(heartbeat_s=0.2, reps=1, window_s=0.6, client_procs=2, collect_s=0.1,
+    # A 0.5 s heartbeat: a loaded 2-core host has starved the controller for ~1 s, which at 0.2 s
+    # (three missed periods) declared every simulated rank dead.
+    opts = controller_scale.Options(heartbeat_s=0.5, reps=1, window_s=0.6, client_procs=2, collect_s=0.1,
                                     stop_timeout_s=10, flow_timeout_s=10)
     result = controller_scale.measure(64, opts, str(tmp_path))
     assert result["n"] == 64 and "skipped" not in result, result
@@ -22,6 +24,6 @@ def test_scale_bench_small_n_every_rank_gets_stop(tmp_path):
     assert 0 < fault["first"] <= fault["last"] < 10, fault
     assert fault["flow"] >= fault["last"], fault
     assert result["dead"] == 0
-    # 64 ranks at 0.2 s: about 320 heartbeats/s sent; the controller handles what arrives.
-    assert result["hb_sent"] > 100 and result["hb_handled"] > 100, result
+    # 64 ranks at 0.5 s: about 128 heartbeats/s sent; the controller handles what arrives.
+    assert result["hb_sent"] > 50 and result["hb_handled"] > 50, result
     assert math.isfinite(result["controller_cpu"]) and result["controller_cpu"] >= 0
