@@ -31,7 +31,7 @@ setup(
     packages=find_packages(include=["mindio_adaptor", "mindio_adaptor.*", "mindio_ttp", "mindio_ttp.*",
                                     "mindx_elastic", "mindx_elastic.*"]),
     package_data={"mindio_adaptor": ["data/*.json"]},
-    install_requires=["wrapt>=1.14", "numpy"],
+    install_requires=["wrapt>=1.14", "numpy", "psutil"],
     ext_modules=ext_modules,
     cmdclass={"build_ext": build_ext},
     entry_points={"console_scripts": ["mindio-adaptor=mindio_adaptor.cli:main"]},
