@@ -62,6 +62,8 @@ std::string encode_dict(MsgType type, const py::dict& d) {
             }
             return encode(m);
         }
+        case MsgType::Goodbye:
+            return encode(GoodbyeMsg{get<int32_t>(d, "rank", 0), get<std::string>(d, "reason", "")});
         case MsgType::ActionReply:
             return encode(ActionReplyMsg{get<int32_t>(d, "rank", 0), static_cast<ActionKind>(get<int>(d, "kind", 1)),
                                          get<int32_t>(d, "result", 0), get<std::string>(d, "message", "")});
@@ -144,6 +146,11 @@ py::dict decode_dict(MsgType type, const std::string& body) {
         }
         case MsgType::Action:
             return action_to_dict(decode_as<ActionMsg>(body));
+        case MsgType::Goodbye: {
+            auto m = decode_as<GoodbyeMsg>(body);
+            d["rank"] = m.rank; d["reason"] = m.reason;
+            break;
+        }
         case MsgType::ActionReply: {
             auto m = decode_as<ActionReplyMsg>(body);
             d["rank"] = m.rank; d["kind"] = static_cast<int>(m.kind); d["result"] = m.result;
@@ -170,6 +177,7 @@ void bind_protocol(py::module_& m) {
     py::dict types;
     types["REGISTER"] = 1; types["REGISTER_ACK"] = 2; types["HEARTBEAT"] = 3; types["STATUS"] = 4;
     types["REPLICA_INFO"] = 5; types["ERROR_REPORT"] = 6; types["ACTION"] = 7; types["ACTION_REPLY"] = 8;
+    types["GOODBYE"] = 9;
     m.attr("MSG_TYPES") = types;
     py::dict actions;
     for (uint16_t k = 1; k <= kMaxActionKind; ++k) actions[action_name(static_cast<ActionKind>(k))] = k;

@@ -104,6 +104,18 @@ void bind_runtime(py::module_& m) {
             return out;
         })
         .def("stats", &Controller::stats)
+        .def("ranks", [](const Controller& c) {
+            static const char* data_names[] = {"updated", "updating", "copying"};
+            py::list out;
+            for (const auto& v : c.ranks()) {
+                py::dict d;
+                d["step"] = v.step;
+                d["data"] = data_names[static_cast<int>(v.data)];
+                d["flags"] = v.flags;
+                out.append(d);
+            }
+            return out;
+        }, "[{'step', 'data', 'flags'}] per rank, as the controller knows them")
         .def("set_cluster_callback", [](Controller& c, const std::string& action, py::function fn) {
             auto held = hold(std::move(fn));
             translate_errors([&] {
@@ -162,6 +174,13 @@ void bind_runtime(py::module_& m) {
         })
         .def("start_updating", &Processor::start_updating, release())
         .def("end_updating", &Processor::end_updating, release())
+        .def("start_copy", &Processor::start_copy, release())
+        .def("report_loaded_step", [](Processor& p, int64_t step) {
+            translate_errors([&] {
+                py::gil_scoped_release nogil;
+                p.report_loaded_step(step);
+            });
+        })
         .def("report_error", &Processor::report_error, release())
         .def("wait_next_action", [](Processor& p, double timeout_s) {
             py::gil_scoped_release nogil;
@@ -172,5 +191,6 @@ void bind_runtime(py::module_& m) {
         .def("repair_type", [](const Processor& p) { return std::string(strategy_name(p.repair_type())); })
         .def("paused", &Processor::paused)
         .def("restarted", &Processor::restarted, "started again for a dead rank (MINDIO_RESTARTED=1)")
+        .def("controller_closed", &Processor::controller_closed, "the controller's goodbye reason, or ''")
         .def("stats", &Processor::stats);
 }

@@ -11,6 +11,7 @@ namespace {
 constexpr const char* kLog = "controller";
 constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr size_t kMaxCodedReports = 16;  // per rank and fault handling
+constexpr int kGoodbyeDrainMs = 1000;     // longest the goodbyes may take to go out at shutdown
 
 template <typename Container>
 std::string list_text(const Container& items) {
@@ -70,7 +71,26 @@ void Controller::stop() {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    say_goodbye();
     server_.stop();
+}
+
+// Tells every connected processor that the controller closes on purpose, so that it logs a closed
+// controller rather than a lost one and stops reconnecting; bounded, the processors may be gone.
+void Controller::say_goodbye() {
+    std::vector<uint64_t> conns;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& r : ranks_) {
+            if (r.connected) conns.push_back(r.conn);
+        }
+    }
+    std::string bye = encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, "controller destroyed"}));
+    for (uint64_t conn : conns) {
+        server_.send(conn, bye);
+        server_.close(conn, "controller destroyed");
+    }
+    server_.drain(kGoodbyeDrainMs);
 }
 
 State Controller::state() const {
@@ -88,17 +108,33 @@ int64_t Controller::repair_step() const {
     return repair_step_;
 }
 
+std::vector<Controller::RankView> Controller::ranks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<RankView> out;
+    for (const auto& r : ranks_) {
+        RankView v{r.step, r.data, {}};
+        const std::pair<bool, const char*> flags[] = {{r.registered, "registered"}, {r.connected, "connected"},
+                                                      {r.dead, "dead"}, {r.joining, "joining"}, {r.left, "left"}};
+        for (const auto& [on, name] : flags) {
+            if (on) v.flags.push_back(name);
+        }
+        out.push_back(std::move(v));
+    }
+    return out;
+}
+
 std::map<std::string, uint64_t> Controller::stats() const {
     Server::Stats s = server_.stats();
     std::lock_guard<std::mutex> lock(mu_);
-    uint64_t registered = 0, dead = 0;
+    uint64_t registered = 0, dead = 0, left = 0;
     for (const auto& r : ranks_) {
         registered += r.registered;
         dead += r.dead;
+        left += r.left;
     }
     return {{"accepted", s.accepted},     {"rejected_frames", s.rejected}, {"frames", s.frames},
             {"registered", registered},  {"dead", dead},                  {"refused_registrations", registrations_refused_},
-            {"heartbeats", heartbeats_}};
+            {"heartbeats", heartbeats_}, {"left", left}};
 }
 
 // ---- server thread: the rank table -------------------------------------------------------------
@@ -143,6 +179,11 @@ void Controller::on_frame(uint64_t conn, Frame&& frame) {
                 check_rank(m.rank);
                 return handle_reply(frame.seq, m);
             }
+            case MsgType::Goodbye: {
+                auto m = decode_as<GoodbyeMsg>(frame.body);
+                check_rank(m.rank);
+                return handle_goodbye(m);
+            }
             default:
                 throw ProtocolError("message type " + std::to_string(int(frame.type)) + " is not sent by processors");
         }
@@ -182,6 +223,7 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     bool again = r.registered;
     r.conn = conn;
     r.registered = r.connected = true;
+    r.left = false;
     ++r.generation;
     r.heartbeat_ms = m.heartbeat_ms;
     r.last_seen = Clock::now();
@@ -309,6 +351,16 @@ void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
     if (pending_->waiting.empty()) cv_.notify_all();
 }
 
+void Controller::handle_goodbye(const GoodbyeMsg& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    RankEntry& r = ranks_[m.rank];
+    if (r.left) return;
+    r.left = true;
+    event_locked("left", "rank " + std::to_string(m.rank) + ": " + m.reason);
+    LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " left: " << m.reason);
+    cv_.notify_all();  // an action waiting for its reply stops waiting
+}
+
 void Controller::on_closed(uint64_t conn, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     int rank = rank_of_conn_locked(conn);
@@ -321,7 +373,7 @@ void Controller::on_closed(uint64_t conn, const std::string& reason) {
     if (r.conn != conn) return;
     r.connected = false;
     r.disconnected_at = Clock::now();
-    if (state_ != State::Exit && state_ != State::Final) {
+    if (!r.left && state_ != State::Exit && state_ != State::Final) {
         LOG_WARN(kLog, cfg_.rank, "lost the connection of rank " << rank << ": " << reason);
     }
     cv_.notify_all();
@@ -372,7 +424,7 @@ void Controller::detect_dead_locked() {
     auto now = Clock::now();
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
         RankEntry& r = ranks_[rank];
-        if (!r.registered || r.dead) continue;
+        if (!r.registered || r.dead || r.left) continue;
         auto period = std::chrono::milliseconds(r.heartbeat_ms);
         std::string why;
         // A closed connection gets one period to come back (a reconnecting processor); a silent
@@ -434,7 +486,7 @@ std::set<int> Controller::live_ranks_locked() const {
     std::set<int> live;
     for (size_t i = 0; i < ranks_.size(); ++i) {
         const RankEntry& r = ranks_[i];
-        if (r.registered && !r.dead && !r.excluded && !r.joining) live.insert(static_cast<int>(i));
+        if (r.registered && !r.dead && !r.excluded && !r.joining && !r.left) live.insert(static_cast<int>(i));
     }
     return live;
 }
@@ -1027,7 +1079,7 @@ void Controller::exit_all(const std::string& why, int result) {
         event_locked("exit", why);
         // Ranks excluded for failing an action are alive and waiting for a decision too.
         for (size_t i = 0; i < ranks_.size(); ++i) {
-            if (ranks_[i].registered && !ranks_[i].dead) live.insert(static_cast<int>(i));
+            if (ranks_[i].registered && !ranks_[i].dead && !ranks_[i].left) live.insert(static_cast<int>(i));
         }
     }
     FaultContext none;
@@ -1122,8 +1174,8 @@ Controller::ActionOutcome Controller::run_action(ActionKind kind, const std::map
     ActionOutcome outcome;
     while (true) {
         for (auto it = pending_->waiting.begin(); it != pending_->waiting.end();) {
-            if (ranks_[*it].dead) {
-                pending_->errors[*it] = "rank died before replying";
+            if (ranks_[*it].dead || ranks_[*it].left) {
+                pending_->errors[*it] = ranks_[*it].dead ? "rank died before replying" : "rank left before replying";
                 it = pending_->waiting.erase(it);
             } else {
                 ++it;

@@ -77,6 +77,14 @@ public:
     std::vector<ControllerEvent> events() const;
     std::map<std::string, uint64_t> stats() const;
     int64_t repair_step() const;
+    // What the controller knows of each rank, for tools and tests: (step, data status, flags) where
+    // flags are "registered", "connected", "dead", "joining", "left".
+    struct RankView {
+        int64_t step;
+        DataStatus data;
+        std::vector<std::string> flags;
+    };
+    std::vector<RankView> ranks() const;
 
     // Cluster-manager side.
     void set_cluster_callback(const std::string& action, ClusterCallback cb);
@@ -98,6 +106,7 @@ private:
         // ARF: a restarted process registered for this dead rank and is kept out of the job (no
         // STOP/CLEAN, never a saver or source) until repaired; ready once it reported PREREPAIR_FINISH.
         bool joining = false, ready = false;
+        bool left = false;  // said goodbye (tft_destroy_processor): gone on purpose, not a fault
         Clock::time_point last_seen, disconnected_at;
         uint32_t heartbeat_ms = 2000;
         int64_t step = -1;
@@ -146,6 +155,8 @@ private:
     void handle_replica(const ReplicaInfoMsg& m);
     void handle_error(const ErrorReportMsg& m);
     void handle_reply(uint64_t seq, const ActionReplyMsg& m);
+    void handle_goodbye(const GoodbyeMsg& m);
+    void say_goodbye();
     int rank_of_conn_locked(uint64_t conn) const;
 
     void run();

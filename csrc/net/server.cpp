@@ -86,6 +86,18 @@ void Server::authenticate(uint64_t conn) {
     if (it != conns_.end()) it->second.authenticated = true;
 }
 
+void Server::drain(int timeout_ms) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (running_ && Clock::now() < deadline) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (dirty_.empty()) return;
+        }
+        wake();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
 Server::Stats Server::stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;

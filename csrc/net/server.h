@@ -35,6 +35,8 @@ public:
     void send(uint64_t conn, std::string bytes);
     void close(uint64_t conn, const std::string& reason);
     void authenticate(uint64_t conn);  // the connection registered: no auth deadline any more
+    // Waits (at most timeout_ms) until the queued sends and close requests are carried out.
+    void drain(int timeout_ms);
     Stats stats() const;
 
 private:

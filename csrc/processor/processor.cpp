@@ -80,6 +80,8 @@ void Processor::stop() {
         }
     }
     if (worker_thread_.joinable()) worker_thread_.join();
+    // Leaving on purpose: the controller logs a departure, not a death, and counts no fault.
+    send_frame(encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, "tft_destroy_processor"})));
     std::lock_guard<std::mutex> lock(send_mu_);
     close_fd(fd_);
 }
@@ -220,13 +222,37 @@ void Processor::net_loop() {
         try {
             Frame frame;
             while (parser.next(frame)) {
-                if (frame.type != MsgType::Action) throw ProtocolError("unexpected message type " + std::to_string(int(frame.type)));
-                on_action(frame.seq, frame.body);
+                if (!on_frame(frame)) return;  // the controller closed on purpose
             }
         } catch (const ProtocolError& e) {
             drop_connection(std::string("malformed frame from the controller: ") + e.what());
         }
     }
+}
+
+// Returns false after the controller's goodbye: the net loop ends, with no reconnecting.
+bool Processor::on_frame(const Frame& frame) {
+    if (frame.type == MsgType::Action) {
+        on_action(frame.seq, frame.body);
+        return true;
+    }
+    if (frame.type != MsgType::Goodbye) throw ProtocolError("unexpected message type " + std::to_string(int(frame.type)));
+    auto bye = decode_as<GoodbyeMsg>(frame.body);
+    LOG_INFO(kLog, cfg_.rank, "the controller closed: " << bye.reason);
+    {
+        std::lock_guard<std::mutex> lock(send_mu_);
+        close_fd(fd_);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_by_controller_ = bye.reason.empty() ? "closed" : bye.reason;
+    lost_ = true;
+    cv_.notify_all();
+    return false;
+}
+
+std::string Processor::controller_closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_by_controller_;
 }
 
 void Processor::on_action(uint64_t seq, const std::string& body) {
@@ -356,6 +382,24 @@ void Processor::start_updating(int64_t) {
 }
 
 void Processor::end_updating(int64_t step) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        data_ = DataStatus::Updated;
+        step_ = step;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
+void Processor::start_copy() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        data_ = DataStatus::Copying;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
+void Processor::report_loaded_step(int64_t step) {
+    if (step < 0) throw std::invalid_argument("step " + std::to_string(step) + " is negative");
     {
         std::lock_guard<std::mutex> lock(mu_);
         data_ = DataStatus::Updated;

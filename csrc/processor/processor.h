@@ -56,6 +56,11 @@ public:
     void start_updating(int64_t backup_step);
     int64_t prelock_step() const;  // -1 when not locked
     void end_updating(int64_t step);
+    // The optimizer state is being copied (tft_start_copy_os): the rank is no saver or repair source
+    // until end_updating marks it Updated again.
+    void start_copy();
+    // The state was loaded from the checkpoint of `step`: that is now the last completed step.
+    void report_loaded_step(int64_t step);
     void report_error(uint8_t report_state, const std::string& error_code);
     NextAction wait_next_action(int timeout_ms);
     int64_t repair_step() const;
@@ -63,6 +68,8 @@ public:
     bool paused() const;
     // Started again for a dead rank (MINDIO_RESTARTED=1); stays true for the life of the process.
     bool restarted() const { return cfg_.restarted; }
+    // Why the controller closed the link on purpose (its goodbye), or empty.
+    std::string controller_closed() const;
     std::map<std::string, uint64_t> stats() const;
 
 private:
@@ -79,6 +86,7 @@ private:
     bool send_frame(const std::string& frame);
     std::string status_frame(MsgType type) const;
     void drop_connection(const std::string& why);
+    bool on_frame(const Frame& frame);
     void watch_handler();
 
     const ProcessorConfig cfg_;
@@ -90,6 +98,7 @@ private:
     int fd_ = -1;
     std::atomic<bool> running_{false};
     bool lost_ = false;
+    std::string closed_by_controller_;  // the controller's goodbye reason: no reconnecting after it
     Dispatcher dispatcher_;
     std::optional<ReplicaInfoMsg> replica_;
     std::optional<ErrorReportMsg> unsent_error_;

@@ -32,9 +32,10 @@ enum class MsgType : uint16_t {
     ErrorReport = 6,   // processor -> controller: a fault seen by the training loop
     Action = 7,        // controller -> processor: run one handler
     ActionReply = 8,   // processor -> controller: the handler's result (seq = the action's seq)
+    Goodbye = 9,       // either way: the sender closes the link on purpose (not a fault)
 };
 constexpr uint16_t kMinMsgType = 1;
-constexpr uint16_t kMaxMsgType = 8;
+constexpr uint16_t kMaxMsgType = 9;
 
 struct ProtocolError : std::runtime_error {
     using std::runtime_error::runtime_error;

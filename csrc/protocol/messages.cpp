@@ -99,18 +99,19 @@ ActionKind read_kind(Reader& r) {
     return static_cast<ActionKind>(v);
 }
 
-}  // namespace
-
-std::string check_error_code(const std::string& code) {
-    if (code.size() > kMaxErrorCode) {
-        return std::to_string(code.size()) + " bytes exceed the limit of " + std::to_string(kMaxErrorCode);
-    }
-    for (size_t i = 0; i < code.size(); ++i) {
-        auto c = static_cast<unsigned char>(code[i]);
+// Empty when `text` is at most `limit` bytes of printable ASCII, otherwise what is wrong with it.
+std::string check_printable(const std::string& text, size_t limit) {
+    if (text.size() > limit) return std::to_string(text.size()) + " bytes exceed the limit of " + std::to_string(limit);
+    for (size_t i = 0; i < text.size(); ++i) {
+        auto c = static_cast<unsigned char>(text[i]);
         if (c < 0x20 || c > 0x7E) return "byte " + std::to_string(c) + " at offset " + std::to_string(i) + " is not printable ASCII";
     }
     return "";
 }
+
+}  // namespace
+
+std::string check_error_code(const std::string& code) { return check_printable(code, kMaxErrorCode); }
 
 const char* action_name(ActionKind kind) {
     switch (kind) {
@@ -303,6 +304,24 @@ void decode(const std::string& body, ActionReplyMsg& m) {
     m.kind = read_kind(r);
     m.result = r.i32("result");
     m.message = r.str("message");
+    r.finish();
+}
+
+std::string encode(const GoodbyeMsg& m) {
+    std::string problem = check_printable(m.reason, kMaxGoodbyeReason);
+    if (!problem.empty()) throw ProtocolError("Goodbye.reason: " + problem);
+    Writer w;
+    w.i32(m.rank);
+    w.str(m.reason);
+    return w.out;
+}
+
+void decode(const std::string& body, GoodbyeMsg& m) {
+    Reader r(body, "Goodbye");
+    m.rank = r.i32("rank");
+    m.reason = r.str("reason");
+    std::string problem = check_printable(m.reason, kMaxGoodbyeReason);
+    if (!problem.empty()) r.fail("reason", problem);
     r.finish();
 }
 

@@ -101,6 +101,16 @@ struct ActionReplyMsg {
     std::string message;
 };
 
+// Sent just before closing on purpose: by a processor at tft_destroy_processor (rank = its rank), by
+// the controller when it is destroyed (rank = the controller's rank, -1 when standalone). The peer
+// then logs a departure instead of a lost connection, and the controller counts no fault.
+struct GoodbyeMsg {
+    int32_t rank = 0;
+    std::string reason;
+};
+// The reason is logged, so it is short printable ASCII.
+constexpr size_t kMaxGoodbyeReason = 256;
+
 std::string encode(const RegisterMsg& m);
 std::string encode(const RegisterAckMsg& m);
 std::string encode(const RankStatusMsg& m);
@@ -108,6 +118,7 @@ std::string encode(const ReplicaInfoMsg& m);
 std::string encode(const ErrorReportMsg& m);
 std::string encode(const ActionMsg& m);
 std::string encode(const ActionReplyMsg& m);
+std::string encode(const GoodbyeMsg& m);
 
 void decode(const std::string& body, RegisterMsg& m);
 void decode(const std::string& body, RegisterAckMsg& m);
@@ -116,6 +127,7 @@ void decode(const std::string& body, ReplicaInfoMsg& m);
 void decode(const std::string& body, ErrorReportMsg& m);
 void decode(const std::string& body, ActionMsg& m);
 void decode(const std::string& body, ActionReplyMsg& m);
+void decode(const std::string& body, GoodbyeMsg& m);
 
 template <typename Msg>
 Msg decode_as(const std::string& body) {

@@ -137,12 +137,34 @@ def tft_notify_controller_dump() -> None:
     _require().notify_dump()
 
 
-def tft_notify_controller_on_global_rank(fault_ranks, time=1):
-    raise NotImplementedError("tft_notify_controller_on_global_rank is not implemented yet")
+def tft_notify_controller_on_global_rank(fault_ranks, time: int = 1) -> None:
+    """The cluster manager names faulty global ranks: a dict rank -> fault type (0 memory, 1 process/
+    node, 2 communication) or a list of ranks (process/node faults). They are handled like the faults
+    the processors report (decision, recovery, report_fault_ranks). `time` (the reference's; a
+    positive int) is checked and otherwise unused: the controller gathers related faults for
+    MINDIO_FAULT_COLLECT_TIME."""
+    if not isinstance(time, int) or isinstance(time, bool) or time < 1:
+        raise ValueError(f"tft_notify_controller_on_global_rank: time must be a positive int, got {time!r}")
+    if isinstance(fault_ranks, dict):
+        faults = fault_ranks
+    elif isinstance(fault_ranks, (list, tuple, set)):
+        faults = {rank: 1 for rank in fault_ranks}
+    else:
+        raise ValueError("tft_notify_controller_on_global_rank: fault_ranks must be a dict rank -> fault type or "
+                         f"a list of ranks, got {fault_ranks!r}")
+    if not faults:
+        raise ValueError("tft_notify_controller_on_global_rank: fault_ranks is empty")
+    bad = [r for r in list(faults) + list(faults.values()) if not isinstance(r, int) or isinstance(r, bool)]
+    if bad:
+        raise ValueError(f"tft_notify_controller_on_global_rank: ranks and fault types must be ints, got {bad}")
+    _require().notify_faults(dict(faults))
 
 
 def tft_notify_controller_prepare_action(*args, **kwargs):
-    raise NotImplementedError("tft_notify_controller_prepare_action is not implemented yet")
+    raise NotImplementedError("tft_notify_controller_prepare_action: the reference's preparation step before a "
+                              "cluster-manager action (for migration and elastic training) has no counterpart "
+                              "here; retry, recover, dump and exit need none: choose one with "
+                              "tft_notify_controller_change_strategy")
 
 
 # Ours, for tools and tests.
@@ -156,3 +178,8 @@ def controller_events():
 
 def controller_stats():
     return _require().stats()
+
+
+def controller_ranks():
+    """Per rank: {"step": last completed step, "data": "updated"|"updating"|"copying", "flags": [...]}."""
+    return _require().ranks()

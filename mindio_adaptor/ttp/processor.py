@@ -16,9 +16,11 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _processor: Optional["_native.Processor"] = None
 _rank: Optional[int] = None
+_world_size: Optional[int] = None
 _handlers: Dict[str, Tuple[Callable, Any]] = {}
 _step_args: Any = None
 _last_update_start: Optional[float] = None
+_dp_group: Optional[List[int]] = None
 
 # handler name -> (positional arguments it is called with, for the error message)
 _HANDLER_ARGS = {
@@ -52,7 +54,7 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
     """Create this process's processor. With `enable_arf`, a process that the launcher started again
     for a dead rank (environment MINDIO_RESTARTED=1) registers as that rank's replacement; see
     tft_is_reboot_node."""
-    global _processor, _rank
+    global _processor, _rank, _world_size
     if enable_zit:
         raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
     if enable_tls and tls_info:
@@ -70,7 +72,7 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
             raise ValueError(f"rank {rank}: MINDIO_RESTARTED=1 marks a restarted process, which only process "
                              f"replacement can take in: pass enable_arf=True to tft_init_processor")
         processor.set_dispatcher(_dispatch)
-        _processor, _rank = processor, rank
+        _processor, _rank, _world_size = processor, rank, world_size
 
 
 def tft_start_processor(master_ip: str, port: int, local_ip: str = "") -> None:
@@ -79,9 +81,11 @@ def tft_start_processor(master_ip: str, port: int, local_ip: str = "") -> None:
 
 
 def tft_destroy_processor() -> None:
-    global _processor, _rank
+    """Leave: the controller is told this rank goes on purpose (it logs "rank R left" and counts no
+    fault), then the connection is closed."""
+    global _processor, _rank, _world_size, _dp_group
     with _lock:
-        processor, _processor, _rank = _processor, None, None
+        processor, _processor, _rank, _world_size, _dp_group = _processor, None, None, None, None
     if processor is not None:
         processor.stop()
 
@@ -100,9 +104,40 @@ def tft_set_optimizer_replica(rank: int, replica_info: List[dict]) -> None:
     _require().set_replica(int(rank), groups)
 
 
-def tft_set_dp_group_info(rank, dp_list):
-    raise NotImplementedError("tft_set_dp_group_info is not implemented; report the layout with "
-                              "tft_set_optimizer_replica")
+def tft_set_dp_group_info(rank: int, dp_list: List[int]) -> None:
+    """Record this rank's data-parallel group (the ranks, in Megatron's order), checked: `rank` must be
+    this processor's rank and appear in `dp_list`, whose ranks are distinct and inside the world.
+    The controller plans repairs and savers from the replica layout of tft_set_optimizer_replica, so
+    the DP list stays in this process, for the handlers: tft_get_dp_group_info() (ours)."""
+    global _dp_group
+    _require()
+    if rank != _rank:
+        raise ValueError(f"tft_set_dp_group_info: rank {rank!r} is not this processor's rank {_rank}")
+    ranks = _check_rank_list("tft_set_dp_group_info", dp_list)
+    if rank not in ranks:
+        raise ValueError(f"tft_set_dp_group_info: rank {rank} is not in its DP group {ranks}")
+    _dp_group = ranks
+
+
+def tft_get_dp_group_info() -> Optional[List[int]]:
+    """Ours: the DP group recorded by tft_set_dp_group_info, or None."""
+    return None if _dp_group is None else list(_dp_group)
+
+
+def _check_rank_list(where: str, ranks) -> List[int]:
+    if not isinstance(ranks, (list, tuple)) or not ranks:
+        raise ValueError(f"{where}: expected a non-empty list of ranks, got {ranks!r}")
+    world = _require_world()
+    bad = [r for r in ranks if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < world]
+    if bad:
+        raise ValueError(f"{where}: ranks {bad} are not ints in 0..{world - 1}")
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"{where}: ranks repeat in {list(ranks)}")
+    return list(ranks)
+
+
+def _require_world() -> int:
+    return _world_size if _world_size is not None else 0
 
 
 def tft_start_updating_os(backup_step: int = -1) -> None:
@@ -115,8 +150,11 @@ def tft_end_updating_os(step: int) -> None:
     _require().end_updating(int(step))
 
 
-def tft_start_copy_os():
-    raise NotImplementedError("tft_start_copy_os is not implemented yet")
+def tft_start_copy_os() -> None:
+    """This rank's optimizer state is being copied (data status Copying): until tft_end_updating_os(step)
+    the controller does not count it as holding a complete shard, so it is neither a saver nor a
+    repair source, and a fault meanwhile repairs it from its peer."""
+    _require().start_copy()
 
 
 def tft_report_error(report_state: ReportState, error_code: str = "") -> None:
@@ -141,6 +179,9 @@ def tft_wait_next_action(timeout: Optional[float] = None) -> Action:
         if code in (0, 1):
             return Action(code)
         if code == -2:
+            closed = processor.controller_closed()
+            if closed:
+                raise ControllerUnreachable(f"rank {_rank}: the controller closed ({closed})")
             raise ControllerUnreachable(f"rank {_rank}: the controller is unreachable (gave up after TTP_RETRY_TIMES)")
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(f"rank {_rank}: no decision from the controller within {timeout} s")
@@ -168,19 +209,38 @@ def tft_get_reboot_type() -> str:
 
 
 def tft_reset_limit_step():
-    raise NotImplementedError("tft_reset_limit_step is not implemented yet")
+    raise NotImplementedError("tft_reset_limit_step: the step limit belongs to the reference's STEP_FINISH and "
+                              "MIGRATION flows, which this controller does not have; to hold training, use "
+                              "tft_notify_controller_stop_train(..., stop_type='pause') with tft_pause_train")
 
 
-def tft_report_load_ckpt_step(step):
-    raise NotImplementedError("tft_report_load_ckpt_step (online checkpoint reload) is not implemented yet")
+def tft_report_load_ckpt_step(step: int) -> None:
+    """This rank's state was loaded from the checkpoint of `step` (a resumed job, or a rank that
+    reloaded the periodic checkpoint): the controller takes `step` as its last completed update, so a
+    fault before the next update repairs or dumps at `step`."""
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"tft_report_load_ckpt_step: step must be an int >= 0, got {step!r}")
+    _require().report_loaded_step(step)
 
 
 def tft_register_decrypt_handler(fn):
     raise NotImplementedError("tft_register_decrypt_handler: TLS is not implemented")
 
 
-def tft_can_do_uce_repair(err_time, update_start, update_end):
-    raise NotImplementedError("tft_can_do_uce_repair is not implemented yet")
+def tft_can_do_uce_repair(err_time: float, update_start: float, update_end: Optional[float] = None) -> bool:
+    """Whether a memory error (UCE) at `err_time` can be repaired as a plain UCE, given the times the
+    last optimizer update started and ended (one clock, e.g. time.time()). An error before the update
+    started may have been read by that update, so the state it produced is suspect: False, report
+    UCE_CORRUPTED. An error during or after the update: True, report UCE (the interrupted step is
+    recomputed from the peer's state either way). `update_end` None or earlier than `update_start`:
+    the update is still running."""
+    for name, value in (("err_time", err_time), ("update_start", update_start)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+            raise ValueError(f"tft_can_do_uce_repair: {name} must be a time in seconds, got {value!r}")
+    if update_end is not None and (not isinstance(update_end, (int, float)) or isinstance(update_end, bool)
+                                   or update_end != update_end):
+        raise ValueError(f"tft_can_do_uce_repair: update_end must be a time in seconds or None, got {update_end!r}")
+    return err_time >= update_start
 
 
 def tft_set_step_args(args: Any) -> None:

@@ -45,6 +45,7 @@ def main():
                         "start: not updating, starts the next update after the prelock")
     p.add_argument("--start-rank", type=int, default=-1, help="rank that starts a new update after the prelock")
     p.add_argument("--enable-arf", type=int, default=0, help="1: tft_init_processor(enable_arf=True)")
+    p.add_argument("--idle-s", type=float, default=50, help="how long to wait 'in a collective' after the steps")
     a = p.parse_args()
     rank = a.rank
     stop_requested = threading.Event()
@@ -105,7 +106,9 @@ def main():
         if start > 0 or state["joined"]:
             return "done"
         emit(rank=rank, ready=state["step"])
-        deadline = time.monotonic() + 50
+        if a.idle_s <= 0:
+            return "done"  # training ends normally
+        deadline = time.monotonic() + a.idle_s
         while time.monotonic() < deadline:  # "blocked in a collective"
             if stop_requested.is_set():
                 raise RuntimeError("FORCE STOP by the controller")

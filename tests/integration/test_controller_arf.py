@@ -13,7 +13,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize("arrives", ["during_the_wait", "before_the_decision"])
 def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env, arrives):
-    job = Job(tmp_path, 8, enable_arf=True)
+    # 0.5 s heartbeat: starting the replacement's interpreter on a loaded 2-core host has stalled
+    # healthy ranks past three 0.2 s periods (declared dead, so the replacement ended in a dump).
+    job = Job(tmp_path, 8, enable_arf=True, heartbeat_s=0.5)
     reports = []
     for action in ("report_fault_ranks", "report_result"):
         ctl.tft_register_mindx_callback(action, lambda *a, action=action: reports.append((action, a)))
@@ -70,7 +72,7 @@ def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env
 
 def test_replacement_that_never_comes_leads_to_a_dump(tmp_path, job_env, monkeypatch):
     monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
-    job = Job(tmp_path, 8, enable_arf=True)
+    job = Job(tmp_path, 8, enable_arf=True, heartbeat_s=0.5)
     try:
         job.wait_ready()
         job.procs[5].send_signal(signal.SIGKILL)

@@ -123,11 +123,10 @@ def test_unimplemented_parts_raise_not_implemented():
         ctl.tft_init_controller(-1, 4, enable_zit=True)
     with pytest.raises(NotImplementedError, match="ZIT"):
         tp.tft_init_processor(0, 4, enable_zit=True)
-    for call in [lambda: ctl.tft_notify_controller_on_global_rank({1: 1}),
-                 lambda: ctl.tft_notify_controller_prepare_action(), lambda: tp.tft_start_copy_os(),
-                 lambda: tp.tft_report_load_ckpt_step(3), lambda: tp.tft_set_dp_group_info(0, [0, 1])]:
-        with pytest.raises(NotImplementedError):
-            call()
+    with pytest.raises(NotImplementedError, match="change_strategy"):
+        ctl.tft_notify_controller_prepare_action()
+    with pytest.raises(NotImplementedError, match="STEP_FINISH and MIGRATION"):
+        tp.tft_reset_limit_step()
     ctl.tft_init_controller(-1, 2)
     try:
         with pytest.raises(NotImplementedError, match="'migration' is not implemented"):
@@ -187,3 +186,69 @@ def test_arf_wait_out_of_range_is_a_clear_error(monkeypatch, value, message):
     with pytest.raises(ValueError, match=message):
         ctl.tft_init_controller(-1, 4, enable_arf=True)
     assert not ctl.tft_query_high_availability_switch()
+
+
+def test_calls_that_need_a_processor_or_controller_say_so():
+    for call in [tp.tft_start_copy_os, lambda: tp.tft_report_load_ckpt_step(3),
+                 lambda: tp.tft_set_dp_group_info(0, [0, 1])]:
+        with pytest.raises(RuntimeError, match="call tft_init_processor"):
+            call()
+    with pytest.raises(RuntimeError, match="call tft_init_controller"):
+        ctl.tft_notify_controller_on_global_rank({1: 1})
+
+
+def test_dp_group_info_is_checked_and_kept():
+    tp.tft_init_processor(1, 4)
+    try:
+        assert tp.tft_get_dp_group_info() is None
+        tp.tft_set_dp_group_info(1, [1, 3])
+        assert tp.tft_get_dp_group_info() == [1, 3]
+        with pytest.raises(ValueError, match="rank 0 is not this processor's rank 1"):
+            tp.tft_set_dp_group_info(0, [0, 2])
+        with pytest.raises(ValueError, match=r"rank 1 is not in its DP group \[0, 2\]"):
+            tp.tft_set_dp_group_info(1, [0, 2])
+        with pytest.raises(ValueError, match=r"ranks \[4\] are not ints in 0..3"):
+            tp.tft_set_dp_group_info(1, [1, 4])
+        with pytest.raises(ValueError, match="ranks repeat"):
+            tp.tft_set_dp_group_info(1, [1, 1])
+        with pytest.raises(ValueError, match="non-empty list"):
+            tp.tft_set_dp_group_info(1, [])
+        with pytest.raises(ValueError, match="step must be an int >= 0"):
+            tp.tft_report_load_ckpt_step(-2)
+    finally:
+        tp.tft_destroy_processor()
+    assert tp.tft_get_dp_group_info() is None
+
+
+@pytest.mark.parametrize("err,start,end,ok", [
+    (10.0, 5.0, 8.0, True),    # after the update: its result is sound
+    (6.0, 5.0, 8.0, True),     # during the update: the step is recomputed
+    (6.0, 5.0, None, True),    # the update still runs
+    (4.0, 5.0, 8.0, False),    # before the update started: the update may have read bad memory
+])
+def test_can_do_uce_repair_by_when_the_error_happened(err, start, end, ok):
+    assert tp.tft_can_do_uce_repair(err, start, end) is ok
+
+
+def test_can_do_uce_repair_refuses_non_times():
+    with pytest.raises(ValueError, match="err_time must be a time in seconds"):
+        tp.tft_can_do_uce_repair("now", 1.0, 2.0)
+    with pytest.raises(ValueError, match="update_end must be a time in seconds or None"):
+        tp.tft_can_do_uce_repair(1.0, 1.0, float("nan"))
+
+
+def test_on_global_rank_checks_its_arguments():
+    ctl.tft_init_controller(-1, 4)
+    try:
+        with pytest.raises(ValueError, match="time must be a positive int"):
+            ctl.tft_notify_controller_on_global_rank([1], time=0)
+        with pytest.raises(ValueError, match="fault_ranks is empty"):
+            ctl.tft_notify_controller_on_global_rank([])
+        with pytest.raises(ValueError, match="dict rank -> fault type or a list"):
+            ctl.tft_notify_controller_on_global_rank("1")
+        with pytest.raises(ValueError, match="fault rank 9 is out of range"):
+            ctl.tft_notify_controller_on_global_rank({9: 1})
+        with pytest.raises(ValueError, match="not 0 \\(memory\\), 1 \\(node\\) or 2"):
+            ctl.tft_notify_controller_on_global_rank({1: 5})
+    finally:
+        ctl.tft_destroy_controller()

@@ -30,6 +30,7 @@ SAMPLES = {
                            "rank_list": [3, 7]}],
                "save": [{"optimizer_type": 1, "ranks": [0, 1, 2]}]},
     "ACTION_REPLY": {"rank": 4, "kind": nat.ACTION_KINDS["clean"], "result": 2, "message": "ok\u00e9"},
+    "GOODBYE": {"rank": -1, "reason": "controller destroyed"},
 }
 
 
@@ -136,3 +137,14 @@ def test_bad_error_code_is_refused_naming_the_field(code, reason):
     # Through Python the text is UTF-8 encoded, so a non-ASCII byte differs; the reason does not.
     with pytest.raises(nat.ProtocolError, match="exceed the limit|not printable ASCII"):
         nat.encode_message(T["ERROR_REPORT"], {"rank": 1, "state": 2, "error_code": code.decode("latin-1")})
+
+
+@pytest.mark.parametrize("reason,problem", [("x" * 257, "257 bytes exceed the limit of 256"),
+                                            ("bye\n", "byte 10 at offset 3 is not printable ASCII")])
+def test_goodbye_reason_is_bounded_printable_text(reason, problem):
+    with pytest.raises(nat.ProtocolError, match=problem):
+        nat.encode_message(T["GOODBYE"], {"rank": 1, "reason": reason})
+    body = struct.pack("<iI", 1, len(reason)) + reason.encode()
+    with pytest.raises(nat.ProtocolError, match="Goodbye.reason: " + problem):
+        nat.decode_message(T["GOODBYE"], body)
+    assert nat.decode_message(T["GOODBYE"], struct.pack("<iI", 2, 3) + b"bye") == {"rank": 2, "reason": "bye"}
