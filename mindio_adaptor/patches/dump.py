@@ -61,10 +61,7 @@ def _save(step: int, save_info: List[dict]):
     from megatron.training.global_vars import get_args
 
     started = time.monotonic()
-    snapshot = step_snapshot.LATEST
-    if snapshot is None or snapshot.iteration != step:
-        have = "none" if snapshot is None else f"step {snapshot.iteration}"
-        raise DumpError(f"asked to save step {step}, but this rank's last consistent snapshot is {have}")
+    snapshot = step_snapshot.require(step, "save")
     if not _save_root:
         raise DumpError("the run has no --save directory: there is nowhere to write the dump")
     margs = get_args()

@@ -142,10 +142,7 @@ def repair(step: int, info: dict):
 def rollback(step: int):
     from megatron.core.rerun_state_machine import RerunState, get_rerun_state_machine
     from megatron.training.global_vars import get_timers
-    snapshot = step_snapshot.LATEST
-    if snapshot is None or snapshot.iteration != step:
-        have = "none" if snapshot is None else f"step {snapshot.iteration}"
-        raise RepairError(f"asked to roll back to step {step}, but this rank's snapshot is {have}")
+    snapshot = step_snapshot.require(step, "roll back to")
     _rederive_model_params()
     step_snapshot.restore_rng(snapshot.rng)
     replayed = sum(it.rewind() for it in REPLAY.values())

@@ -25,6 +25,14 @@ class StepSnapshot:
 LATEST: Optional[StepSnapshot] = None
 
 
+def require(step: int, purpose: str) -> StepSnapshot:
+    """The snapshot of `step`, or an error saying which step this rank has instead."""
+    if LATEST is None or LATEST.iteration != step:
+        have = "none" if LATEST is None else f"step {LATEST.iteration}"
+        raise RuntimeError(f"asked to {purpose} step {step}, but this rank's last consistent snapshot is {have}")
+    return LATEST
+
+
 def _rng_states() -> dict:
     from megatron.core import tensor_parallel
 
