@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 
 @dataclass
@@ -23,26 +23,32 @@ class RepointReport:
     in_frames: List[str] = field(default_factory=list)  # immutable holders only function locals refer to
 
 
-def repoint(mapping: Dict[object, object]) -> RepointReport:
-    """Replace, in every mutable container, each value that IS an old group (identity) by its new one."""
+def repoint(mapping: Dict[object, object], owner_modules: Optional[Tuple[str, ...]] = None) -> RepointReport:
+    """Replace, in every mutable container, each value that IS an old group (identity) by its new one.
+    `owner_modules` (module name prefixes) limits the search for untracked instance dicts to
+    objects of those modules' classes: that search reads every object's __dict__, which costs time
+    and makes CPython build the dicts it keeps inline."""
     report = RepointReport()
     by_id = {id(old): new for old, new in mapping.items() if old is not new}
     olds = [old for old in mapping if id(old) in by_id]
-    for old in olds:
-        for holder in gc.get_referrers(old):
-            if holder is mapping or holder is olds:
-                continue
-            report.replaced += _replace_in(holder, by_id, report)
-    report.replaced += _replace_in_untracked_dicts(by_id)
+    for holder in gc.get_referrers(*olds):  # one pass over the heap for all of them
+        if holder is mapping or holder is olds:
+            continue
+        report.replaced += _replace_in(holder, by_id, report)
+    report.replaced += _replace_in_untracked_dicts(by_id, owner_modules)
     return report
 
 
-def _replace_in_untracked_dicts(by_id: Dict[int, object]) -> int:
+def _replace_in_untracked_dicts(by_id: Dict[int, object], owner_modules: Optional[Tuple[str, ...]]) -> int:
     """CPython stops tracking a dict whose values cannot form cycles, e.g. an instance __dict__ that
     holds only groups (pybind objects, not collected): the collector then reports no referrer for
     them. Those dicts are reached through their owners."""
     count = 0
     for owner in gc.get_objects():
+        if owner_modules is not None:
+            module = type(owner).__dict__.get("__module__")  # a class's own, not a descriptor of `type`
+            if not isinstance(module, str) or not module.startswith(owner_modules):
+                continue
         try:
             attributes = object.__getattribute__(owner, "__dict__")
         except (AttributeError, TypeError):

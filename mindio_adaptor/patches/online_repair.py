@@ -96,7 +96,7 @@ def clean():
     mapping = _old_to_new(old, _megatron_groups(ps))
     mapping.setdefault(old_world, dist.group.WORLD)
     del old, old_world  # only the mapping may still hold the old groups
-    report = repoint(mapping)
+    report = repoint(mapping, owner_modules=("megatron",))
     if report.in_frames:
         logger.info("clean: %d old group reference(s) remain in function locals (the interrupted step's "
                     "frames, never resumed): %s", len(report.in_frames), sorted(set(report.in_frames)))

@@ -58,3 +58,4 @@ def test_replay_gives_the_interrupted_step_again_then_goes_on():
     assert [next(it), next(it), next(it)] == [2, 3, 4]
     assert it.rewind() == 3  # a second fault in the recompute replays the whole step again
     assert [next(it) for _ in range(4)] == [2, 3, 4, 5]
+
