@@ -16,22 +16,20 @@ completed step (patches/step_snapshot), which is the only step the controller du
 import contextlib
 import logging
 import time
-from datetime import timedelta
 from typing import Dict, List, Sequence
 
 import torch.distributed as dist
 
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.core.comm import CommEpochs
 from mindio_adaptor.patches import step_snapshot
+from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.training_state import STATE, distributed_optimizers
 
 logger = logging.getLogger(__name__)
 
 SAVE_TIMEOUT_S = 30 * 60.0  # the reference's dump wait; the controller's action limit usually ends it first
-DUMP_EPOCH = 1
-KEY_RERUN = "rerun_state_machine_state"  # megatron.core.rerun_state_machine's ShardedObject key  # the survivors' first (and, for a dump, only) communicator epoch
+KEY_RERUN = "rerun_state_machine_state"  # megatron.core.rerun_state_machine's ShardedObject key
 _save_root = None  # --save as the run started; args.save points into the staging dir while saving
 
 
@@ -134,9 +132,7 @@ def _enter_dump_world(members: List[int], margs):
     on them with one optimizer instance; point the optimizer at the new data-parallel group."""
     from megatron.core import parallel_state as ps
 
-    epochs = CommEpochs(dist.get_rank(), margs.world_size, backend=TRAINING.backend,
-                        timeout=timedelta(minutes=margs.distributed_timeout_minutes))
-    epochs.rebuild(DUMP_EPOCH, members)
+    rebuild_world(members)
     ps.destroy_model_parallel()
     initialize = getattr(ps.initialize_model_parallel, "__wrapped__", ps.initialize_model_parallel)
     initialize(margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size,

@@ -2,7 +2,7 @@
 
 After the controller's STOP every rank's communicators are broken (patches/exception_loop) and every
 training thread is parked. Then, on every training thread:
-  clean     the world group is rebuilt under a new epoch among the same ranks (core/comm), Megatron's
+  clean     the world group is rebuilt under a new epoch among the same ranks (patches/comm_rebuild), Megatron's
             parallel state is initialised again with the call it was first initialised with, and every
             reference to an old group (DDP buffers and bucket groups, the optimizer, configs) is
             re-pointed to its new counterpart (core/group_repoint), matched through parallel_state's
@@ -16,15 +16,14 @@ training thread is parked. Then, on every training thread:
 """
 import logging
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core.comm import CommEpochs
 from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.core.replay_iterator import ReplayableIterator
 from mindio_adaptor.patches import step_snapshot
+from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.training_state import STATE, distributed_optimizers, shard_state_tensors
 
@@ -35,11 +34,6 @@ HANDLER_TIMEOUT_S = 30 * 60.0  # the controller's action time limit ends a stuck
 
 class RepairError(RuntimeError):
     pass
-
-
-class _Epochs:
-    """The communicator epochs of this process; the dump (patches/dump) uses its own, later one."""
-    next = 10
 
 
 def register_handlers():
@@ -80,16 +74,11 @@ def _old_to_new(old: dict, new: dict) -> dict:
 
 def clean():
     from megatron.core import parallel_state as ps
-    from megatron.training.global_vars import get_args
 
     started = time.monotonic()
-    margs = get_args()
     old = _megatron_groups(ps)
     old_world = dist.group.WORLD
-    epochs = CommEpochs(dist.get_rank(), dist.get_world_size(), backend=TRAINING.backend,
-                        timeout=timedelta(minutes=margs.distributed_timeout_minutes))
-    epoch, _Epochs.next = _Epochs.next, _Epochs.next + 1
-    epochs.rebuild(epoch, list(range(dist.get_world_size())))
+    epoch = rebuild_world(range(dist.get_world_size()))
     ps.destroy_model_parallel()
     init_args, init_kwargs = STATE.model_parallel_init
     ps.initialize_model_parallel(*init_args, **init_kwargs)
@@ -115,19 +104,18 @@ def clean():
 def repair(step: int, info: dict):
     started = time.monotonic()
     me = dist.get_rank()
-    tensors = [t for t in shard_state_tensors(STATE.optimizer)]
-    requests, moved = [], 0
+    tensors = shard_state_tensors(STATE.optimizer)
+    requests, inbox, src_of_mine = [], [], None
     for src, dst in zip(info["src"], info["dst"]):
         if me == src:
             requests += [dist.isend(t.detach().contiguous(), dst) for t in tensors]
         elif me == dst:
-            inbox = [torch.empty_like(t) for t in tensors]
+            inbox, src_of_mine = [torch.empty_like(t) for t in tensors], src
             requests += [dist.irecv(buf, src) for buf in inbox]
-            received = (src, inbox)
     for request in requests:
         request.wait()
-    if me in info["dst"]:
-        src, inbox = received
+    if src_of_mine is not None:
+        src = src_of_mine
         with torch.no_grad():
             for target, value in zip(tensors, inbox):
                 target.copy_(value)
