@@ -839,18 +839,33 @@ void Controller::online_repair(FaultContext& ctx) {
         out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
         if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
     }
-    out = run_action_all(ActionKind::Rollback, live, base_action(ActionKind::Rollback, ctx, Strategy::Retry), true);
-    if (!out.ok()) return dump(ctx, "rollback failed or a new fault arrived during repair");
-    out = run_action_all(ActionKind::Normal, live, base_action(ActionKind::Normal, ctx, Strategy::Retry), true);
-    if (!out.ok()) return dump(ctx, "resuming failed");
+    if (!roll_back_and_resume(ctx, live, Strategy::Retry, "repair")) return;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        for (int r : live) ranks_[r].run = RunStatus::Running;
         transition_locked(State::Normal, "online repair finished at step " + std::to_string(ctx.repair_step));
     }
     ClusterReport result{"report_result"};
     result.strategy = "retry";
     report_cluster(result);
+}
+
+// The end shared by online repair and process replacement: ROLLBACK then NORMAL on `ranks`, which
+// are then running again. On a failure the flow falls back to the dump and false is returned.
+bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s,
+                                      const std::string& during) {
+    ActionOutcome out = run_action_all(ActionKind::Rollback, ranks, base_action(ActionKind::Rollback, ctx, s), true);
+    if (!out.ok()) {
+        dump(ctx, "rollback failed or a new fault arrived during " + during);
+        return false;
+    }
+    out = run_action_all(ActionKind::Normal, ranks, base_action(ActionKind::Normal, ctx, s), true);
+    if (!out.ok()) {
+        dump(ctx, "resuming failed");
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int r : ranks) ranks_[r].run = RunStatus::Running;
+    return true;
 }
 
 // The REPAIR action of every rank taking part: for each optimizer type, a healthy peer sends each
@@ -931,14 +946,10 @@ void Controller::recover(FaultContext& ctx) {
     std::map<int, ActionMsg> repair_msgs = repair_messages(ctx, Strategy::Recover, clean_results);
     out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
     if (!out.ok()) return dump(ctx, "repairing the replacements failed or a new fault arrived");
-    out = run_action_all(ActionKind::Rollback, all, base_action(ActionKind::Rollback, ctx, Strategy::Recover), true);
-    if (!out.ok()) return dump(ctx, "rollback failed or a new fault arrived during process replacement");
-    out = run_action_all(ActionKind::Normal, all, base_action(ActionKind::Normal, ctx, Strategy::Recover), true);
-    if (!out.ok()) return dump(ctx, "resuming failed");
+    if (!roll_back_and_resume(ctx, all, Strategy::Recover, "process replacement")) return;
     {
         std::lock_guard<std::mutex> lock(mu_);
         for (int r : ctx.replace) ranks_[r].joining = ranks_[r].ready = false;
-        for (int r : all) ranks_[r].run = RunStatus::Running;
         transition_locked(State::Normal, "ranks " + list_text(ctx.replace) + " replaced, training resumes at step " +
                                              std::to_string(ctx.repair_step));
     }

@@ -177,6 +177,7 @@ private:
     void report_cluster(const ClusterReport& report);
     void online_repair(FaultContext& ctx);
     void recover(FaultContext& ctx);
+    bool roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s, const std::string& during);
     void replace_faulty(FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
     bool await_replacements(const std::set<int>& ranks, std::string* why);
