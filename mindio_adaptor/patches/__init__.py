@@ -13,6 +13,7 @@ PATCH_MODULES = [
     "exception_loop",
     "controller_link",
     "signal_handler",
+    "dataloader_signals",
 ]
 
 

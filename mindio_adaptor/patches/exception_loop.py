@@ -141,14 +141,15 @@ def stop_training(args, ctx):
     return 0
 
 
-def _ha_enabled() -> bool:
-    from megatron.training.global_vars import get_args
+def ha_enabled() -> bool:
+    from megatron.training import global_vars
 
-    return bool(getattr(get_args(), "enable_high_availability", False))
+    # Read directly: get_args() asserts, and a DataLoader may start before Megatron parses its args.
+    return bool(getattr(global_vars._GLOBAL_ARGS, "enable_high_availability", False))
 
 
 def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
-    if not _ha_enabled():
+    if not ha_enabled():
         return wrapped(*args, **kwargs)
     from mindio_adaptor.patches import online_repair
 
@@ -173,7 +174,7 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
     """Faults between two train_steps (the train loop's own collectives: the exit-signal check,
     logging reductions, a periodic save) take the same path; there is no step to recompute, so an
     online repair cannot resume them: the process ends."""
-    if not _ha_enabled():
+    if not ha_enabled():
         return wrapped(*args, **kwargs)
     try:
         return wrapped(*args, **kwargs)
