@@ -443,6 +443,16 @@ void Controller::detect_dead_locked() {
     }
 }
 
+Controller::Clock::time_point Controller::connection_losses_settled_locked() const {
+    Clock::time_point latest = Clock::time_point::min();
+    for (const RankEntry& r : ranks_) {
+        if (r.registered && !r.connected && !r.dead && !r.left) {
+            latest = std::max(latest, r.disconnected_at + std::chrono::milliseconds(r.heartbeat_ms) + kTick);
+        }
+    }
+    return latest;
+}
+
 void Controller::run() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
@@ -527,9 +537,12 @@ void Controller::handle_fault() {
     second_fault_ = false;
     transition_locked(State::Abnormal, "fault reported");
     // Faults rarely come alone (a dead rank makes its peers' collectives fail): gather for a moment.
+    // A lost connection is judged one heartbeat period later (a processor may reconnect): a peer's
+    // communication error is often the first sign of a dead rank, and deciding before that judgement
+    // would repair or dump around a process that should be replaced.
     auto until = Clock::now() + std::chrono::milliseconds(cfg_.collect_ms);
-    while (!stopping_ && Clock::now() < until) {
-        cv_.wait_until(lock, std::min(until, Clock::now() + kTick));
+    while (!stopping_ && Clock::now() < std::max(until, connection_losses_settled_locked())) {
+        cv_.wait_until(lock, Clock::now() + kTick);
         detect_dead_locked();
     }
     second_fault_ = false;

@@ -161,6 +161,7 @@ private:
 
     void run();
     void detect_dead_locked();
+    Clock::time_point connection_losses_settled_locked() const;
     void add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded = nullptr);
     void transition_locked(State to, const std::string& why);
     void transition(State to, const std::string& why);

@@ -19,7 +19,6 @@ ENV_WORDS = {
 
 # Flags accepted now whose capability a later version of the adaptor brings.
 NOT_YET_ACTIVE = {
-    "enable_worker_reboot": "--enable-worker-reboot (replacement of a dead process)",
     "enable_elastic_training": "--enable-elastic-training (elastic scale-in/scale-out)",
 }
 

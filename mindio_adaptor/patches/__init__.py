@@ -12,6 +12,7 @@ PATCH_MODULES = [
     "fault_injection",
     "exception_loop",
     "controller_link",
+    "process_replacement",
     "signal_handler",
     "dataloader_signals",
 ]

@@ -1,15 +1,27 @@
-"""The one place a recovery rebuilds this process's communicators (patches/dump, patches/online_repair):
-a new default group among `members` on the job's store, under an epoch no earlier rebuild of this
-process used, so stale keys of a previous membership can never be read."""
+"""The one place a recovery rebuilds this process's communicators (patches/dump, patches/online_repair,
+patches/process_replacement): a new default group among `members` on the job's store, under an epoch no
+earlier rebuild of the job used, so stale keys of a previous membership can never be read. Every member
+counts the rebuilds it took part in; a replacement process, which took part in none, starts from the
+last epoch the job published in its store (no rebuild runs while it starts: the others are parked
+waiting for it)."""
 from datetime import timedelta
 from typing import Sequence
 
 import torch.distributed as dist
 
+from mindio_adaptor.core import job_store
 from mindio_adaptor.core.comm import CommEpochs
 from mindio_adaptor.patches.exception_loop import TRAINING
 
+LAST_EPOCH = "comm/last_epoch"
 _next_epoch = 1
+
+
+def continue_epochs_of_the_job() -> int:
+    """In a replacement process, before its first rebuild: number epochs after the job's last one."""
+    global _next_epoch
+    _next_epoch = job_store.read_or(LAST_EPOCH, 0) + 1
+    return _next_epoch
 
 
 def rebuild_world(members: Sequence[int]) -> int:
@@ -23,4 +35,6 @@ def rebuild_world(members: Sequence[int]) -> int:
     epochs = CommEpochs(dist.get_rank(), margs.world_size, backend=TRAINING.backend,
                         timeout=timedelta(minutes=margs.distributed_timeout_minutes))
     epochs.rebuild(epoch, list(members))
+    if dist.get_rank() == 0:  # the first member, in the new numbering
+        job_store.publish(LAST_EPOCH, epoch)
     return epoch

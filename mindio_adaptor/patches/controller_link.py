@@ -15,8 +15,8 @@ import socket
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import inherited_sockets
-from mindio_adaptor.patches import dump, exception_loop, online_repair, step_snapshot
+from mindio_adaptor.core import inherited_sockets, job_store
+from mindio_adaptor.patches import dump, exception_loop, online_repair, process_replacement, step_snapshot
 from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.registry import Patch
@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 ENV_CONTROLLER = "MINDIO_CONTROLLER_ADDR"
 ENV_TOKEN = "MINDIO_TOKEN"
+CONTROLLER_FACTS = "controller"  # (port, token) in the job's store, for a replacement process
 
 
 def _after_initialize(wrapped, instance, args, kwargs):
@@ -55,11 +56,11 @@ def connect():
 
     rank, world = dist.get_rank(), dist.get_world_size()
     margs = get_args()
-    online_repair_on = config_from_args(margs).enable_hbmfault_repair
+    config = config_from_args(margs)
     address = controller_address()
     if address is None:
-        address = _start_in_job_controller(rank, world, controller, online_repair_on)
-    processor.tft_init_processor(rank, world, enable_tls=False)
+        address = _start_in_job_controller(rank, world, controller, config)
+    processor.tft_init_processor(rank, world, enable_tls=False, enable_arf=config.enable_worker_reboot)
     processor.tft_start_processor(*address)
     if STATE.layout is not None:
         processor.tft_set_optimizer_replica(rank, STATE.layout.to_reference())
@@ -70,7 +71,7 @@ def connect():
     STATE.after_train_step.extend([step_snapshot.take, processor.tft_end_updating_os])
     inherited_sockets.install()
     exception_loop.arm(margs)
-    TRAINING.backend = dist.get_backend()
+    TRAINING.backend = margs.distributed_backend  # not dist.get_backend(): "fake" in a replacement
     TRAINING.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
     dump.register_handlers()
     online_repair.register_handlers()
@@ -79,13 +80,22 @@ def connect():
         logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)
 
 
-def _start_in_job_controller(rank, world, controller, online_repair_on):
+def _start_in_job_controller(rank, world, controller, config):
+    """Rank 0 hosts the controller; its port and a fresh token reach the others by a broadcast, and a
+    replacement process (which cannot take part in collectives yet) through the job's store."""
     host = socket.gethostbyname(os.environ.get("MASTER_ADDR", "127.0.0.1"))
     shared = [None, None]
+    if process_replacement.REPLACEMENT.fake_world:
+        port, token = job_store.read(CONTROLLER_FACTS)
+        os.environ[ENV_TOKEN] = token
+        return host, port
     if rank == 0:
         os.environ.setdefault(ENV_TOKEN, secrets.token_hex(16))
-        controller.tft_init_controller(0, world, enable_uce=online_repair_on)
+        controller.tft_init_controller(0, world, enable_arf=config.enable_worker_reboot,
+                                       enable_uce=config.enable_hbmfault_repair)
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
+        if config.enable_worker_reboot:
+            job_store.publish(CONTROLLER_FACTS, shared)
     dist.broadcast_object_list(shared, src=0)
     port, token = shared
     os.environ[ENV_TOKEN] = token

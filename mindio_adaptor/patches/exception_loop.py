@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Optional, Tuple
 
 from mindio_adaptor.core import comm_abort
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
 from mindio_adaptor.core.step_watchdog import StepWatchdog
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training import current_iteration
@@ -151,8 +152,9 @@ def ha_enabled() -> bool:
 def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
     if not ha_enabled():
         return wrapped(*args, **kwargs)
-    from mindio_adaptor.patches import online_repair
+    from mindio_adaptor.patches import online_repair, process_replacement
 
+    process_replacement.first_step_started()
     step = current_iteration()
     if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
         args = (args[0], online_repair.prepare_step(args[1]), *args[2:])
@@ -176,6 +178,10 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
     online repair cannot resume them: the process ends."""
     if not ha_enabled():
         return wrapped(*args, **kwargs)
+    from mindio_adaptor.patches import process_replacement
+
+    if process_replacement.is_replacement() and not process_replacement.REPLACEMENT.joined:
+        process_replacement.join(args[4] if len(args) > 4 else kwargs.get("train_data_iterator"))
     try:
         return wrapped(*args, **kwargs)
     except Exception as exc:
@@ -184,16 +190,18 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
                          f"repaired online: {exc}") from exc
 
 
-def wait_for_decision(exc: BaseException, step: int):
-    """Report the fault, park, and end the process as the controller decides; returns after an
-    online repair."""
+def wait_for_decision(exc: BaseException, step: int, replacement: bool = False):
+    """Report the fault (or, in a replacement process, that it is ready), park, and end the process
+    as the controller decides; returns after an online repair or a replacement's repair."""
     from mindio_adaptor.ttp import exception_handler, processor
     from mindio_adaptor.ttp.enums import Action, ReportState
 
     stopped = TRAINING.stop_requested.is_set()
     state = ReportState.NORMAL if stopped else exception_handler.classify(exc)[0]
     summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-    if stopped:
+    if replacement:
+        logger.info("replacement process ready (reported as %s); waiting for the controller", state.name)
+    elif stopped:
         logger.info("step %d: training stopped by the controller (%s)", step, summary)
     else:
         logger.error("step %d: training failed with %s; reported as %s", step, summary, state.name,
@@ -207,10 +215,9 @@ def wait_for_decision(exc: BaseException, step: int):
     if action == Action.RETRY:
         logger.info("step %d: online repair done (%s)", step, decision)
         return
-    rank = os.environ.get("RANK", "?")
-    logger.error("step %d: training ended by the recovery controller (%s)", step, decision)
-    raise SystemExit(f"rank {rank}: step {step}: training ended by the recovery controller ({decision}) after {summary}") \
-        from exc
+    logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
+                 decision, summary, ENDED_BY_CONTROLLER)
+    raise SystemExit(ENDED_BY_CONTROLLER) from exc
 
 
 def _serve_until_decision(processor):

@@ -15,6 +15,7 @@ training thread is parked. Then, on every training thread:
             are reset; the training thread then recomputes the interrupted step (exception_loop).
 """
 import logging
+import pickle
 import time
 
 import torch
@@ -22,7 +23,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.core.replay_iterator import ReplayableIterator
-from mindio_adaptor.patches import step_snapshot
+from mindio_adaptor.patches import process_replacement, step_snapshot
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.training_state import STATE, distributed_optimizers, shard_state_tensors
@@ -40,6 +41,8 @@ def register_handlers():
     from mindio_adaptor.ttp import processor
 
     processor.tft_register_clean_handler(lambda is_uce, args, ctx: TRAINING.run_parked(clean, HANDLER_TIMEOUT_S))
+    processor.tft_register_rebuild_group_handler(
+        lambda fault_ranks, args, ctx: TRAINING.run_parked(rebuild_groups, HANDLER_TIMEOUT_S))
     processor.tft_register_repair_handler(
         lambda step, need_rebuild, error_ranks, info, args, ctx:
         TRAINING.run_parked(lambda: repair(step, info), HANDLER_TIMEOUT_S))
@@ -73,12 +76,26 @@ def _old_to_new(old: dict, new: dict) -> dict:
 
 
 def clean():
+    """Online repair: rebuild the groups now. Process replacement: only drop this step's gradients;
+    the groups are rebuilt at REBUILD_GROUP, once the replacement process is there to join them."""
+    from mindio_adaptor.ttp import processor
+
+    if processor.tft_get_repair_type() != "recover":
+        return rebuild_groups()
+    for chunk in STATE.model:
+        chunk.zero_grad_buffer()
+    logger.info("clean: gradients dropped; the groups are rebuilt when the replacement has joined")
+    return 0
+
+
+def rebuild_groups():
     from megatron.core import parallel_state as ps
 
     started = time.monotonic()
     old = _megatron_groups(ps)
     old_world = dist.group.WORLD
     epoch = rebuild_world(range(dist.get_world_size()))
+    process_replacement.fake_world_ended()  # from here on, collectives of a replacement are real
     ps.destroy_model_parallel()
     init_args, init_kwargs = STATE.model_parallel_init
     ps.initialize_model_parallel(*init_args, **init_kwargs)
@@ -87,14 +104,14 @@ def clean():
     del old, old_world  # only the mapping may still hold the old groups
     report = repoint(mapping, owner_modules=("megatron",))
     if report.in_frames:
-        logger.info("clean: %d old group reference(s) remain in function locals (the interrupted step's "
+        logger.info("%d old group reference(s) remain in function locals (the interrupted step's "
                     "frames, never resumed): %s", len(report.in_frames), sorted(set(report.in_frames)))
     if report.immutable:
         raise RepairError(f"old process groups are still held in {sorted(set(report.immutable))}; "
                           f"training on them would fail")
     for chunk in STATE.model:
         chunk.zero_grad_buffer()
-    logger.info("clean: communicators rebuilt (epoch %d), %d group references re-pointed in %.2f s", epoch,
+    logger.info("communicators rebuilt (epoch %d), %d group references re-pointed in %.2f s", epoch,
                 report.replaced, time.monotonic() - started)
     return 0
 
@@ -104,7 +121,10 @@ def clean():
 def repair(step: int, info: dict):
     started = time.monotonic()
     me = dist.get_rank()
+    if process_replacement.awaiting_state():
+        process_replacement.materialize_optimizer_state(STATE.optimizer)
     tensors = shard_state_tensors(STATE.optimizer)
+    _exchange_step_state(step, info, me, tensors)
     requests, inbox, src_of_mine = [], [], None
     for src, dst in zip(info["src"], info["dst"]):
         if me == src:
@@ -115,14 +135,41 @@ def repair(step: int, info: dict):
     for request in requests:
         request.wait()
     if src_of_mine is not None:
-        src = src_of_mine
         with torch.no_grad():
             for target, value in zip(tensors, inbox):
                 target.copy_(value)
         moved = sum(t.numel() * t.element_size() for t in inbox)
         logger.info("repair of step %d: received my optimizer shard (%d tensors, %d bytes) from rank %d in "
-                    "%.2f s", step, len(inbox), moved, src, time.monotonic() - started)
+                    "%.2f s", step, len(inbox), moved, src_of_mine, time.monotonic() - started)
     return 0
+
+
+def _manifest(tensors) -> list:
+    return [(tuple(t.shape), str(t.dtype)) for t in tensors]
+
+
+def _exchange_step_state(step: int, info: dict, me: int, tensors) -> None:
+    """Before the shard itself, every source sends the shard's manifest (shapes, dtypes), checked by
+    the receiver so that a mismatch is an error naming it rather than a transport failure, and the
+    repair step's non-sharded state (a few KB), which a replacement process takes as its own."""
+    for src, dst in zip(info["src"], info["dst"]):
+        if me == src:
+            message = {"manifest": _manifest(tensors), "state": process_replacement.state_to_send(step)}
+            payload = torch.frombuffer(bytearray(pickle.dumps(message)), dtype=torch.uint8)
+            dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst)
+            dist.send(payload, dst)
+        elif me == dst:
+            size = torch.zeros(1, dtype=torch.int64)
+            dist.recv(size, src)
+            payload = torch.empty(int(size.item()), dtype=torch.uint8)
+            dist.recv(payload, src)
+            message = pickle.loads(payload.numpy().tobytes())
+            if message["manifest"] != _manifest(tensors):
+                raise RepairError(f"rank {src}'s optimizer shard does not match this rank's: "
+                                  f"{len(message['manifest'])} tensors {message['manifest'][:4]}... vs "
+                                  f"{len(tensors)} tensors {_manifest(tensors)[:4]}...")
+            if process_replacement.awaiting_state():
+                process_replacement.REPLACEMENT.received = message["state"]
 
 
 # --- rollback ------------------------------------------------------------------------------------------
@@ -130,6 +177,9 @@ def repair(step: int, info: dict):
 def rollback(step: int):
     from megatron.core.rerun_state_machine import RerunState, get_rerun_state_machine
     from megatron.training.global_vars import get_timers
+
+    if process_replacement.awaiting_state():
+        process_replacement.install_received_state(step)
     snapshot = step_snapshot.require(step, "roll back to")
     _rederive_model_params()
     step_snapshot.restore_rng(snapshot.rng)

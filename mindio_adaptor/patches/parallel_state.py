@@ -13,6 +13,7 @@ import socket
 
 import torch.distributed as dist
 
+from mindio_adaptor.core import job_store
 from mindio_adaptor.core.replica_layout import ReplicaLayout, crowded_shards
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training_state import STATE
@@ -20,6 +21,7 @@ from mindio_adaptor.patches.training_state import STATE
 logger = logging.getLogger(__name__)
 
 FAILURE_DOMAINS_ENV = "MINDIO_FAILURE_DOMAINS"  # comma list by global rank; default: host names
+LAYOUT_INPUTS = "layout_inputs"  # in the job's store, for a replacement process
 
 
 def _after_initialize(wrapped, instance, args, kwargs):
@@ -60,8 +62,7 @@ def build_layout(replica_cnt: int) -> ReplicaLayout:
     mine = (tuple(ps._DATA_PARALLEL_GLOBAL_RANKS_WITH_CP),
             tuple(dist.get_process_group_ranks(ps.get_expert_data_parallel_group())),
             failure_domain(rank))
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
+    everyone = _gather_layout_inputs(mine, rank)
     dp_lists = sorted({entry[0] for entry in everyone})
     expert_lists = sorted({entry[1] for entry in everyone})
     node_of = {r: entry[2] for r, entry in enumerate(everyone)}
@@ -85,6 +86,21 @@ def build_layout(replica_cnt: int) -> ReplicaLayout:
         logger.info("replica layout: %s (failure domains: %s)", layout.sets,
                     sorted(set(node_of.values())))
     return layout
+
+
+def _gather_layout_inputs(mine, rank: int) -> list:
+    """Every rank's entry. A replacement process starting on the fake backend (patches/
+    process_replacement) cannot gather: it reads what rank 0 published in the job's store."""
+    from mindio_adaptor.patches.process_replacement import REPLACEMENT
+
+    if REPLACEMENT.fake_world:
+        return job_store.read(LAYOUT_INPUTS)
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    margs = _megatron_args()
+    if rank == 0 and getattr(margs, "enable_worker_reboot", False):
+        job_store.publish(LAYOUT_INPUTS, everyone)
+    return everyone
 
 
 def _groups(layout: ReplicaLayout):

@@ -68,5 +68,7 @@ def test_valid_layouts_pass():
 
 
 def test_inactive_requests_are_listed():
-    config = HighAvailabilityConfig(enable_high_availability=True, enable_worker_reboot=True)
-    assert [r for r in config.inactive_requests() if "--enable-worker-reboot" in r]
+    config = HighAvailabilityConfig(enable_high_availability=True, enable_worker_reboot=True,
+                                    enable_elastic_training=True)
+    assert [r for r in config.inactive_requests() if "--enable-elastic-training" in r]
+    assert not [r for r in config.inactive_requests() if "--enable-worker-reboot" in r]
