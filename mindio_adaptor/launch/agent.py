@@ -75,7 +75,8 @@ class NodeAgent:
     def _finished(self) -> Outcome:
         if self.ended:
             return Outcome(ENDED_BY_CONTROLLER, "the recovery controller ended the job")
-        return Outcome(0, f"all {len(self.workers)} local workers exited 0")
+        count = len(self.workers)
+        return Outcome(0, f"{count} local worker{'s' if count > 1 else ''} exited 0")
 
     # --- starting ----------------------------------------------------------------------------------------
 
@@ -141,9 +142,11 @@ class NodeAgent:
         if code not in (0, ENDED_BY_CONTROLLER) and self._follow_generation():
             self.log.info("%s, during another node's group restart", what)
             return None
+        # Other nodes' workers are out of sight: assume they run (a launcher per node sees only its own).
+        peers_running = self.config.nnodes > 1 or any(w.running() for w in self.workers if w is not worker)
         verdict = on_exit(code, worker_reboot=self.config.worker_reboot, ended=self.ended,
                           rank_reboots=worker.reboots, group_restarts=self.generation,
-                          max_restarts=self.config.max_restarts)
+                          max_restarts=self.config.max_restarts, peers_running=peers_running)
         if verdict is Verdict.DONE:
             self.log.info("%s%s", what, "; not restarted: the recovery controller ended the job" if code else "")
         elif verdict is Verdict.ENDED:
@@ -174,12 +177,16 @@ class NodeAgent:
 
     def _stop(self, sig: int, why: str) -> None:
         """Stop every running local worker (sig, then SIGKILL after the grace); one line says how each ended."""
+        # Workers that ended by themselves since the last check are named here too, or never.
+        ended = {w.rank: w.poll() for w in self.workers if w.proc and not w.running() and w.pid not in self._reported}
         codes: Dict[int, int] = stop_all(self.workers, sig, self.config.shutdown_timeout)
-        for worker in self.workers:
-            self._reported.add(worker.pid)
+        self._reported.update(w.pid for w in self.workers)
         if codes:
-            self.log.info("stopped %d local workers (%s): %s", len(codes), why,
+            self.log.info("stopped %d local worker%s (%s): %s", len(codes), "s" if len(codes) > 1 else "", why,
                           ", ".join(f"rank {rank} {describe(code)}" for rank, code in sorted(codes.items())))
+        if ended:
+            self.log.info("ended before the stop (%s): %s", why,
+                          ", ".join(f"rank {rank} {describe(code)}" for rank, code in sorted(ended.items())))
 
     def _publish_end(self, reason: str) -> None:
         try:

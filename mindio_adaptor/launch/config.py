@@ -92,10 +92,9 @@ def _nproc(text) -> int:
         text = "cpu"
     if text == "cpu":
         return os.cpu_count() or 1
-    try:
-        return _at_least("--nproc-per-node", int(text), 1)
-    except ValueError:
-        raise LaunchConfigError(f"--nproc-per-node {text!r}: expected a number, gpu, cpu or auto") from None
+    if not text.lstrip("-").isdigit():
+        raise LaunchConfigError(f"--nproc-per-node {text!r}: expected a number, gpu, cpu or auto")
+    return _at_least("--nproc-per-node", int(text), 1)
 
 
 def _master(args, nnodes: int) -> Tuple[str, int]:
@@ -139,9 +138,10 @@ def _rdzv_timeout(conf: str) -> float:
             raise LaunchConfigError(f"--rdzv-conf {item!r}: only {' or '.join(RDZV_TIMEOUT_KEYS)}=SECONDS is "
                                     f"used by this launcher")
         try:
-            timeout = _positive(f"--rdzv-conf {key.strip()}", float(value))
-        except ValueError as err:
-            raise LaunchConfigError(f"--rdzv-conf {item!r}: {err}") from None
+            seconds = float(value)
+        except ValueError:
+            raise LaunchConfigError(f"--rdzv-conf {item!r}: expected a number of seconds") from None
+        timeout = _positive(f"--rdzv-conf {key.strip()}", seconds)
     return timeout
 
 

@@ -83,7 +83,7 @@ def main():
     elif scenario == "ended":
         if rank == fault_rank:
             os._exit(ENDED_BY_CONTROLLER)
-        time.sleep(1.0)
+        time.sleep(2.0)  # long after the launcher saw the ENDED_BY_CONTROLLER exit
         os._exit(1)
     dist.destroy_process_group()
 
