@@ -60,7 +60,7 @@ class NodeStore:
         """Meet the other launchers (bounded by --rdzv-conf timeout) and check that they agree."""
         cfg = self.config
         rendezvous = StaticTCPRendezvous(cfg.master_addr, self.port, cfg.node_rank, cfg.nnodes, cfg.run_id,
-                                         int(cfg.rdzv_timeout))
+                                         max(1, round(cfg.rdzv_timeout)))  # whole seconds there
         try:
             self.store = rendezvous.next_rendezvous().store
         except (RuntimeError, TimeoutError) as err:

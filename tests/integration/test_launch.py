@@ -4,9 +4,11 @@ ENDED_BY_CONTROLLER exit is never restarted, two launchers form one world, bad a
 The workers are tests/integration/launch_worker.py (no Megatron)."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,24 @@ def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
     assert one[1]["env"]["MINDIO_RESTARTED"] == "1"
     assert [r["sum"] for rank in (0, 1) for r in events(tmp_path, rank, "epoch1")] == [1, 1]
     assert "worker reboot: rank 1 started again alone" in logs[0] and "node 1]" in logs[0]
+
+
+def test_sigterm_is_passed_to_the_workers(tmp_path):
+    # Workers without torch (a shell that records its pid, then sleeps): only the launcher imports torch.
+    record = f'echo $$ > {tmp_path}/pid$RANK; exec sleep 60'
+    launcher = subprocess.Popen([*LAUNCH, "--nproc-per-node", "2", "--no-python", "bash", "-c", record],
+                                env=ENV, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not all((tmp_path / f"pid{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)]
+    launcher.send_signal(signal.SIGTERM)
+    log = launcher.communicate(timeout=TIMEOUT_S)[1]
+    assert launcher.returncode == 128 + signal.SIGTERM, log
+    assert "stopped 2 local workers (received SIGTERM): rank 0 signal SIGTERM, rank 1 signal SIGTERM" in log
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 @pytest.mark.parametrize("argv, message", [

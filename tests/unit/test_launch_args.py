@@ -149,6 +149,7 @@ def verdict(code, reboot=False, ended=False, rank_reboots=0, group_restarts=0, m
 def test_policy():
     assert verdict(0) is Verdict.DONE
     assert verdict(ENDED_BY_CONTROLLER, reboot=True) is Verdict.ENDED
+    assert verdict(ENDED_BY_CONTROLLER, max_restarts=0) is Verdict.ENDED  # torchrun mode too
     assert verdict(-9, reboot=True, ended=True) is Verdict.DONE  # after a decided end nothing restarts
     assert verdict(-9, reboot=True) is Verdict.REBOOT_WORKER
     assert verdict(-9, reboot=True, rank_reboots=1) is Verdict.RESTART_GROUP  # past its own: torchrun's way
