@@ -154,24 +154,29 @@ class NodeAgent:
             self.store.mark_controller_end()
             self.log.info("%s: the recovery controller ended the job; nothing is restarted from now on", what)
         elif verdict is Verdict.REBOOT_WORKER:
-            worker.reboots += 1
-            pid = self._start(worker, restarted=True)
-            self.log.info("%s; worker reboot: rank %d started again alone as pid %d (MINDIO_RESTARTED=1, "
-                          "restart %d of %d for this rank)", what, worker.rank, pid, worker.reboots,
-                          self.config.max_restarts)
+            self._reboot(worker, what)
         elif verdict is Verdict.RESTART_GROUP:
             self.log.info("%s; restarting the whole group (group restart %d of %d)", what, self.generation + 1,
                           self.config.max_restarts)
             self._stop(signal.SIGTERM, "group restart")
             self._start_generation(self.store.request_restart(self.generation))
         else:
-            limit = f"--max-restarts {self.config.max_restarts}"
-            self.log.info("%s; no restarts left (%s%s): stopping the job", what, limit,
-                          ", per rank and for the group" if self.config.worker_reboot else "")
-            self._stop(signal.SIGTERM, "no restarts left")
-            self._publish_end(f"node {self.config.node_rank}: {what}, no restarts left ({limit})")
-            return Outcome(1, f"job failed: {what}; no restarts left ({limit})")
+            return self._give_up(what)
         return None
+
+    def _reboot(self, worker: Worker, what: str) -> None:
+        worker.reboots += 1
+        pid = self._start(worker, restarted=True)
+        self.log.info("%s; worker reboot: rank %d started again alone as pid %d (MINDIO_RESTARTED=1, restart %d "
+                      "of %d for this rank)", what, worker.rank, pid, worker.reboots, self.config.max_restarts)
+
+    def _give_up(self, what: str) -> Outcome:
+        limit = f"--max-restarts {self.config.max_restarts}"
+        self.log.info("%s; no restarts left (%s%s): stopping the job", what, limit,
+                      ", per rank and for the group" if self.config.worker_reboot else "")
+        self._stop(signal.SIGTERM, "no restarts left")
+        self._publish_end(f"node {self.config.node_rank}: {what}, no restarts left ({limit})")
+        return Outcome(1, f"job failed: {what}; no restarts left ({limit})")
 
     # --- stopping ------------------------------------------------------------------------------------------
 
