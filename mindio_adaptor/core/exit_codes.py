@@ -1,6 +1,28 @@
-"""Exit codes a launcher must tell apart from a crash."""
+"""Exit codes with a meaning shared by the training processes and the launcher.
 
-# The recovery controller decided that the job ends (after a dying-gasp dump, or when nothing can be
-# recovered): restarting this worker would only meet a controller that has finished. A launcher with
-# worker reboot never restarts a worker that exits with it, nor any other worker after seeing it.
+ENDED_BY_CONTROLLER: a training process exits with it when the recovery controller decided that the job
+ends (for example after the dying-gasp checkpoint was written). The launcher (`mindio-adaptor launch`)
+must tell such a decided end from a crash: a crash is answered by starting the process again, a decided
+end never is, and once one process ended this way the launcher restarts nothing else on its node (the
+others are expected to follow). A distinct code is the only channel a dead process leaves behind, so it
+must not collide with what crashes produce: 1 (an uncaught Python exception), 2 (argparse), 128+N and
+negative codes (signals), 137 and 143 (SIGKILL, SIGTERM through a shell). 86 is none of those and is not
+used by Python, torch or the shells; the launcher itself also exits with it, so a job manager can tell
+"resume from the checkpoint" from "the job crashed".
+"""
+import signal
+
 ENDED_BY_CONTROLLER = 86
+
+
+def describe(returncode: int) -> str:
+    """How a process ended, in words, from a subprocess return code (negative: killed by that signal)."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return f"signal {name}"
+    if returncode == ENDED_BY_CONTROLLER:
+        return f"exit code {returncode} (ENDED_BY_CONTROLLER)"
+    return f"exit code {returncode}"

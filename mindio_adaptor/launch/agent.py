@@ -1,0 +1,200 @@
+"""The launcher of one node: start the local workers, watch them, answer each exit (policy.on_exit), follow
+what the other nodes' launchers decided, and end with one summary line and an exit code:
+0 every worker exited 0; ENDED_BY_CONTROLLER (86) the recovery controller ended the job; 1 a failure with no
+restarts left (or another node's); 128+N the launcher was stopped by signal N."""
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from torch.distributed import DistError
+
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
+from mindio_adaptor.launch.config import LaunchConfig
+from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
+from mindio_adaptor.launch.policy import Verdict, on_exit
+from mindio_adaptor.launch.worker import Worker, stop_all
+from mindio_adaptor.launch.worker_env import worker_env
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's
+
+
+@dataclass
+class Outcome:
+    code: int
+    what: str
+
+
+class NodeAgent:
+    def __init__(self, config: LaunchConfig, store: NodeStore, log):
+        self.config, self.store, self.log = config, store, log
+        self.workers = [Worker(lr, config.global_rank(lr)) for lr in range(config.nproc_per_node)]
+        self.generation = 0
+        self.master_port = 0
+        self.ended = False  # the recovery controller ended the job: restart nothing
+        self.signalled: Optional[int] = None
+        self._reported: set = set()  # pids whose exit was already answered
+
+    # --- the run ---------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        outcome = self._watch()
+        self.log.info("summary: %s; exit code %d; group restarts %d; restarts per rank: %s", outcome.what,
+                      outcome.code, self.generation,
+                      ", ".join(f"rank {w.rank}: {w.starts - 1}" for w in self.workers))
+        try:
+            if not self.store.leave():
+                self.log.info("stopped waiting for the other nodes to finish after %.0f s", EXIT_BARRIER_S)
+        except DistError:  # node 0 is gone: nobody to tell
+            pass
+        return outcome.code
+
+    def _on_signal(self, signum, _frame):
+        self.signalled = self.signalled or signum
+
+    def _watch(self) -> Outcome:
+        try:
+            self._start_generation(self.store.generation())
+            while True:
+                # The other nodes first: a worker that just died of their group restart must follow it,
+                # not be rebooted into the old generation.
+                outcome = self._check_signal() or self._check_other_nodes() or self._check_workers()
+                if outcome:
+                    return outcome
+                if not any(w.running() for w in self.workers):
+                    return self._finished()
+                time.sleep(self.config.monitor_interval)
+        except DistError as err:  # node 0's launcher is gone, and the stores with it
+            self._stop(signal.SIGTERM, "lost the launchers' store")
+            return Outcome(1, f"lost the launchers' store on node 0 ({err})")
+
+    def _finished(self) -> Outcome:
+        if self.ended:
+            return Outcome(ENDED_BY_CONTROLLER, "the recovery controller ended the job")
+        count = len(self.workers)
+        return Outcome(0, f"{count} local worker{'s' if count > 1 else ''} exited 0")
+
+    # --- starting ----------------------------------------------------------------------------------------
+
+    def _start_generation(self, generation: int) -> None:
+        self.generation = generation
+        self.master_port = self.store.open_generation(generation)
+        pids = [self._start(w, restarted=False) for w in self.workers]
+        self.log.info("generation %d: started ranks %s as pids %s; workers' store at %s:%d", generation,
+                      [w.rank for w in self.workers], pids, self.config.master_addr, self.master_port)
+
+    def _start(self, worker: Worker, restarted: bool) -> int:
+        env = worker_env(self.config, worker.local_rank, self.master_port,
+                         restart_count=self.generation + worker.reboots, restarted=restarted)
+        return worker.start(self.config.command, env)
+
+    # --- watching ----------------------------------------------------------------------------------------
+
+    def _check_signal(self) -> Optional[Outcome]:
+        if self.signalled is None:
+            return None
+        name = signal.Signals(self.signalled).name
+        self.log.info("received %s: passing it to the workers, SIGKILL after %.0f s", name,
+                      self.config.shutdown_timeout)
+        self._stop(self.signalled, f"received {name}")
+        self._publish_end(f"node {self.config.node_rank}'s launcher received {name}")
+        return Outcome(128 + self.signalled, f"stopped by {name}")
+
+    def _check_other_nodes(self) -> Optional[Outcome]:
+        """What the other launchers decided: the job ends, the controller ended it, or a group restart."""
+        reason = self.store.end_reason()
+        if reason:
+            self._stop(signal.SIGTERM, "the job ends")
+            return Outcome(1, f"the job ends: {reason}")
+        if not self.ended and self.store.controller_ended():
+            self.ended = True
+            self.log.info("the recovery controller ended the job (seen on another node): nothing is restarted")
+        self._follow_generation()
+        return None
+
+    def _follow_generation(self) -> bool:
+        """Join a group restart another node started; True when there was one."""
+        generation = self.store.generation()
+        if generation <= self.generation or self.ended:
+            return False
+        self.log.info("another node restarts the whole group: generation %d", generation)
+        self._stop(signal.SIGTERM, "group restart")
+        self._start_generation(generation)
+        return True
+
+    def _check_workers(self) -> Optional[Outcome]:
+        for worker in self.workers:
+            code = worker.poll()
+            if code is None or worker.pid in self._reported:
+                continue
+            self._reported.add(worker.pid)
+            outcome = self._answer(worker, code)
+            if outcome:
+                return outcome
+        return None
+
+    def _answer(self, worker: Worker, code: int) -> Optional[Outcome]:
+        what = f"rank {worker.rank} (local rank {worker.local_rank}, pid {worker.pid}) ended: {describe(code)}"
+        if code not in (0, ENDED_BY_CONTROLLER) and self._follow_generation():
+            self.log.info("%s, during another node's group restart", what)
+            return None
+        # Other nodes' workers are out of sight: assume they run (a launcher per node sees only its own).
+        peers_running = self.config.nnodes > 1 or any(w.running() for w in self.workers if w is not worker)
+        verdict = on_exit(code, worker_reboot=self.config.worker_reboot, ended=self.ended,
+                          rank_reboots=worker.reboots, group_restarts=self.generation,
+                          max_restarts=self.config.max_restarts, peers_running=peers_running)
+        if verdict is Verdict.DONE:
+            self.log.info("%s%s", what, "; not restarted: the recovery controller ended the job" if code else "")
+        elif verdict is Verdict.ENDED:
+            self.ended = True
+            self.store.mark_controller_end()
+            self.log.info("%s: the recovery controller ended the job; nothing is restarted from now on", what)
+        elif verdict is Verdict.REBOOT_WORKER:
+            self._reboot(worker, what)
+        elif verdict is Verdict.RESTART_GROUP:
+            self.log.info("%s; restarting the whole group (group restart %d of %d)", what, self.generation + 1,
+                          self.config.max_restarts)
+            self._stop(signal.SIGTERM, "group restart")
+            self._start_generation(self.store.request_restart(self.generation))
+        else:
+            return self._give_up(what)
+        return None
+
+    def _reboot(self, worker: Worker, what: str) -> None:
+        worker.reboots += 1
+        pid = self._start(worker, restarted=True)
+        self.log.info("%s; worker reboot: rank %d started again alone as pid %d (MINDIO_RESTARTED=1, restart %d "
+                      "of %d for this rank)", what, worker.rank, pid, worker.reboots, self.config.max_restarts)
+
+    def _give_up(self, what: str) -> Outcome:
+        limit = f"--max-restarts {self.config.max_restarts}"
+        self.log.info("%s; no restarts left (%s%s): stopping the job", what, limit,
+                      ", per rank and for the group" if self.config.worker_reboot else "")
+        self._stop(signal.SIGTERM, "no restarts left")
+        self._publish_end(f"node {self.config.node_rank}: {what}, no restarts left ({limit})")
+        return Outcome(1, f"job failed: {what}; no restarts left ({limit})")
+
+    # --- stopping ------------------------------------------------------------------------------------------
+
+    def _stop(self, sig: int, why: str) -> None:
+        """Stop every running local worker (sig, then SIGKILL after the grace); one line says how each ended."""
+        # Workers that ended by themselves since the last check are named here too, or never.
+        ended = {w.rank: w.poll() for w in self.workers if w.proc and not w.running() and w.pid not in self._reported}
+        codes: Dict[int, int] = stop_all(self.workers, sig, self.config.shutdown_timeout)
+        self._reported.update(w.pid for w in self.workers)
+        if codes:
+            self.log.info("stopped %d local worker%s (%s): %s", len(codes), "s" if len(codes) > 1 else "", why,
+                          ", ".join(f"rank {rank} {describe(code)}" for rank, code in sorted(codes.items())))
+        if ended:
+            self.log.info("ended before the stop (%s): %s", why,
+                          ", ".join(f"rank {rank} {describe(code)}" for rank, code in sorted(ended.items())))
+
+    def _publish_end(self, reason: str) -> None:
+        try:
+            self.store.end(reason)
+        except RuntimeError:  # node 0 is gone: nobody is left to tell
+            pass

@@ -1,0 +1,81 @@
+"""The launcher's command line: torchrun's flag names (and underscore spellings) where they exist.
+
+Like torchrun, every option can also come from the environment as PET_<NAME> (PET_NNODES, PET_NODE_RANK,
+PET_MASTER_ADDR, ...), which is what Kubernetes operators for PyTorch jobs set. Nothing here imports
+torch: a bad command line is answered at once.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from mindio_adaptor.launch.config import LaunchConfig, LaunchConfigError, resolve
+
+PROG = "mindio-adaptor launch"
+DESCRIPTION = (
+    "Start the training processes of one node, like torchrun, and restart them when they fail. With "
+    "--worker-reboot (or when the training script is given --enable-worker-reboot) only a failed process is "
+    "started again, with the same rank and MINDIO_RESTARTED=1; the others keep running. See docs/launch.md.")
+
+
+def _env(dest: str, default):
+    """torchrun's convention: PET_<DEST> replaces the built-in default (the command line still wins)."""
+    return os.environ.get(f"PET_{dest.upper()}", default)
+
+
+def _env_flag(dest: str) -> bool:
+    return os.environ.get(f"PET_{dest.upper()}", "0") not in ("", "0", "false", "False")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--nnodes", default=_env("nnodes", "1"),
+        help="number of nodes, one launcher each (N, or N:N; elastic ranges are not supported)")
+    add("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", default=_env("nproc_per_node", "1"),
+        help="workers on this node: a number, or gpu, cpu, auto (default 1)")
+    add("--node-rank", "--node_rank", dest="node_rank", type=int, default=_env("node_rank", 0),
+        help="rank of this node, 0..nnodes-1 (default 0); node 0's launcher hosts the stores")
+    add("--master-addr", "--master_addr", dest="master_addr", default=_env("master_addr", None),
+        help="address of node 0 (default 127.0.0.1)")
+    add("--master-port", "--master_port", dest="master_port", type=int, default=_env("master_port", None),
+        help="port of the launchers' store on node 0 (default: a free one on one node, 29500 on several)")
+    add("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default=_env("rdzv_endpoint", None),
+        help="HOST:PORT of node 0, instead of --master-addr/--master-port")
+    add("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default=_env("rdzv_backend", "static"),
+        help="static or c10d: both mean a store hosted by node 0's launcher, with a fixed set of nodes")
+    add("--rdzv-id", "--rdzv_id", dest="rdzv_id", default=_env("rdzv_id", None),
+        help="job id, given to workers as TORCHELASTIC_RUN_ID (default 'none'; random with --standalone)")
+    add("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", default=_env("rdzv_conf", ""),
+        help="KEY=VALUE,...: timeout (or join_timeout), seconds to wait for every node (default 600)")
+    add("--standalone", action="store_true", default=_env_flag("standalone"),
+        help="one node, a free local port, a random job id")
+    add("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=_env("max_restarts", 0),
+        help="restarts allowed: of the whole group, and with worker reboot of each rank (default 0)")
+    add("--worker-reboot", "--worker_reboot", dest="worker_reboot", action="store_true",
+        default=_env_flag("worker_reboot"), help="restart only a failed worker, not the whole group")
+    add("--monitor-interval", "--monitor_interval", dest="monitor_interval", type=float,
+        default=_env("monitor_interval", 0.1), help="seconds between checks of the workers (default 0.1)")
+    add("--shutdown-timeout", "--shutdown_timeout", dest="shutdown_timeout", type=float,
+        default=_env("shutdown_timeout", 30.0),
+        help="seconds a stopped worker gets after SIGTERM before SIGKILL (default 30)")
+    add("--role", default=_env("role", "default"), help="ROLE_NAME of the workers (default 'default')")
+    add("-m", "--module", action="store_true", default=_env_flag("module"),
+        help="run the script as a Python module (python -m)")
+    add("--no-python", "--no_python", dest="no_python", action="store_true", default=_env_flag("no_python"),
+        help="run the script as a program, not with the Python interpreter")
+    add("training_script", help="the training script (or module, or program), then its arguments")
+    add("training_script_args", nargs=argparse.REMAINDER)
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LaunchConfig:
+    """The checked configuration; a bad combination ends the program with argparse's usage error (2)."""
+    try:
+        return resolve(args, os.environ)
+    except LaunchConfigError as err:
+        parser.error(str(err))

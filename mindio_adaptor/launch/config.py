@@ -1,0 +1,196 @@
+"""What one launcher does, checked: the node's place in the job, where node 0 is, the restart rules and the
+command of the workers. Every error names the flag and what is wrong with it."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import List, Mapping, Tuple
+
+from mindio_adaptor.core.ha_config import ENV_OVERRIDE, HighAvailabilityConfig, HighAvailabilityConfigError
+
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MULTI_NODE_PORT = 29500  # torchrun's default; one node picks a free port instead
+DEFAULT_RDZV_TIMEOUT_S = 600.0  # torchrun's static rendezvous waits as long
+RDZV_BACKENDS = ("static", "c10d")
+RDZV_TIMEOUT_KEYS = ("timeout", "join_timeout")
+SCRIPT_REBOOT_FLAG = "--enable-worker-reboot"
+
+
+class LaunchConfigError(ValueError):
+    """A command line that cannot run; the message names the flag."""
+
+
+@dataclass
+class LaunchConfig:
+    nnodes: int
+    nproc_per_node: int
+    node_rank: int
+    master_addr: str
+    master_port: int  # 0: node 0 picks a free port (one node only)
+    run_id: str
+    max_restarts: int
+    worker_reboot: bool
+    worker_reboot_reason: str  # why worker reboot is on (logged), "" when off
+    monitor_interval: float
+    shutdown_timeout: float
+    rdzv_timeout: float
+    role: str
+    command: List[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    def global_rank(self, local_rank: int) -> int:
+        return self.node_rank * self.nproc_per_node + local_rank
+
+
+def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
+    """From the parsed command line (an argparse namespace of args.add_arguments) to a LaunchConfig."""
+    nnodes = _nnodes(args.nnodes)
+    if args.standalone and nnodes != 1:
+        raise LaunchConfigError(f"--standalone is for one node, got --nnodes {args.nnodes}")
+    if not 0 <= args.node_rank < nnodes:
+        raise LaunchConfigError(f"--node-rank {args.node_rank} is out of range: with --nnodes {nnodes} it must "
+                                f"be in 0..{nnodes - 1}")
+    addr, port = _master(args, nnodes)
+    reboot, reason = _worker_reboot(args, environ)
+    return LaunchConfig(
+        nnodes=nnodes, nproc_per_node=_nproc(args.nproc_per_node), node_rank=args.node_rank,
+        master_addr=addr, master_port=port, run_id=_run_id(args),
+        max_restarts=_at_least("--max-restarts", args.max_restarts, 0),
+        worker_reboot=reboot, worker_reboot_reason=reason,
+        monitor_interval=_positive("--monitor-interval", args.monitor_interval),
+        shutdown_timeout=_positive("--shutdown-timeout", args.shutdown_timeout),
+        rdzv_timeout=_rdzv_timeout(args.rdzv_conf), role=args.role, command=_command(args))
+
+
+def _nnodes(text) -> int:
+    low, _, high = str(text).partition(":")
+    try:
+        low_n, high_n = int(low), int(high or low)
+    except ValueError:
+        raise LaunchConfigError(f"--nnodes {text!r}: expected a number of nodes") from None
+    if low_n != high_n:
+        raise LaunchConfigError(f"--nnodes {text}: elastic node ranges are not supported (process "
+                                f"replacement keeps a fixed world); pass one number")
+    return _at_least("--nnodes", low_n, 1)
+
+
+def _nproc(text) -> int:
+    text = str(text)
+    if text in ("gpu", "auto"):
+        import torch  # only here: the plain number needs no torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.device_count()
+        if text == "gpu":
+            raise LaunchConfigError("--nproc-per-node gpu: no GPU is visible on this node")
+        text = "cpu"
+    if text == "cpu":
+        return os.cpu_count() or 1
+    if not text.lstrip("-").isdigit():
+        raise LaunchConfigError(f"--nproc-per-node {text!r}: expected a number, gpu, cpu or auto")
+    return _at_least("--nproc-per-node", int(text), 1)
+
+
+def _master(args, nnodes: int) -> Tuple[str, int]:
+    """Node 0's address and the port of the launchers' store, from exactly one way of saying it."""
+    if args.rdzv_backend not in RDZV_BACKENDS:
+        raise LaunchConfigError(f"--rdzv-backend {args.rdzv_backend!r} is not supported; use one of "
+                                f"{', '.join(RDZV_BACKENDS)} (node 0's launcher hosts the store)")
+    given = [flag for flag, value in (("--master-addr", args.master_addr), ("--master-port", args.master_port))
+             if value is not None]
+    if args.standalone and (given or args.rdzv_endpoint):
+        raise LaunchConfigError(f"--standalone picks its own local address and port; drop "
+                                f"{', '.join(given) or '--rdzv-endpoint'}")
+    if args.rdzv_endpoint:
+        if given:
+            raise LaunchConfigError(f"--rdzv-endpoint and {' and '.join(given)} both say where node 0 is; "
+                                    f"pass one of them")
+        return parse_endpoint(args.rdzv_endpoint)
+    default_port = 0 if nnodes == 1 else DEFAULT_MULTI_NODE_PORT
+    port = default_port if args.master_port is None else args.master_port
+    if not 0 <= port < 65536:
+        raise LaunchConfigError(f"--master-port {port} is not a TCP port (0..65535)")
+    return args.master_addr or DEFAULT_MASTER_ADDR, port
+
+
+def parse_endpoint(endpoint: str) -> Tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets: [::1]:29500)."""
+    host, sep, port = endpoint.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise LaunchConfigError(f"--rdzv-endpoint {endpoint!r} is malformed: expected HOST:PORT with a port in "
+                                f"1..65535, e.g. node0.example:29500")
+    return host, int(port)
+
+
+def _rdzv_timeout(conf: str) -> float:
+    timeout = DEFAULT_RDZV_TIMEOUT_S
+    for item in filter(None, (part.strip() for part in (conf or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in RDZV_TIMEOUT_KEYS:
+            raise LaunchConfigError(f"--rdzv-conf {item!r}: only {' or '.join(RDZV_TIMEOUT_KEYS)}=SECONDS is "
+                                    f"used by this launcher")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise LaunchConfigError(f"--rdzv-conf {item!r}: expected a number of seconds") from None
+        timeout = _positive(f"--rdzv-conf {key.strip()}", seconds)
+    return timeout
+
+
+def _run_id(args) -> str:
+    if args.rdzv_id:
+        return args.rdzv_id
+    return uuid.uuid4().hex[:12] if args.standalone else "none"
+
+
+def _worker_reboot(args, environ: Mapping[str, str]) -> Tuple[bool, str]:
+    """On with --worker-reboot, or when the training itself asks for process replacement (the reference's
+    --enable-worker-reboot, or HIGH_AVAILABILITY with `recover`, which overrides the flags there too)."""
+    if args.worker_reboot:
+        return True, "--worker-reboot"
+    script_flag = SCRIPT_REBOOT_FLAG in args.training_script_args
+    try:
+        wanted = HighAvailabilityConfig(enable_worker_reboot=script_flag).apply_env_override(
+            environ.get(ENV_OVERRIDE)).enable_worker_reboot
+    except HighAvailabilityConfigError as err:
+        raise LaunchConfigError(str(err)) from None
+    if not wanted:
+        return False, ""
+    if environ.get(ENV_OVERRIDE, "").strip():
+        return True, f"{ENV_OVERRIDE}={environ[ENV_OVERRIDE]} asks for process replacement (recover)"
+    return True, f"the training script was given {SCRIPT_REBOOT_FLAG}"
+
+
+def _command(args) -> List[str]:
+    script, rest = args.training_script, list(args.training_script_args)
+    if args.no_python and args.module:
+        raise LaunchConfigError("--no-python and --module cannot be used together")
+    if args.no_python:
+        if not shutil.which(script):
+            raise LaunchConfigError(f"program {script!r} not found (--no-python runs it as a program)")
+        return [script, *rest]
+    if args.module:
+        return [sys.executable, "-u", "-m", script, *rest]
+    if not os.path.isfile(script):
+        raise LaunchConfigError(f"training script {script!r} not found")
+    return [sys.executable, "-u", script, *rest]
+
+
+def _at_least(flag: str, value: int, low: int) -> int:
+    if value < low:
+        raise LaunchConfigError(f"{flag} must be >= {low}, got {value}")
+    return value
+
+
+def _positive(flag: str, value: float) -> float:
+    if not value > 0:
+        raise LaunchConfigError(f"{flag} must be > 0, got {value}")
+    return value

@@ -1,0 +1,33 @@
+"""Run the launcher: parse, meet the other nodes, watch the workers, return the exit code."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from mindio_adaptor.launch.args import PROG, build_parser, config_from_args
+from mindio_adaptor.launch.config import LaunchConfig
+from mindio_adaptor.launch.log import configure
+
+
+def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
+    parser = build_parser(prog)
+    return run(config_from_args(parser.parse_args(argv), parser))
+
+
+def run(config: LaunchConfig) -> int:
+    # torch is imported only now: a bad command line was answered without it.
+    from mindio_adaptor.launch.agent import NodeAgent
+    from mindio_adaptor.launch.node_store import NodeStore, NodeStoreError
+
+    log = configure(config.node_rank)
+    store = NodeStore(config)
+    first, last = config.global_rank(0), config.global_rank(config.nproc_per_node - 1)
+    log.info("node %d of %d: ranks %d..%d of %d, job id %s, launchers' store at %s:%d, max restarts %d, "
+             "worker reboot %s; command: %s", config.node_rank, config.nnodes, first, last, config.world_size,
+             config.run_id, config.master_addr, store.port, config.max_restarts,
+             f"on ({config.worker_reboot_reason})" if config.worker_reboot else "off", " ".join(config.command))
+    try:
+        store.join()
+    except NodeStoreError as err:
+        log.info("error: %s", err)
+        return 1
+    return NodeAgent(config, store, log).run()

@@ -1,0 +1,68 @@
+"""One local worker process, and stopping a set of them within a bounded grace.
+
+A plain subprocess.Popen per worker rather than torch.distributed.elastic.multiprocessing: a PContext starts,
+waits for and closes the local group as one unit and has no way to start one member again, which is exactly
+what worker reboot needs. Each worker leads its own process group (start_new_session), so stopping it also
+reaches what it started (data-loader processes and the like).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Dict, List, Mapping, Optional, Sequence
+
+KILL_WAIT_S = 10.0  # after SIGKILL a process is gone at once unless stuck in the kernel: bound it anyway
+
+
+class Worker:
+    def __init__(self, local_rank: int, rank: int):
+        self.local_rank, self.rank = local_rank, rank
+        self.proc: Optional[subprocess.Popen] = None
+        self.starts = 0  # processes started for this rank, over all generations
+        self.reboots = 0  # of those, started again alone (worker reboot)
+
+    def start(self, command: Sequence[str], env: Mapping[str, str]) -> int:
+        self.proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+        self.starts += 1
+        return self.proc.pid
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc else None
+
+    def poll(self) -> Optional[int]:
+        """The return code once the process ended (negative: the signal that killed it), else None."""
+        return self.proc.poll() if self.proc else None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if not self.running():
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:  # ended between the check and the signal
+            pass
+
+
+def stop_all(workers: Sequence[Worker], sig: int = signal.SIGTERM, grace: float = 30.0) -> Dict[int, int]:
+    """Send `sig` to every running worker, SIGKILL those still running after `grace` seconds.
+    Returns {rank: return code} of the workers that were running."""
+    running = [w for w in workers if w.running()]
+    for worker in running:
+        worker.signal(sig)
+    _wait(running, grace)
+    late = [w for w in running if w.running()]
+    for worker in late:
+        worker.signal(signal.SIGKILL)
+    _wait(late, KILL_WAIT_S)
+    return {w.rank: w.poll() for w in running}
+
+
+def _wait(workers: List[Worker], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while any(w.running() for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)

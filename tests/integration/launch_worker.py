@@ -1,0 +1,92 @@
+"""A tiny worker for test_launch.py (no Megatron). It joins a gloo group through env:// (the launcher's store),
+appends what it is to OUT/rank<RANK>.jsonl, and plays a scenario:
+
+    python launch_worker.py SCENARIO OUT FAULT_RANK [extra args, ignored]
+
+  ok      one all_reduce of the ranks; exit 0
+  fail    FAULT_RANK exits 3 after the first all_reduce, each time it starts; the others wait to be stopped
+  reboot  FAULT_RANK SIGKILLs itself once (a marker file remembers) after the first all_reduce; the
+          survivors' next all_reduce fails; they and the restarted process (MINDIO_RESTARTED=1) meet in a new
+          group under a new store prefix, as an epoch of core/comm would, and all_reduce once more; exit 0
+  ended   FAULT_RANK exits ENDED_BY_CONTROLLER after the first all_reduce; the others crash (exit 1) later
+"""
+import json
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+
+TIMEOUT = timedelta(seconds=20)
+ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
+            "TORCHELASTIC_USE_AGENT_STORE", "MINDIO_RESTARTED")
+
+
+def record(out, rank, **fields):
+    with open(os.path.join(out, f"rank{rank}.jsonl"), "a") as f:
+        f.write(json.dumps(dict(pid=os.getpid(), **fields)) + "\n")
+
+
+def sum_of_ranks(rank):
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    return int(t.item())
+
+
+def join_new_group(rank, world, prefix):
+    """A group on the launcher's store under a prefix no earlier process wrote to (no stale addresses)."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=TIMEOUT)
+    dist.init_process_group("gloo", store=dist.PrefixStore(prefix, store), rank=rank, world_size=world,
+                            timeout=TIMEOUT)
+
+
+def reboot(out, rank, world, fault_rank):
+    if os.environ["MINDIO_RESTARTED"] == "1":
+        join_new_group(rank, world, "epoch1")
+    else:
+        dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
+        record(out, rank, event="round", sum=sum_of_ranks(rank))
+        marker = os.path.join(out, "killed")
+        if rank == fault_rank and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            sum_of_ranks(rank)
+            raise SystemExit("the all_reduce after a peer died succeeded")
+        except RuntimeError:
+            pass
+        dist.destroy_process_group()
+        join_new_group(rank, world, "epoch1")
+    record(out, rank, event="epoch1", sum=sum_of_ranks(rank))
+    dist.destroy_process_group()
+
+
+def main():
+    scenario, out, fault_rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    record(out, rank, event="start", argv=sys.argv[4:], env={k: os.environ.get(k) for k in ENV_KEYS})
+    if scenario == "reboot":
+        return reboot(out, rank, world, fault_rank)
+    dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
+    record(out, rank, event="round", sum=sum_of_ranks(rank))
+    if scenario == "fail":
+        if rank == fault_rank:
+            os._exit(3)
+        time.sleep(60)
+    elif scenario == "ended":
+        if rank == fault_rank:
+            os._exit(ENDED_BY_CONTROLLER)
+        time.sleep(2.0)  # long after the launcher saw the ENDED_BY_CONTROLLER exit
+        os._exit(1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""`mindio-adaptor launch` with real processes: worker reboot restarts only the killed rank (which joins a new
+gloo group with the survivors), torchrun mode restarts the whole group and fails past --max-restarts, an
+ENDED_BY_CONTROLLER exit is never restarted, two launchers form one world, bad arguments are named.
+The workers are tests/integration/launch_worker.py (no Megatron)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+WORKER = str(HERE / "launch_worker.py")
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
+LAUNCH = [sys.executable, "-m", "mindio_adaptor.launch"]
+TIMEOUT_S = 90
+
+
+def launch(*argv):
+    return subprocess.run([*LAUNCH, *argv], env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def events(out, rank, event):
+    """What rank's processes recorded (launch_worker.record), in order, for one kind of event."""
+    path = Path(out) / f"rank{rank}.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [r for r in map(json.loads, lines) if r["event"] == event]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_worker_reboot_restarts_only_the_killed_rank(tmp_path):
+    done = launch("--nproc-per-node", "3", "--worker-reboot", "--max-restarts", "1",
+                  WORKER, "reboot", str(tmp_path), "1")
+    assert done.returncode == 0, done.stderr
+    for survivor in (0, 2):  # one process each, left alone, in the new group with the restarted rank
+        (start,) = events(tmp_path, survivor, "start")
+        assert start["env"]["MINDIO_RESTARTED"] == "0"
+        assert [r["pid"] for r in events(tmp_path, survivor, "epoch1")] == [start["pid"]]
+    first, again = events(tmp_path, 1, "start")
+    assert first["pid"] != again["pid"]
+    assert (again["env"]["RANK"], again["env"]["LOCAL_RANK"], again["env"]["MINDIO_RESTARTED"],
+            again["env"]["TORCHELASTIC_RESTART_COUNT"]) == ("1", "1", "1", "1")
+    assert again["env"]["MASTER_PORT"] == first["env"]["MASTER_PORT"]  # the survivors' store
+    assert first["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+    assert [r["sum"] for rank in range(3) for r in events(tmp_path, rank, "epoch1")] == [3, 3, 3]
+    assert events(tmp_path, 1, "epoch1")[0]["pid"] == again["pid"]
+    log = done.stderr
+    assert f"rank 1 (local rank 1, pid {first['pid']}) ended: signal SIGKILL; worker reboot: rank 1 started " \
+           f"again alone as pid {again['pid']}" in log
+    assert "restarts per rank: rank 0: 0, rank 1: 1, rank 2: 0" in log
+    assert all(line.startswith("[mindio-launch ") and " node 0] " in line for line in log.splitlines()
+               if line.startswith("[mindio-launch"))
+
+
+def test_torchrun_mode_restarts_the_group_then_fails(tmp_path):
+    done = launch("--nproc-per-node", "2", "--max-restarts", "1", "--shutdown-timeout", "5",
+                  WORKER, "fail", str(tmp_path), "1")
+    assert done.returncode == 1, done.stderr
+    for rank in (0, 1):  # the whole group started twice; each generation formed its gloo group on a new store
+        starts = events(tmp_path, rank, "start")
+        assert [s["env"]["TORCHELASTIC_RESTART_COUNT"] for s in starts] == ["0", "1"]
+        assert [s["env"]["MINDIO_RESTARTED"] for s in starts] == ["0", "0"]
+        assert len({s["pid"] for s in starts}) == 2
+        assert [r["sum"] for r in events(tmp_path, rank, "round")] == [1, 1]
+    assert starts[0]["env"]["MASTER_PORT"] != starts[1]["env"]["MASTER_PORT"]
+    last = events(tmp_path, 1, "start")[-1]["pid"]
+    assert f"summary: job failed: rank 1 (local rank 1, pid {last}) ended: exit code 3; no restarts left " \
+           f"(--max-restarts 1)" in done.stderr
+    assert "restarting the whole group (group restart 1 of 1)" in done.stderr
+    assert "stopped 1 local worker (group restart): rank 0 signal SIGTERM" in done.stderr
+
+
+def test_ended_by_controller_is_never_restarted(tmp_path):
+    # Worker reboot comes from the training script's own flag here.
+    done = launch("--nproc-per-node", "2", "--max-restarts", "2", WORKER, "ended", str(tmp_path), "1",
+                  "--enable-worker-reboot")
+    assert done.returncode == ENDED_BY_CONTROLLER, done.stderr
+    assert "worker reboot on (the training script was given --enable-worker-reboot)" in done.stderr
+    assert [len(events(tmp_path, rank, "start")) for rank in (0, 1)] == [1, 1]
+    assert "exit code 86 (ENDED_BY_CONTROLLER): the recovery controller ended the job" in done.stderr
+    assert "ended: exit code 1; not restarted: the recovery controller ended the job" in done.stderr
+
+
+def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-nodes",
+              "--worker-reboot", "--max-restarts", "1"]
+    nodes = [subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, "reboot", str(tmp_path), "1"],
+                              env=ENV, stderr=subprocess.PIPE, text=True) for r in (1, 0)]
+    logs = [node.communicate(timeout=TIMEOUT_S)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    zero, one = events(tmp_path, 0, "start"), events(tmp_path, 1, "start")
+    assert len(zero) == 1 and len(one) == 2
+    assert [(s["env"]["GROUP_RANK"], s["env"]["WORLD_SIZE"], s["env"]["TORCHELASTIC_RUN_ID"]) for s in zero + one] \
+        == [("0", "2", "two-nodes"), ("1", "2", "two-nodes"), ("1", "2", "two-nodes")]
+    assert len({s["env"]["MASTER_PORT"] for s in zero + one}) == 1  # node 0 hosts the workers' store
+    assert one[1]["env"]["MINDIO_RESTARTED"] == "1"
+    assert [r["sum"] for rank in (0, 1) for r in events(tmp_path, rank, "epoch1")] == [1, 1]
+    assert "worker reboot: rank 1 started again alone" in logs[0] and "node 1]" in logs[0]
+
+
+def test_sigterm_is_passed_to_the_workers(tmp_path):
+    # Workers without torch (a shell that records its pid, then sleeps): only the launcher imports torch.
+    record = f'echo $$ > {tmp_path}/pid$RANK; exec sleep 60'
+    launcher = subprocess.Popen([*LAUNCH, "--nproc-per-node", "2", "--no-python", "bash", "-c", record],
+                                env=ENV, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not all((tmp_path / f"pid{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)]
+    launcher.send_signal(signal.SIGTERM)
+    log = launcher.communicate(timeout=TIMEOUT_S)[1]
+    assert launcher.returncode == 128 + signal.SIGTERM, log
+    assert "stopped 2 local workers (received SIGTERM): rank 0 signal SIGTERM, rank 1 signal SIGTERM" in log
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nnodes", "2", "--node-rank", "2", WORKER], "--node-rank 2 is out of range"),
+    (["/no/such/script.py"], "training script '/no/such/script.py' not found"),
+    (["--master-addr", "a", "--rdzv-endpoint", "b:1", WORKER], "--rdzv-endpoint and --master-addr both say"),
+    (["--rdzv-endpoint", "b:port", WORKER], "--rdzv-endpoint 'b:port' is malformed"),
+])
+def test_bad_arguments(argv, message):
+    done = launch(*argv)
+    assert done.returncode == 2
+    assert f"python -m mindio_adaptor.launch: error: {message}" in done.stderr
