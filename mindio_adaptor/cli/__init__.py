@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = [
     "policy",
     "controller",
     "demo",
+    "upstream",
 ]
 
 
