@@ -76,8 +76,8 @@ def patch_all(only: Optional[Iterable[str]] = None):
     with _lock:
         if _active:
             return
+        _selected = None if only is None else _known_modules(only)
         _active = True
-        _selected = None if only is None else tuple(only)
         from mindio_adaptor.patches import before_megatron_import
 
         before_megatron_import()
@@ -87,6 +87,16 @@ def patch_all(only: Optional[Iterable[str]] = None):
                 wrapt.register_post_import_hook(_apply_module_patches, module)
             elif module in sys.modules:
                 _apply_module_patches(sys.modules[module])
+
+
+def _known_modules(names: Iterable[str]) -> tuple:
+    from mindio_adaptor.patches import PATCH_MODULES
+
+    names = tuple(names)
+    unknown = sorted(set(names) - set(PATCH_MODULES))
+    if unknown:
+        raise ValueError(f"patch_all(only=...): no patch module {unknown}; known: {PATCH_MODULES}")
+    return names
 
 
 def unpatch_all():

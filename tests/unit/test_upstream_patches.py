@@ -12,9 +12,9 @@ from mindio_adaptor.upstream import generate, hook_insertion, tree, unified_diff
 from mindio_adaptor.upstream.apply import ApplyRefused, apply_patch_set
 from mindio_adaptor.upstream.check import APPLICABLE, APPLIED, CONFLICTING, check_tree
 
-INSTALLED = tree.installed_tree()
+INSTALLED = tree.installed_tree()  # megatron-core is a requirement of the tests (scripts/install_env.sh)
 pytestmark = pytest.mark.skipif(INSTALLED.series != "0.19", reason="the shipped patch set is for 0.19")
-FOLDER = tree.patch_set_dir(INSTALLED)
+FOLDER = tree.default_patches_root() / "megatron-core-0.19"
 TRAINING = "megatron/training/training.py"
 
 
