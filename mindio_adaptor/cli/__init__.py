@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = [
     "controller",
     "demo",
     "launch",
+    "upstream",
 ]
 
 

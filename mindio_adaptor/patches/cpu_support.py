@@ -110,11 +110,15 @@ def _on_cpu():
     return cpu_torch.installed()
 
 
+# upstream=False: a CPU-only machine is where tests and demos run, not a reason to edit a user's
+# Megatron; these stay monkey patches on a source-patched tree too (docs/upstream.md).
+RANDOM = "megatron.core.tensor_parallel.random"
 PATCHES = [
-    Patch("megatron.core.tensor_parallel.random", "_get_cuda_rng_state", _get_rng_state, _on_cpu),
-    Patch("megatron.core.tensor_parallel.random", "_set_cuda_rng_state", _set_rng_state, _on_cpu),
+    Patch(RANDOM, "_get_cuda_rng_state", _get_rng_state, _on_cpu, upstream=False),
+    Patch(RANDOM, "_set_cuda_rng_state", _set_rng_state, _on_cpu, upstream=False),
     # The helpers are compiled when megatron-core is built; the package ships no Makefile.
-    Patch("megatron.core.datasets.utils", "compile_helpers", _skip, _on_cpu),
-    Patch("megatron.training.initialize", "initialize_megatron", _allow_no_cuda, _on_cpu),
-    Patch("megatron.training.utils.common_utils", "get_device_arch_version", _no_device_arch, _on_cpu),
+    Patch("megatron.core.datasets.utils", "compile_helpers", _skip, _on_cpu, upstream=False),
+    Patch("megatron.training.initialize", "initialize_megatron", _allow_no_cuda, _on_cpu, upstream=False),
+    Patch("megatron.training.utils.common_utils", "get_device_arch_version", _no_device_arch, _on_cpu,
+          upstream=False),
 ]

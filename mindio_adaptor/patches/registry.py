@@ -7,6 +7,10 @@ post-import hook per module, so it may run before or after `import megatron`. Ap
 
 Megatron often binds functions by name (`from megatron.training.arguments import validate_args`), so
 applying a patch also replaces the original in every already-imported megatron module that holds it.
+
+A Megatron tree patched with patches/upstream carries a hook point (core.hook_points) on each target:
+there the patch is attached to the hook point instead of wrapping the function, so a target is never
+patched twice, and the behaviour is the same either way (docs/upstream.md).
 """
 from __future__ import annotations
 
@@ -15,9 +19,12 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from pathlib import Path
+from typing import Callable, Iterable, List, Optional
 
 import wrapt
+
+from mindio_adaptor.core import hook_points
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +41,10 @@ class Patch:
     attribute: str  # "name" or "Class.method"
     wrapper: Callable  # wrapt signature: (wrapped, instance, args, kwargs)
     enabled: Callable[[], bool] = lambda: True  # checked when the module is imported
-    applied: Optional[tuple] = field(default=None, repr=False)  # (owner, name, original, aliases)
+    # False: never a source hook in patches/upstream (device emulation for tests, not a user's tree)
+    upstream: bool = True
+    # (owner, name, original, wrapped) when wrapped; (HookPoint,) when attached to a source hook
+    applied: Optional[tuple] = field(default=None, repr=False)
 
     @property
     def target(self) -> str:
@@ -43,33 +53,50 @@ class Patch:
 
 _lock = threading.RLock()
 _active = False
+_selected: Optional[tuple] = None  # the PATCH_MODULES that patch_all() applies; None: all of them
 _hooked_modules: set = set()
+_source_hooks_seen = False
 
 
-def all_patches() -> List[Patch]:
+def all_patches(modules: Optional[Iterable[str]] = None) -> List[Patch]:
+    """The patches of `modules` (names in PATCH_MODULES; default all), in application order."""
     from mindio_adaptor.patches import PATCH_MODULES
 
     patches = []
     for name in PATCH_MODULES:
-        patches.extend(importlib.import_module(f"mindio_adaptor.patches.{name}").PATCHES)
+        if modules is None or name in modules:
+            patches.extend(importlib.import_module(f"mindio_adaptor.patches.{name}").PATCHES)
     return patches
 
 
-def patch_all():
-    global _active
+def patch_all(only: Optional[Iterable[str]] = None):
+    """Apply every patch, or those of the PATCH_MODULES named in `only` (e.g. ("cpu_support",) to run
+    stock Megatron on a CPU-only machine)."""
+    global _active, _selected
     with _lock:
         if _active:
             return
+        _selected = None if only is None else _known_modules(only)
         _active = True
         from mindio_adaptor.patches import before_megatron_import
 
         before_megatron_import()
-        for module in sorted({p.module for p in all_patches()}):
+        for module in sorted({p.module for p in all_patches(_selected)}):
             if module not in _hooked_modules:
                 _hooked_modules.add(module)
                 wrapt.register_post_import_hook(_apply_module_patches, module)
             elif module in sys.modules:
                 _apply_module_patches(sys.modules[module])
+
+
+def _known_modules(names: Iterable[str]) -> tuple:
+    from mindio_adaptor.patches import PATCH_MODULES
+
+    names = tuple(names)
+    unknown = sorted(set(names) - set(PATCH_MODULES))
+    if unknown:
+        raise ValueError(f"patch_all(only=...): no patch module {unknown}; known: {PATCH_MODULES}")
+    return names
 
 
 def unpatch_all():
@@ -92,7 +119,7 @@ def _apply_module_patches(module):
         if not _active:
             return
         _check_version()
-        for patch in all_patches():
+        for patch in all_patches(_selected):
             if patch.module == module.__name__ and patch.applied is None and patch.enabled():
                 _apply(patch, module)
 
@@ -102,6 +129,10 @@ def _apply(patch: Patch, module):
     original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
     if isinstance(owner, type) and isinstance(original, (staticmethod, classmethod)):
         raise PatchTargetMissing(f"{patch.target} is a {type(original).__name__}; patches wrap functions")
+    point = hook_points.point_of(original)
+    if point is not None:
+        _attach(patch, point)
+        return
     wrapped = wrapt.FunctionWrapper(original, patch.wrapper)
     setattr(owner, name, wrapped)
     if owner is module:
@@ -110,8 +141,36 @@ def _apply(patch: Patch, module):
     logger.debug("patched %s", patch.target)
 
 
+def _attach(patch: Patch, point: hook_points.HookPoint):
+    """The source already calls into us here: attach instead of wrapping (every alias of the
+    function is the thin hooked function, so nothing needs rebinding)."""
+    global _source_hooks_seen
+    point.attach(patch, patch.wrapper)
+    patch.applied = (point,)
+    if not _source_hooks_seen:
+        _source_hooks_seen = True
+        logger.info("megatron at %s is source-patched (patches/upstream): patches are attached to "
+                    "its hook points, not wrapped", _tree_of(point.original))
+    logger.debug("attached %s to its source hook", patch.target)
+
+
+def _tree_of(function) -> str:
+    """The directory holding the `megatron` package that defines `function`."""
+    file = getattr(sys.modules.get(function.__module__), "__file__", None)
+    if not file:
+        return "?"
+    path = Path(file)
+    if path.name == "__init__.py":
+        path = path.parent
+    return str(path.parents[function.__module__.count(".")])
+
+
 def _remove(patch: Patch):
     if patch.applied is None:
+        return
+    if len(patch.applied) == 1:
+        patch.applied[0].detach(patch)
+        patch.applied = None
         return
     owner, name, original, wrapped = patch.applied
     setattr(owner, name, original)
