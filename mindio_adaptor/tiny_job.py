@@ -67,10 +67,12 @@ def parse_output(returncode: int, output: str) -> RunResult:
 
 def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, timeout: float = 300,
                  env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
-                 on_line: Optional[Callable[[str], None]] = None, script: Optional[str] = None) -> RunResult:
-    """Run the example (or another entry `script` taking the same flags) under torchrun with the tiny
-    GPT flags plus `flags`; never waits past timeout. `on_line` sees every output line as it comes."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 on_line: Optional[Callable[[str], None]] = None, script: Optional[str] = None,
+                 launcher: Sequence[str] = ("torch.distributed.run",)) -> RunResult:
+    """Run the example (or another entry `script` taking the same flags) under torchrun (or another
+    `launcher`: a module and its options, e.g. ("mindio_adaptor.launch", "--max-restarts", "1")) with
+    the tiny GPT flags plus `flags`; never waits past timeout. `on_line` sees every output line."""
+    command = [sys.executable, "-m", *launcher, "--standalone",
                f"--nproc-per-node={nproc}", str(script or EXAMPLE), *TINY_GPT_FLAGS,
                "--train-iters", str(train_iters), *flags]
     full_env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1",
