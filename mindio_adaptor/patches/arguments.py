@@ -72,6 +72,10 @@ def _validate(wrapped, instance, args, kwargs):
     margs = args[0] if args else kwargs["args"]
     config = config_from_args(margs)
     config.check_flags(margs.use_distributed_optimizer)
+    if config.enable_worker_reboot and getattr(margs, "data_parallel_random_init", False):
+        # A replacement takes its RNG state from a replica peer, which must then hold the same one.
+        raise HighAvailabilityConfigError("--enable-worker-reboot cannot be combined with "
+                                          "--data-parallel-random-init: replica peers' RNG states differ")
     result = wrapped(*args, **kwargs)
     config.check_layout(margs.data_parallel_size, margs.context_parallel_size,
                         margs.num_distributed_optimizer_instances)
