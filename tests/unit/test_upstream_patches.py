@@ -115,9 +115,10 @@ def test_cli_reports_per_hunk_and_exit_codes(pristine, capsys):
     assert "megatron-core 0.19.2" in out and "supported" in out
     assert "hunk 3  applicable  hook on megatron.training.training.train_step" in out
     assert cli.main(["upstream", "apply", "--megatron-dir", str(pristine.root)]) == 0
-    assert "applied 19 hunk(s)" in capsys.readouterr().out
+    hunks = sum(d.read_text().count("\n@@ ") for d in FOLDER.glob("*.diff"))
+    assert f"applied {hunks} hunk(s)" in capsys.readouterr().out
     assert cli.main(argv) == 0
-    assert "applied: 19 applied, 0 applicable, 0 conflicting" in capsys.readouterr().out
+    assert f"applied: {hunks} applied, 0 applicable, 0 conflicting" in capsys.readouterr().out
     assert cli.main(["upstream", "check", "--megatron-dir", str(pristine.root / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err
 
