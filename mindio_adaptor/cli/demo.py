@@ -1,7 +1,7 @@
 """`mindio-adaptor demo`: a 4-process CPU GPT training with high availability, a fault injected
 mid-run, the checkpoint written on the way out, the relaunch that resumes from it, and a timeline.
 
-Scenarios available in this version:
+Scenarios:
   sigterm  a job manager's graceful stop reaches one rank; every rank saves the step it just completed
            and exits; the relaunch resumes.
   dump     one rank fails (--fault-kind kill, raise or hang); the survivors save one checkpoint of
@@ -10,7 +10,9 @@ Scenarios available in this version:
   repair   a memory error (UCE) on one rank: communicators rebuilt, its optimizer shard copied from
            a replica peer, every rank rolls back and recomputes the step; no process restarts,
            no checkpoint, no relaunch.
-Process replacement (`replace`) comes with a later version.
+  replace  one rank is SIGKILLed; under `mindio-adaptor launch` only its process is started again,
+           joins the running job, receives its shard and the step's state from a replica peer, and
+           training goes on; the other processes never stop running.
 """
 import re
 import sys
@@ -21,7 +23,6 @@ from pathlib import Path
 from mindio_adaptor.tiny_job import run_training
 
 SCENARIOS = ("sigterm", "dump", "repair", "replace")
-AVAILABLE = ("sigterm", "dump", "repair")
 FAULT_KINDS = ("kill", "raise", "hang")
 # A hang is noticed by the step watchdog; short limits keep the demo short.
 HANG_ENV = {"MINDIO_STEP_TIMEOUT_S": "10", "MINDIO_STOP_TIMEOUT_S": "5"}
@@ -74,9 +75,15 @@ def _watch(timeline: Timeline, phase: str):
             timeline.mark("dump written: iteration " + line.split("dump of step ", 1)[1].split()[0])
         elif "training ended by the recovery controller" in line and not timeline.seen("ended"):
             timeline.mark("the processes exit, as the controller decided", key="ended")
-        elif "clean: communicators rebuilt" in line and not timeline.seen("clean"):
-            timeline.mark("communicators rebuilt, Megatron re-pointed: " + line.split("] INFO clean: ", 1)[1].strip(),
+        elif "] INFO communicators rebuilt" in line and not timeline.seen("clean"):
+            timeline.mark("communicators rebuilt, Megatron re-pointed: " + line.split("] INFO ", 1)[1].strip(),
                           key="clean")
+        elif "replacement process of rank" in line:
+            timeline.mark("the launcher started a new process for the dead rank; it starts Megatron alone")
+        elif "replacement process ready" in line:
+            timeline.mark("the new process is ready and waits for the controller")
+        elif "replaced, training resumes at step" in line:
+            timeline.mark("controller: " + line.split("REPAIR -> NORMAL: ", 1)[-1].strip())
         elif "INFO repair of step" in line:
             timeline.mark("state sent: " + line.split("] INFO ", 1)[1].strip())
         elif "online repair finished at step" in line:
@@ -91,14 +98,11 @@ def _watch(timeline: Timeline, phase: str):
 
 
 def _check(args):
-    if args.scenario not in AVAILABLE:
-        sys.exit(f"mindio-adaptor demo: scenario '{args.scenario}' needs a capability this version does "
-                 f"not have yet; available: {', '.join(AVAILABLE)}")
     if not 1 <= args.fault_step < args.steps:
         sys.exit(f"mindio-adaptor demo: --fault-step must be in 1..{args.steps - 1}")
     if not 0 <= args.fault_rank < args.nproc:
         sys.exit(f"mindio-adaptor demo: --fault-rank must be in 0..{args.nproc - 1}")
-    if args.scenario == "dump" and args.fault_rank == 0:
+    if args.scenario in ("dump", "replace") and args.fault_rank == 0:
         sys.exit("mindio-adaptor demo: --fault-rank 0 hosts the in-job controller; a fault there ends the "
                  "controller with it (run one outside the job with MINDIO_CONTROLLER_ADDR); pick 1.."
                  f"{args.nproc - 1}")
@@ -114,8 +118,8 @@ def run(args) -> int:
     timeline.mark(f"uninterrupted reference run: {args.steps} steps on {args.nproc} processes")
     reference = run_training(HA, on_line=_watch(timeline, "reference"), **common).require_success()
 
-    if args.scenario == "repair":
-        return _repair(args, timeline, reference, faults, common)
+    if args.scenario in ("repair", "replace"):
+        return _recover_in_place(args, timeline, reference, faults, common)
     kind = "sigterm" if args.scenario == "sigterm" else args.fault_kind
     env = {"MINDIO_FAULT_INJECT": f"{kind}:rank={args.fault_rank},step={args.fault_step}",
            "MINDIO_FAULT_STATE_DIR": str(faults), **(HANG_ENV if kind == "hang" else {})}
@@ -152,20 +156,28 @@ def run(args) -> int:
     return 0 if equal else 1
 
 
-def _repair(args, timeline, reference, faults, common) -> int:
-    env = {"MINDIO_FAULT_INJECT": f"raise:rank={args.fault_rank},step={args.fault_step},msg=UCE ERROR (demo)",
-           "MINDIO_FAULT_STATE_DIR": str(faults)}
-    timeline.mark(f"run with a memory error (UCE) on rank {args.fault_rank} during step {args.fault_step}")
-    repaired = run_training([*HA, "--enable-hbmfault-repair"], env=env, on_line=_watch(timeline, "repaired run"),
-                            **common)
-    if repaired.returncode != 0:
-        print(repaired.output[-4000:], file=sys.stderr)
-        sys.exit(f"mindio-adaptor demo: the run with the fault exited {repaired.returncode} (see above)")
+def _recover_in_place(args, timeline, reference, faults, common) -> int:
+    """repair and replace: the job recovers while running; nothing is relaunched."""
+    if args.scenario == "repair":
+        spec, what = f"raise:rank={args.fault_rank},step={args.fault_step},msg=UCE ERROR (demo)", "a memory error (UCE)"
+        flags, extra = [*HA, "--enable-hbmfault-repair"], {}
+    else:
+        spec, what = f"kill:rank={args.fault_rank},step={args.fault_step}", "SIGKILL"
+        flags, extra = [*HA, "--enable-worker-reboot"], {"launcher": ("mindio_adaptor.launch", "--max-restarts", "1")}
+    env = {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(faults)}
+    timeline.mark(f"run with {what} on rank {args.fault_rank} during step {args.fault_step}")
+    recovered = run_training(flags, env=env, on_line=_watch(timeline, "recovered run"), **common, **extra)
+    if recovered.returncode != 0:
+        print(recovered.output[-4000:], file=sys.stderr)
+        sys.exit(f"mindio-adaptor demo: the run with the fault exited {recovered.returncode} (see above)")
     timeline.mark("run finished")
-    equal = repaired.digest is not None and repaired.digest == reference.digest
+    equal = recovered.digest is not None and recovered.digest == reference.digest
     print("\nsummary")
-    print(f"  steps completed: {len(repaired.losses)} of {args.steps}, in the same processes (no restart, "
-          f"no checkpoint)")
-    print(f"  losses equal to the uninterrupted run: {'yes' if repaired.losses == reference.losses else 'no'}")
+    print("  each rank's recovery:")
+    for line in sorted(set(re.findall(r"recovery \d+ on rank .*", recovered.output))):
+        print(f"    {line}")
+    restarts = "only the killed rank's process restarted" if args.scenario == "replace" else "no process restarted"
+    print(f"  steps completed: {len(recovered.losses)} of {args.steps}; {restarts}; no checkpoint, no relaunch")
+    print(f"  losses equal to the uninterrupted run: {'yes' if recovered.losses == reference.losses else 'no'}")
     print(f"  params digest equal to the uninterrupted run: {'yes' if equal else 'no'}")
     return 0 if equal else 1

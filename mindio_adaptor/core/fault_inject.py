@@ -8,7 +8,7 @@ Grammar (whitespace around kinds, keys and values is ignored)::
     item   := KEY '=' VALUE
     KIND   := raise | kill | hang | sigterm
     KEY    := rank (required, integer >= 0) | step (required, integer >= 0)
-            | phase (forward | backward | optimizer; default forward)
+            | phase (forward | backward | optimizer | repair; default forward)
             | msg   (only for raise; the RuntimeError's text, default "Other ERROR")
 
 Escaping: a backslash makes the next character literal, so a message can carry the separators:
@@ -52,7 +52,9 @@ logger = logging.getLogger("mindio_adaptor.fault_inject")
 ENV_SPEC = "MINDIO_FAULT_INJECT"
 ENV_STATE_DIR = "MINDIO_FAULT_STATE_DIR"
 KINDS = ("raise", "kill", "hang", "sigterm")
-PHASES = ("forward", "backward", "optimizer")
+# repair: when the rank starts its part of a recovery the controller drives (the CLEAN action), `step`
+# being the interrupted step -- a second fault while a repair is running.
+PHASES = ("forward", "backward", "optimizer", "repair")
 DEFAULT_PHASE = "forward"
 DEFAULT_MESSAGE = "Other ERROR"
 _KEYS = ("rank", "step", "phase", "msg")

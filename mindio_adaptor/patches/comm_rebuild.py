@@ -11,10 +11,18 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import job_store
 from mindio_adaptor.core.comm import CommEpochs
-from mindio_adaptor.patches.exception_loop import TRAINING
+from mindio_adaptor.patches.exception_loop import TRAINING, seconds_from_env
 
 LAST_EPOCH = "comm/last_epoch"
+REBUILD_TIMEOUT_ENV = "MINDIO_REBUILD_TIMEOUT_S"
 _next_epoch = 1
+
+
+def rebuild_timeout_s() -> float:
+    """How long a member waits for the others to arrive at a rebuild. Every member is known alive
+    when the controller asks for it (a replacement has registered), so a missing one died since: a
+    second fault, which should fall back to the dump without waiting long."""
+    return seconds_from_env(REBUILD_TIMEOUT_ENV, 60.0, 1, 3600)
 
 
 def continue_epochs_of_the_job() -> int:
@@ -33,7 +41,8 @@ def rebuild_world(members: Sequence[int]) -> int:
     margs = get_args()
     epoch, _next_epoch = _next_epoch, _next_epoch + 1
     epochs = CommEpochs(dist.get_rank(), margs.world_size, backend=TRAINING.backend,
-                        timeout=timedelta(minutes=margs.distributed_timeout_minutes))
+                        timeout=timedelta(minutes=margs.distributed_timeout_minutes),
+                        join_timeout=timedelta(seconds=rebuild_timeout_s()))
     epochs.rebuild(epoch, list(members))
     if dist.get_rank() == 0:  # the first member, in the new numbering
         job_store.publish(LAST_EPOCH, epoch)

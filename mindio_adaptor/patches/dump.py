@@ -23,7 +23,7 @@ import torch.distributed as dist
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.patches import step_snapshot
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
-from mindio_adaptor.patches.exception_loop import TRAINING
+from mindio_adaptor.patches.exception_loop import TIMELINE, TRAINING
 from mindio_adaptor.patches.training_state import STATE, distributed_optimizers
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ def _save(step: int, save_info: List[dict]):
         margs.save = _save_root
     logger.info("dump of step %d: saved my part (savers %s as data-parallel ranks %s) in %.2f s", step,
                 savers, list(members), time.monotonic() - started)
+    TIMELINE.mark("dump part saved", f"step {step} in {time.monotonic() - started:.2f} s")
     return 0
 
 
@@ -89,6 +90,7 @@ def publish_dump(step: int, args):
     """rename handler, on one saver once every saver is done."""
     final = dump_dir.publish(_save_root, step)
     logger.info("dump of step %d published: %s is the resume point", step, final)
+    TIMELINE.mark("dump published", f"step {step}")
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from mindio_adaptor.core import comm_abort
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.recovery_timeline import Timeline
 from mindio_adaptor.core.step_watchdog import StepWatchdog
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training import current_iteration
@@ -73,9 +74,20 @@ class TrainingThread:
 
 
 TRAINING = TrainingThread()
+TIMELINE = Timeline()
 
 
-def _seconds_from_env(name: str, default: float, low: float, high: float) -> float:
+def dist_rank() -> int:
+    return int(os.environ.get("RANK", "-1"))
+
+
+def _end_recovery(outcome: str) -> None:
+    recovery = TIMELINE.end(outcome)
+    if recovery is not None:
+        logger.info("%s", recovery.line(dist_rank()))
+
+
+def seconds_from_env(name: str, default: float, low: float, high: float) -> float:
     value = os.environ.get(name, str(default))
     try:
         seconds = float(value)
@@ -87,7 +99,7 @@ def _seconds_from_env(name: str, default: float, low: float, high: float) -> flo
 
 
 def stop_timeout_s() -> float:
-    return _seconds_from_env(STOP_TIMEOUT_ENV, DEFAULT_STOP_TIMEOUT_S, 1, 1800)
+    return seconds_from_env(STOP_TIMEOUT_ENV, DEFAULT_STOP_TIMEOUT_S, 1, 1800)
 
 
 def arm(margs) -> None:
@@ -95,7 +107,7 @@ def arm(margs) -> None:
     from mindio_adaptor.ttp import processor
 
     stop_timeout_s()
-    limit = _seconds_from_env(STEP_TIMEOUT_ENV, margs.distributed_timeout_minutes * 60.0, 1, 7 * 24 * 3600)
+    limit = seconds_from_env(STEP_TIMEOUT_ENV, margs.distributed_timeout_minutes * 60.0, 1, 7 * 24 * 3600)
     TRAINING.watchdog = StepWatchdog(limit, _report_hang)
     processor.tft_register_exit_handler(_exit_even_if_hung)
 
@@ -139,6 +151,7 @@ def stop_training(args, ctx):
         raise RuntimeError(f"the training thread did not stop within {limit:.0f} s ({STOP_TIMEOUT_ENV}); "
                            f"it is hung, this rank cannot save")
     logger.info("stopped: %s; training thread parked after %.2f s", what, time.monotonic() - started)
+    TIMELINE.mark("stopped")
     return 0
 
 
@@ -162,7 +175,9 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
         if TRAINING.watchdog is not None:
             TRAINING.watchdog.step_started(step)
         try:
-            return wrapped(*args, **kwargs)
+            result = wrapped(*args, **kwargs)
+            _end_recovery("first step done")
+            return result
         except Exception as exc:
             wait_for_decision(exc, step)  # returns only after an online repair
             TRAINING.reset()
@@ -183,7 +198,10 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
     if process_replacement.is_replacement() and not process_replacement.REPLACEMENT.joined:
         process_replacement.join(args[4] if len(args) > 4 else kwargs.get("train_data_iterator"))
     try:
-        return wrapped(*args, **kwargs)
+        result = wrapped(*args, **kwargs)
+        if TIMELINE.recoveries:
+            logger.info("%s", TIMELINE.summary(dist_rank()))
+        return result
     except Exception as exc:
         wait_for_decision(exc, current_iteration())
         raise SystemExit(f"rank {os.environ.get('RANK', '?')}: a fault outside a train step cannot be "
@@ -199,6 +217,8 @@ def wait_for_decision(exc: BaseException, step: int, replacement: bool = False):
     stopped = TRAINING.stop_requested.is_set()
     state = ReportState.NORMAL if stopped else exception_handler.classify(exc)[0]
     summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    TIMELINE.begin(step, "a replacement process joining" if replacement else
+                   "stopped by the controller" if stopped else f"{state.name} fault")
     if replacement:
         logger.info("replacement process ready (reported as %s); waiting for the controller", state.name)
     elif stopped:
@@ -214,7 +234,9 @@ def wait_for_decision(exc: BaseException, step: int, replacement: bool = False):
     decision = f"{processor.tft_get_repair_type() or 'exit'} at step {processor.tft_get_repair_step()}"
     if action == Action.RETRY:
         logger.info("step %d: online repair done (%s)", step, decision)
+        TIMELINE.mark("resumed")
         return
+    _end_recovery(f"job ended by the controller ({decision})")
     logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
                  decision, summary, ENDED_BY_CONTROLLER)
     raise SystemExit(ENDED_BY_CONTROLLER) from exc

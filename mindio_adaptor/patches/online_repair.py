@@ -25,7 +25,8 @@ from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.core.replay_iterator import ReplayableIterator
 from mindio_adaptor.patches import process_replacement, step_snapshot
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
-from mindio_adaptor.patches.exception_loop import TRAINING
+from mindio_adaptor.patches.exception_loop import TIMELINE, TRAINING
+from mindio_adaptor.patches.training import current_iteration
 from mindio_adaptor.patches.training_state import STATE, distributed_optimizers, shard_state_tensors
 
 logger = logging.getLogger(__name__)
@@ -78,13 +79,16 @@ def _old_to_new(old: dict, new: dict) -> dict:
 def clean():
     """Online repair: rebuild the groups now. Process replacement: only drop this step's gradients;
     the groups are rebuilt at REBUILD_GROUP, once the replacement process is there to join them."""
+    from mindio_adaptor.patches.fault_injection import fire
     from mindio_adaptor.ttp import processor
 
+    fire("repair", current_iteration())
     if processor.tft_get_repair_type() != "recover":
         return rebuild_groups()
     for chunk in STATE.model:
         chunk.zero_grad_buffer()
     logger.info("clean: gradients dropped; the groups are rebuilt when the replacement has joined")
+    TIMELINE.mark("cleaned")
     return 0
 
 
@@ -113,6 +117,7 @@ def rebuild_groups():
         chunk.zero_grad_buffer()
     logger.info("communicators rebuilt (epoch %d), %d group references re-pointed in %.2f s", epoch,
                 report.replaced, time.monotonic() - started)
+    TIMELINE.mark("groups rebuilt", f"epoch {epoch}")
     return 0
 
 
@@ -134,6 +139,9 @@ def repair(step: int, info: dict):
             requests += [dist.irecv(buf, src) for buf in inbox]
     for request in requests:
         request.wait()
+    sent = sum(t.numel() * t.element_size() for t in tensors) * info["src"].count(me)
+    if sent:
+        TIMELINE.mark("shard sent", f"{sent} bytes in {time.monotonic() - started:.2f} s")
     if src_of_mine is not None:
         with torch.no_grad():
             for target, value in zip(tensors, inbox):
@@ -141,6 +149,8 @@ def repair(step: int, info: dict):
         moved = sum(t.numel() * t.element_size() for t in inbox)
         logger.info("repair of step %d: received my optimizer shard (%d tensors, %d bytes) from rank %d in "
                     "%.2f s", step, len(inbox), moved, src_of_mine, time.monotonic() - started)
+        TIMELINE.mark("shard received", f"{moved} bytes from rank {src_of_mine} in "
+                                        f"{time.monotonic() - started:.2f} s")
     return 0
 
 
@@ -190,6 +200,7 @@ def rollback(step: int):
     get_rerun_state_machine().state = RerunState.NOT_RUNNING_YET
     logger.info("rollback to step %d: params re-derived, RNG restored, %d micro-batch(es) to replay", step,
                 replayed)
+    TIMELINE.mark("rolled back", f"to step {step}")
     return 0
 
 

@@ -29,8 +29,24 @@ def test_dump_demo_resumes_to_the_uninterrupted_digest(tmp_path):
         assert f"reference: step {step}/8" in out
 
 
+def test_replace_demo_shows_the_replacement_and_ends_on_the_reference_digest(tmp_path):
+    done = demo("--scenario", "replace", "--steps", "6", "--fault-step", "4", "--workdir", str(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "fault: firing kill on rank 2 at step 4 (forward)" in out
+    assert "controller decision: recover" in out
+    assert "the launcher started a new process for the dead rank" in out
+    assert "communicators rebuilt, Megatron re-pointed" in out
+    assert "state sent: repair of step 3: received my optimizer shard" in out
+    assert "controller: ranks [2] replaced, training resumes at step 3" in out
+    assert "recovery 1 on rank 2, step 0, a replacement process joining: detected +0.00 s" in out
+    assert "recovery 1 on rank 0, step 4," in out and "first step done" in out
+    assert "only the killed rank's process restarted" in out
+    assert "params digest equal to the uninterrupted run: yes" in out
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--scenario", "replace"], "scenario 'replace' needs a capability this version does not have yet"),
+    (["--scenario", "replace", "--fault-rank", "0"], "--fault-rank 0 hosts the in-job controller"),
     (["--fault-step", "12", "--steps", "12"], "--fault-step must be in 1..11"),
     (["--fault-rank", "4"], "--fault-rank must be in 0..3"),
     (["--scenario", "dump", "--fault-rank", "0"], "--fault-rank 0 hosts the in-job controller"),
