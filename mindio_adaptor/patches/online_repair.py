@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.core.replay_iterator import ReplayableIterator
+from mindio_adaptor.core.shard_transfer import recv_shard, send_shard
 from mindio_adaptor.patches import process_replacement, step_snapshot
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.exception_loop import TIMELINE, TRAINING
@@ -130,27 +131,15 @@ def repair(step: int, info: dict):
         process_replacement.materialize_optimizer_state(STATE.optimizer)
     tensors = shard_state_tensors(STATE.optimizer)
     _exchange_step_state(step, info, me, tensors)
-    requests, inbox, src_of_mine = [], [], None
     for src, dst in zip(info["src"], info["dst"]):
         if me == src:
-            requests += [dist.isend(t.detach().contiguous(), dst) for t in tensors]
+            sent = send_shard(tensors, dst)
+            TIMELINE.mark("shard sent", f"{sent} bytes to rank {dst} in {time.monotonic() - started:.2f} s")
         elif me == dst:
-            inbox, src_of_mine = [torch.empty_like(t) for t in tensors], src
-            requests += [dist.irecv(buf, src) for buf in inbox]
-    for request in requests:
-        request.wait()
-    sent = sum(t.numel() * t.element_size() for t in tensors) * info["src"].count(me)
-    if sent:
-        TIMELINE.mark("shard sent", f"{sent} bytes in {time.monotonic() - started:.2f} s")
-    if src_of_mine is not None:
-        with torch.no_grad():
-            for target, value in zip(tensors, inbox):
-                target.copy_(value)
-        moved = sum(t.numel() * t.element_size() for t in inbox)
-        logger.info("repair of step %d: received my optimizer shard (%d tensors, %d bytes) from rank %d in "
-                    "%.2f s", step, len(inbox), moved, src_of_mine, time.monotonic() - started)
-        TIMELINE.mark("shard received", f"{moved} bytes from rank {src_of_mine} in "
-                                        f"{time.monotonic() - started:.2f} s")
+            moved = recv_shard(tensors, src)
+            logger.info("repair of step %d: received my optimizer shard (%d tensors, %d bytes) from rank %d "
+                        "in %.2f s", step, len(tensors), moved, src, time.monotonic() - started)
+            TIMELINE.mark("shard received", f"{moved} bytes from rank {src} in {time.monotonic() - started:.2f} s")
     return 0
 
 

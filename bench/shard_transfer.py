@@ -1,0 +1,95 @@
+"""Optimizer-shard transfer (online repair, process replacement) against plain send/recv of the same
+bytes, between two real gloo processes on this machine.
+
+The shard is laid out like a distributed-optimizer shard of a GPT: per parameter tensor of L layers of
+hidden size H, the fp32 main param, then Adam's exp_avg, exp_avg_sq and a 0-dim step. Three ways to
+move it, interleaved, many rounds, median per way:
+  shard      core/shard_transfer.send_shard / recv_shard (what a repair uses)
+  per-tensor one isend/irecv per tensor (how the repair moved it before)
+  plain      one send/recv of a single flat buffer of the same bytes (the ideal; nothing to copy)
+Prints MB/s of each and the ratio shard/plain (goal >= 0.8).
+
+    python bench/shard_transfer.py [--layers 4] [--hidden 1024] [--rounds 7]
+"""
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from mindio_adaptor.core.shard_transfer import recv_shard, send_shard
+
+
+def shard(layers: int, hidden: int):
+    shapes = []
+    for _ in range(layers):
+        shapes += [(3 * hidden, hidden), (3 * hidden,), (hidden, hidden), (hidden,), (4 * hidden, hidden),
+                   (4 * hidden,), (hidden, 4 * hidden), (hidden,), (hidden,), (hidden,), (hidden,), (hidden,)]
+    tensors = []
+    for shape in shapes:
+        tensors += [torch.randn(shape), torch.randn(shape), torch.rand(shape), torch.tensor(7.0)]
+    return tensors
+
+
+def per_tensor(tensors, rank):
+    requests = [dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0) for t in tensors]
+    for request in requests:
+        request.wait()
+
+
+def plain(flat, rank):
+    dist.send(flat, 1) if rank == 0 else dist.recv(flat, 0)
+
+
+def worker(rank, args, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    tensors = shard(args.layers, args.hidden)
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    flat = torch.empty(total // 4, dtype=torch.float32)
+    ways = {"shard": lambda: send_shard(tensors, 1) if rank == 0 else recv_shard(tensors, 0),
+            "per-tensor": lambda: per_tensor(tensors, rank), "plain": lambda: plain(flat, rank)}
+    times = {name: [] for name in ways}
+    for _ in range(args.rounds):
+        for name, move in ways.items():
+            dist.barrier()
+            started = time.perf_counter()
+            move()
+            dist.barrier()  # the receiver has everything
+            times[name].append(time.perf_counter() - started)
+    if rank == 1:
+        out.put((total, len(tensors), {name: statistics.median(t) for name, t in times.items()}))
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(rank, args, port, out)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    total, count, medians = out.get(timeout=600)
+    for p in procs:
+        p.join(60)
+    print(f"shard: {count} tensors, {total / 1e6:.1f} MB; median of {args.rounds} rounds; "
+          f"load {open('/proc/loadavg').read().split()[0]}")
+    for name, seconds in medians.items():
+        print(f"  {name:<11} {seconds * 1e3:8.1f} ms  {total / seconds / 1e6:8.1f} MB/s")
+    print(f"ratio shard/plain {medians['plain'] / medians['shard']:.2f} (goal >= 0.8); "
+          f"per-tensor/plain {medians['plain'] / medians['per-tensor']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
