@@ -40,7 +40,9 @@ def rebuild_world(members: Sequence[int]) -> int:
 
     margs = get_args()
     epoch, _next_epoch = _next_epoch, _next_epoch + 1
-    epochs = CommEpochs(dist.get_rank(), margs.world_size, backend=TRAINING.backend,
+    # margs.rank, not dist.get_rank(): a rebuild that failed earlier (a member never arrived) leaves
+    # no default group, and the dump that follows rebuilds again.
+    epochs = CommEpochs(margs.rank, margs.world_size, backend=TRAINING.backend,
                         timeout=timedelta(minutes=margs.distributed_timeout_minutes),
                         join_timeout=timedelta(seconds=rebuild_timeout_s()))
     epochs.rebuild(epoch, list(members))

@@ -57,3 +57,20 @@ def test_tp2_dp2_fault_repaired_online(tmp_path, reference_runs):
     assert "online repair finished at step 4" in run.output
     reference, _ = reference_runs("ha_tp2")
     assert run.digest == reference.digest
+
+
+def test_second_fault_during_the_repair_falls_back_to_the_dump(tmp_path, reference_runs):
+    ckpt = tmp_path / "ckpt"
+    # dp4, R=2: after rank 2 dies, shard 0 is still on rank 0 and shard 1 on rank 3.
+    spec = "raise:rank=1,step=5,msg=UCE ERROR first;kill:rank=2,step=5,phase=repair"
+    run = run_training([*REPAIR, "--save", str(ckpt), "--save-interval", "1000"],
+                       env={**inject(spec, tmp_path), "MINDIO_REBUILD_TIMEOUT_S": "5"})
+    assert run.returncode != 0
+    assert "decision retry: faults 1:memory repair_step=4" in run.output
+    assert "fault injection: firing kill on rank 2 at step 5 (repair)" in run.output
+    assert "dump of step 4 published" in run.output
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    resumed = run_training(["--load", str(ckpt), "--enable-high-availability"]).require_success()
+    reference, _ = reference_runs("ha")
+    assert resumed.losses[5] == reference.losses[5]
+    assert resumed.digest == reference.digest
