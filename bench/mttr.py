@@ -8,12 +8,14 @@ says the fault fired to the line that logs the first step completed after it:
                       during step F; only it is started again, joins, and every rank goes on from F-1.
   (c) baseline        a plain job with a periodic checkpoint every K steps: the same error kills the
                       job; it is relaunched, loads its last periodic checkpoint and recomputes up to F.
-Prints each phase, the ratio a/c and the completed steps lost (recomputed) in each case.
+Prints each phase, the ratios a/c and b/c and the completed steps lost (recomputed) in each case, then
+the shard transfer's throughput against plain send/recv of the same bytes (bench/shard_transfer.py).
 
     python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10]
 """
 import argparse
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,6 +128,9 @@ def main():
     for name, seconds in c_phases:
         print(f"      {name:<28} {seconds:6.2f} s")
     print(f"ratio a/c {a / c:.2f} (goal <= 0.10), b/c {b / c:.2f} (goal <= 0.5)")
+    print("\nshard transfer against plain send/recv of the same bytes (bench/shard_transfer.py):", flush=True)
+    subprocess.run([sys.executable, str(Path(__file__).with_name("shard_transfer.py")), "--rounds", "11"],
+                   check=True, timeout=600)
 
 
 if __name__ == "__main__":
