@@ -1,18 +1,23 @@
-"""Online repair on Megatron (--enable-hbmfault-repair): the clean, repair and rollback handlers.
+"""Online repair (--enable-hbmfault-repair) and the survivors' side of process replacement
+(--enable-worker-reboot) on Megatron: the clean, rebuild_group, repair and rollback handlers.
 
 After the controller's STOP every rank's communicators are broken (patches/exception_loop) and every
 training thread is parked. Then, on every training thread:
-  clean     the world group is rebuilt under a new epoch among the same ranks (patches/comm_rebuild), Megatron's
+  clean     online repair: the groups are rebuilt now (as rebuild_group). Process replacement: only the
+            step's gradients are dropped; the groups wait for the replacement process.
+  rebuild_group  the world group is rebuilt under a new epoch (patches/comm_rebuild), Megatron's
             parallel state is initialised again with the call it was first initialised with, and every
             reference to an old group (DDP buffers and bucket groups, the optimizer, configs) is
             re-pointed to its new counterpart (core/group_repoint), matched through parallel_state's
-            globals.
-  repair    the faulty rank receives its optimizer shard (fp32 main params, Adam moments and steps)
-            point to point from the live replica peer the controller chose.
+            globals. In a replacement process the old groups are those of the fake backend.
+  repair    the shard's manifest and the repair step's non-sharded state, then the optimizer shard
+            (fp32 main params, Adam moments and steps), go point to point from the live replica peer the
+            controller chose to each rank being repaired (core/shard_transfer).
   rollback  model params are re-derived from the main params on every rank (each writes its shard,
             then the instance all-gathers), RNG states go back to the repair step's snapshot, the data
             iterator replays the interrupted step's micro-batches, Megatron's timers and rerun state
-            are reset; the training thread then recomputes the interrupted step (exception_loop).
+            are reset; the training thread then recomputes the interrupted step (exception_loop). A
+            replacement first takes the received state as its own (patches/process_replacement).
 """
 import logging
 import pickle
