@@ -15,14 +15,20 @@ Per N it prints:
 - heartbeat handling rate: heartbeats/s the controller processed (its `heartbeats` counter) next to
   the rate the clients sent;
 - fault-to-first-action latency: one rank reports a memory error (UCE) -> time until EVERY rank has
-  received STOP (max over ranks of the arrival time minus the report time; one monotonic clock),
-  median over --reps repetitions, each followed by the whole online-repair flow back to NORMAL.
+  received STOP, median over --reps repetitions, each followed by the whole online-repair flow back
+  to NORMAL. "Received" is the kernel's receive timestamp of the bytes that carried a rank's STOP
+  (SO_TIMESTAMPNS on the client socket, brought onto the monotonic clock the report time is taken
+  on): the moment the STOP is in that rank's socket, which on loopback is when the controller's
+  send(2) for that rank returned. Beside it, "handled": when the client thread got round to the
+  frame. A client thread plays thousands of ranks, so that adds the simulation's own queueing (a
+  real processor has a thread per rank); the gap between the two columns is that queueing.
   The latency includes the controller's fault-collection window (MINDIO_FAULT_COLLECT_TIME, default
   0.5 s: it waits that long for related faults before deciding), printed beside it.
 
 Everything runs on 127.0.0.1; every wait has a timeout. The clients share the machine's cores with
 the controller, so on a small machine the numbers are an upper bound of what the controller costs
-on a host of its own. A benchmark, not a test: nothing is asserted about time.
+on a host of its own; the load average before and after the run is printed with the table. A
+benchmark, not a test: nothing is asserted about time.
 """
 from __future__ import annotations
 
@@ -159,8 +165,10 @@ def clients_main(conn, port: int, first: int, count: int, n: int, token: str, op
     conn.send(("ok", None))
 
     def stops():
-        times = [t for t in sim.stop_times() if t >= 0]
-        return len(times), max(times, default=math.nan), min(times, default=math.nan)
+        handled = [t for t in sim.stop_times() if t >= 0]
+        arrived = [t for t in sim.stop_arrivals() if t >= 0]
+        return (len(handled), max(handled, default=math.nan), min(handled, default=math.nan),
+                max(arrived, default=math.nan), min(arrived, default=math.nan), len(arrived))
 
     try:
         serve(conn, {
@@ -291,13 +299,17 @@ class Cluster:
             got = [child.call("stops") for child in self.clients]
             received = sum(g[0] for g in got)
             if received == self.n:
+                timed = sum(g[5] for g in got)
+                if timed != received:
+                    raise BenchError(f"{received - timed} of {received} STOPs came without a kernel receive timestamp")
                 break
             if time.monotonic() > deadline:
                 raise BenchError(f"only {received}/{self.n} ranks received STOP within {self.opts.stop_timeout_s} s "
                                  f"of rank {rank}'s report; {self.client_errors() or 'no client errors'}")
             time.sleep(0.05)
         result = {"rank": rank, "stops": received, "last": max(g[1] for g in got) - reported,
-                  "first": min(g[2] for g in got) - reported}
+                  "first": min(g[2] for g in got) - reported, "last_arrival": max(g[3] for g in got) - reported,
+                  "first_arrival": min(g[4] for g in got) - reported}
         result["flow"] = self.wait_normal(reported) - reported
         return result
 
@@ -337,20 +349,19 @@ def ms(seconds: float) -> str:
 
 
 def latency(result: dict) -> float:
-    return statistics.median(f["last"] for f in result["faults"])
+    return statistics.median(f["last_arrival"] for f in result["faults"])
 
 
 def print_row(r: dict, opts: Options) -> None:
     if "skipped" in r or "error" in r:
         print(f"{r['n']:>6}  not measured: {r.get('skipped') or r.get('error')}")
         return
-    lasts = [f["last"] for f in r["faults"]]
-    firsts = [f["first"] for f in r["faults"]]
-    flows = [f["flow"] for f in r["faults"]]
+    lasts = [f["last_arrival"] for f in r["faults"]]
+    median = lambda key: statistics.median(f[key] for f in r["faults"])
     print(f"{r['n']:>6}  {r['controller_cpu']:>9.3f}  {r['clients_cpu']:>8.3f}  {r['hb_handled']:>9.0f}  "
           f"{r['hb_sent']:>8.0f}  {ms(latency(r)):>9} [{ms(min(lasts))}..{ms(max(lasts))}]  "
-          f"{ms(latency(r) - opts.collect_s):>9}  {ms(statistics.median(firsts)):>8}  "
-          f"{statistics.median(flows):>7.2f}  {r['register_s']:>6.1f}  {r['dead']:>4}")
+          f"{ms(latency(r) - opts.collect_s):>9}  {ms(median('first_arrival')):>8}  {ms(median('last')):>8}  "
+          f"{median('flow'):>7.2f}  {r['register_s']:>6.1f}  {r['dead']:>4}")
 
 
 def print_table(results: list, opts: Options) -> None:
@@ -359,8 +370,8 @@ def print_table(results: list, opts: Options) -> None:
           f"{opts.client_procs} client processes, replica blocks of {opts.dp_size} ranks (R=2)")
     print(f"machine: {machine_limits()}; the clients share these cores with the controller")
     print(f"{'N':>6}  {'ctrl CPU':>9}  {'cli CPU':>8}  {'hb hand/s':>9}  {'hb sent/s':>8}  "
-          f"{'all-STOP ms median [min..max]':>22}  {'-collect':>9}  {'1st STOP':>8}  {'flow s':>7}  "
-          f"{'reg s':>6}  {'dead':>4}")
+          f"{'all-STOP ms median [min..max]':>22}  {'-collect':>9}  {'1st STOP':>8}  {'handled':>8}  "
+          f"{'flow s':>7}  {'reg s':>6}  {'dead':>4}")
     for r in results:
         print_row(r, opts)
     measured = [r for r in results if "faults" in r]
@@ -371,9 +382,11 @@ def print_table(results: list, opts: Options) -> None:
               f"{(latency(hi) - opts.collect_s) / max(latency(lo) - opts.collect_s, 1e-3):.2f}x beyond the "
               f"collection window; controller CPU ratio {hi['controller_cpu'] / max(lo['controller_cpu'], 1e-6):.1f}x")
     print("ctrl CPU / cli CPU: cores busy (CPU s per wall s) of the controller process / all client processes; "
-          "all-STOP: UCE report -> last rank's STOP arrival; -collect: the same minus the collection window; "
-          "1st STOP: median first arrival; flow: report -> controller back in NORMAL after "
-          "stop, clean, repair, rollback, normal; reg s: time for all N to register; dead: ranks declared dead")
+          "all-STOP: UCE report -> the last rank's STOP received (kernel receive timestamp of its socket); "
+          "-collect: the same minus the collection window; 1st STOP: median first receipt; handled: median "
+          "report -> the last STOP handled by a client thread (adds the simulation's queueing); flow: report -> "
+          "controller back in NORMAL after stop, clean, repair, rollback, normal; reg s: time for all N to "
+          "register; dead: ranks declared dead")
 
 
 def parse_args(argv=None):
@@ -397,8 +410,16 @@ def parse_args(argv=None):
     return ns, opts
 
 
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 def main(argv=None) -> int:
     ns, opts = parse_args(argv)
+    load_before = loadavg()
     results = []
     log_dir = tempfile.mkdtemp(prefix="controller_scale_")  # kept: the controller logs explain a failure
     for n in ns:
@@ -408,6 +429,7 @@ def main(argv=None) -> int:
             results.append({"n": n, "error": str(e)})
             print_row(results[-1], opts)
     print_table(results, opts)
+    print(f"load average (1, 5, 15 min) before: {load_before}, after: {loadavg()}")
     print(f"controller logs: {log_dir}")
     return 0 if all("faults" in r for r in results) else 1
 

@@ -38,7 +38,10 @@ void bind_sim(py::module_& m) {
             return s.report_error(rank, static_cast<uint8_t>(state), code, static_cast<int>(timeout_s * 1000));
         }, py::arg("rank"), py::arg("state"), py::arg("code") = "", py::arg("timeout_s") = 5.0,
            "-> time.monotonic() at which the ErrorReport was written")
-        .def("stop_times", &ProcessorSim::stop_times, "per rank: time.monotonic() of its last Stop, -1 for none")
+        .def("stop_times", &ProcessorSim::stop_times,
+             "per rank: time.monotonic() at which the loop thread handled its last Stop, -1 for none")
+        .def("stop_arrivals", &ProcessorSim::stop_arrivals,
+             "per rank: time.monotonic() at which the kernel received its last Stop (socket timestamp), -1 for none")
         .def("clear_stops", &ProcessorSim::clear_stops)
         .def("stats", &ProcessorSim::stats)
         .def("first_error", &ProcessorSim::first_error);

@@ -86,10 +86,8 @@ void Controller::say_goodbye() {
         }
     }
     std::string bye = encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, "controller destroyed"}));
-    for (uint64_t conn : conns) {
-        server_.send(conn, bye);
-        server_.close(conn, "controller destroyed");
-    }
+    server_.send({Server::Outgoing{conns, bye}});
+    for (uint64_t conn : conns) server_.close(conn, "controller destroyed");
     server_.drain(kGoodbyeDrainMs);
 }
 
@@ -487,6 +485,7 @@ void Controller::run() {
             event_locked("error", e.what());
         }
         if (!lock.owns_lock()) lock.lock();
+        release_prelock_locked();  // a flow that ended before its first action still locks
         flow_active_ = false;
         second_fault_ = false;
     }
@@ -577,6 +576,8 @@ void Controller::handle_fault() {
         << " repairable=" << in.repairable << " dump_possible=" << in.dump_possible;
     event_locked("decision", std::string(strategy_name(own)) + ": " + why.str());
     LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << why.str());
+    // A policy or the cluster manager may take a while to answer: the lock must hold meanwhile.
+    if (policy_ || !cluster_.empty()) release_prelock_locked();
     lock.unlock();
     Strategy chosen = own;
     if (auto asked = consult_policy(ctx)) {
@@ -631,9 +632,10 @@ int64_t Controller::prelock(const std::map<int, Fault>& faults) {
         // Every healthy rank completed the repair step and none is mid-update: nobody has an update to
         // finish, so the decision need not wait for the replies (at 16k ranks that round trip was most
         // of the fault-to-STOP latency). The lock is still sent so that a late start_updating raises
-        // FORCE STOP; the processors run it before the STOP that follows (sequence order).
+        // FORCE STOP; the processors run it before the STOP that follows (sequence order). It is held
+        // back until that next action (or a wait of the decision, see handle_fault) and leaves with it.
         std::lock_guard<std::mutex> lock(mu_);
-        send_untracked_locked(live, msg);
+        held_prelock_ = HeldFrame{live, untracked_frame_locked(live, msg)};
         return step;
     }
     // Not interruptible: a fault during the lock is gathered with the first ones, not a second fault.
@@ -847,7 +849,7 @@ void Controller::online_repair(FaultContext& ctx) {
     out = run_action_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
     if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during repair");
     transition(State::Repair, "environment clean");
-    std::map<int, ActionMsg> repair_msgs = repair_messages(ctx, Strategy::Retry, out.results);
+    ActionGroups repair_msgs = repair_messages(ctx, Strategy::Retry, out.results);
     if (!repair_msgs.empty()) {
         out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
         if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
@@ -885,8 +887,8 @@ bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ra
 // shard to the rank that needs it. RepairType of a rank: 0 SEND for a source; for a receiver 3
 // RECV_REPAIR when it is a replacement process (ARF), 2 UCE_LOWLEVEL when its clean reported that the
 // memory error needs no rebuild, else 1 UCE_HIGHLEVEL.
-std::map<int, ActionMsg> Controller::repair_messages(const FaultContext& ctx, Strategy s,
-                                                     const std::map<int, int>& clean_results) {
+Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
+                                                    const std::map<int, int>& clean_results) {
     std::map<int, RepairPlan> plans;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -920,7 +922,9 @@ std::map<int, ActionMsg> Controller::repair_messages(const FaultContext& ctx, St
             it->second.repair.push_back(mine);
         }
     }
-    return msgs;
+    ActionGroups groups;  // each rank its own message (its repair types differ)
+    for (auto& [rank, msg] : msgs) groups.push_back({{rank}, std::move(msg)});
+    return groups;
 }
 
 // ---- process replacement (ARF) -----------------------------------------------------------------
@@ -956,7 +960,7 @@ void Controller::recover(FaultContext& ctx) {
     rebuild.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());  // the handler's fault_ranks
     out = run_action_all(ActionKind::RebuildGroup, all, rebuild, true);
     if (!out.ok()) return dump(ctx, "rebuilding the communication groups failed or a new fault arrived");
-    std::map<int, ActionMsg> repair_msgs = repair_messages(ctx, Strategy::Recover, clean_results);
+    ActionGroups repair_msgs = repair_messages(ctx, Strategy::Recover, clean_results);
     out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
     if (!out.ok()) return dump(ctx, "repairing the replacements failed or a new fault arrived");
     if (!roll_back_and_resume(ctx, all, Strategy::Recover, "process replacement")) return;
@@ -1111,9 +1115,8 @@ void Controller::exit_all(const std::string& why, int result) {
         std::lock_guard<std::mutex> lock(mu_);
         none.repair_step = repair_step_;
     }
-    std::map<int, ActionMsg> msgs;
-    for (int r : live) msgs[r] = base_action(ActionKind::Exit, none, Strategy::Exit);
-    run_action(ActionKind::Exit, msgs, false, cfg_.exit_timeout_ms);
+    run_action_all(ActionKind::Exit, live, base_action(ActionKind::Exit, none, Strategy::Exit), false,
+                   cfg_.exit_timeout_ms);
     ClusterReport report{"report_result"};
     report.result = result;
     report.strategy = result == 0 ? "dump" : "exit";
@@ -1149,49 +1152,85 @@ void Controller::pause_flow() {
 // ---- action engine -----------------------------------------------------------------------------
 
 // An action no reply is waited for: its own sequence number, so that the processors run it in order
-// with the tracked ones, and a late reply is dropped as stale.
-void Controller::send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg) {
+// with the tracked ones, and a late reply is dropped as stale. Returns its frame, to send or hold.
+std::string Controller::untracked_frame_locked(const std::set<int>& ranks, const ActionMsg& msg) {
     uint64_t seq = ++seq_;
-    std::string frame = encode_frame(MsgType::Action, seq, encode(msg));
-    for (int r : ranks) {
-        if (ranks_[r].connected) server_.send(ranks_[r].conn, frame);
-    }
-    event_locked("action", std::string(action_name(msg.kind)) + " sn=" + std::to_string(seq) + " untracked ranks=" +
-                               list_text(ranks));
-    LOG_INFO(kLog, cfg_.rank, "action " << action_name(msg.kind) << " sn " << seq << " to " << list_text(ranks)
-                                        << " (no reply awaited)");
+    std::string who = list_text(ranks);
+    event_locked("action", std::string(action_name(msg.kind)) + " sn=" + std::to_string(seq) + " untracked ranks=" + who);
+    LOG_INFO(kLog, cfg_.rank, "action " << action_name(msg.kind) << " sn " << seq << " to " << who << " (no reply awaited)");
+    return encode_frame(MsgType::Action, seq, encode(msg));
 }
 
-void Controller::send_to_rank_locked(int rank, uint64_t seq, const std::string& frame) {
-    const RankEntry& r = ranks_[rank];
-    if (r.connected) server_.send(r.conn, frame);
-    pending_->sent_generation[rank] = r.generation;
-    LOG_DEBUG(kLog, cfg_.rank, "sent sn " << seq << " to rank " << rank);
+void Controller::send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg) {
+    send_batch_locked({outgoing_locked(ranks, untracked_frame_locked(ranks, msg))});
+}
+
+// `bytes` for the connections of those of `ranks` that are connected now.
+Server::Outgoing Controller::outgoing_locked(const std::set<int>& ranks, std::string bytes) const {
+    Server::Outgoing out{{}, std::move(bytes)};
+    out.conns.reserve(ranks.size());
+    for (int r : ranks) {
+        if (ranks_[r].connected) out.conns.push_back(ranks_[r].conn);
+    }
+    return out;
+}
+
+// Everything the state machine sends goes through here: one server call per action, behind the
+// held-back PRELOCK when there is one (same sequence order, same writes).
+void Controller::send_batch_locked(std::vector<Server::Outgoing> batch) {
+    if (held_prelock_) {
+        batch.insert(batch.begin(), outgoing_locked(held_prelock_->ranks, std::move(held_prelock_->frame)));
+        held_prelock_.reset();
+    }
+    server_.send(batch);
+}
+
+void Controller::release_prelock_locked() {
+    if (held_prelock_) send_batch_locked({});
+}
+
+// (Re)sends the pending action to `ranks`, each its group's frame, as one batch.
+void Controller::send_pending_locked(const std::vector<int>& ranks) {
+    std::vector<Server::Outgoing> batch;
+    for (const auto& frame : pending_->frames) batch.push_back({{}, frame});
+    for (int r : ranks) {
+        const RankEntry& e = ranks_[r];
+        if (e.connected) batch[pending_->frame_of[r]].conns.push_back(e.conn);
+        pending_->sent_generation[r] = e.generation;
+    }
+    send_batch_locked(std::move(batch));
 }
 
 Controller::ActionOutcome Controller::run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
-                                                     bool interruptible) {
-    std::map<int, ActionMsg> per_rank;
-    for (int r : ranks) per_rank[r] = msg;
-    return run_action(kind, per_rank, interruptible, cfg_.action_timeout_ms);
+                                                     bool interruptible, int timeout_ms) {
+    return run_action(kind, {{ranks, msg}}, interruptible, timeout_ms < 0 ? cfg_.action_timeout_ms : timeout_ms);
 }
 
-Controller::ActionOutcome Controller::run_action(ActionKind kind, const std::map<int, ActionMsg>& per_rank,
-                                                 bool interruptible, int timeout_ms) {
+Controller::ActionOutcome Controller::run_action(ActionKind kind, const ActionGroups& groups, bool interruptible,
+                                                 int timeout_ms) {
     std::unique_lock<std::mutex> lock(mu_);
+    auto queue_start = Clock::now();
     Pending p;
     p.seq = ++seq_;
     p.kind = kind;
-    for (const auto& [rank, msg] : per_rank) {
-        p.frames[rank] = encode_frame(MsgType::Action, p.seq, encode(msg));
-        p.waiting.insert(rank);
+    p.frame_of.resize(ranks_.size());
+    p.sent_generation.resize(ranks_.size());
+    for (const auto& [ranks, msg] : groups) {
+        if (ranks.empty()) continue;
+        p.frames.push_back(encode_frame(MsgType::Action, p.seq, encode(msg)));
+        for (int r : ranks) {
+            p.frame_of[r] = p.frames.size() - 1;
+            p.waiting.insert(r);
+        }
     }
     pending_ = std::move(p);
     std::vector<int> targets(pending_->waiting.begin(), pending_->waiting.end());
-    event_locked("action", std::string(action_name(kind)) + " sn=" + std::to_string(pending_->seq) + " ranks=" +
-                               list_text(targets));
-    LOG_INFO(kLog, cfg_.rank, "action " << action_name(kind) << " sn " << pending_->seq << " to " << list_text(targets));
-    for (int r : targets) send_to_rank_locked(r, pending_->seq, pending_->frames[r]);
+    send_pending_locked(targets);
+    double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queue_start).count();
+    std::string who = list_text(targets);
+    event_locked("action", std::string(action_name(kind)) + " sn=" + std::to_string(pending_->seq) + " ranks=" + who);
+    LOG_INFO(kLog, cfg_.rank, "action " << action_name(kind) << " sn " << pending_->seq << " to " << who << " (queued in "
+                                        << queue_ms << " ms)");
     auto start = Clock::now();
     auto deadline = start + std::chrono::milliseconds(timeout_ms);
     auto resend_at = start + std::chrono::milliseconds(timeout_ms / 2);
@@ -1215,11 +1254,13 @@ Controller::ActionOutcome Controller::run_action(ActionKind kind, const std::map
         // half-way to the deadline in case a reply was dropped with a connection we never saw die.
         bool resend_all = now >= resend_at;
         if (resend_all) resend_at = deadline + std::chrono::hours(1);
+        std::vector<int> resend;
         for (int r : pending_->waiting) {
             if (resend_all || (ranks_[r].connected && ranks_[r].generation != pending_->sent_generation[r])) {
-                send_to_rank_locked(r, pending_->seq, pending_->frames[r]);
+                resend.push_back(r);
             }
         }
+        if (!resend.empty()) send_pending_locked(resend);
         if (now >= deadline) {
             for (int r : pending_->waiting) {
                 pending_->errors[r] = std::string("no reply to ") + action_name(kind) + " within " +

@@ -128,11 +128,14 @@ private:
         bool interrupted = false;
         bool ok() const { return failed.empty() && !interrupted; }
     };
+    // Ranks that get the same message of an action: it is encoded once for all of them.
+    using ActionGroups = std::vector<std::pair<std::set<int>, ActionMsg>>;
     struct Pending {
         uint64_t seq = 0;
         ActionKind kind{};
-        std::map<int, std::string> frames;
-        std::map<int, uint64_t> sent_generation;
+        std::vector<std::string> frames;  // one per group of the action, usually a single one for every rank
+        std::vector<size_t> frame_of;          // by rank: its frame (valid for the action's targets)
+        std::vector<uint64_t> sent_generation;  // by rank: its registration generation when last sent
         std::set<int> waiting;
         std::map<int, int> results;
         std::map<int, std::string> errors;
@@ -182,7 +185,7 @@ private:
     void replace_faulty(FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
     bool await_replacements(const std::set<int>& ranks, std::string* why);
-    std::map<int, ActionMsg> repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
+    ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
     void dump(FaultContext& ctx, const std::string& why);
     void exit_all(const std::string& why, int result);
     void pause_flow();
@@ -190,12 +193,15 @@ private:
     std::set<int> live_ranks_locked() const;
     std::string missing_shards_text(const SaverPlan& plan) const;
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
-    ActionOutcome run_action(ActionKind kind, const std::map<int, ActionMsg>& per_rank, bool interruptible,
-                             int timeout_ms);
+    ActionOutcome run_action(ActionKind kind, const ActionGroups& groups, bool interruptible, int timeout_ms);
     ActionOutcome run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
-                                 bool interruptible);
-    void send_to_rank_locked(int rank, uint64_t seq, const std::string& frame);
+                                 bool interruptible, int timeout_ms = -1);
+    void send_pending_locked(const std::vector<int>& ranks);
+    std::string untracked_frame_locked(const std::set<int>& ranks, const ActionMsg& msg);
     void send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg);
+    Server::Outgoing outgoing_locked(const std::set<int>& ranks, std::string bytes) const;
+    void send_batch_locked(std::vector<Server::Outgoing> batch);
+    void release_prelock_locked();
 
     ControllerConfig cfg_;
     Server server_;
@@ -210,6 +216,14 @@ private:
     std::map<int, Fault> pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
     std::optional<Pending> pending_;
+    // A PRELOCK sent without waiting for its replies is held back until the next action leaves, so
+    // that both reach a rank in one write (at 16k ranks a broadcast of its own took as long as the
+    // STOP's), or until the decision may wait (a policy or the cluster manager is consulted).
+    struct HeldFrame {
+        std::set<int> ranks;
+        std::string frame;
+    };
+    std::optional<HeldFrame> held_prelock_;
     uint64_t seq_ = 0;
     int64_t repair_step_ = -1;
     std::vector<ControllerEvent> events_;

@@ -17,6 +17,8 @@ namespace {
 constexpr size_t kMaxPendingOut = 64u * 1024u * 1024u;  // a peer this far behind is not reading
 constexpr size_t kReadBudget = 1u << 20;                // per wake-up, so one peer cannot starve the rest
 constexpr uint64_t kListenTag = 0, kWakeTag = ~0ull;
+constexpr const char* kLog = "server";
+constexpr size_t kLogFlushFrom = 256;  // loop turns that write to this many connections are logged (debug)
 
 }  // namespace
 
@@ -58,13 +60,19 @@ void Server::wake() {
     if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
 }
 
-void Server::send(uint64_t conn, std::string bytes) {
+void Server::send(uint64_t conn, std::string bytes) { send({Outgoing{{conn}, std::move(bytes)}}); }
+
+void Server::send(const std::vector<Outgoing>& batch) {
     {
         std::lock_guard<std::mutex> lock(mu_);
-        auto it = conns_.find(conn);
-        if (it == conns_.end() || !it->second.close_reason.empty()) return;
-        it->second.out += bytes;
-        dirty_.insert(conn);
+        for (const auto& group : batch) {
+            for (uint64_t conn : group.conns) {
+                auto it = conns_.find(conn);
+                if (it == conns_.end() || !it->second.close_reason.empty()) continue;
+                it->second.out += group.bytes;
+                dirty_.insert(conn);
+            }
+        }
     }
     wake();
 }
@@ -162,6 +170,9 @@ void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& fra
         if (got > 0) {
             c.parser.feed(buf, static_cast<size_t>(got));
             budget -= std::min(budget, static_cast<size_t>(got));
+            // A short read emptied the socket: the next recv would only say EAGAIN (one syscall per
+            // frame saved; epoll is level-triggered, so bytes or an EOF arriving later are reported).
+            if (static_cast<size_t>(got) < sizeof buf) break;
             continue;
         }
         if (got == 0) eof = true;
@@ -262,12 +273,20 @@ void Server::sweep_locked(std::vector<Closed>& closed) {
         }
         drop_locked(id, reason, closed);
     }
+    auto flush_start = Clock::now();
+    size_t flushed = 0;
     for (uint64_t id : dirty) {
         auto it = conns_.find(id);
         if (it == conns_.end() || it->second.out.empty()) continue;
         flush_locked(id, it->second, closed);
+        ++flushed;
         it = conns_.find(id);
         if (it != conns_.end() && !it->second.out.empty()) dirty_.insert(id);  // the peer's window is full: next turn
+    }
+    // A broadcast's cost is here, one send(2) per connection: say how long it took.
+    if (flushed >= kLogFlushFrom) {
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - flush_start).count();
+        LOG_DEBUG(kLog, -1, "wrote to " << flushed << " connections in " << ms << " ms");
     }
 }
 

@@ -27,12 +27,21 @@ public:
     struct Stats {
         uint64_t accepted = 0, rejected = 0, frames = 0;
     };
+    // The same bytes for several connections.
+    struct Outgoing {
+        std::vector<uint64_t> conns;
+        std::string bytes;
+    };
 
     Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms);
     ~Server();
     int start(const std::string& host, int port);  // returns the bound port
     void stop();
     void send(uint64_t conn, std::string bytes);
+    // Queues each group's bytes on its connections, in order, under one lock, and wakes the I/O
+    // thread once: a broadcast to N ranks costs one lock and one wake-up instead of N of each, and
+    // groups queued together that share a connection leave it in the same write.
+    void send(const std::vector<Outgoing>& batch);
     void close(uint64_t conn, const std::string& reason);
     void authenticate(uint64_t conn);  // the connection registered: no auth deadline any more
     // Waits (at most timeout_ms) until the queued sends and close requests are carried out.

@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,16 @@ double seconds(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
+double seconds(const timespec& ts) { return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9; }
+
+// A kernel receive timestamp (CLOCK_REALTIME) on the steady clock, through the clocks' offset now.
+double steady_of_realtime(const timespec& ts) {
+    timespec real, mono;
+    clock_gettime(CLOCK_REALTIME, &real);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    return seconds(ts) - (seconds(real) - seconds(mono));
+}
+
 }  // namespace
 
 ProcessorSim::ProcessorSim(SimConfig cfg) : cfg_(std::move(cfg)) {
@@ -38,6 +49,7 @@ ProcessorSim::ProcessorSim(SimConfig cfg) : cfg_(std::move(cfg)) {
     if (cfg_.heartbeat_ms < 10) throw std::invalid_argument("heartbeat period must be >= 10 ms");
     conns_.resize(cfg_.count);
     stops_.assign(cfg_.count, -1.0);
+    stop_arrivals_.assign(cfg_.count, -1.0);
 }
 
 ProcessorSim::~ProcessorSim() { stop(); }
@@ -92,9 +104,15 @@ std::vector<double> ProcessorSim::stop_times() const {
     return stops_;
 }
 
+std::vector<double> ProcessorSim::stop_arrivals() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_arrivals_;
+}
+
 void ProcessorSim::clear_stops() {
     std::lock_guard<std::mutex> lock(mu_);
     std::fill(stops_.begin(), stops_.end(), -1.0);
+    std::fill(stop_arrivals_.begin(), stop_arrivals_.end(), -1.0);
 }
 
 std::map<std::string, uint64_t> ProcessorSim::stats() const {
@@ -159,6 +177,8 @@ void ProcessorSim::open(int i) {
     c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c.fd < 0) return retry_or_fail(i, std::string("socket: ") + std::strerror(errno));
     set_nodelay(c.fd);
+    int one = 1;
+    setsockopt(c.fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);  // receive times for stop_arrivals()
     if (::connect(c.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 && errno != EINPROGRESS) {
         return retry_or_fail(i, std::string("connect: ") + std::strerror(errno));
     }
@@ -213,10 +233,26 @@ void ProcessorSim::on_connected(int i) {
 void ProcessorSim::on_readable(int i) {
     Conn& c = conns_[i];
     char buf[16384];
+    char control[CMSG_SPACE(sizeof(timespec))];
+    c.last_rx = -1;  // a frame completed now was received by the reads of this call
     while (true) {
-        ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
+        iovec iov{buf, sizeof buf};
+        msghdr msg{};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        ssize_t got = ::recvmsg(c.fd, &msg, 0);
         if (got > 0) {
             c.parser.feed(buf, static_cast<size_t>(got));
+            for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                    timespec ts;
+                    std::memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+                    c.last_rx = steady_of_realtime(ts);
+                }
+            }
+            if (static_cast<size_t>(got) < sizeof buf) break;  // drained; epoll (level) reports what comes later
             continue;
         }
         if (got == 0) return close_conn(i, "closed by the controller");
@@ -227,8 +263,10 @@ void ProcessorSim::on_readable(int i) {
         Frame f;
         while (conns_[i].phase != Phase::Closed && conns_[i].parser.next(f)) on_frame(i, f);
     } catch (const ProtocolError& e) {
-        close_conn(i, std::string("malformed frame from the controller: ") + e.what());
+        return close_conn(i, std::string("malformed frame from the controller: ") + e.what());
     }
+    // The replies to every action read here leave in one write (PRELOCK and STOP arrive together).
+    if (conns_[i].phase != Phase::Closed) flush(i);
 }
 
 void ProcessorSim::on_frame(int i, const Frame& f) {
@@ -262,18 +300,20 @@ void ProcessorSim::on_action(int i, const Frame& f) {
     if (f.seq < c.last_seq) return;  // stale, as a Processor drops it
     if (f.seq == c.last_seq) {
         ++duplicates_;
-        return send(i, c.cached_reply);
+        c.out += c.cached_reply;
+        return;
     }
     ++actions_;
     if (msg.kind == ActionKind::Stop) {
         ++stops_received_;
         std::lock_guard<std::mutex> lock(mu_);
         stops_[i] = seconds(Clock::now());
+        stop_arrivals_[i] = c.last_rx;
     }
     c.last_seq = f.seq;
     c.cached_reply = encode_frame(MsgType::ActionReply, f.seq,
                                   encode(ActionReplyMsg{cfg_.first_rank + i, msg.kind, 0, ""}));
-    send(i, c.cached_reply);
+    c.out += c.cached_reply;  // written by on_readable once every frame of the read is handled
 }
 
 void ProcessorSim::send(int i, const std::string& bytes) {

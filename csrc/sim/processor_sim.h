@@ -45,8 +45,12 @@ public:
     // Sends an ErrorReport from `rank` (one of ours) on the loop thread; returns the steady-clock
     // time in seconds (CLOCK_MONOTONIC, as Python's time.monotonic) at which it was written.
     double report_error(int rank, uint8_t state, const std::string& code, int timeout_ms);
-    // Arrival time (steady-clock seconds) of the last Stop per rank since clear_stops(); -1 for none.
+    // Per rank since clear_stops(), -1 for none, steady-clock seconds: when the loop thread handled
+    // its last Stop (stop_times), and when the kernel received the bytes that completed it
+    // (stop_arrivals: the socket's receive timestamp, SO_TIMESTAMPNS). The difference is the time
+    // the frame waited in the socket for this one thread, which plays `count` ranks, to come round.
     std::vector<double> stop_times() const;
+    std::vector<double> stop_arrivals() const;
     void clear_stops();
     std::map<std::string, uint64_t> stats() const;
     std::string first_error() const;
@@ -64,6 +68,7 @@ private:
         bool want_out = false;
         uint64_t last_seq = 0;
         std::string cached_reply;
+        double last_rx = -1;  // kernel receive time of the latest bytes read (steady-clock seconds)
     };
     struct Report {
         int rank;
@@ -104,7 +109,7 @@ private:
 
     mutable std::mutex mu_;  // guards what Python reads: stops_, reports_, error_
     std::condition_variable cv_;
-    std::vector<double> stops_;
+    std::vector<double> stops_, stop_arrivals_;
     std::vector<std::shared_ptr<Report>> reports_;
     std::string error_;
 

@@ -22,6 +22,8 @@ def test_scale_bench_small_n_every_rank_gets_stop(tmp_path):
     [fault] = result["faults"]
     assert fault["stops"] == 64, fault
     assert 0 < fault["first"] <= fault["last"] < 10, fault
+    # Kernel receive times (brought onto the monotonic clock): after the report, never after handling.
+    assert 0 < fault["first_arrival"] <= fault["last_arrival"] <= fault["last"] + 1e-3, fault
     assert fault["flow"] >= fault["last"], fault
     assert result["dead"] == 0
     # 64 ranks at 0.5 s: about 128 heartbeats/s sent; the controller handles what arrives.
