@@ -51,6 +51,18 @@ class RunResult:
         return self
 
 
+_PIDS = re.compile(r"rank (\d+) pid (\d+) (starting|done)")
+
+
+def process_ids(output: str) -> Dict[int, Dict[str, List[int]]]:
+    """rank -> {"starting": [pid, ...], "done": [pid, ...]} from the example's start and end lines: one
+    pid per rank when no process was restarted."""
+    seen: Dict[int, Dict[str, List[int]]] = {}
+    for rank, pid, when in _PIDS.findall(output):
+        seen.setdefault(int(rank), {}).setdefault(when, []).append(int(pid))
+    return seen
+
+
 def parse_output(returncode: int, output: str) -> RunResult:
     result = RunResult(returncode, output)
     for m in _ITERATION.finditer(output):

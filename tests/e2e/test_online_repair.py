@@ -5,18 +5,10 @@ import re
 
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 REPAIR = ["--enable-high-availability", "--enable-hbmfault-repair"]
-PIDS = re.compile(r"rank (\d+) pid (\d+) (starting|done)")
-
-
-def pids(output):
-    seen = {}
-    for rank, pid, when in PIDS.findall(output):
-        seen.setdefault(int(rank), {}).setdefault(when, []).append(int(pid))
-    return seen
 
 
 def inject(spec, tmp_path):
@@ -31,9 +23,9 @@ def test_uce_error_in_forward_is_repaired_online(tmp_path, reference_runs):
                      run.output)
     assert "online repair finished at step 4" in run.output
     assert sorted(run.losses) == list(range(1, 9))
-    for rank, seen in pids(run.output).items():  # one process per rank, from start to end
+    for rank, seen in process_ids(run.output).items():  # one process per rank, from start to end
         assert len(seen["starting"]) == 1 and seen["done"] == seen["starting"], (rank, seen)
-    assert len(pids(run.output)) == 4
+    assert len(process_ids(run.output)) == 4
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
     assert run.digest == reference.digest

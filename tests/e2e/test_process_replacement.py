@@ -6,31 +6,24 @@ import re
 
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 REBOOT = ["--enable-high-availability", "--enable-worker-reboot"]
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
-PIDS = re.compile(r"rank (\d+) pid (\d+) (starting|done)")
-
-
-def pids(output):
-    seen = {}
-    for rank, pid, when in PIDS.findall(output):
-        seen.setdefault(int(rank), {}).setdefault(when, []).append(int(pid))
-    return seen
 
 
 def test_killed_rank_is_replaced_and_only_its_pid_changes(tmp_path, reference_runs):
     env = {"MINDIO_FAULT_INJECT": "kill:rank=2,step=4", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
     run = run_training(REBOOT, env=env, launcher=LAUNCH).require_success()
-    assert "decision recover: faults 2:node" in run.output
+    # The peers' communication errors may be listed beside the death (faults are listed by rank).
+    assert re.search(r"decision recover: faults [^\n]*\b2:node", run.output)
     assert "replacement process of rank 2: Megatron starts on the fake backend" in run.output
     assert re.search(r"rank 2\] INFO repair of step 3: received my optimizer shard \(\d+ tensors, \d+ bytes\) "
                      r"from rank 0", run.output)
     assert "replacement process: data iterator positioned at sample 48" in run.output
     assert "ranks [2] replaced, training resumes at step 3" in run.output
-    seen = pids(run.output)
+    seen = process_ids(run.output)
     for rank in (0, 1, 3):  # one process from start to end
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
     assert len(set(seen[2]["starting"])) == 2 and seen[2]["done"] == seen[2]["starting"][1:], seen
