@@ -33,26 +33,11 @@ def assert_resumed_like(resumed, reference, exact):
             assert resumed.losses[step] == pytest.approx(reference.losses[step], rel=1e-5)
 
 
-FLAGS = {"ha": HA, "plain": []}
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    """saver -> a checkpoint of step 4 written with those flags, saved once and only read after."""
-    saved = {}
-
-    def get(saver):
-        if saver not in saved:
-            saved[saver] = tmp_path_factory.mktemp(f"ckpt_{saver}")
-            save_at_step_4(FLAGS[saver], saved[saver])
-        return saved[saver]
-
-    return get
-
-
 @pytest.mark.parametrize("saver, loader", [("ha", "ha"), ("plain", "plain"), ("ha", "plain"), ("plain", "ha")])
-def test_resume_across_replica_settings(checkpoints, reference_runs, saver, loader):
-    resumed = resume(FLAGS[loader], checkpoints(saver))
+def test_resume_across_replica_settings(tmp_path, reference_runs, saver, loader):
+    flags = {"ha": HA, "plain": []}
+    save_at_step_4(flags[saver], tmp_path / "ckpt")
+    resumed = resume(flags[loader], tmp_path / "ckpt")
     reference, _ = reference_runs(saver)
     same = saver == loader
     assert_resumed_like(resumed, reference, exact=same)
