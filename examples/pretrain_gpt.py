@@ -6,12 +6,12 @@ Every TP rank builds the same deterministic mock dataset, so no batch broadcast 
 parallelism is not supported by this example). At the end rank 0 prints `params digest <hex>`: a
 SHA-256 over the exact bytes of every model parameter of every rank, to compare runs for bit-identity.
 """
-import hashlib
 import os
 import sys
 from functools import partial
 
 import mindio_adaptor
+from mindio_adaptor.tiny_job import params_digest
 
 mindio_adaptor.patch_all()
 
@@ -68,19 +68,6 @@ def forward_step(data_iterator, model, return_schedule_plan=False):
     tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)
     output = model(tokens, position_ids, attention_mask, labels=labels)
     return output, partial(loss_func, loss_mask)
-
-
-def params_digest(model_chunks) -> str:
-    """SHA-256 over every parameter's bytes on every rank, in rank order (collective)."""
-    h = hashlib.sha256()
-    for chunk in model_chunks:
-        for name, param in sorted(chunk.named_parameters()):
-            h.update(name.encode())
-            h.update(param.detach().float().cpu().contiguous().numpy().tobytes())
-    local = torch.tensor(list(h.digest()), dtype=torch.uint8)
-    gathered = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(gathered, local)
-    return hashlib.sha256(b"".join(bytes(t.tolist()) for t in gathered)).hexdigest()
 
 
 def add_example_args(parser):

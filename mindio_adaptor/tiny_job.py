@@ -51,6 +51,24 @@ class RunResult:
         return self
 
 
+def params_digest(model_chunks) -> str:
+    """In the training processes: SHA-256 over every parameter's bytes on every rank, in rank order
+    (a collective over the world; the line `params digest <hex>` compares runs for bit-identity)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for chunk in model_chunks:
+        for name, param in sorted(chunk.named_parameters()):
+            h.update(name.encode())
+            h.update(param.detach().float().cpu().contiguous().numpy().tobytes())
+    local = torch.tensor(list(h.digest()), dtype=torch.uint8)
+    gathered = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(gathered, local)
+    return hashlib.sha256(b"".join(bytes(t.tolist()) for t in gathered)).hexdigest()
+
+
 _PIDS = re.compile(r"rank (\d+) pid (\d+) (starting|done)")
 
 

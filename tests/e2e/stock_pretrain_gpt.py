@@ -5,12 +5,12 @@ adaptor is not enabled must train exactly like stock Megatron.
 
 Rank 0 prints `megatron from <dir>` (which tree was imported) and, at the end, `params digest <hex>`.
 """
-import hashlib
 import os
 import sys
 from functools import partial
 
 from mindio_adaptor.patches import registry
+from mindio_adaptor.tiny_job import params_digest
 
 registry.patch_all(only=("cpu_support",))  # device emulation only; a no-op where a GPU or NPU exists
 
@@ -52,19 +52,6 @@ def forward_step(data_iterator, model, return_schedule_plan=False):
     batch = next(data_iterator)
     output = model(batch["tokens"], batch["position_ids"], batch.get("attention_mask"), labels=batch["labels"])
     return output, partial(loss_func, batch["loss_mask"])
-
-
-def params_digest(model_chunks) -> str:
-    """SHA-256 over every parameter's bytes on every rank, in rank order (collective)."""
-    h = hashlib.sha256()
-    for chunk in model_chunks:
-        for name, param in sorted(chunk.named_parameters()):
-            h.update(name.encode())
-            h.update(param.detach().float().cpu().contiguous().numpy().tobytes())
-    local = torch.tensor(list(h.digest()), dtype=torch.uint8)
-    gathered = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(gathered, local)
-    return hashlib.sha256(b"".join(bytes(t.tolist()) for t in gathered)).hexdigest()
 
 
 def main():
