@@ -8,7 +8,8 @@ from mindio_adaptor.ttp.processor import (  # noqa: F401
     tft_register_decrypt_handler, tft_register_exit_handler, tft_register_rebuild_group_handler,
     tft_register_rename_handler, tft_register_repair_handler, tft_register_rollback_handler,
     tft_register_save_ckpt_handler, tft_register_stop_handler, tft_register_stream_sync_handler,
-    tft_report_error, tft_report_load_ckpt_step, tft_reset_limit_step, tft_set_dp_group_info,
+    tft_report_error, tft_report_load_ckpt_step, tft_report_saved_ckpt_step, tft_reset_limit_step,
+    tft_set_dp_group_info,
     tft_set_optimizer_replica, tft_set_step_args, tft_start_copy_os, tft_start_processor, tft_start_updating_os,
     tft_wait_next_action)
 from mindio_adaptor.ttp.controller import (  # noqa: F401

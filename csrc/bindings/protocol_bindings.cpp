@@ -30,7 +30,8 @@ std::string encode_dict(MsgType type, const py::dict& d) {
         case MsgType::Status:
             return encode(RankStatusMsg{get<int32_t>(d, "rank", 0), get<int64_t>(d, "step", -1),
                                         static_cast<RunStatus>(get<int>(d, "run_status", 0)),
-                                        static_cast<DataStatus>(get<int>(d, "data_status", 0))});
+                                        static_cast<DataStatus>(get<int>(d, "data_status", 0)),
+                                        get<int64_t>(d, "ckpt_step", -1)});
         case MsgType::ReplicaInfo: {
             ReplicaInfoMsg m{get<int32_t>(d, "rank", 0), {}};
             for (auto item : get<py::list>(d, "groups", py::list())) {
@@ -125,6 +126,7 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             auto m = decode_as<RankStatusMsg>(body);
             d["rank"] = m.rank; d["step"] = m.step; d["run_status"] = static_cast<int>(m.run_status);
             d["data_status"] = static_cast<int>(m.data_status);
+            d["ckpt_step"] = m.ckpt_step;
             break;
         }
         case MsgType::ReplicaInfo: {

@@ -181,6 +181,12 @@ void bind_runtime(py::module_& m) {
                 p.report_loaded_step(step);
             });
         })
+        .def("report_ckpt_step", [](Processor& p, int64_t step) {
+            translate_errors([&] {
+                py::gil_scoped_release nogil;
+                p.report_ckpt_step(step);
+            });
+        })
         .def("report_error", &Processor::report_error, release())
         .def("wait_next_action", [](Processor& p, double timeout_s) {
             py::gil_scoped_release nogil;

@@ -63,11 +63,12 @@ void bind_state_machine(py::module_& m) {
         return py::str(fault_kind_name(*kind));
     });
     m.def("decide", [](const std::vector<std::string>& kinds, bool retry, bool recover, bool during_repair,
-                       bool repairable, bool dump_possible) {
+                       bool repairable, bool dump_possible, bool reload_possible) {
         DecisionInput in = decision_input(kinds, during_repair, repairable, dump_possible);
+        in.reload_possible = reload_possible;
         return std::string(strategy_name(decide(capabilities(retry, recover), in)));
     }, py::arg("kinds"), py::arg("retry"), py::arg("recover"), py::arg("during_repair"), py::arg("repairable"),
-       py::arg("dump_possible"));
+       py::arg("dump_possible"), py::arg("reload_possible") = false);
     m.def("combine_with_policy", [](const std::vector<std::string>& kinds, const std::string& policy, bool retry,
                                     bool recover, bool during_repair, bool repairable, bool dump_possible) {
         DecisionInput in = decision_input(kinds, during_repair, repairable, dump_possible);

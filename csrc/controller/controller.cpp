@@ -290,6 +290,7 @@ void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     RankEntry& r = ranks_[m.rank];
     r.last_seen = Clock::now();
     r.step = m.step;
+    r.ckpt_step = m.ckpt_step;
     r.data = m.data_status;
     r.run = m.run_status;
     if (heartbeat) ++heartbeats_;
@@ -568,12 +569,16 @@ void Controller::handle_fault() {
     in.repairable = std::all_of(to_repair.begin(), to_repair.end(), [&](int r) { return repairable_ranks.count(r) > 0; });
     SaverPlan saver_plan = replicas_.savers(ctx.unavailable);
     in.dump_possible = !replicas_.empty() && saver_plan.complete();
+    int64_t reload_step = reloadable_step_locked(ctx);
+    in.reload_possible = reload_step >= 0;
+    if (!in.repairable) ctx.reload_step = reload_step;
     Strategy own = decide(cfg_.caps, in);
     std::ostringstream why;
     why << "faults";
     for (const auto& [rank, f] : ctx.faults) why << " " << rank << ":" << fault_kind_name(f.kind);
     why << " repair_step=" << ctx.repair_step << " repair_set=" << list_text(ctx.repair_set)
         << " repairable=" << in.repairable << " dump_possible=" << in.dump_possible;
+    if (!in.repairable) why << " reload_step=" << reload_step;
     event_locked("decision", std::string(strategy_name(own)) + ": " + why.str());
     LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << why.str());
     // A policy or the cluster manager may take a while to answer: the lock must hold meanwhile.
@@ -590,7 +595,8 @@ void Controller::handle_fault() {
         LOG_INFO(kLog, cfg_.rank, "fault policy: " << detail);
     }
     // The cluster manager may pick among what is still allowed: not retry once the policy escalated.
-    bool retry_possible = in.repairable && cfg_.caps.retry && static_cast<int>(chosen) <= static_cast<int>(Strategy::Retry);
+    bool retry_possible = (in.repairable || in.reload_possible) && cfg_.caps.retry &&
+                          static_cast<int>(chosen) <= static_cast<int>(Strategy::Retry);
     bool recover_possible = strategy_feasible(Strategy::Recover, cfg_.caps, in) && !ctx.replace.empty() &&
                             static_cast<int>(chosen) <= static_cast<int>(Strategy::Recover);
     chosen = consult_cluster(ctx, chosen, retry_possible, recover_possible, in.dump_possible);
@@ -609,18 +615,28 @@ void Controller::handle_fault() {
 // is known; every live rank is told that no update may start, and ranks behind it that are not
 // faulty get prelock_tries waits of prelock_timeout_ms to finish their update up to it. Returns the
 // repair step; who is still behind afterwards is for assess_locked to judge.
+// Not waited for: the update peers of a faulty rank that did not complete the repair step (a fault in
+// the optimizer phase while the other replica instance completed it). Their update needs the faulty
+// rank's collectives, so they can never catch up; they are repaired from a peer that did.
 int64_t Controller::prelock(const std::map<int, Fault>& faults) {
     std::set<int> live;
     int64_t step = -1;
     bool level = true;
+    std::set<int> hopeless;
     {
         std::lock_guard<std::mutex> lock(mu_);
         live = live_ranks_locked();
         for (int r : live) step = std::max(step, ranks_[r].step);
+        hopeless = blocked_by_faults_locked(faults, step);
         for (int r : live) {
             const RankEntry& e = ranks_[r];
             bool faulty = faults.count(r) || pending_faults_.count(r);
-            if (!faulty && (e.data != DataStatus::Updated || e.step != step)) level = false;
+            if (!faulty && !hopeless.count(r) && (e.data != DataStatus::Updated || e.step != step)) level = false;
+        }
+        if (!hopeless.empty()) {
+            event_locked("prelock_skip", "step " + std::to_string(step) + " blocked " + list_text(hopeless));
+            LOG_INFO(kLog, cfg_.rank, "prelock at step " << step << ": not waiting for ranks " << list_text(hopeless)
+                                                         << ", whose update needs a faulty rank behind that step");
         }
     }
     if (live.empty() || step < 0) return step;
@@ -645,7 +661,7 @@ int64_t Controller::prelock(const std::map<int, Fault>& faults) {
         std::set<int> behind;
         for (int r : live) {
             const RankEntry& e = ranks_[r];
-            if (faults.count(r) || pending_faults_.count(r) || e.dead || e.excluded) continue;
+            if (faults.count(r) || pending_faults_.count(r) || e.dead || e.excluded || hopeless.count(r)) continue;
             if (e.step < step) behind.insert(r);
         }
         return behind;
@@ -668,6 +684,19 @@ int64_t Controller::prelock(const std::map<int, Fault>& faults) {
     if (behind.empty()) event_locked("prelock_done", "step " + std::to_string(step));
     else LOG_WARN(kLog, cfg_.rank, "ranks " << list_text(behind) << " did not reach step " << step << " after the prelock");
     return step;
+}
+
+std::set<int> Controller::blocked_by_faults_locked(const std::map<int, Fault>& faults, int64_t step) const {
+    std::set<int> blocked;
+    auto add_peers_of = [&](int faulty) {
+        if (faulty < 0 || faulty >= static_cast<int>(ranks_.size()) || ranks_[faulty].step >= step) return;
+        for (int peer : replicas_.update_peers(faulty)) {
+            if (!faults.count(peer) && !pending_faults_.count(peer)) blocked.insert(peer);
+        }
+    };
+    for (const auto& entry : faults) add_peers_of(entry.first);
+    for (const auto& entry : pending_faults_) add_peers_of(entry.first);
+    return blocked;
 }
 
 namespace {
@@ -837,9 +866,13 @@ ActionMsg Controller::base_action(ActionKind kind, const FaultContext& ctx, Stra
 
 void Controller::online_repair(FaultContext& ctx) {
     std::set<int> live;
+    const bool reload = ctx.reload_step >= 0;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::EnvClear, "online repair (retry)");
+        if (reload) ctx.repair_step = repair_step_ = ctx.reload_step;  // every action names the step to load
+        transition_locked(State::EnvClear, reload ? "online reload of the checkpoint of step " +
+                                                        std::to_string(ctx.reload_step) + " (retry, load_ckpt)"
+                                                  : std::string("online repair (retry)"));
         live = live_ranks_locked();
     }
     ActionOutcome out = run_action_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Retry), true);
@@ -849,7 +882,7 @@ void Controller::online_repair(FaultContext& ctx) {
     out = run_action_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
     if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during repair");
     transition(State::Repair, "environment clean");
-    ActionGroups repair_msgs = repair_messages(ctx, Strategy::Retry, out.results);
+    ActionGroups repair_msgs = reload ? reload_messages(ctx, live) : repair_messages(ctx, Strategy::Retry, out.results);
     if (!repair_msgs.empty()) {
         out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
         if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
@@ -857,7 +890,8 @@ void Controller::online_repair(FaultContext& ctx) {
     if (!roll_back_and_resume(ctx, live, Strategy::Retry, "repair")) return;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::Normal, "online repair finished at step " + std::to_string(ctx.repair_step));
+        transition_locked(State::Normal, std::string(reload ? "online reload" : "online repair") + " finished at step " +
+                                             std::to_string(ctx.repair_step));
     }
     ClusterReport result{"report_result"};
     result.strategy = "retry";
@@ -925,6 +959,30 @@ Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, St
     ActionGroups groups;  // each rank its own message (its repair types differ)
     for (auto& [rank, msg] : msgs) groups.push_back({{rank}, std::move(msg)});
     return groups;
+}
+
+// LOAD_CKPT: no live replica holds some shard, so every rank loads the last periodic checkpoint
+// again (RepairType 5, no sources); ROLLBACK then takes every rank to that step.
+Controller::ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
+    RepairInfoMsg info;
+    info.repair_type = kRepairTypeLoadCkpt;
+    info.rank_list.assign(ranks.begin(), ranks.end());
+    ActionMsg msg = base_action(ActionKind::Repair, ctx, Strategy::Retry);
+    msg.repair.push_back(info);
+    return {{ranks, msg}};
+}
+
+// The checkpoint step every live rank can load again, or -1: all ranks alive and registered, each
+// having reported the same completed periodic checkpoint, not past the repair step.
+int64_t Controller::reloadable_step_locked(const FaultContext& ctx) const {
+    if (!ctx.replace.empty() || !ctx.dead.empty()) return -1;
+    int64_t step = -1;
+    for (int r : live_ranks_locked()) {
+        int64_t saved = ranks_[r].ckpt_step;
+        if (saved < 0 || (step >= 0 && saved != step)) return -1;
+        step = saved;
+    }
+    return step <= ctx.repair_step ? step : -1;
 }
 
 // ---- process replacement (ARF) -----------------------------------------------------------------

@@ -110,6 +110,7 @@ private:
         Clock::time_point last_seen, disconnected_at;
         uint32_t heartbeat_ms = 2000;
         int64_t step = -1;
+        int64_t ckpt_step = -1;  // the last periodic checkpoint it saved
         DataStatus data = DataStatus::Updated;
         RunStatus run = RunStatus::Running;
     };
@@ -145,6 +146,7 @@ private:
         std::set<int> dead, not_ready, repair_set, unavailable;
         std::set<int> replace;  // ranks with a process/node fault: replaced by a restarted process (ARF)
         int64_t repair_step = -1;
+        int64_t reload_step = -1;  // >= 0: no replica can repair; every rank reloads this checkpoint (LOAD_CKPT)
         bool is_uce = false;
         bool stopped = false;
     };
@@ -174,6 +176,9 @@ private:
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
     FaultContext assess_locked(std::map<int, Fault> faults, int64_t lock_step = -1);
     int64_t prelock(const std::map<int, Fault>& faults);
+    int64_t reloadable_step_locked(const FaultContext& ctx) const;
+    ActionGroups reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const;
+    std::set<int> blocked_by_faults_locked(const std::map<int, Fault>& faults, int64_t step) const;
     std::optional<Strategy> consult_policy(const FaultContext& ctx);
     void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
     Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool recover_possible,

@@ -110,4 +110,19 @@ std::map<int, RepairPlan> ReplicaManager::repair_pairs(const std::set<int>& bad)
     return out;
 }
 
+std::set<int> ReplicaManager::update_peers(int rank) const {
+    std::set<int> peers;
+    for (const auto& s : sets_) {
+        auto it = s.index.find(rank);
+        if (it == s.index.end()) continue;
+        int block = it->second / s.num_shards();
+        for (const auto& other : sets_) {
+            if (other.optimizer_type != s.optimizer_type || other.replica_cnt != s.replica_cnt) continue;
+            int g = other.num_shards();
+            for (int i = block * g; i < (block + 1) * g; ++i) peers.insert(other.ranks[i]);
+        }
+    }
+    return peers;
+}
+
 }  // namespace mindio

@@ -43,6 +43,10 @@ public:
     void add(int optimizer_type, int replica_cnt, int replica_shift, const std::vector<int>& ranks);
     SaverPlan savers(const std::set<int>& unavailable) const;
     std::map<int, RepairPlan> repair_pairs(const std::set<int>& bad) const;
+    // The ranks that take part in `rank`'s optimizer update: its distributed-optimizer instance. Block
+    // k of every rank list (its k-th replica group) belongs to instance k, with the model-parallel
+    // peers that hold block k of the other lists. Empty when `rank` is in no list.
+    std::set<int> update_peers(int rank) const;
     bool empty() const { return sets_.empty(); }
     const std::vector<ReplicaSetInfo>& sets() const { return sets_; }
     void clear() { sets_.clear(); }

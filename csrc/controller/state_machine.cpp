@@ -76,13 +76,15 @@ Strategy decide(const Capabilities& caps, const DecisionInput& in) {
         return caps.recover && in.repairable ? Strategy::Recover : fallback;
     }
     if (in.kinds.count(FaultKind::Unknown)) return fallback;
-    return caps.retry && in.repairable ? Strategy::Retry : fallback;
+    // Retry repairs from replicas, or else reloads the last periodic checkpoint online.
+    return caps.retry && (in.repairable || in.reload_possible) ? Strategy::Retry : fallback;
 }
 
 bool strategy_feasible(Strategy s, const Capabilities& caps, const DecisionInput& in) {
     switch (s) {
         case Strategy::None: return false;
-        case Strategy::Retry: return caps.retry && in.repairable && !in.during_repair && !in.kinds.count(FaultKind::Node);
+        case Strategy::Retry:
+            return caps.retry && (in.repairable || in.reload_possible) && !in.during_repair && !in.kinds.count(FaultKind::Node);
         case Strategy::Recover: return caps.recover && in.repairable && !in.during_repair;
         case Strategy::Dump: return in.dump_possible;
         case Strategy::Exit: return true;

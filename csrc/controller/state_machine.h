@@ -46,6 +46,7 @@ struct DecisionInput {
     bool during_repair = false;  // a fault arrived while a repair flow ran
     bool repairable = false;     // every rank to repair has a healthy replica peer
     bool dump_possible = false;  // every shard has an available saver at the repair step
+    bool reload_possible = false;  // every rank can load the same periodic checkpoint again (LOAD_CKPT)
 };
 
 Strategy decide(const Capabilities& caps, const DecisionInput& in);

@@ -163,7 +163,7 @@ bool Processor::send_frame(const std::string& frame) {
 
 std::string Processor::status_frame(MsgType type) const {
     std::lock_guard<std::mutex> lock(mu_);
-    return encode_frame(type, 0, encode(RankStatusMsg{cfg_.rank, step_, run_, data_}));
+    return encode_frame(type, 0, encode(RankStatusMsg{cfg_.rank, step_, run_, data_, ckpt_step_}));
 }
 
 void Processor::drop_connection(const std::string& why) {
@@ -394,6 +394,15 @@ void Processor::start_copy() {
     {
         std::lock_guard<std::mutex> lock(mu_);
         data_ = DataStatus::Copying;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
+void Processor::report_ckpt_step(int64_t step) {
+    if (step < 0) throw std::invalid_argument("step " + std::to_string(step) + " is negative");
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        ckpt_step_ = step;
     }
     send_frame(status_frame(MsgType::Status));
 }

@@ -61,6 +61,8 @@ public:
     void start_copy();
     // The state was loaded from the checkpoint of `step`: that is now the last completed step.
     void report_loaded_step(int64_t step);
+    // A periodic checkpoint of `step` is complete: the controller may reload it online (LOAD_CKPT).
+    void report_ckpt_step(int64_t step);
     void report_error(uint8_t report_state, const std::string& error_code);
     NextAction wait_next_action(int timeout_ms);
     int64_t repair_step() const;
@@ -103,6 +105,7 @@ private:
     std::optional<ReplicaInfoMsg> replica_;
     std::optional<ErrorReportMsg> unsent_error_;
     int64_t step_ = -1;
+    int64_t ckpt_step_ = -1;
     DataStatus data_ = DataStatus::Updated;
     RunStatus run_ = RunStatus::Running;
     int64_t repair_step_ = -1;

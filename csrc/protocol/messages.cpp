@@ -182,6 +182,7 @@ std::string encode(const RankStatusMsg& m) {
     w.i64(m.step);
     w.u8(static_cast<uint8_t>(m.run_status));
     w.u8(static_cast<uint8_t>(m.data_status));
+    w.i64(m.ckpt_step);
     return w.out;
 }
 
@@ -191,6 +192,7 @@ void decode(const std::string& body, RankStatusMsg& m) {
     m.step = r.i64("step");
     m.run_status = static_cast<RunStatus>(r.enum_u8("run_status", 3));
     m.data_status = static_cast<DataStatus>(r.enum_u8("data_status", 2));
+    m.ckpt_step = r.i64("ckpt_step");
     r.finish();
 }
 

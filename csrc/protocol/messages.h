@@ -46,6 +46,7 @@ struct RankStatusMsg {
     int64_t step = -1;  // last step whose optimizer update completed
     RunStatus run_status = RunStatus::Running;
     DataStatus data_status = DataStatus::Updated;
+    int64_t ckpt_step = -1;  // step of the last periodic checkpoint this rank saved (can load again); -1 none
 };
 
 struct ReplicaGroupMsg {
@@ -71,6 +72,8 @@ struct ErrorReportMsg {
 constexpr size_t kMaxErrorCode = 64;
 // Empty when `code` is acceptable, otherwise what is wrong with it.
 std::string check_error_code(const std::string& code);
+
+constexpr uint8_t kRepairTypeLoadCkpt = 5;  // RepairType LOAD_CKPT: reload the last periodic checkpoint
 
 struct RepairInfoMsg {
     uint8_t optimizer_type = 0;

@@ -223,6 +223,16 @@ def tft_report_load_ckpt_step(step: int) -> None:
     _require().report_loaded_step(step)
 
 
+def tft_report_saved_ckpt_step(step: int) -> None:
+    """Ours: every rank has written its part of the periodic checkpoint of `step`. When no replica can
+    repair a faulty rank, the controller may have every rank load that checkpoint again online
+    (the reference's LOAD_CKPT) instead of ending the job; it does so only when every rank reported
+    the same step."""
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"tft_report_saved_ckpt_step: step must be an int >= 0, got {step!r}")
+    _require().report_ckpt_step(step)
+
+
 def tft_register_decrypt_handler(fn):
     raise NotImplementedError("tft_register_decrypt_handler: TLS is not implemented")
 

@@ -45,6 +45,7 @@ def main():
                         "start: not updating, starts the next update after the prelock")
     p.add_argument("--start-rank", type=int, default=-1, help="rank that starts a new update after the prelock")
     p.add_argument("--enable-arf", type=int, default=0, help="1: tft_init_processor(enable_arf=True)")
+    p.add_argument("--ckpt-step", type=int, default=-1, help=">= 0: report a saved periodic checkpoint of this step")
     p.add_argument("--idle-s", type=float, default=50, help="how long to wait 'in a collective' after the steps")
     a = p.parse_args()
     rank = a.rank
@@ -105,6 +106,8 @@ def main():
             state["step"] = step
         if start > 0 or state["joined"]:
             return "done"
+        if a.ckpt_step >= 0:
+            ttp.tft_report_saved_ckpt_step(a.ckpt_step)
         emit(rank=rank, ready=state["step"])
         if a.idle_s <= 0:
             return "done"  # training ends normally

@@ -40,6 +40,38 @@ def test_memory_error_runs_online_repair_with_right_pairs(tmp_path, job_env):
         job.close()
 
 
+@pytest.mark.parametrize("ckpt_step", [3, -1])
+def test_without_a_replica_every_rank_reloads_the_reported_checkpoint(tmp_path, job_env, ckpt_step):
+    # R=1: rank 1's shard has no other holder. With a periodic checkpoint reported by every rank, the
+    # controller has every rank load it again online (REPAIR of repair type 5, LOAD_CKPT); without one
+    # no recovery is possible (no dump either: the shard's only holder is faulty).
+    job = Job(tmp_path, 4, fail_rank=1, replicas=1, ckpt_step=ckpt_step)
+    try:
+        job.wait_ready()
+        job.fire()
+        if ckpt_step < 0:
+            assert job.wait_results([1])[1]["result"] == "exit"
+            wait_until(lambda: all(job.handler_calls(r, "exit") for r in range(4)), 10, "EXIT on every rank")
+            decision = [d for _, _, d in job.controller_events("decision")]
+            assert decision[0].startswith("exit:") and "reload_step=-1" in decision[0], decision
+            return
+        results = job.wait_results(range(4))
+        decision = [d for _, _, d in job.controller_events("decision")]
+        assert all(r["result"] == "done" and r["repair_type"] == "retry" for r in results.values()), results
+        assert decision[0].startswith("retry:") and "repairable=0" in decision[0] and "reload_step=3" in decision[0]
+        assert actions_in_order(job) == ["prelock", "stop", "clean", "repair", "rollback", "normal"]
+        info = {"type": 0, "repair_type": 5, "src": [], "dst": [], "rank_list": [0, 1, 2, 3]}
+        for rank in range(4):
+            assert job.handler_calls(rank, "repair") == [[3, False, [1], info]], rank
+            assert job.handler_calls(rank, "rollback") == [[3]], rank
+        assert all(p.wait(timeout=10) == 0 for p in job.procs.values())
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
 def test_sigkill_is_detected_within_three_heartbeats_and_dumps(tmp_path, job_env):
     job = Job(tmp_path, 8)
     try:

@@ -18,8 +18,8 @@ def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version
 SAMPLES = {
     "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True},
     "REGISTER_ACK": {"result": 1, "message": "bad token"},
-    "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1},
-    "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0},
+    "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000},
+    "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0, "ckpt_step": -1},
     "REPLICA_INFO": {"rank": 5, "groups": [
         {"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0, "ranks": [1, 3, 5, 7]},
         {"optimizer_type": 1, "replica_cnt": 4, "replica_shift": 0, "ranks": list(range(8))}]},
@@ -84,7 +84,7 @@ def test_every_truncated_body_is_refused(name):
 @pytest.mark.parametrize("message,body,reason", [
     ("ACTION", struct.pack("<H", 0), "unknown action kind 0"),
     ("ACTION", struct.pack("<H", 77), "unknown action kind 77"),
-    ("HEARTBEAT", struct.pack("<iqBB", 1, 5, 9, 0), "run_status"),
+    ("HEARTBEAT", struct.pack("<iqBBq", 1, 5, 9, 0, -1), "run_status"),
     ("ERROR_REPORT", struct.pack("<iB", 1, 200) + struct.pack("<I", 0), "state"),
     ("REGISTER", struct.pack("<iiII", 0, 1, 0, 0xFFFFFFFF), "string length"),
     ("REPLICA_INFO", struct.pack("<iI", 0, 0x7FFFFFFF), "does not fit"),

@@ -56,8 +56,9 @@ def test_report_states_map_to_fault_kinds(report, kind):
     assert nat.fault_kind_of_report(report) == kind
 
 
-def decide(kinds, retry=True, recover=False, during_repair=False, repairable=True, dump_possible=True):
-    return nat.decide(kinds, retry, recover, during_repair, repairable, dump_possible)
+def decide(kinds, retry=True, recover=False, during_repair=False, repairable=True, dump_possible=True,
+           reload_possible=False):
+    return nat.decide(kinds, retry, recover, during_repair, repairable, dump_possible, reload_possible)
 
 
 @pytest.mark.parametrize("kinds,kwargs,expected", [
@@ -78,6 +79,13 @@ def decide(kinds, retry=True, recover=False, during_repair=False, repairable=Tru
     (["memory"], {"during_repair": True}, "dump"),
     (["node"], {"during_repair": True, "recover": True}, "dump"),
     (["memory"], {"during_repair": True, "dump_possible": False}, "exit"),
+    # No replica to repair from, but a periodic checkpoint every rank can reload: retry (LOAD_CKPT).
+    (["memory"], {"repairable": False, "dump_possible": False, "reload_possible": True}, "retry"),
+    (["communication"], {"repairable": False, "dump_possible": False, "reload_possible": True}, "retry"),
+    (["memory"], {"repairable": False, "reload_possible": True, "retry": False}, "dump"),
+    (["memory"], {"repairable": False, "reload_possible": True, "during_repair": True}, "dump"),
+    (["unknown"], {"repairable": False, "dump_possible": False, "reload_possible": True}, "exit"),
+    (["node"], {"repairable": False, "dump_possible": False, "reload_possible": True, "recover": True}, "exit"),
 ])
 def test_decision_per_fault_type(kinds, kwargs, expected):
     assert decide(kinds, **kwargs) == expected
