@@ -13,6 +13,8 @@ PATCH_MODULES = [
     "exception_loop",
     "controller_link",
     "process_replacement",
+    "train_reentry",
+    "checkpoint_reload",
     "signal_handler",
     "dataloader_signals",
 ]

@@ -65,10 +65,10 @@ def connect():
     if STATE.layout is not None:
         processor.tft_set_optimizer_replica(rank, STATE.layout.to_reference())
     # The bracket opens right before the in-place update (after the gradient-norm collective) and
-    # closes when train_step returns (scheduler stepped too), only after the step's snapshot exists:
-    # every step the controller believes complete can be dumped or repaired from.
+    # closes when the step's state is final (scheduler stepped too), only after the step's snapshot
+    # exists: every step the controller believes complete can be dumped or repaired from.
     STATE.before_update.append(lambda step: processor.tft_start_updating_os(step - 1))
-    STATE.after_train_step.extend([step_snapshot.take, processor.tft_end_updating_os])
+    STATE.step_completed.extend([step_snapshot.take, processor.tft_end_updating_os])
     inherited_sockets.install()
     exception_loop.arm(margs)
     TRAINING.backend = margs.distributed_backend  # not dist.get_backend(): "fake" in a replacement

@@ -6,8 +6,10 @@ the processor thread (`stop_training`): it makes the training thread's pending c
 until the training thread is parked. Only then may a saver touch the model and optimizer.
 
 Decisions: EXIT (after a dump, or when nothing can be saved) ends the process with a message naming
-the fault and the decision. RETRY comes after an online repair (patches/online_repair): the
-interrupted step is computed again, with the same micro-batches.
+the fault and the decision. RETRY comes after an online repair (patches/online_repair): training goes
+on after the repair step, the last step some replica instance completed. A rank interrupted in the
+step after it computes that step again, with the same micro-batches; any other rank enters
+Megatron's train loop again (patches/train_reentry).
 """
 import logging
 import os
@@ -165,12 +167,13 @@ def ha_enabled() -> bool:
 def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
     if not ha_enabled():
         return wrapped(*args, **kwargs)
-    from mindio_adaptor.patches import online_repair, process_replacement
+    from mindio_adaptor.patches import online_repair, train_reentry
+    from mindio_adaptor.ttp import processor
 
-    process_replacement.first_step_started()
+    train_reentry.first_step_started()
     step = current_iteration()
     if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
-        args = (args[0], online_repair.prepare_step(args[1]), *args[2:])
+        args = (args[0], online_repair.prepare_step(args[1], step), *args[2:])
     while True:
         if TRAINING.watchdog is not None:
             TRAINING.watchdog.step_started(step)
@@ -181,6 +184,17 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
         except Exception as exc:
             wait_for_decision(exc, step)  # returns only after an online repair
             TRAINING.reset()
+            repair_step = processor.tft_get_repair_step()
+            if repair_step == step:  # the other replica instance completed this step: go on after it
+                raise train_reentry.ResumeTraining(repair_step, f"in step {step}, completed by the update "
+                                                   f"of its replica peers; its loss, reduced for display "
+                                                   f"only, is not printed") from exc
+            if repair_step < step - 1:  # a checkpoint reloaded online: steps since it are computed again
+                raise train_reentry.ResumeTraining(repair_step, f"in step {step}; back to the reloaded "
+                                                   f"checkpoint") from exc
+            if repair_step != step - 1:
+                raise RuntimeError(f"step {step}: the controller's repair step {repair_step} is past this "
+                                   f"step") from exc
             logger.info("step %d: recomputing after the online repair", step)
         finally:
             if TRAINING.watchdog is not None:
@@ -188,24 +202,31 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
 
 
 def _train_in_exception_loop(wrapped, instance, args, kwargs):
-    """Faults between two train_steps (the train loop's own collectives: the exit-signal check,
-    logging reductions, a periodic save) take the same path; there is no step to recompute, so an
-    online repair cannot resume them: the process ends."""
+    """Megatron's train loop, entered again after an online repair when this rank does not recompute
+    the interrupted step in place (patches/train_reentry): its own step was completed by the other
+    replica instance, or it was stopped between two steps (the loop's own collectives: the
+    exit-signal check, logging reductions, a periodic save)."""
     if not ha_enabled():
         return wrapped(*args, **kwargs)
-    from mindio_adaptor.patches import process_replacement
+    from mindio_adaptor.patches import process_replacement, train_reentry
+    from mindio_adaptor.ttp import processor
 
     if process_replacement.is_replacement() and not process_replacement.REPLACEMENT.joined:
         process_replacement.join(args[4] if len(args) > 4 else kwargs.get("train_data_iterator"))
-    try:
-        result = wrapped(*args, **kwargs)
+    while True:
+        try:
+            result = wrapped(*args, **kwargs)
+        except train_reentry.ResumeTraining as resume:
+            train_reentry.prepare(resume.step, f"interrupted {resume.where}")
+            continue
+        except Exception as exc:
+            wait_for_decision(exc, current_iteration())  # returns only after an online repair
+            TRAINING.reset()
+            train_reentry.prepare(processor.tft_get_repair_step(), "stopped between two steps")
+            continue
         if TIMELINE.recoveries:
             logger.info("%s", TIMELINE.summary(dist_rank()))
         return result
-    except Exception as exc:
-        wait_for_decision(exc, current_iteration())
-        raise SystemExit(f"rank {os.environ.get('RANK', '?')}: a fault outside a train step cannot be "
-                         f"repaired online: {exc}") from exc
 
 
 def wait_for_decision(exc: BaseException, step: int, replacement: bool = False):

@@ -13,11 +13,13 @@ training thread is parked. Then, on every training thread:
   repair    the shard's manifest and the repair step's non-sharded state, then the optimizer shard
             (fp32 main params, Adam moments and steps), go point to point from the live replica peer the
             controller chose to each rank being repaired (core/shard_transfer).
-  rollback  model params are re-derived from the main params on every rank (each writes its shard,
-            then the instance all-gathers), RNG states go back to the repair step's snapshot, the data
-            iterator replays the interrupted step's micro-batches, Megatron's timers and rerun state
-            are reset; the training thread then recomputes the interrupted step (exception_loop). A
-            replacement first takes the received state as its own (patches/process_replacement).
+  rollback  a rank behind the repair step (a replacement; a rank whose step the other replica instance
+            completed) first takes the received state as its own (patches/repair_state). Model params
+            are re-derived from the main params on every rank (each writes its shard, then the
+            instance all-gathers), RNG states go back to the repair step's snapshot, the data iterator
+            is positioned after the repair step (an interrupted next step's micro-batches are given
+            again), Megatron's timers and rerun state are reset; the training thread then computes the
+            step after the repair step (exception_loop).
 """
 import logging
 import pickle
@@ -29,7 +31,8 @@ import torch.distributed as dist
 from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.core.replay_iterator import ReplayableIterator
 from mindio_adaptor.core.shard_transfer import recv_shard, send_shard
-from mindio_adaptor.patches import process_replacement, step_snapshot
+from mindio_adaptor.core.enums import RepairType
+from mindio_adaptor.patches import checkpoint_reload, process_replacement, repair_state, step_snapshot
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.exception_loop import TIMELINE, TRAINING
 from mindio_adaptor.patches.training import current_iteration
@@ -130,6 +133,8 @@ def rebuild_groups():
 # --- repair: the faulty rank receives its shard ------------------------------------------------------
 
 def repair(step: int, info: dict):
+    if info["repair_type"] == RepairType.LOAD_CKPT:
+        return checkpoint_reload.reload(step)
     started = time.monotonic()
     me = dist.get_rank()
     if process_replacement.awaiting_state():
@@ -158,7 +163,7 @@ def _exchange_step_state(step: int, info: dict, me: int, tensors) -> None:
     repair step's non-sharded state (a few KB), which a replacement process takes as its own."""
     for src, dst in zip(info["src"], info["dst"]):
         if me == src:
-            message = {"manifest": _manifest(tensors), "state": process_replacement.state_to_send(step)}
+            message = {"manifest": _manifest(tensors), "state": repair_state.state_to_send(step)}
             payload = torch.frombuffer(bytearray(pickle.dumps(message)), dtype=torch.uint8)
             dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst)
             dist.send(payload, dst)
@@ -172,8 +177,8 @@ def _exchange_step_state(step: int, info: dict, me: int, tensors) -> None:
                 raise RepairError(f"rank {src}'s optimizer shard does not match this rank's: "
                                   f"{len(message['manifest'])} tensors {message['manifest'][:4]}... vs "
                                   f"{len(tensors)} tensors {_manifest(tensors)[:4]}...")
-            if process_replacement.awaiting_state():
-                process_replacement.REPLACEMENT.received = message["state"]
+            if repair_state.is_behind(step):
+                repair_state.keep_received(message["state"])
 
 
 # --- rollback ------------------------------------------------------------------------------------------
@@ -184,10 +189,12 @@ def rollback(step: int):
 
     if process_replacement.awaiting_state():
         process_replacement.install_received_state(step)
+    elif repair_state.is_behind(step):
+        repair_state.install_received(step)
     snapshot = step_snapshot.require(step, "roll back to")
     _rederive_model_params()
     step_snapshot.restore_rng(snapshot.rng)
-    replayed = sum(it.rewind() for it in REPLAY.values())
+    replayed = sum(it.position_after(step) for it in REPLAY.values())
     for name, timer in get_timers()._timers.items():
         if name not in _TIMERS_RUNNING_BEFORE_STEP:  # started by the interrupted step, never stopped
             timer._started = False
@@ -213,28 +220,28 @@ REPLAY: dict = {}  # id(Megatron's iterator) -> ReplayableIterator
 _TIMERS_RUNNING_BEFORE_STEP: set = set()  # e.g. the train loop's interval timer, which always runs
 
 
-def prepare_step(data_iterator):
+def prepare_step(data_iterator, step: int):
     """At each train_step: note the timers already running, and return the iterator to use."""
     global _TIMERS_RUNNING_BEFORE_STEP
     from megatron.training.global_vars import get_timers
 
     _TIMERS_RUNNING_BEFORE_STEP = {n for n, t in get_timers()._timers.items() if t._started}
-    return replayable(data_iterator)
+    return replayable(data_iterator, step)
 
 
-def replayable(data_iterator):
+def replayable(data_iterator, step: int):
     """The iterator train_step should use. Megatron hands train_step a RerunDataIterator (it asserts
     so); its source (`.iterable`) is wrapped once in a ReplayableIterator, and the RerunDataIterator
     itself is passed on."""
     if data_iterator is None:
         return None
     if isinstance(data_iterator, list):
-        return [replayable(it) for it in data_iterator]
+        return [replayable(it, step) for it in data_iterator]
     wrapper = REPLAY.get(id(data_iterator))
     if wrapper is None:
         holder = data_iterator if hasattr(data_iterator, "iterable") else None
         if holder is None:
             return data_iterator  # not Megatron's iterator: nothing to replay through
         wrapper = REPLAY[id(data_iterator)] = holder.iterable = ReplayableIterator(holder.iterable)
-    wrapper.begin_step()
+    wrapper.begin_step(step)
     return data_iterator

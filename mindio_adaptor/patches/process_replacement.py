@@ -11,9 +11,8 @@ collective until the communicators are rebuilt with the newcomer. So the replace
      fault; the controller then runs on every rank: REBUILD_GROUP (patches/online_repair.rebuild_groups:
      real groups replace the fake ones, every reference re-pointed), REPAIR (its optimizer shard and the
      repair step's state: iteration, data position, FLOPs, scheduler, RNG, from a replica peer), ROLLBACK;
-  3. on RETRY enters Megatron's train loop at the repair step, while the others recompute the step they
-     were interrupted in. Megatron's loop start has world barriers the others, already inside the loop,
-     never reach: they are skipped until this process's first train_step.
+  3. on RETRY enters Megatron's train loop at the repair step (patches/train_reentry), while the others
+     recompute the step they were interrupted in.
 """
 import inspect
 import logging
@@ -34,9 +33,8 @@ class Replacement:
     def __init__(self):
         self.fake_world = False  # Megatron's start-up runs on the fake backend
         self.joined = False
-        self.received: Optional[dict] = None  # the repair step's state, from the replica peer
+        self.joined_at: Optional[int] = None  # the repair step it joined at
         self.train_data_iterator: Any = None
-        self.skip_barriers = False
 
 
 REPLACEMENT = Replacement()
@@ -83,31 +81,22 @@ def _no_checkpoint_for_a_replacement(wrapped, instance, args, kwargs):
     return 0, 0
 
 
-def _barrier_unless_joining(wrapped, instance, args, kwargs):
-    if REPLACEMENT.skip_barriers:
-        return None
-    return wrapped(*args, **kwargs)
-
-
 # --- 2. joining the running job ------------------------------------------------------------------------
 
 def join(train_data_iterator) -> None:
     """At the start of Megatron's train loop in a replacement: report ready, serve the controller's
     rebuild, repair and rollback on this thread, return on RETRY (else the process ends)."""
-    from mindio_adaptor.patches import comm_rebuild, exception_loop
+    from mindio_adaptor.patches import comm_rebuild, exception_loop, train_reentry
 
     started = time.monotonic()
     REPLACEMENT.train_data_iterator = train_data_iterator
     comm_rebuild.continue_epochs_of_the_job()
     exception_loop.wait_for_decision(RuntimeError("ARF FINISH"), 0, replacement=True)
     exception_loop.TRAINING.reset()
-    REPLACEMENT.joined, REPLACEMENT.skip_barriers = True, True
+    REPLACEMENT.joined = True
+    train_reentry.skip_barriers_until_first_step()
     logger.info("replacement process joined the job at step %d after %.2f s of waiting and repair",
-                REPLACEMENT.received["snapshot"].iteration, time.monotonic() - started)
-
-
-def first_step_started() -> None:
-    REPLACEMENT.skip_barriers = False
+                REPLACEMENT.joined_at, time.monotonic() - started)
 
 
 def fake_world_ended() -> None:
@@ -138,81 +127,33 @@ def materialize_optimizer_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
 
 
-def state_to_send(step: int) -> dict:
-    """What a replacement needs besides the optimizer shard (sent by every repair source; small)."""
-    from mindio_adaptor.patches import step_snapshot
-    from mindio_adaptor.patches.training_state import STATE
-
-    return {"snapshot": step_snapshot.require(step, "send the state of"),
-            "scheduler": STATE.scheduler.state_dict() if STATE.scheduler is not None else None,
-            "lazy_caches": [{name: getattr(opt, name) for name in LAZY_CACHES if hasattr(opt, name)}
-                            for opt in _optimizers(STATE.optimizer)]}
-
-
-# Answers Megatron computes with a collective the first time they are asked, then caches: a
-# replacement asking again would run a collective its peers never run. It takes its peer's answers.
-LAZY_CACHES = ("_has_grad_norm_group_cache",)
-
-
-def _optimizers(optimizer) -> list:
-    """The optimizer and, for a chain, each optimizer in it, in a fixed order."""
-    return [] if optimizer is None else [optimizer, *getattr(optimizer, "chained_optimizers", [])]
-
-
 def install_received_state(step: int) -> None:
-    """Rollback in a replacement: take the peer's state of `step` as this rank's own."""
+    """Rollback in a replacement: the peer's state of `step` (patches/repair_state), and a data
+    iterator positioned at its sample."""
     from megatron.training.global_vars import get_args
 
-    from mindio_adaptor.patches import step_snapshot
-    from mindio_adaptor.patches.training_state import STATE
+    from mindio_adaptor.patches import repair_state
 
-    if REPLACEMENT.received is None:
-        raise RuntimeError(f"replacement process: asked to roll back to step {step} before receiving "
-                           f"its state from a replica peer")
-    snapshot = REPLACEMENT.received["snapshot"]
-    if snapshot.iteration != step:
-        raise RuntimeError(f"replacement process: received the state of step {snapshot.iteration}, "
-                           f"asked to roll back to step {step}")
-    margs = get_args()
-    margs.iteration = step
-    margs.consumed_train_samples = snapshot.consumed_train_samples
-    margs.skipped_train_samples = snapshot.skipped_train_samples
-    margs.num_floating_point_operations_so_far = snapshot.floating_point_operations
-    if STATE.scheduler is not None and REPLACEMENT.received["scheduler"] is not None:
-        STATE.scheduler.load_state_dict(REPLACEMENT.received["scheduler"])
-    for opt, caches in zip(_optimizers(STATE.optimizer), REPLACEMENT.received["lazy_caches"]):
-        for name, value in caches.items():
-            setattr(opt, name, dict(value))
-    step_snapshot.LATEST = snapshot
-    STATE.completed_steps.append(step)
-    _position_data_iterator(margs)
+    repair_state.install_received(step)
+    REPLACEMENT.joined_at = step
+    _position_data_iterator(get_args())
 
 
 def _position_data_iterator(margs) -> None:
     """The replacement built its data loader at sample 0; the job is at the repair step's sample."""
-    from megatron.training.datasets.data_samplers import build_pretraining_data_loader
-    from megatron.training.training import cyclic_iter
+    from mindio_adaptor.patches.data_position import iterator_at_sample
 
     holder = REPLACEMENT.train_data_iterator
     if holder is None:
         return
-    if margs.dataloader_type not in ("single", "cyclic") or not hasattr(holder, "iterable"):
-        raise RuntimeError(f"replacement process: cannot position a '{margs.dataloader_type}' data "
-                           f"loader at sample {margs.consumed_train_samples}")
-    old = holder.iterable
-    dataset = getattr(old, "_dataset", None)
-    if dataset is None:
-        raise RuntimeError("replacement process: the train data iterator does not expose its dataset")
-    loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
-    holder.iterable = iter(loader) if margs.dataloader_type == "single" else iter(cyclic_iter(loader))
-    if hasattr(old, "_shutdown_workers"):
-        old._shutdown_workers()
-    logger.info("replacement process: data iterator positioned at sample %d", margs.consumed_train_samples)
+    if not hasattr(holder, "iterable"):
+        raise RuntimeError(f"replacement process: cannot position a '{margs.dataloader_type}' data loader at "
+                           f"sample {margs.consumed_train_samples}")
+    holder.iterable = iterator_at_sample(holder.iterable, margs, "replacement process")
 
 
 PATCHES = [
     Patch("torch.distributed", "init_process_group", _init_on_the_fake_backend),
     Patch("torch.distributed", "new_group", _groups_of_the_fake_backend),
-    Patch("torch.distributed", "barrier", _barrier_unless_joining),
     Patch("megatron.training.checkpointing", "load_checkpoint", _no_checkpoint_for_a_replacement),
 ]

@@ -1,6 +1,6 @@
 """What a checkpoint of the last completed step needs beyond model and optimizer: the data position
-(consumed and skipped samples), the FLOP count, and every RNG state Megatron saves, taken as each
-train_step returns. The controller learns that a step completed (tft_end_updating_os) only after this
+(consumed and skipped samples), the FLOP count, and every RNG state Megatron saves, taken when each
+step's state is final (patches/training: after the scheduler's step). The controller learns that a step completed (tft_end_updating_os) only after this
 snapshot exists, so the step it asks the savers to dump always has one; a dump written after a fault
 anywhere in the next step restores exactly what an uninterrupted run had after this one."""
 import random
@@ -33,7 +33,7 @@ def require(step: int, purpose: str) -> StepSnapshot:
     return LATEST
 
 
-def _rng_states() -> dict:
+def rng_states() -> dict:
     from megatron.core import tensor_parallel
 
     return {"random": random.getstate(), "np": np.random.get_state(), "torch": torch.get_rng_state(),
@@ -63,8 +63,8 @@ def _train_loop_flops(default: float) -> float:
 
 
 def take(step: int) -> None:
-    """Called when train_step `step` has returned (its update and scheduler step done), before the
-    train loop's bookkeeping, which is reproduced here: the samples of this step are added to the
+    """Called when step `step` is complete (its update and scheduler step done), before the train
+    loop's bookkeeping, which is reproduced here: the samples of this step are added to the
     data position and its FLOPs (the closed-form count, exact for unpacked sequences) to the total."""
     global LATEST
     from megatron.core.num_microbatches_calculator import (get_current_global_batch_size,
@@ -80,4 +80,4 @@ def take(step: int) -> None:
     skipped = get_current_global_batch_size() - get_current_running_global_batch_size()
     flops = _train_loop_flops(margs.num_floating_point_operations_so_far)
     LATEST = StepSnapshot(step, margs.consumed_train_samples + batch, margs.skipped_train_samples + skipped,
-                          flops + num_floating_point_operations(margs, batch), _rng_states())
+                          flops + num_floating_point_operations(margs, batch), rng_states())

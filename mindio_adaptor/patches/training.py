@@ -13,6 +13,8 @@ logger = logging.getLogger(__name__)
 def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     model, optimizer, scheduler = wrapped(*args, **kwargs)
     STATE.model, STATE.optimizer, STATE.scheduler = model, optimizer, scheduler
+    if scheduler is not None:
+        scheduler.step = _completing(scheduler.step)
     if optimizer is not None:
         optimizer.step = _bracketed(optimizer.step)
         for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
@@ -44,9 +46,37 @@ def _bracketed(step):
         iteration = current_iteration()
         for hook in STATE.before_optimizer_step:
             hook(iteration)
-        return step(*args, **kwargs)
+        result = step(*args, **kwargs)
+        STATE.scheduler_step_ends = iteration
+        return result
 
     return step_with_hooks
+
+
+def _completing(scheduler_step):
+    """The scheduler's step in train_step, right after the optimizer's, is the iteration's last change
+    of state: what follows in train_step reduces the loss for display, over the whole data-parallel
+    group. Completing the iteration here lets a replica instance that updated while the other was
+    stopped by a fault count its step as done (the repair then goes forward to it). Other calls (the
+    scheduler's load_state_dict steps it too) complete nothing."""
+
+    def step_then_complete(*args, **kwargs):
+        result = scheduler_step(*args, **kwargs)
+        if STATE.scheduler_step_ends == current_iteration():
+            complete_step(STATE.scheduler_step_ends)
+        return result
+
+    return step_then_complete
+
+
+def complete_step(step: int) -> None:
+    """STATE.step_completed hooks, once per iteration."""
+    STATE.scheduler_step_ends = -1
+    if STATE.completed_steps and STATE.completed_steps[-1] == step:
+        return
+    for hook in STATE.step_completed:
+        hook(step)
+    STATE.completed_steps.append(step)
 
 
 def current_iteration() -> int:
@@ -57,15 +87,16 @@ def current_iteration() -> int:
 
 
 def _after_train_step(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)
+    try:
+        result = wrapped(*args, **kwargs)
+    finally:
+        STATE.scheduler_step_ends = -1  # a fault before the scheduler's step: nothing to complete
     from megatron.training.global_vars import get_args
 
     margs, step = get_args(), current_iteration()
-    for hook in STATE.after_train_step:
-        hook(step)
-    if not STATE.completed_steps:
+    complete_step(step)  # an iteration whose update was skipped (no scheduler step)
+    if STATE.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
         report_optimizer_state_bytes()
-    STATE.completed_steps.append(step)
     if getattr(margs, "verify_optimizer_replicas", False) and margs.num_distributed_optimizer_instances > 1:
         verify_replicas(step)
     return result

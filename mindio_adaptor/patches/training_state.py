@@ -14,13 +14,15 @@ class TrainingState:
     model_parallel_init: Any = None  # (args, kwargs) of Megatron's initialize_model_parallel call
     completed_steps: List[int] = field(default_factory=list)
     fault_plan: Any = None  # core.fault_inject.FaultPlan
-    # Called as hook(step) before every optimizer update and after every train_step returned
+    # Called as hook(step) before every optimizer update, and once per iteration when its state is
+    # final: after the scheduler's step, or when train_step returns from a skipped update
     # (step = the iteration being computed, as Megatron's log numbers it).
     before_optimizer_step: List[Callable[[int], None]] = field(default_factory=list)
-    after_train_step: List[Callable[[int], None]] = field(default_factory=list)
+    step_completed: List[Callable[[int], None]] = field(default_factory=list)
     # Called once per iteration right before the optimizer changes its state in place.
     before_update: List[Callable[[int], None]] = field(default_factory=list)
     updating_iteration: int = -1
+    scheduler_step_ends: int = -1  # the iteration whose optimizer step returned, until its scheduler step
 
 
 STATE = TrainingState()

@@ -4,7 +4,8 @@ import pytest
 from mindio_adaptor.tiny_job import load_params, run_training
 
 HA = ["--enable-high-availability"]
-REFERENCE_FLAGS = {"plain": [], "ha": HA, "ha_tp2": [*HA, "--tensor-model-parallel-size", "2"]}
+REFERENCE_FLAGS = {"plain": [], "ha": HA, "ha_tp2": [*HA, "--tensor-model-parallel-size", "2"],
+                   "ha_no_replica": [*HA, "--distributed-optimizer-no-replica"]}
 
 
 @pytest.fixture(scope="session")

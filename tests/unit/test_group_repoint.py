@@ -2,7 +2,6 @@
 from dataclasses import dataclass
 
 from mindio_adaptor.core.group_repoint import repoint
-from mindio_adaptor.core.replay_iterator import ReplayableIterator
 
 
 class Group:  # stands for a ProcessGroup: identity is what counts
@@ -46,16 +45,3 @@ def test_a_tuple_holding_an_old_group_is_reported():
     report = repoint({old: new})
     assert holder["pair"][0] is old
     assert report.immutable and report.immutable[0].startswith("tuple of 2")
-
-
-def test_replay_gives_the_interrupted_step_again_then_goes_on():
-    it = ReplayableIterator(iter(range(10)))
-    it.begin_step()
-    assert [next(it), next(it)] == [0, 1]
-    it.begin_step()
-    assert next(it) == 2
-    assert it.rewind() == 1
-    assert [next(it), next(it), next(it)] == [2, 3, 4]
-    assert it.rewind() == 3  # a second fault in the recompute replays the whole step again
-    assert [next(it) for _ in range(4)] == [2, 3, 4, 5]
-

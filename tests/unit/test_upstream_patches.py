@@ -128,9 +128,9 @@ def test_cli_apply_refuses_a_conflict(pristine, capsys):
     source.write_text(source.read_text().replace("def train(\n", "def train_renamed(\n"))
     before = snapshot(pristine)
     assert cli.main(["upstream", "check", "--megatron-dir", str(pristine.root)]) == 3
-    assert "hunk 4  conflicting hook on megatron.training.training.train " in capsys.readouterr().out
+    assert "hunk 6  conflicting hook on megatron.training.training.train " in capsys.readouterr().out
     assert cli.main(["upstream", "apply", "--megatron-dir", str(pristine.root)]) == 3
-    assert "refused, no file changed: megatron/training/training.py hunk 4" in capsys.readouterr().err
+    assert "refused, no file changed: megatron/training/training.py hunk 6" in capsys.readouterr().err
     assert snapshot(pristine) == before
 
 
