@@ -2,6 +2,8 @@
 
 Megatron quirk seen with and without the adaptor: the first log line after a resume is not reset, so
 the loss printed for the second resumed step (6) is the mean of steps 5 and 6."""
+import shutil
+
 import pytest
 
 from mindio_adaptor.tiny_job import run_training
@@ -33,11 +35,29 @@ def assert_resumed_like(resumed, reference, exact):
             assert resumed.losses[step] == pytest.approx(reference.losses[step], rel=1e-5)
 
 
+FLAGS = {"ha": HA, "plain": []}
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoints(tmp_path_factory):
+    """saver -> its checkpoint of step 4, saved once per module (2 saving runs, not 4). Never loaded
+    in place: each test resumes from its own copy, so no resume can change what another test loads."""
+    saved = {}
+
+    def get(saver):
+        if saver not in saved:
+            directory = tmp_path_factory.mktemp(f"ckpt_{saver}")
+            save_at_step_4(FLAGS[saver], directory)
+            saved[saver] = directory  # only once complete: a failed save is retried, not reused
+        return saved[saver]
+
+    return get
+
+
 @pytest.mark.parametrize("saver, loader", [("ha", "ha"), ("plain", "plain"), ("ha", "plain"), ("plain", "ha")])
-def test_resume_across_replica_settings(tmp_path, reference_runs, saver, loader):
-    flags = {"ha": HA, "plain": []}
-    save_at_step_4(flags[saver], tmp_path / "ckpt")
-    resumed = resume(flags[loader], tmp_path / "ckpt")
+def test_resume_across_replica_settings(tmp_path, saved_checkpoints, reference_runs, saver, loader):
+    shutil.copytree(saved_checkpoints(saver), tmp_path / "ckpt")
+    resumed = resume(FLAGS[loader], tmp_path / "ckpt")
     reference, _ = reference_runs(saver)
     same = saver == loader
     assert_resumed_like(resumed, reference, exact=same)
