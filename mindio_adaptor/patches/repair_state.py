@@ -49,8 +49,6 @@ def optimizers(optimizer) -> list:
 def install_received(step: int) -> step_snapshot.StepSnapshot:
     """Rollback on a rank behind the repair step: take the peer's state of `step` as this rank's own."""
     global RECEIVED
-    from megatron.training.global_vars import get_args
-
     from mindio_adaptor.patches.training_state import STATE
 
     if RECEIVED is None:
@@ -60,11 +58,7 @@ def install_received(step: int) -> step_snapshot.StepSnapshot:
     snapshot = received["snapshot"]
     if snapshot.iteration != step:
         raise RuntimeError(f"received the state of step {snapshot.iteration}, asked to roll back to step {step}")
-    margs = get_args()
-    margs.iteration = step
-    margs.consumed_train_samples = snapshot.consumed_train_samples
-    margs.skipped_train_samples = snapshot.skipped_train_samples
-    margs.num_floating_point_operations_so_far = snapshot.floating_point_operations
+    step_snapshot.set_args(snapshot)
     if STATE.scheduler is not None and received["scheduler"] is not None:
         STATE.scheduler.num_steps = 0  # load_state_dict steps by the saved count: from zero, not from ours
         STATE.scheduler.load_state_dict(received["scheduler"])

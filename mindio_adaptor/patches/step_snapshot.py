@@ -33,6 +33,17 @@ def require(step: int, purpose: str) -> StepSnapshot:
     return LATEST
 
 
+def set_args(snapshot: StepSnapshot) -> None:
+    """Megatron's arguments at the snapshot's step, as a resume from a checkpoint of it sets them."""
+    from megatron.training.global_vars import get_args
+
+    margs = get_args()
+    margs.iteration = snapshot.iteration
+    margs.consumed_train_samples = snapshot.consumed_train_samples
+    margs.skipped_train_samples = snapshot.skipped_train_samples
+    margs.num_floating_point_operations_so_far = snapshot.floating_point_operations
+
+
 def rng_states() -> dict:
     from megatron.core import tensor_parallel
 

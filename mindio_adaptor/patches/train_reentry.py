@@ -38,14 +38,9 @@ REENTRY = Reentry()
 
 def prepare(step: int, where: str) -> None:
     """Megatron's arguments at `step`, its timers stopped, barriers skipped until the first step."""
-    from megatron.training.global_vars import get_args, get_timers
+    from megatron.training.global_vars import get_timers
 
-    snapshot = step_snapshot.require(step, "re-enter the train loop after")
-    margs = get_args()
-    margs.iteration = step
-    margs.consumed_train_samples = snapshot.consumed_train_samples
-    margs.skipped_train_samples = snapshot.skipped_train_samples
-    margs.num_floating_point_operations_so_far = snapshot.floating_point_operations
+    step_snapshot.set_args(step_snapshot.require(step, "re-enter the train loop after"))
     for timer in get_timers()._timers.values():
         timer._started = False  # the loop left behind runs its interval timer; the new loop starts it
     skip_barriers_until_first_step()
