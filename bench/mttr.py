@@ -8,7 +8,9 @@ says the fault fired to the line that logs the first step completed after it:
                       during step F; only it is started again, joins, and every rank goes on from F-1.
   (c) baseline        a plain job with a periodic checkpoint every K steps: the same error kills the
                       job; it is relaunched, loads its last periodic checkpoint and recomputes up to F.
-Prints each phase, the ratios a/c and b/c and the completed steps lost (recomputed) in each case, then
+  (d) online reload   no replica (--distributed-optimizer-no-replica), the same checkpoints as (c): the
+                      same processes load the last periodic checkpoint again and recompute up to F.
+Prints each phase, the ratios a/c, b/c and d/c and the completed steps lost (recomputed) in each case, then
 the shard transfer's throughput against plain send/recv of the same bytes (bench/shard_transfer.py).
 
     python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10]
@@ -81,6 +83,25 @@ def process_replacement(args, tmp: Path):
     return clock.between("fault", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0
 
 
+def online_reload(args, tmp: Path):
+    clock = Clock()
+    env = {"MINDIO_FAULT_INJECT": f"raise:rank=1,step={args.fault_step},msg=UCE ERROR bench",
+           "MINDIO_FAULT_STATE_DIR": str(tmp / "faults_d")}
+    marks = {"fault": r"fault injection: firing", "decision": r"\] decision retry",
+             "clean": r"communicators rebuilt", "loaded": r"reloaded the checkpoint of step",
+             "normal": r"online reload finished", "done": rf"iteration\s+{args.fault_step}/"}
+    flags = ["--enable-high-availability", "--enable-hbmfault-repair", "--distributed-optimizer-no-replica",
+             "--save", str(tmp / "ckpt_d"), "--save-interval", str(args.save_interval)]
+    run = run_training(flags, train_iters=args.iters, env=env, on_line=clock.watch(marks), timeout=900)
+    run.require_success()
+    loaded_step = args.save_interval * ((args.fault_step - 1) // args.save_interval)
+    phases = [("detected and decided", "fault", "decision"), ("stopped, groups rebuilt", "decision", "clean"),
+              ("checkpoint loaded", "clean", "loaded"), ("rolled back", "loaded", "normal"),
+              (f"recompute steps {loaded_step + 1}..{args.fault_step}", "normal", "done")]
+    return clock.between("fault", "done"), [(n, clock.between(a, b)) for n, a, b in phases], \
+        args.fault_step - 1 - loaded_step
+
+
 def baseline(args, tmp: Path):
     ckpt, faults = tmp / "ckpt", tmp / "faults_c"
     env = {"MINDIO_FAULT_INJECT": f"raise:rank=1,step={args.fault_step},msg=UCE ERROR bench",
@@ -117,6 +138,7 @@ def main():
         a, a_phases, a_lost = online_repair(args, Path(tmp))
         b, b_phases, b_lost = process_replacement(args, Path(tmp))
         c, c_phases, c_lost = baseline(args, Path(tmp))
+        d, d_phases, d_lost = online_reload(args, Path(tmp))
     print(f"\nfault during step {args.fault_step}; baseline checkpoint every {args.save_interval} steps")
     print(f"(a) online repair: {a:.2f} s to step {args.fault_step} done; completed steps lost {a_lost}")
     for name, seconds in a_phases:
@@ -127,7 +149,10 @@ def main():
     print(f"(c) baseline restart: {c:.2f} s to step {args.fault_step} done; completed steps lost {c_lost}")
     for name, seconds in c_phases:
         print(f"      {name:<28} {seconds:6.2f} s")
-    print(f"ratio a/c {a / c:.2f} (goal <= 0.10), b/c {b / c:.2f} (goal <= 0.5)")
+    print(f"(d) online reload, no replica: {d:.2f} s to step {args.fault_step} done; completed steps lost {d_lost}")
+    for name, seconds in d_phases:
+        print(f"      {name:<28} {seconds:6.2f} s")
+    print(f"ratio a/c {a / c:.2f} (goal <= 0.10), b/c {b / c:.2f} (goal <= 0.5), d/c {d / c:.2f}")
     print("\nshard transfer against plain send/recv of the same bytes (bench/shard_transfer.py):", flush=True)
     subprocess.run([sys.executable, str(Path(__file__).with_name("shard_transfer.py")), "--rounds", "11"],
                    check=True, timeout=600)
