@@ -10,10 +10,8 @@ the checkpoint are computed again. No process restarts.
 
 The checkpoint step is reported when Megatron's save returns on the rank (its writes are complete);
 asynchronous saves (--async-save) complete later and are not reported, so they are never reloaded.
-A checkpoint the job resumed from counts too when it lies where the job saves (--load is --save).
 """
 import logging
-import os
 import time
 
 from mindio_adaptor.patches import step_snapshot
@@ -33,22 +31,6 @@ def _report_saved_step(wrapped, instance, args, kwargs):
     iteration = args[0] if args else kwargs["iteration"]
     if ha_enabled() and not get_args().async_save:
         processor.tft_report_saved_ckpt_step(int(iteration))
-    return result
-
-
-def _report_resumed_step(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)
-    from megatron.training.global_vars import get_args
-
-    from mindio_adaptor.patches.exception_loop import ha_enabled
-    from mindio_adaptor.patches.process_replacement import is_replacement
-    from mindio_adaptor.ttp import processor
-
-    margs = get_args()
-    resumed_where_saved = (margs.load and margs.save and margs.iteration > 0 and not margs.finetune
-                           and os.path.realpath(margs.load) == os.path.realpath(margs.save))
-    if ha_enabled() and resumed_where_saved and not is_replacement():
-        processor.tft_report_saved_ckpt_step(int(margs.iteration))
     return result
 
 
@@ -90,5 +72,4 @@ def _position_train_iterators(margs, step: int) -> None:
 
 PATCHES = [
     Patch("megatron.training.training", "save_checkpoint_and_time", _report_saved_step),
-    Patch("megatron.training.training", "setup_model_and_optimizer", _report_resumed_step),
 ]

@@ -90,21 +90,6 @@ def test_without_replicas_the_periodic_checkpoint_is_reloaded_online(tmp_path, r
     assert run.digest == reference.digest
 
 
-def test_the_checkpoint_a_job_resumed_from_is_reloaded_online(tmp_path, reference_runs):
-    # R=1, resumed from the checkpoint of step 2 in the directory it saves to (periodic saves too rare
-    # to matter): that checkpoint is the one reloaded after a fault at step 4.
-    ckpt = tmp_path / "ckpt"
-    no_replica = [*REPAIR, "--distributed-optimizer-no-replica", "--save", str(ckpt)]
-    run_training([*no_replica, "--save-interval", "2", "--exit-interval", "2"]).require_success()
-    resumed = run_training([*no_replica, "--load", str(ckpt), "--save-interval", "1000"],
-                           env=inject("raise:rank=2,step=4,msg=UCE ERROR after resume", tmp_path))
-    resumed.require_success()
-    assert "repairable=0 dump_possible=0 reload_step=2" in resumed.output
-    assert "online reload finished at step 2" in resumed.output
-    reference, _ = reference_runs("ha_no_replica")
-    assert resumed.digest == reference.digest
-
-
 def test_second_fault_during_the_repair_falls_back_to_the_dump(tmp_path, reference_runs):
     ckpt = tmp_path / "ckpt"
     # dp4, R=2: after rank 2 dies, shard 0 is still on rank 0 and shard 1 on rank 3.
