@@ -99,7 +99,7 @@ def main():
         torch.save(params, os.path.join(args.params_out, f"params_rank{torch.distributed.get_rank()}.pt"))
     say(f"rank {torch.distributed.get_rank()} pid {os.getpid()} done")
     if torch.distributed.get_rank() == 0:
-        print(f"params digest {digest}", flush=True)
+        say(f"params digest {digest}")  # one write: a line split by another process's output is not found
 
 
 if __name__ == "__main__":

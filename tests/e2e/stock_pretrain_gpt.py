@@ -62,7 +62,8 @@ def main():
              ModelType.encoder_or_decoder, forward_step)
     digest = params_digest(MODEL_CHUNKS)
     if torch.distributed.get_rank() == 0:
-        print(f"params digest {digest}", flush=True)
+        sys.stdout.write(f"params digest {digest}\n")  # one write: never split by another process's output
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
