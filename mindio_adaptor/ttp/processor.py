@@ -214,12 +214,16 @@ def tft_reset_limit_step():
                               "tft_notify_controller_stop_train(..., stop_type='pause') with tft_pause_train")
 
 
+def _check_step(where: str, step) -> None:
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"{where}: step must be an int >= 0, got {step!r}")
+
+
 def tft_report_load_ckpt_step(step: int) -> None:
     """This rank's state was loaded from the checkpoint of `step` (a resumed job, or a rank that
     reloaded the periodic checkpoint): the controller takes `step` as its last completed update, so a
     fault before the next update repairs or dumps at `step`."""
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"tft_report_load_ckpt_step: step must be an int >= 0, got {step!r}")
+    _check_step("tft_report_load_ckpt_step", step)
     _require().report_loaded_step(step)
 
 
@@ -228,8 +232,7 @@ def tft_report_saved_ckpt_step(step: int) -> None:
     repair a faulty rank, the controller may have every rank load that checkpoint again online
     (the reference's LOAD_CKPT) instead of ending the job; it does so only when every rank reported
     the same step."""
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"tft_report_saved_ckpt_step: step must be an int >= 0, got {step!r}")
+    _check_step("tft_report_saved_ckpt_step", step)
     _require().report_ckpt_step(step)
 
 
