@@ -44,8 +44,6 @@ def reload(step: int) -> int:
     if not margs.save:
         raise RuntimeError(f"asked to reload the checkpoint of step {step}, but this run saves none (--save)")
     pinned, margs.ckpt_step = getattr(margs, "ckpt_step", None), step  # the reported step, not the tracker's
-    if STATE.scheduler is not None:
-        STATE.scheduler.num_steps = 0  # its load_state_dict steps by the saved count: from zero, not from ours
     try:
         iteration, flops = load_checkpoint(STATE.model, STATE.optimizer, STATE.scheduler, load_arg="save")
     finally:

@@ -60,7 +60,6 @@ def install_received(step: int) -> step_snapshot.StepSnapshot:
         raise RuntimeError(f"received the state of step {snapshot.iteration}, asked to roll back to step {step}")
     step_snapshot.set_args(snapshot)
     if STATE.scheduler is not None and received["scheduler"] is not None:
-        STATE.scheduler.num_steps = 0  # load_state_dict steps by the saved count: from zero, not from ours
         STATE.scheduler.load_state_dict(received["scheduler"])
     for opt, caches in zip(optimizers(STATE.optimizer), received["lazy_caches"]):
         for name, value in caches.items():

@@ -15,6 +15,7 @@ def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     STATE.model, STATE.optimizer, STATE.scheduler = model, optimizer, scheduler
     if scheduler is not None:
         scheduler.step = _completing(scheduler.step)
+        scheduler.load_state_dict = _loading_from_zero(scheduler.load_state_dict)
     if optimizer is not None:
         optimizer.step = _bracketed(optimizer.step)
         for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
@@ -67,6 +68,19 @@ def _completing(scheduler_step):
         return result
 
     return step_then_complete
+
+
+def _loading_from_zero(load_state_dict):
+    """Megatron's scheduler loads a state by stepping the saved count on top of its own: right in a
+    fresh process, a doubled schedule in one that trained. A repair or an online reload loads into a
+    trained scheduler, so every load after start-up starts from zero."""
+
+    def load_from_zero(*args, **kwargs):
+        scheduler.num_steps = 0
+        return load_state_dict(*args, **kwargs)
+
+    scheduler = load_state_dict.__self__
+    return load_from_zero
 
 
 def complete_step(step: int) -> None:
