@@ -31,7 +31,10 @@ std::string encode_dict(MsgType type, const py::dict& d) {
             return encode(RankStatusMsg{get<int32_t>(d, "rank", 0), get<int64_t>(d, "step", -1),
                                         static_cast<RunStatus>(get<int>(d, "run_status", 0)),
                                         static_cast<DataStatus>(get<int>(d, "data_status", 0)),
-                                        get<int64_t>(d, "ckpt_step", -1)});
+                                        get<int64_t>(d, "ckpt_step", -1),
+                                        static_cast<Section>(get<int>(d, "section", 0)),
+                                        get<int64_t>(d, "section_ms", 0), get<int64_t>(d, "limit_ms", 0),
+                                        get<uint64_t>(d, "progress", 0)});
         case MsgType::ReplicaInfo: {
             ReplicaInfoMsg m{get<int32_t>(d, "rank", 0), {}};
             for (auto item : get<py::list>(d, "groups", py::list())) {
@@ -127,6 +130,8 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             d["rank"] = m.rank; d["step"] = m.step; d["run_status"] = static_cast<int>(m.run_status);
             d["data_status"] = static_cast<int>(m.data_status);
             d["ckpt_step"] = m.ckpt_step;
+            d["section"] = static_cast<int>(m.section); d["section_ms"] = m.section_ms;
+            d["limit_ms"] = m.limit_ms; d["progress"] = m.progress;
             break;
         }
         case MsgType::ReplicaInfo: {
@@ -184,6 +189,9 @@ void bind_protocol(py::module_& m) {
     py::dict actions;
     for (uint16_t k = 1; k <= kMaxActionKind; ++k) actions[action_name(static_cast<ActionKind>(k))] = k;
     m.attr("ACTION_KINDS") = actions;
+    py::dict sections;
+    for (uint8_t k = 0; k <= kMaxSection; ++k) sections[section_name(static_cast<Section>(k))] = k;
+    m.attr("SECTIONS") = sections;
 
     m.def("crc32", [](py::bytes data) {
         std::string s = data;

@@ -187,6 +187,18 @@ void bind_runtime(py::module_& m) {
                 p.report_ckpt_step(step);
             });
         })
+        .def("begin_section", [](Processor& p, const std::string& name, double limit_s) {
+            Section section = Section::None;
+            for (uint8_t k = 1; k <= kMaxSection; ++k) {
+                if (name == section_name(static_cast<Section>(k))) section = static_cast<Section>(k);
+            }
+            if (section == Section::None) throw py::value_error("unknown section '" + name + "': step, save or eval");
+            if (!(limit_s >= 0)) throw py::value_error("section limit must be >= 0 seconds");
+            py::gil_scoped_release nogil;
+            p.begin_section(section, static_cast<int64_t>(limit_s * 1000.0));
+        }, py::arg("name"), py::arg("limit_s"), "a timed section starts (limit 0: none)")
+        .def("end_section", &Processor::end_section, release())
+        .def("add_progress", &Processor::add_progress, py::arg("units") = 1)
         .def("report_error", &Processor::report_error, release())
         .def("wait_next_action", [](Processor& p, double timeout_s) {
             py::gil_scoped_release nogil;

@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "controller/liveness.h"
 #include "controller/state_machine.h"
 
 namespace py = pybind11;
@@ -80,4 +81,32 @@ void bind_state_machine(py::module_& m) {
     }, py::arg("kinds"), py::arg("policy"), py::arg("retry"), py::arg("recover"), py::arg("during_repair"),
        py::arg("repairable"), py::arg("dump_possible"),
        "-> (built-in decision, decision after the policy's answer), as the controller combines them");
+    m.def("judge_liveness", [](const std::vector<py::dict>& ranks, double heartbeat_misses, int64_t silence_limit_ms) {
+        std::vector<RankSighting> sightings;
+        for (const auto& d : ranks) {
+            RankSighting s;
+            s.watched = d.contains("watched") ? d["watched"].cast<bool>() : true;
+            s.silent_ms = d.contains("silent_ms") ? d["silent_ms"].cast<int64_t>() : 0;
+            s.heartbeat_ms = d.contains("heartbeat_ms") ? d["heartbeat_ms"].cast<int64_t>() : 2000;
+            s.step = d.contains("step") ? d["step"].cast<int64_t>() : -1;
+            std::string section = d.contains("section") ? d["section"].cast<std::string>() : "none";
+            bool known = false;
+            for (uint8_t k = 0; k <= kMaxSection; ++k) {
+                if (section == section_name(static_cast<Section>(k))) s.section = static_cast<Section>(k), known = true;
+            }
+            if (!known) throw py::value_error("unknown section '" + section + "'");
+            s.section_ms = d.contains("section_ms") ? d["section_ms"].cast<int64_t>() : 0;
+            s.limit_ms = d.contains("limit_ms") ? d["limit_ms"].cast<int64_t>() : 0;
+            s.section_progress = d.contains("progress") ? d["progress"].cast<uint64_t>() : 0;
+            sightings.push_back(s);
+        }
+        LivenessVerdict v = judge_liveness(sightings, LivenessRules{heartbeat_misses, silence_limit_ms});
+        py::dict out;
+        out["suspects"] = std::vector<int>(v.suspects.begin(), v.suspects.end());
+        out["hung"] = std::vector<int>(v.hung.begin(), v.hung.end());
+        out["why"] = v.why;
+        return out;
+    }, py::arg("ranks"), py::arg("heartbeat_misses") = 3.0, py::arg("silence_limit_ms") = 60000,
+       "The controller's liveness judgement on synthetic sightings: per rank a dict of watched, silent_ms, "
+       "heartbeat_ms, step, section, section_ms, limit_ms, progress -> {'suspects', 'hung', 'why'}");
 }

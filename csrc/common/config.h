@@ -11,6 +11,10 @@
 //   MINDIO_TOKEN                   shared secret every processor must present
 //   MINDIO_ARF_WAIT_S              seconds the controller waits for a restarted process to replace a
 //                                  dead rank and report ready (ARF), 0.1..3600 (default 600)
+//   MINDIO_SILENCE_LIMIT_S         seconds a rank with an open connection may stay silent before it is
+//                                  judged hung whatever it was doing, 1..3600 (default 60)
+//   MINDIO_SAVE_WAIT_S             longest a fault's handling waits for a checkpoint save in progress
+//                                  to finish before stopping the ranks, 0..3600 (default 120)
 //   MINDIO_RESTARTED               1 in a process the launcher started again for a dead rank (ARF), else
 //                                  0 or unset; it registers as a replacement (tft_is_reboot_node)
 #pragma once

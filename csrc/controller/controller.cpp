@@ -225,6 +225,8 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     ++r.generation;
     r.heartbeat_ms = m.heartbeat_ms;
     r.last_seen = Clock::now();
+    r.suspect = r.hang_reported = false;
+    r.section = Section::None;
     conn_rank_[conn] = m.rank;
     server_.authenticate(conn);
     server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok"})));
@@ -287,8 +289,13 @@ int Controller::rank_of_conn_locked(uint64_t conn) const {
 
 void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     std::lock_guard<std::mutex> lock(mu_);
+    heard_from_locked(m.rank);
     RankEntry& r = ranks_[m.rank];
-    r.last_seen = Clock::now();
+    if (m.section != r.section || m.progress != r.progress || m.step != r.step) r.hang_reported = false;
+    r.section = m.section;
+    r.section_ms = m.section_ms;
+    r.limit_ms = m.limit_ms;
+    r.progress = m.progress;
     r.step = m.step;
     r.ckpt_step = m.ckpt_step;
     r.data = m.data_status;
@@ -299,7 +306,7 @@ void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
 
 void Controller::handle_replica(const ReplicaInfoMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    ranks_[m.rank].last_seen = Clock::now();
+    heard_from_locked(m.rank);
     for (const auto& g : m.groups) {
         std::vector<int> ranks(g.ranks.begin(), g.ranks.end());
         try {
@@ -314,7 +321,7 @@ void Controller::handle_replica(const ReplicaInfoMsg& m) {
 
 void Controller::handle_error(const ErrorReportMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    ranks_[m.rank].last_seen = Clock::now();
+    heard_from_locked(m.rank);
     auto kind = fault_kind_of(static_cast<ReportState>(m.state));
     event_locked("report", "rank " + std::to_string(m.rank) + " state " + std::to_string(m.state) +
                                (m.error_code.empty() ? "" : " code " + m.error_code));
@@ -332,7 +339,7 @@ void Controller::handle_error(const ErrorReportMsg& m) {
 
 void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    ranks_[m.rank].last_seen = Clock::now();
+    heard_from_locked(m.rank);
     if (!pending_ || pending_->seq != seq || !pending_->waiting.count(m.rank)) {
         LOG_DEBUG(kLog, cfg_.rank, "ignored stale reply of rank " << m.rank << " to sn " << seq);
         return;
@@ -419,26 +426,73 @@ void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& w
     cv_.notify_all();
 }
 
+// Death is a closed connection that no processor re-registered within one heartbeat period. Silence
+// with the connection open is judged by judge_liveness_locked.
 void Controller::detect_dead_locked() {
     auto now = Clock::now();
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
         RankEntry& r = ranks_[rank];
-        if (!r.registered || r.dead || r.left) continue;
-        auto period = std::chrono::milliseconds(r.heartbeat_ms);
-        std::string why;
-        // A closed connection gets one period to come back (a reconnecting processor); a silent
-        // one is given heartbeat_misses periods, since a busy host may delay a beat or two.
-        if (!r.connected && now - r.disconnected_at > period) {
-            why = "connection lost and not re-registered within one heartbeat period";
-        } else if (now - r.last_seen > std::chrono::duration_cast<std::chrono::milliseconds>(period * cfg_.heartbeat_misses)) {
-            why = "no heartbeat for " +
-                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count()) + " ms";
-        }
-        if (why.empty()) continue;
+        if (!r.registered || r.dead || r.left || r.connected) continue;
+        if (now - r.disconnected_at <= std::chrono::milliseconds(r.heartbeat_ms)) continue;
+        std::string why = "connection lost and not re-registered within one heartbeat period";
         r.dead = true;
         if (state_ == State::Exit || state_ == State::Final) continue;
         event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
         add_fault_locked(static_cast<int>(rank), FaultKind::Node, why);
+    }
+}
+
+void Controller::heard_from_locked(int rank) {
+    RankEntry& r = ranks_[rank];
+    auto now = Clock::now();
+    if (r.suspect) {
+        auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
+        r.suspect = false;
+        event_locked("suspect_cleared", "rank " + std::to_string(rank) + " after " + std::to_string(silent) + " ms");
+        LOG_INFO(kLog, cfg_.rank, "rank " << rank << " heard again after " << silent << " ms of silence: not a fault");
+    }
+    r.last_seen = now;
+}
+
+// Suspects are logged once per silence; a hang found while training runs normally is a fault of the
+// ranks the rule names (reported once until they show progress), handled like an unknown error.
+void Controller::judge_liveness_locked() {
+    auto now = Clock::now();
+    std::vector<RankSighting> sightings(ranks_.size());
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+        const RankEntry& r = ranks_[i];
+        RankSighting& s = sightings[i];
+        s.watched = r.registered && r.connected && !r.dead && !r.left && !r.joining;
+        s.silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
+        s.heartbeat_ms = r.heartbeat_ms;
+        s.step = r.step;
+        s.section = r.section;
+        s.section_ms = r.section_ms;
+        s.limit_ms = r.limit_ms;
+        s.section_progress = r.progress;
+    }
+    LivenessRules rules{cfg_.heartbeat_misses, cfg_.silence_limit_ms};
+    LivenessVerdict verdict = judge_liveness(sightings, rules);
+    for (int rank : verdict.suspects) {
+        RankEntry& r = ranks_[rank];
+        if (r.suspect) continue;
+        r.suspect = true;
+        std::string detail = "rank " + std::to_string(rank) + " silent for " + std::to_string(sightings[rank].silent_ms) +
+                             " ms with its connection open (last in section " + section_name(r.section) + ")";
+        event_locked("suspect", detail);
+        LOG_WARN(kLog, cfg_.rank, detail << ": a suspect, not dead; the hang rule decides");
+    }
+    if (verdict.hung.empty() || state_ != State::Normal) return;
+    std::set<int> fresh;
+    for (int rank : verdict.hung) {
+        if (!ranks_[rank].hang_reported) fresh.insert(rank);
+    }
+    if (fresh.empty()) return;
+    event_locked("hang", verdict.why);
+    LOG_ERROR(kLog, cfg_.rank, "hang: " << verdict.why);
+    for (int rank : fresh) {
+        ranks_[rank].hang_reported = true;
+        add_fault_locked(rank, FaultKind::Unknown, "hung: " + verdict.why);
     }
 }
 
@@ -458,6 +512,7 @@ void Controller::run() {
         cv_.wait_for(lock, kTick);
         if (stopping_) break;
         detect_dead_locked();
+        judge_liveness_locked();
         if (state_ == State::Init &&
             std::all_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.registered; })) {
             transition_locked(State::Normal, "all " + std::to_string(cfg_.world_size) + " ranks registered");
@@ -544,7 +599,9 @@ void Controller::handle_fault() {
     while (!stopping_ && Clock::now() < std::max(until, connection_losses_settled_locked())) {
         cv_.wait_until(lock, Clock::now() + kTick);
         detect_dead_locked();
+        judge_liveness_locked();
     }
+    await_saves(lock, pending_faults_);
     second_fault_ = false;
     std::map<int, Fault> faults = std::move(pending_faults_);
     pending_faults_.clear();
@@ -609,6 +666,41 @@ void Controller::handle_fault() {
             if (!in.dump_possible) why << "; dump impossible, no complete replica:" << missing_shards_text(saver_plan);
             return exit_all("no recovery possible: " + why.str(), 499);
     }
+}
+
+// No STOP into a checkpoint save: while a healthy rank is saving, the save may still complete (a dead
+// peer makes it fail at once instead), so the stop waits for it, bounded by MINDIO_SAVE_WAIT_S and by
+// the saves' own limits. A save that does not end in time is abandoned by the STOP; Megatron marks a
+// checkpoint latest only once it is complete, and the dump replaces what an abandoned save left.
+void Controller::await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults) {
+    auto saving = [&] {
+        std::set<int> ranks;
+        for (int r : live_ranks_locked()) {
+            if (ranks_[r].connected && ranks_[r].section == Section::Save && !faults.count(r)) ranks.insert(r);
+        }
+        return ranks;
+    };
+    std::set<int> first = saving();
+    if (first.empty() || cfg_.save_wait_ms <= 0) return;
+    int64_t bound_ms = cfg_.save_wait_ms;
+    for (int r : first) {
+        if (ranks_[r].limit_ms > 0) bound_ms = std::min(bound_ms, std::max<int64_t>(0, ranks_[r].limit_ms - ranks_[r].section_ms));
+    }
+    auto started = Clock::now();
+    LOG_INFO(kLog, cfg_.rank, "ranks " << list_text(first) << " are saving a checkpoint: waiting up to " << bound_ms
+                                       << " ms for the save to finish before stopping them");
+    auto deadline = started + std::chrono::milliseconds(bound_ms);
+    while (!stopping_ && Clock::now() < deadline && !saving().empty()) {
+        cv_.wait_until(lock, Clock::now() + kTick);
+        detect_dead_locked();
+    }
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+    std::set<int> still = saving();
+    std::string detail = still.empty() ? "save finished after " + std::to_string(waited) + " ms"
+                                       : "ranks " + list_text(still) + " still saving after " + std::to_string(waited) +
+                                             " ms: the save is abandoned";
+    event_locked("save_wait", detail);
+    LOG_INFO(kLog, cfg_.rank, detail);
 }
 
 // PRELOCK, as the reference: repair_step = the highest completed step among the ranks whose status

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller/liveness.h"
 #include "controller/replica_manager.h"
 #include "controller/state_machine.h"
 #include "net/server.h"
@@ -37,7 +38,9 @@ struct ControllerConfig {
     int cluster_wait_ms = 30000;     // MINDIO_WAIT_MINDX_TIME: wait for the cluster manager's strategy
     int prelock_timeout_ms = 30000;  // MINDIO_PRELOCK_TIMEOUT: one wait for laggards after PRELOCK
     int prelock_tries = 3;           // MINDIO_PRELOCK_TRIES: that many waits before giving up on them
-    double heartbeat_misses = 3.0;   // a silent rank is dead after this many of its periods
+    double heartbeat_misses = 3.0;   // a silent rank is a suspect (not dead) after this many of its periods
+    int silence_limit_ms = 60000;    // MINDIO_SILENCE_LIMIT_S: a rank silent this long is hung
+    int save_wait_ms = 120000;       // MINDIO_SAVE_WAIT_S: a fault waits this long for a save to finish
     int arf_wait_ms = 600000;        // MINDIO_ARF_WAIT_S: wait for restarted processes to register and be ready
     std::string token;
 };
@@ -113,6 +116,11 @@ private:
         int64_t ckpt_step = -1;  // the last periodic checkpoint it saved
         DataStatus data = DataStatus::Updated;
         RunStatus run = RunStatus::Running;
+        Section section = Section::None;
+        int64_t section_ms = 0, limit_ms = 0;
+        uint64_t progress = 0;
+        bool suspect = false;  // silent for heartbeat_misses periods with its connection open
+        bool hang_reported = false;  // named by the hang rule; again only after it reported progress
     };
     struct CodedReport {
         uint8_t state;
@@ -166,6 +174,9 @@ private:
 
     void run();
     void detect_dead_locked();
+    void heard_from_locked(int rank);
+    void judge_liveness_locked();
+    void await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults);
     Clock::time_point connection_losses_settled_locked() const;
     void add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded = nullptr);
     void transition_locked(State to, const std::string& why);

@@ -163,7 +163,11 @@ bool Processor::send_frame(const std::string& frame) {
 
 std::string Processor::status_frame(MsgType type) const {
     std::lock_guard<std::mutex> lock(mu_);
-    return encode_frame(type, 0, encode(RankStatusMsg{cfg_.rank, step_, run_, data_, ckpt_step_}));
+    RankStatusMsg m{cfg_.rank, step_, run_, data_, ckpt_step_, section_, 0, section_limit_ms_, progress_.load()};
+    if (section_ != Section::None) {
+        m.section_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - section_started_).count();
+    }
+    return encode_frame(type, 0, encode(m));
 }
 
 void Processor::drop_connection(const std::string& why) {
@@ -188,6 +192,7 @@ void Processor::net_loop() {
             if (connect_and_register(&error, &fatal)) {
                 attempt = 0;
                 parser = FrameParser();
+                last_beat_ = {};  // the time spent reconnecting is no late beat
                 continue;
             }
             if (fatal || ++attempt >= cfg_.retry_times) {
@@ -204,6 +209,7 @@ void Processor::net_loop() {
         }
         auto now = Clock::now();
         if (now >= next_beat) {
+            note_late_beat(now);
             send_frame(status_frame(MsgType::Heartbeat));
             next_beat = now + std::chrono::milliseconds(cfg_.heartbeat_ms);
             watch_handler();
@@ -277,6 +283,24 @@ void Processor::on_action(uint64_t seq, const std::string& body) {
         }
     }
     if (!cached.empty()) send_frame(cached);
+}
+
+// The net thread needs no GIL and runs no callback, so a late beat means this process did not run
+// (stopped, starved of CPU, swapping) or a send blocked: logged with the numbers, so that a suspect the
+// controller reports can be matched with its cause here.
+void Processor::note_late_beat(Clock::time_point now) {
+    if (last_beat_ != Clock::time_point{}) {
+        auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_beat_).count();
+        if (gap > 2 * static_cast<int64_t>(cfg_.heartbeat_ms)) {
+            {
+                std::lock_guard<std::mutex> lock(mu_);
+                ++stats_["late_heartbeats"];
+            }
+            LOG_WARN(kLog, cfg_.rank, "heartbeat sent " << gap << " ms after the previous one (period " << cfg_.heartbeat_ms
+                                                        << " ms): the heartbeat thread did not run or a send blocked");
+        }
+    }
+    last_beat_ = now;
 }
 
 void Processor::watch_handler() {
@@ -416,6 +440,32 @@ void Processor::report_loaded_step(int64_t step) {
     }
     send_frame(status_frame(MsgType::Status));
 }
+
+void Processor::begin_section(Section section, int64_t limit_ms) {
+    if (section == Section::None) throw std::invalid_argument("begin_section: no section given");
+    if (limit_ms < 0) throw std::invalid_argument("begin_section: negative limit " + std::to_string(limit_ms) + " ms");
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        section_ = section;
+        section_started_ = Clock::now();
+        section_limit_ms_ = limit_ms;
+        progress_ = 0;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
+void Processor::end_section() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (section_ == Section::None) return;
+        section_ = Section::None;
+        section_limit_ms_ = 0;
+        progress_ = 0;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
+void Processor::add_progress(uint64_t units) { progress_.fetch_add(units); }
 
 void Processor::report_error(uint8_t report_state, const std::string& error_code) {
     // Refused here, in the caller's thread, so the training code learns of a bad code at once

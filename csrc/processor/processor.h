@@ -63,6 +63,12 @@ public:
     void report_loaded_step(int64_t step);
     // A periodic checkpoint of `step` is complete: the controller may reload it online (LOAD_CKPT).
     void report_ckpt_step(int64_t step);
+    // The training thread entered a timed section (the controller judges a hang against limit_ms, 0 for
+    // none) or left it; both are sent at once. add_progress counts work done inside the section (it
+    // tells a hung rank from the peers waiting on it) and travels with the next heartbeat.
+    void begin_section(Section section, int64_t limit_ms);
+    void end_section();
+    void add_progress(uint64_t units);
     void report_error(uint8_t report_state, const std::string& error_code);
     NextAction wait_next_action(int timeout_ms);
     int64_t repair_step() const;
@@ -90,6 +96,7 @@ private:
     void drop_connection(const std::string& why);
     bool on_frame(const Frame& frame);
     void watch_handler();
+    void note_late_beat(Clock::time_point now);
 
     const ProcessorConfig cfg_;
     std::string host_;
@@ -108,6 +115,10 @@ private:
     int64_t ckpt_step_ = -1;
     DataStatus data_ = DataStatus::Updated;
     RunStatus run_ = RunStatus::Running;
+    Section section_ = Section::None;
+    Clock::time_point section_started_;
+    int64_t section_limit_ms_ = 0;
+    std::atomic<uint64_t> progress_{0};
     int64_t repair_step_ = -1;
     int64_t prelock_step_ = -1;  // >= 0 between PRELOCK and the NORMAL/EXIT that ends the fault handling
     Strategy repair_type_ = Strategy::None;
@@ -121,6 +132,7 @@ private:
     std::deque<Queued> queue_;
     std::optional<std::pair<ActionKind, Clock::time_point>> running_action_;
     bool warned_slow_ = false;
+    Clock::time_point last_beat_;  // when the net thread last sent a heartbeat: a late one is logged
     std::map<std::string, uint64_t> stats_;
     std::thread net_thread_, worker_thread_;
 };

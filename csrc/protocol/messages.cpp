@@ -12,6 +12,7 @@ public:
     void u32(uint32_t v) { raw(v, 4); }
     void i32(int32_t v) { raw(static_cast<uint32_t>(v), 4); }
     void i64(int64_t v) { raw(static_cast<uint64_t>(v), 8); }
+    void u64(uint64_t v) { raw(v, 8); }
     void str(const std::string& s) {
         if (s.size() > kMaxString) throw ProtocolError("string field of " + std::to_string(s.size()) + " bytes is too long");
         u32(static_cast<uint32_t>(s.size()));
@@ -37,6 +38,7 @@ public:
     uint32_t u32(const char* field) { return static_cast<uint32_t>(raw(field, 4)); }
     int32_t i32(const char* field) { return static_cast<int32_t>(static_cast<uint32_t>(raw(field, 4))); }
     int64_t i64(const char* field) { return static_cast<int64_t>(raw(field, 8)); }
+    uint64_t u64(const char* field) { return raw(field, 8); }
     std::string str(const char* field) {
         uint32_t n = u32(field);
         if (n > kMaxString) fail(field, "string length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
@@ -131,6 +133,15 @@ const char* action_name(ActionKind kind) {
     return "unknown";
 }
 
+const char* section_name(Section s) {
+    switch (s) {
+        case Section::Step: return "step";
+        case Section::Save: return "save";
+        case Section::Eval: return "eval";
+        default: return "none";
+    }
+}
+
 const char* strategy_name(Strategy s) {
     switch (s) {
         case Strategy::None: return "none";
@@ -183,6 +194,10 @@ std::string encode(const RankStatusMsg& m) {
     w.u8(static_cast<uint8_t>(m.run_status));
     w.u8(static_cast<uint8_t>(m.data_status));
     w.i64(m.ckpt_step);
+    w.u8(static_cast<uint8_t>(m.section));
+    w.i64(m.section_ms);
+    w.i64(m.limit_ms);
+    w.u64(m.progress);
     return w.out;
 }
 
@@ -193,6 +208,12 @@ void decode(const std::string& body, RankStatusMsg& m) {
     m.run_status = static_cast<RunStatus>(r.enum_u8("run_status", 3));
     m.data_status = static_cast<DataStatus>(r.enum_u8("data_status", 2));
     m.ckpt_step = r.i64("ckpt_step");
+    m.section = static_cast<Section>(r.enum_u8("section", kMaxSection));
+    m.section_ms = r.i64("section_ms");
+    m.limit_ms = r.i64("limit_ms");
+    m.progress = r.u64("progress");
+    if (m.section_ms < 0) r.fail("section_ms", "negative duration " + std::to_string(m.section_ms));
+    if (m.limit_ms < 0) r.fail("limit_ms", "negative limit " + std::to_string(m.limit_ms));
     r.finish();
 }
 

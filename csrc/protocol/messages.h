@@ -14,6 +14,11 @@ enum class DataStatus : uint8_t { Updated = 0, Updating = 1, Copying = 2 };
 enum class RunStatus : uint8_t { Running = 0, Faulted = 1, Stopped = 2, Paused = 3 };
 // The controller's choice after a fault; also what tft_get_repair_type() reports.
 enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4 };
+// What a rank's training thread is doing, timed against a limit the rank derives from its own history
+// (the hang rule): the controller judges a hang from these, not from a silent heartbeat alone.
+enum class Section : uint8_t { None = 0, Step = 1, Save = 2, Eval = 3 };
+constexpr uint8_t kMaxSection = 3;
+const char* section_name(Section s);
 
 enum class ActionKind : uint16_t {
     Stop = 1, Clean = 2, Repair = 3, Rollback = 4, RebuildGroup = 5, SaveCkpt = 6, Rename = 7,
@@ -47,6 +52,10 @@ struct RankStatusMsg {
     RunStatus run_status = RunStatus::Running;
     DataStatus data_status = DataStatus::Updated;
     int64_t ckpt_step = -1;  // step of the last periodic checkpoint this rank saved (can load again); -1 none
+    Section section = Section::None;
+    int64_t section_ms = 0;  // how long the section had run when this was sent
+    int64_t limit_ms = 0;    // the section's time limit; 0: none
+    uint64_t progress = 0;   // work done in the section so far (micro-batch forwards and backwards)
 };
 
 struct ReplicaGroupMsg {

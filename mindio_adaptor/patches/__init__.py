@@ -10,6 +10,7 @@ PATCH_MODULES = [
     "training",
     "optimizer_state",
     "fault_injection",
+    "sections",
     "exception_loop",
     "controller_link",
     "process_replacement",

@@ -11,7 +11,8 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import job_store
 from mindio_adaptor.core.comm import CommEpochs
-from mindio_adaptor.patches.exception_loop import TRAINING, seconds_from_env
+from mindio_adaptor.core.env_values import seconds_from_env
+from mindio_adaptor.patches.exception_loop import TRAINING
 
 LAST_EPOCH = "comm/last_epoch"
 REBUILD_TIMEOUT_ENV = "MINDIO_REBUILD_TIMEOUT_S"

@@ -17,12 +17,14 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Tuple
 
 from mindio_adaptor.core import comm_abort
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.env_values import seconds_from_env
+from mindio_adaptor.core.hang_rule import limits_from_env
 from mindio_adaptor.core.recovery_timeline import Timeline
-from mindio_adaptor.core.step_watchdog import StepWatchdog
+from mindio_adaptor.patches import sections
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training import current_iteration
 
@@ -30,7 +32,6 @@ logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_ENV = "MINDIO_STOP_TIMEOUT_S"
 DEFAULT_STOP_TIMEOUT_S = 30.0
-STEP_TIMEOUT_ENV = "MINDIO_STEP_TIMEOUT_S"  # default: Megatron's --distributed-timeout-minutes
 HUNG_EXIT_GRACE_S = 2.0
 DECISION_TIMEOUT_S = 30 * 60.0  # the reference's longest wait: a dump may take that long
 
@@ -47,7 +48,6 @@ class TrainingThread:
         self.jobs: "queue.Queue[Tuple[Callable[[], Any], Future]]" = queue.Queue()
         self.keep_ports: set = set()  # connections a stop must not break: store, controller
         self.backend = "gloo"
-        self.watchdog: Optional[StepWatchdog] = None
 
     def reset(self):
         """The training thread resumes training: the next stop starts from scratch."""
@@ -89,40 +89,18 @@ def _end_recovery(outcome: str) -> None:
         logger.info("%s", recovery.line(dist_rank()))
 
 
-def seconds_from_env(name: str, default: float, low: float, high: float) -> float:
-    value = os.environ.get(name, str(default))
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"{name}={value!r}: expected seconds, e.g. 30") from None
-    if not low <= seconds <= high:
-        raise ValueError(f"{name}={value!r}: must be within {low:g}..{high:g} seconds")
-    return seconds
-
-
 def stop_timeout_s() -> float:
     return seconds_from_env(STOP_TIMEOUT_ENV, DEFAULT_STOP_TIMEOUT_S, 1, 1800)
 
 
 def arm(margs) -> None:
-    """At connect: the hang watchdog and the exit handler. Read here so a bad value stops the start."""
+    """At connect: the hang rule's section limits and the exit handler. Read here so a bad value stops
+    the start. Before anything is measured a section may take Megatron's collective timeout."""
     from mindio_adaptor.ttp import processor
 
     stop_timeout_s()
-    limit = seconds_from_env(STEP_TIMEOUT_ENV, margs.distributed_timeout_minutes * 60.0, 1, 7 * 24 * 3600)
-    TRAINING.watchdog = StepWatchdog(limit, _report_hang)
+    sections.arm(limits_from_env(margs.distributed_timeout_minutes * 60.0), processor.section_link())
     processor.tft_register_exit_handler(_exit_even_if_hung)
-
-
-def _report_hang(step: int, age: float) -> None:
-    """Watchdog thread: the step may be stuck in compute or in a collective with a hung peer; either
-    way the controller decides (a dump), and its STOP finds out which ranks can still act."""
-    from mindio_adaptor.ttp import processor
-    from mindio_adaptor.ttp.enums import ReportState
-
-    logger.error("step %d has been running for %.0f s (limit %s=%.0f s): reporting a hang", step, age,
-                 STEP_TIMEOUT_ENV, TRAINING.watchdog.limit_s)
-    processor.tft_report_error(ReportState.UNKNOWN, "")
 
 
 def _exit_even_if_hung(ctx):
@@ -175,10 +153,9 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
     if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
         args = (args[0], online_repair.prepare_step(args[1], step), *args[2:])
     while True:
-        if TRAINING.watchdog is not None:
-            TRAINING.watchdog.step_started(step)
         try:
-            result = wrapped(*args, **kwargs)
+            with sections.timed("step"):
+                result = wrapped(*args, **kwargs)
             _end_recovery("first step done")
             return result
         except Exception as exc:
@@ -196,9 +173,6 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
                 raise RuntimeError(f"step {step}: the controller's repair step {repair_step} is past this "
                                    f"step") from exc
             logger.info("step %d: recomputing after the online repair", step)
-        finally:
-            if TRAINING.watchdog is not None:
-                TRAINING.watchdog.step_ended()
 
 
 def _train_in_exception_loop(wrapped, instance, args, kwargs):

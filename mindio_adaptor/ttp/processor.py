@@ -236,6 +236,12 @@ def tft_report_saved_ckpt_step(step: int) -> None:
     _require().report_ckpt_step(step)
 
 
+def section_link():
+    """Ours: what patches/sections reports through (begin_section(name, limit_s), end_section(),
+    add_progress(units)): the processor's timed sections, which the controller's hang rule judges."""
+    return _require()
+
+
 def tft_register_decrypt_handler(fn):
     raise NotImplementedError("tft_register_decrypt_handler: TLS is not implemented")
 

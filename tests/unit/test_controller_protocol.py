@@ -18,8 +18,10 @@ def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version
 SAMPLES = {
     "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True},
     "REGISTER_ACK": {"result": 1, "message": "bad token"},
-    "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000},
-    "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0, "ckpt_step": -1},
+    "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000,
+                  "section": nat.SECTIONS["save"], "section_ms": 61234, "limit_ms": 600000, "progress": 2 ** 40},
+    "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0, "ckpt_step": -1, "section": 0,
+               "section_ms": 0, "limit_ms": 0, "progress": 0},
     "REPLICA_INFO": {"rank": 5, "groups": [
         {"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0, "ranks": [1, 3, 5, 7]},
         {"optimizer_type": 1, "replica_cnt": 4, "replica_shift": 0, "ranks": list(range(8))}]},

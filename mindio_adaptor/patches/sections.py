@@ -1,0 +1,108 @@
+"""What the controller's hang rule sees of Megatron: the train step, checkpoint saves and evaluation as
+timed sections, each with the limit this rank derived from its own history (core/hang_rule), and the
+micro-batches' forwards and backwards as progress inside them. The controller judges a hang from
+these (csrc/controller/liveness), so a rank hung in compute, in a collective, in the data loader or
+stopped by the OS is found in seconds, and its peers waiting on it are not blamed.
+
+Sections are reported only once the processor is connected (controller_link arms them); the train
+step's section is opened by the exception loop around each attempt, so the time a rank spends parked
+in a recovery is no step time.
+"""
+import logging
+import time
+from contextlib import contextmanager
+from typing import Optional
+
+from mindio_adaptor.core.hang_rule import SectionLimits
+from mindio_adaptor.patches.registry import Patch
+
+logger = logging.getLogger(__name__)
+
+
+class SectionClock:
+    """Times this rank's sections and tells the processor when each starts and ends."""
+
+    def __init__(self, limits: SectionLimits, processor):
+        self.limits = limits
+        self._processor = processor
+        self._announced = set()
+
+    @contextmanager
+    def timed(self, section: str):
+        limit_s, how = self.limits.limit(section)
+        measured = not how.startswith("initial")
+        if (section, measured) not in self._announced:  # the first limit, then the first measured one
+            self._announced.add((section, measured))
+            logger.info("hang rule: %s limit %.1f s (%s)", section, limit_s, how)
+        self._processor.begin_section(section, limit_s)
+        started = time.monotonic()
+        try:
+            yield
+        except BaseException:
+            self._processor.end_section()
+            raise
+        self._processor.end_section()
+        self.limits.record(section, time.monotonic() - started)
+
+    def progress(self) -> None:
+        self._processor.add_progress(1)
+
+
+CLOCK: Optional[SectionClock] = None
+
+
+def arm(limits: SectionLimits, processor) -> None:
+    global CLOCK
+    CLOCK = SectionClock(limits, processor)
+
+
+@contextmanager
+def timed(section: str):
+    """The section on this rank's clock, or nothing before the processor is connected."""
+    if CLOCK is None:
+        yield
+        return
+    with CLOCK.timed(section):
+        yield
+
+
+def _progress() -> None:
+    if CLOCK is not None:
+        CLOCK.progress()
+
+
+def _timed_save(wrapped, instance, args, kwargs):
+    with timed("save"):
+        return wrapped(*args, **kwargs)
+
+
+def _timed_evaluation(wrapped, instance, args, kwargs):
+    with timed("eval"):
+        return wrapped(*args, **kwargs)
+
+
+def _forward_counted(wrapped, instance, args, kwargs):
+    if CLOCK is None or not args:
+        return wrapped(*args, **kwargs)
+    forward_step_func, *rest = args
+
+    def forward_step(*f_args, **f_kwargs):
+        result = forward_step_func(*f_args, **f_kwargs)
+        _progress()
+        return result
+
+    return wrapped(forward_step, *rest, **kwargs)
+
+
+def _backward_counted(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    _progress()
+    return result
+
+
+PATCHES = [
+    Patch("megatron.training.training", "save_checkpoint_and_time", _timed_save),
+    Patch("megatron.training.training", "evaluate_and_print_results", _timed_evaluation),
+    Patch("megatron.training.training", "train_step", _forward_counted),
+    Patch("megatron.core.pipeline_parallel.schedules", "backward_step", _backward_counted),
+]
