@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -44,6 +46,7 @@ class RunResult:
     step_ms: Dict[int, float] = field(default_factory=dict)
     num_zeros: Dict[int, float] = field(default_factory=dict)
     digest: Optional[str] = None
+    leftover: List[str] = field(default_factory=list)  # processes of the run still alive after it ended
 
     def require_success(self) -> "RunResult":
         if self.returncode != 0:
@@ -105,8 +108,9 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
     command = [sys.executable, "-m", *launcher, "--standalone",
                f"--nproc-per-node={nproc}", str(script or EXAMPLE), *TINY_GPT_FLAGS,
                "--train-iters", str(train_iters), *flags]
+    run_id = uuid.uuid4().hex
     full_env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1", **(env or {})}
+                "PYTHONUNBUFFERED": "1", RUN_ID_ENV: run_id, **(env or {})}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=full_env, cwd=cwd, start_new_session=True)
     lines: List[str] = []
@@ -121,7 +125,40 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
         raise AssertionError(f"training did not finish within {timeout} s; last output:\n"
                              f"{''.join(lines)[-6000:]}")
     reader.join(30)
-    return parse_output(proc.returncode, "".join(lines))
+    result = parse_output(proc.returncode, "".join(lines))
+    result.leftover = processes_left(run_id)
+    return result
+
+
+RUN_ID_ENV = "MINDIO_TINY_JOB_RUN"  # marks every process a run starts, whatever session it moves to
+
+
+def processes_left(run_id: str, grace_s: float = 10.0) -> List[str]:
+    """Processes of the run (they carry its id in their environment) still alive `grace_s` after it
+    ended, as 'pid name' strings; they are killed, so one run's leftovers do not disturb the next."""
+    import psutil
+
+    def alive():
+        found = []
+        for p in psutil.process_iter(["pid", "name"]):
+            try:
+                if p.pid != os.getpid() and p.environ().get(RUN_ID_ENV) == run_id:
+                    found.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
+
+    deadline = time.monotonic() + grace_s
+    left = alive()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = alive()
+    for p in left:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [f"{p.pid} {p.info['name']}" for p in left]
 
 
 def _pump(stream, lines: List[str], on_line):

@@ -61,14 +61,3 @@ def test_both_holders_of_a_shard_killed_writes_nothing(tmp_path):
     assert run.returncode != 0
     assert "dump impossible, no complete replica: type 0 group 0 shard 1" in run.output
     assert not ckpt.exists() or not [p for p in ckpt.iterdir() if p.name.startswith("iter_")]
-
-
-def test_hung_rank_is_detected_and_the_others_dump(tmp_path):
-    ckpt = tmp_path / "ckpt"
-    run = faulty_run(tmp_path, "hang:rank=3,step=5", ckpt, MINDIO_STEP_TIMEOUT_S="8", MINDIO_STOP_TIMEOUT_S="4")
-    assert run.returncode != 0
-    assert "step 5 has been running for" in run.output and "reporting a hang" in run.output
-    assert "action stop failed on rank 3" in run.output  # the hung rank never parks: it may not save
-    assert "dump of step 4 published" in run.output
-    assert "the training thread is hung: ending the process" in run.output
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
