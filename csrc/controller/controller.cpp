@@ -491,8 +491,17 @@ void Controller::judge_liveness_locked() {
     event_locked("hang", verdict.why);
     LOG_ERROR(kLog, cfg_.rank, "hang: " << verdict.why);
     for (int rank : fresh) {
-        ranks_[rank].hang_reported = true;
-        add_fault_locked(rank, FaultKind::Unknown, "hung: " + verdict.why);
+        RankEntry& r = ranks_[rank];
+        r.hang_reported = true;
+        if (!r.suspect) {
+            add_fault_locked(rank, FaultKind::Unknown, "hung: " + verdict.why);
+            continue;
+        }
+        // Silent as well: its process does not run, so it can answer no action; it is treated as lost.
+        r.dead = true;
+        std::string why = "silent and hung: " + verdict.why;
+        event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
+        add_fault_locked(rank, FaultKind::Node, why);
     }
 }
 

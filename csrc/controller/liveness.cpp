@@ -44,10 +44,10 @@ LivenessVerdict judge_liveness(const std::vector<RankSighting>& ranks, const Liv
         const RankSighting& r = ranks[i];
         if (!r.watched) continue;
         int rank = static_cast<int>(i);
-        if (r.silent_ms > static_cast<int64_t>(rules.heartbeat_misses * static_cast<double>(r.heartbeat_ms))) {
-            v.suspects.insert(rank);
-        }
-        if (r.silent_ms > rules.silence_limit_ms) too_silent.insert(rank);
+        bool missed = r.silent_ms > static_cast<int64_t>(rules.heartbeat_misses * static_cast<double>(r.heartbeat_ms));
+        // A silence limit below heartbeat_misses periods still makes the silent rank the suspect.
+        if (r.silent_ms > rules.silence_limit_ms) too_silent.insert(rank), missed = true;
+        if (missed) v.suspects.insert(rank);
         if (over_limit(r)) {
             over.insert(rank);
             if (first_over < 0) first_over = rank;
@@ -65,7 +65,7 @@ LivenessVerdict judge_liveness(const std::vector<RankSighting>& ranks, const Liv
     }
     if (!v.suspects.empty()) {
         v.hung = v.suspects;
-        why << "; silent: " << ranks_text(v.suspects);
+        if (!over.empty()) why << "; silent: " << ranks_text(v.suspects);
         v.why = why.str();
         return v;
     }

@@ -103,7 +103,8 @@ class FakeRank:
 
 
 @pytest.fixture
-def fake_job(job_env):
+def fake_job(job_env, monkeypatch):
+    monkeypatch.setenv("MINDIO_SILENCE_LIMIT_S", "1")
     ctl.tft_init_controller(-1, WORLD)
     port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
     ranks = []
@@ -119,7 +120,7 @@ def fake_job(job_env):
 
 def test_stop_reaches_every_live_rank_once_with_the_prelock_and_skips_a_dead_one(fake_job):
     ranks = fake_job
-    ranks[6].silent.set()  # still connected, but no heartbeat: declared dead after three periods
+    ranks[6].silent.set()  # still connected, but no heartbeat: a suspect, then hung at the silence limit
     live = [r for r in ranks if r.rank != 6]
     wait_until(lambda: all(any(k == "exit" for k, *_ in r.actions()) for r in live), 15, "EXIT at every live rank")
 

@@ -102,16 +102,22 @@ def test_sigkill_is_detected_within_three_heartbeats_and_dumps(tmp_path, job_env
         job.close()
 
 
-def test_silent_rank_is_declared_dead_after_missed_heartbeats(tmp_path, job_env):
+def test_silent_rank_is_a_suspect_then_hung_at_the_silence_limit(tmp_path, job_env, monkeypatch):
+    monkeypatch.setenv("MINDIO_SILENCE_LIMIT_S", "2")
     job = Job(tmp_path, 4)
     try:
         job.wait_ready()
         stopped_at = time.monotonic()
         job.procs[2].send_signal(signal.SIGSTOP)  # alive socket, no heartbeats
-        wait_until(lambda: job.controller_events("dead"), 3 * HEARTBEAT_S + 2.0, "rank 2 declared dead")
-        detected_after = time.monotonic() - stopped_at
-        assert 2 * HEARTBEAT_S <= detected_after < 4 * HEARTBEAT_S + 0.5, detected_after
-        assert "no heartbeat" in job.controller_events("dead")[0][2]
+        wait_until(lambda: job.controller_events("suspect"), 3 * HEARTBEAT_S + 2.0, "rank 2 suspect")
+        suspect_after = time.monotonic() - stopped_at
+        assert not job.controller_events("dead") and not job.controller_events("fault")
+        wait_until(lambda: job.controller_events("dead"), 5.0, "rank 2 judged hung")
+        hung_after = time.monotonic() - stopped_at
+        # Silence counts from the last beat, up to one period before the stop.
+        assert 3 * HEARTBEAT_S - HEARTBEAT_S <= suspect_after < 2.0 - HEARTBEAT_S <= hung_after < 3.5, (suspect_after, hung_after)
+        assert "rank 2 silent for" in job.controller_events("suspect")[0][2]
+        assert "silent and hung: ranks [2] silent for more than 2000 ms" in job.controller_events("dead")[0][2]
         job.wait_results([0, 1, 3])
         assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1]"]
     finally:

@@ -83,6 +83,12 @@ def test_silence_past_the_silence_limit_hangs_even_between_sections():
     assert verdict["hung"] == [2] and "silent for more than 60000 ms" in verdict["why"]
 
 
+def test_a_silence_limit_shorter_than_the_missed_periods_still_names_the_silent_rank():
+    ranks = [rank(), rank(silent_ms=1500, heartbeat_ms=2000)]
+    verdict = judge(ranks, silence_limit_ms=1000)
+    assert verdict["suspects"] == [1] and verdict["hung"] == [1]
+
+
 def test_unwatched_ranks_are_ignored():
     ranks = [rank(section_ms=13000, progress=4), rank(watched=False, silent_ms=10 ** 6, progress=0)]
     verdict = judge(ranks)
