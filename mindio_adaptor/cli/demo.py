@@ -24,8 +24,9 @@ from mindio_adaptor.tiny_job import run_training
 
 SCENARIOS = ("sigterm", "dump", "repair", "replace")
 FAULT_KINDS = ("kill", "raise", "hang")
-# A hang is noticed by the step watchdog; short limits keep the demo short.
-HANG_ENV = {"MINDIO_STEP_TIMEOUT_S": "10", "MINDIO_STOP_TIMEOUT_S": "5"}
+# A hang is found by the controller's hang rule with its defaults (~12 s here); a short stop timeout
+# keeps the hung rank's failed STOP short.
+HANG_ENV = {"MINDIO_STOP_TIMEOUT_S": "5"}
 HA = ["--enable-high-availability"]
 _STEP = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?lm loss: ([\d.E+-]+)")
 
