@@ -188,10 +188,7 @@ void bind_runtime(py::module_& m) {
             });
         })
         .def("begin_section", [](Processor& p, const std::string& name, double limit_s) {
-            Section section = Section::None;
-            for (uint8_t k = 1; k <= kMaxSection; ++k) {
-                if (name == section_name(static_cast<Section>(k))) section = static_cast<Section>(k);
-            }
+            Section section = parse_section(name).value_or(Section::None);
             if (section == Section::None) throw py::value_error("unknown section '" + name + "': step, save or eval");
             if (!(limit_s >= 0)) throw py::value_error("section limit must be >= 0 seconds");
             py::gil_scoped_release nogil;

@@ -90,11 +90,9 @@ void bind_state_machine(py::module_& m) {
             s.heartbeat_ms = d.contains("heartbeat_ms") ? d["heartbeat_ms"].cast<int64_t>() : 2000;
             s.step = d.contains("step") ? d["step"].cast<int64_t>() : -1;
             std::string section = d.contains("section") ? d["section"].cast<std::string>() : "none";
-            bool known = false;
-            for (uint8_t k = 0; k <= kMaxSection; ++k) {
-                if (section == section_name(static_cast<Section>(k))) s.section = static_cast<Section>(k), known = true;
-            }
-            if (!known) throw py::value_error("unknown section '" + section + "'");
+            auto parsed = parse_section(section);
+            if (!parsed) throw py::value_error("unknown section '" + section + "'");
+            s.section = *parsed;
             s.section_ms = d.contains("section_ms") ? d["section_ms"].cast<int64_t>() : 0;
             s.limit_ms = d.contains("limit_ms") ? d["limit_ms"].cast<int64_t>() : 0;
             s.section_progress = d.contains("progress") ? d["progress"].cast<uint64_t>() : 0;

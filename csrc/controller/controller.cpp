@@ -268,10 +268,7 @@ bool Controller::accept_replacement_locked(const RegisterMsg& m) {
     bool replacing = m.restarted && (r.dead || r.joining || (r.registered && !r.connected));
     if (!replacing) return false;
     if (!r.dead && !r.joining) {
-        std::string why = "connection lost and a restarted process registered in its place";
-        r.dead = true;
-        event_locked("dead", "rank " + std::to_string(m.rank) + ": " + why);
-        add_fault_locked(m.rank, FaultKind::Node, why);
+        declare_dead_locked(m.rank, "connection lost and a restarted process registered in its place");
     }
     if (!r.joining) r.ready = false;  // a fresh replacement; a reconnecting one keeps its report
     r.joining = true;
@@ -431,15 +428,19 @@ void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& w
 void Controller::detect_dead_locked() {
     auto now = Clock::now();
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
-        RankEntry& r = ranks_[rank];
+        const RankEntry& r = ranks_[rank];
         if (!r.registered || r.dead || r.left || r.connected) continue;
         if (now - r.disconnected_at <= std::chrono::milliseconds(r.heartbeat_ms)) continue;
-        std::string why = "connection lost and not re-registered within one heartbeat period";
-        r.dead = true;
-        if (state_ == State::Exit || state_ == State::Final) continue;
-        event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
-        add_fault_locked(static_cast<int>(rank), FaultKind::Node, why);
+        declare_dead_locked(static_cast<int>(rank), "connection lost and not re-registered within one heartbeat period");
     }
+}
+
+// A lost process: never sent an action again, and a process/node fault unless the job is ending.
+void Controller::declare_dead_locked(int rank, const std::string& why) {
+    ranks_[rank].dead = true;
+    if (state_ == State::Exit || state_ == State::Final) return;
+    event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
+    add_fault_locked(rank, FaultKind::Node, why);
 }
 
 void Controller::heard_from_locked(int rank) {
@@ -498,10 +499,7 @@ void Controller::judge_liveness_locked() {
             continue;
         }
         // Silent as well: its process does not run, so it can answer no action; it is treated as lost.
-        r.dead = true;
-        std::string why = "silent and hung: " + verdict.why;
-        event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
-        add_fault_locked(rank, FaultKind::Node, why);
+        declare_dead_locked(rank, "silent and hung: " + verdict.why);
     }
 }
 

@@ -174,6 +174,7 @@ private:
 
     void run();
     void detect_dead_locked();
+    void declare_dead_locked(int rank, const std::string& why);
     void heard_from_locked(int rank);
     void judge_liveness_locked();
     void await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults);

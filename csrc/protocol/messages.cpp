@@ -142,6 +142,13 @@ const char* section_name(Section s) {
     }
 }
 
+std::optional<Section> parse_section(const std::string& name) {
+    for (uint8_t k = 0; k <= kMaxSection; ++k) {
+        if (name == section_name(static_cast<Section>(k))) return static_cast<Section>(k);
+    }
+    return std::nullopt;
+}
+
 const char* strategy_name(Strategy s) {
     switch (s) {
         case Strategy::None: return "none";

@@ -3,6 +3,7 @@
 // its range, and a body must be consumed exactly: anything else is a ProtocolError naming the field.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit
 enum class Section : uint8_t { None = 0, Step = 1, Save = 2, Eval = 3 };
 constexpr uint8_t kMaxSection = 3;
 const char* section_name(Section s);
+// The section called `name` ("none", "step", "save", "eval"), or nothing.
+std::optional<Section> parse_section(const std::string& name);
 
 enum class ActionKind : uint16_t {
     Stop = 1, Clean = 2, Repair = 3, Rollback = 4, RebuildGroup = 5, SaveCkpt = 6, Rename = 7,
