@@ -7,12 +7,20 @@ every saver is done does one rank publish it: rename `<staging>/iter_000000N` to
 temporary file, then rename over). A crash at any point leaves either the previous resume point intact
 or the new one complete; a leftover staging directory is never read by a loader and is removed by
 the next dump of that step.
+
+An `iter_000000N` already in place is Megatron's own save of that step. Megatron points the tracker at
+it only once every rank has written its part, so it is kept only when the tracker names it; otherwise
+it is what a save interrupted by the fault left, and the dump replaces it.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Optional
+
+logger = logging.getLogger(__name__)
 
 TRACKER = "latest_checkpointed_iteration.txt"
 
@@ -45,8 +53,9 @@ class PublishError(RuntimeError):
 
 
 def publish(save_root: str, step: int) -> Path:
-    """Move the staged checkpoint of `step` into place and point the tracker at it. A complete
-    checkpoint of that step already in place (a periodic save of the same step) is kept, not replaced."""
+    """Move the staged checkpoint of `step` into place and point the tracker at it. A checkpoint of that
+    step already in place is kept when the tracker vouches for it (a complete periodic save), and
+    replaced when it does not (a save the fault interrupted)."""
     root = Path(save_root)
     staged = staging_root(save_root, step) / iteration_dir_name(step)
     final = root / iteration_dir_name(step)
@@ -54,9 +63,32 @@ def publish(save_root: str, step: int) -> Path:
         raise PublishError(f"nothing staged for step {step}: {staged} does not exist")
     if not final.exists():
         os.rename(staged, final)
+    elif tracked_step(save_root) != step:
+        _replace_unfinished(final, staged, tracked_step(save_root))
     write_tracker(save_root, step)
     discard(save_root, step)
     return final
+
+
+def _replace_unfinished(final: Path, staged: Path, tracked: Optional[int]) -> None:
+    # Renamed aside first (a name no loader reads), so that the iteration directory is at every moment
+    # absent or complete; the tracker still names the previous checkpoint until write_tracker.
+    aside = final.with_name(f".mindio_unfinished_{final.name}")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.rename(final, aside)
+    os.rename(staged, final)
+    shutil.rmtree(aside, ignore_errors=True)
+    logger.warning("%s was not marked complete (the tracker names %s): an interrupted save, replaced by "
+                   "the dump", final, "no checkpoint" if tracked is None else f"iteration {tracked}")
+
+
+def tracked_step(save_root: str) -> Optional[int]:
+    """The iteration the tracker names, or None without a readable one ('release' included)."""
+    try:
+        text = (Path(save_root) / TRACKER).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def write_tracker(save_root: str, step: int) -> None:

@@ -29,13 +29,30 @@ def test_staging_never_looks_like_a_checkpoint_to_a_loader(tmp_path):
     assert not (tmp_path / "latest_checkpointed_iteration.txt").exists()
 
 
-def test_an_existing_checkpoint_of_the_same_step_is_kept(tmp_path):
+def test_a_complete_checkpoint_of_the_same_step_is_kept(tmp_path):
     (tmp_path / "iter_0000004").mkdir()
     (tmp_path / "iter_0000004" / "shard").write_text("periodic")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
     stage(tmp_path, 4, payload="dump")
     dump_dir.publish(str(tmp_path), 4)
     assert (tmp_path / "iter_0000004" / "shard").read_text() == "periodic"
     assert not dump_dir.staging_root(str(tmp_path), 4).exists()
+
+
+@pytest.mark.parametrize("tracker", [None, "2", "release"])
+def test_a_save_of_the_same_step_the_tracker_does_not_name_is_replaced(tmp_path, tracker, caplog):
+    unfinished = tmp_path / "iter_0000004"
+    unfinished.mkdir()
+    (unfinished / "common.pt").write_text("half written")
+    if tracker is not None:
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text(tracker)
+    stage(tmp_path, 4, payload="dump")
+    dump_dir.publish(str(tmp_path), 4)
+    assert sorted(p.name for p in unfinished.iterdir()) == ["shard"]
+    assert (unfinished / "shard").read_text() == "dump"
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "4"
+    assert not any(p.name.startswith(".mindio") for p in tmp_path.iterdir())
+    assert "iter_0000004 was not marked complete" in caplog.text
 
 
 def test_publish_without_a_staged_step_names_the_missing_directory(tmp_path):
