@@ -290,6 +290,7 @@ void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     RankEntry& r = ranks_[m.rank];
     if (m.section != r.section || m.progress != r.progress || m.step != r.step) r.hang_reported = false;
     r.section = m.section;
+    if (m.section != Section::None) r.last_section = m.section;
     r.section_ms = m.section_ms;
     r.limit_ms = m.limit_ms;
     r.progress = m.progress;
@@ -675,9 +676,10 @@ void Controller::handle_fault() {
     }
 }
 
-// No STOP into a checkpoint save: while a healthy rank is saving, the save may still complete (a dead
-// peer makes it fail at once instead), so the stop waits for it, bounded by MINDIO_SAVE_WAIT_S and by
-// the saves' own limits. A save that does not end in time is abandoned by the STOP; Megatron marks a
+// No STOP into a checkpoint save: while healthy ranks are saving, the save may still complete, so the
+// stop waits for it, bounded by MINDIO_SAVE_WAIT_S and by the saves' own limits. A save is collective:
+// when a faulted rank was in it (its save failed, or it died there), the others are blocked on it and
+// there is nothing to wait for. A save that does not end is abandoned by the STOP; Megatron marks a
 // checkpoint latest only once it is complete, and the dump replaces what an abandoned save left.
 void Controller::await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults) {
     auto saving = [&] {
@@ -689,6 +691,17 @@ void Controller::await_saves(std::unique_lock<std::mutex>& lock, const std::map<
     };
     std::set<int> first = saving();
     if (first.empty() || cfg_.save_wait_ms <= 0) return;
+    std::set<int> broken;
+    for (const auto& [rank, fault] : faults) {
+        if (ranks_[rank].last_section == Section::Save) broken.insert(rank);
+    }
+    if (!broken.empty()) {
+        std::string detail = "ranks " + list_text(first) + " are saving a checkpoint that cannot complete: faulted ranks " +
+                             list_text(broken) + " were in the save; it is abandoned at once";
+        event_locked("save_wait", detail);
+        LOG_INFO(kLog, cfg_.rank, detail);
+        return;
+    }
     int64_t bound_ms = cfg_.save_wait_ms;
     for (int r : first) {
         if (ranks_[r].limit_ms > 0) bound_ms = std::min(bound_ms, std::max<int64_t>(0, ranks_[r].limit_ms - ranks_[r].section_ms));

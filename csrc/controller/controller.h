@@ -117,6 +117,7 @@ private:
         DataStatus data = DataStatus::Updated;
         RunStatus run = RunStatus::Running;
         Section section = Section::None;
+        Section last_section = Section::None;  // the latest section it entered, kept after it ended
         int64_t section_ms = 0, limit_ms = 0;
         uint64_t progress = 0;
         bool suspect = false;  // silent for heartbeat_misses periods with its connection open

@@ -46,9 +46,12 @@ def main():
     p.add_argument("--start-rank", type=int, default=-1, help="rank that starts a new update after the prelock")
     p.add_argument("--enable-arf", type=int, default=0, help="1: tft_init_processor(enable_arf=True)")
     p.add_argument("--ckpt-step", type=int, default=-1, help=">= 0: report a saved periodic checkpoint of this step")
+    p.add_argument("--save-ranks", default="", help="ranks that enter a checkpoint-save section at the trigger")
+    p.add_argument("--save-s", type=float, default=1.5, help="how long the save section of --save-ranks lasts")
     p.add_argument("--idle-s", type=float, default=50, help="how long to wait 'in a collective' after the steps")
     a = p.parse_args()
     rank = a.rank
+    saver = str(rank) in a.save_ranks.split(",")
     stop_requested = threading.Event()
     fired = []
 
@@ -112,9 +115,18 @@ def main():
         if a.idle_s <= 0:
             return "done"  # training ends normally
         deadline = time.monotonic() + a.idle_s
+        save = {}
         while time.monotonic() < deadline:  # "blocked in a collective"
             if stop_requested.is_set():
                 raise RuntimeError("FORCE STOP by the controller")
+            if saver and "began" not in save and a.trigger and os.path.exists(a.trigger):
+                save["began"] = time.monotonic()
+                _processor_module.section_link().begin_section("save", 60.0)
+                emit(rank=rank, saving=True)
+            if "began" in save and "ended" not in save and time.monotonic() - save["began"] > a.save_s:
+                save["ended"] = True
+                _processor_module.section_link().end_section()
+                emit(rank=rank, saved=True)
             if (lag or rank == a.start_rank) and not fired and a.trigger and os.path.exists(a.trigger):
                 fired.append(1)
                 native = _processor_module._require()
@@ -138,6 +150,9 @@ def main():
                         raise
             if rank == a.fail_rank and not fired and a.trigger and os.path.exists(a.trigger):
                 fired.append(1)
+                time.sleep(0.3)  # the savers are in their section when the fault is reported
+                if "began" in save:  # as patches/sections: a failed section ends before the report
+                    _processor_module.section_link().end_section()
                 error = RuntimeError("UCE ERROR injected by the test")
                 error.fault_code = a.fail_code  # reported as tft_report_error's error_code
                 raise error

@@ -146,3 +146,44 @@ def test_handler_beyond_time_limit_leads_to_dump(tmp_path, monkeypatch, job_env)
     finally:
         job.procs[5].kill()
         job.close()
+
+
+def test_a_fault_outside_a_save_waits_for_the_healthy_savers(tmp_path, job_env, monkeypatch):
+    # Rank 3 fails while ranks 0-2 are in a checkpoint save: the STOP comes only after the save ended.
+    monkeypatch.setenv("MINDIO_SAVE_WAIT_S", "20")
+    job = Job(tmp_path, 4, fail_rank=3, save_ranks="0,1,2", save_s=2.0)
+    try:
+        job.wait_ready()
+        job.fire()
+        results = job.wait_results(range(4), timeout=30)
+        assert all(r["result"] == "done" for r in results.values()), results
+        waited = [d for _, _, d in job.controller_events("save_wait")]
+        assert len(waited) == 1 and waited[0].startswith("save finished after "), waited
+        assert all(job.events_of(r, "saved") for r in (0, 1, 2))
+        assert all(len(job.handler_calls(r, "stop")) == 1 for r in range(4))
+        assert int(waited[0].split()[3]) >= 1000  # the save had about 1.7 s left when the fault came
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_a_fault_inside_a_save_abandons_it_at_once(tmp_path, job_env, monkeypatch):
+    # Rank 3's own save fails: the save is collective, the others cannot finish it, nothing is waited for.
+    monkeypatch.setenv("MINDIO_SAVE_WAIT_S", "20")
+    job = Job(tmp_path, 4, fail_rank=3, save_ranks="0,1,2,3", save_s=30.0)
+    try:
+        job.wait_ready()
+        job.fire()
+        results = job.wait_results(range(4), timeout=20)
+        assert all(r["result"] == "done" for r in results.values()), results
+        waited = [d for _, _, d in job.controller_events("save_wait")]
+        assert waited == ["ranks [0,1,2] are saving a checkpoint that cannot complete: faulted ranks [3] were in "
+                          "the save; it is abandoned at once"], waited
+        assert not any(job.events_of(r, "saved") for r in range(4))
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
