@@ -135,12 +135,13 @@ RUN_ID_ENV = "MINDIO_TINY_JOB_RUN"  # marks every process a run starts, whatever
 
 def processes_left(run_id: str, grace_s: float = 10.0) -> List[str]:
     """Processes of the run (they carry its id in their environment) still alive `grace_s` after it
-    ended, as 'pid name' strings; they are killed, so one run's leftovers do not disturb the next."""
+    ended, as 'pid name: command line' strings; they are killed, so one run's leftovers do not disturb
+    the next."""
     import psutil
 
     def alive():
         found = []
-        for p in psutil.process_iter(["pid", "name"]):
+        for p in psutil.process_iter(["pid", "name", "cmdline"]):
             try:
                 if p.pid != os.getpid() and p.environ().get(RUN_ID_ENV) == run_id:
                     found.append(p)
@@ -158,7 +159,7 @@ def processes_left(run_id: str, grace_s: float = 10.0) -> List[str]:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    return [f"{p.pid} {p.info['name']}" for p in left]
+    return [f"{p.pid} {p.info['name']}: {' '.join(p.info['cmdline'] or [])[:160]}" for p in left]
 
 
 def _pump(stream, lines: List[str], on_line):

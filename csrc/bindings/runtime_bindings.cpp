@@ -196,6 +196,7 @@ void bind_runtime(py::module_& m) {
         }, py::arg("name"), py::arg("limit_s"), "a timed section starts (limit 0: none)")
         .def("end_section", &Processor::end_section, release())
         .def("add_progress", &Processor::add_progress, py::arg("units") = 1)
+        .def("finish", &Processor::finish, release(), "training is over on this rank: later faults are not acted on")
         .def("report_error", &Processor::report_error, release())
         .def("wait_next_action", [](Processor& p, double timeout_s) {
             py::gil_scoped_release nogil;

@@ -112,7 +112,8 @@ std::vector<Controller::RankView> Controller::ranks() const {
     for (const auto& r : ranks_) {
         RankView v{r.step, r.data, {}};
         const std::pair<bool, const char*> flags[] = {{r.registered, "registered"}, {r.connected, "connected"},
-                                                      {r.dead, "dead"}, {r.joining, "joining"}, {r.left, "left"}};
+                                                      {r.dead, "dead"}, {r.joining, "joining"}, {r.left, "left"},
+                                                      {r.finished, "finished"}};
         for (const auto& [on, name] : flags) {
             if (on) v.flags.push_back(name);
         }
@@ -298,8 +299,18 @@ void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     r.ckpt_step = m.ckpt_step;
     r.data = m.data_status;
     r.run = m.run_status;
+    if (m.run_status == RunStatus::Finished && !r.finished) note_finished_locked(m.rank);
     if (heartbeat) ++heartbeats_;
     else cv_.notify_all();
+}
+
+// The first rank to finish means every collective of the training is done: the job has completed.
+void Controller::note_finished_locked(int rank) {
+    ranks_[rank].finished = true;
+    if (finished_rank_ >= 0) return;
+    finished_rank_ = rank;
+    event_locked("finished", "rank " + std::to_string(rank));
+    LOG_INFO(kLog, cfg_.rank, "rank " << rank << " finished training: the job has completed, a later fault is not acted on");
 }
 
 void Controller::handle_replica(const ReplicaInfoMsg& m) {
@@ -409,6 +420,13 @@ void Controller::transition(State to, const std::string& why) {
 
 void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded) {
     if (state_ == State::Exit || state_ == State::Final) return;
+    if (finished_rank_ >= 0 && !flow_active_) {
+        std::string detail = "rank " + std::to_string(rank) + " " + fault_kind_name(kind) + ": " + why;
+        event_locked("late_fault", detail);
+        LOG_WARN(kLog, cfg_.rank, "fault after the job completed (rank " << finished_rank_ << " finished training), "
+                                                                          "not acted on: " << detail);
+        return;
+    }
     event_locked("fault", "rank " + std::to_string(rank) + " " + fault_kind_name(kind) + ": " + why);
     LOG_WARN(kLog, cfg_.rank, "fault on rank " << rank << " (" << fault_kind_name(kind) << "): " << why);
     if (flow_active_ && kind == FaultKind::Comm) return;  // the expected fallout of stopping the others

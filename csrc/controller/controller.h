@@ -122,6 +122,7 @@ private:
         uint64_t progress = 0;
         bool suspect = false;  // silent for heartbeat_misses periods with its connection open
         bool hang_reported = false;  // named by the hang rule; again only after it reported progress
+        bool finished = false;       // its training is over (RunStatus::Finished)
     };
     struct CodedReport {
         uint8_t state;
@@ -177,6 +178,7 @@ private:
     void detect_dead_locked();
     void declare_dead_locked(int rank, const std::string& why);
     void heard_from_locked(int rank);
+    void note_finished_locked(int rank);
     void judge_liveness_locked();
     void await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults);
     Clock::time_point connection_losses_settled_locked() const;
@@ -233,6 +235,7 @@ private:
     ReplicaManager replicas_;
     std::map<int, Fault> pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
+    int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     std::optional<Pending> pending_;
     // A PRELOCK sent without waiting for its replies is held back until the next action leaves, so
     // that both reach a rank in one write (at 16k ranks a broadcast of its own took as long as the

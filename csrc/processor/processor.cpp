@@ -467,6 +467,16 @@ void Processor::end_section() {
 
 void Processor::add_progress(uint64_t units) { progress_.fetch_add(units); }
 
+void Processor::finish() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        run_ = RunStatus::Finished;
+        section_ = Section::None;
+        section_limit_ms_ = 0;
+    }
+    send_frame(status_frame(MsgType::Status));
+}
+
 void Processor::report_error(uint8_t report_state, const std::string& error_code) {
     // Refused here, in the caller's thread, so the training code learns of a bad code at once
     // instead of the controller dropping the connection over it.

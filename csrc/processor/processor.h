@@ -69,6 +69,9 @@ public:
     void begin_section(Section section, int64_t limit_ms);
     void end_section();
     void add_progress(uint64_t units);
+    // Training is over on this rank (its last step and final save are done): the controller acts on no
+    // fault from then on, so a rank lost while the job ends cannot turn the completed run into a failed one.
+    void finish();
     void report_error(uint8_t report_state, const std::string& error_code);
     NextAction wait_next_action(int timeout_ms);
     int64_t repair_step() const;

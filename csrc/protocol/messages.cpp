@@ -212,7 +212,7 @@ void decode(const std::string& body, RankStatusMsg& m) {
     Reader r(body, "RankStatus");
     m.rank = r.i32("rank");
     m.step = r.i64("step");
-    m.run_status = static_cast<RunStatus>(r.enum_u8("run_status", 3));
+    m.run_status = static_cast<RunStatus>(r.enum_u8("run_status", 4));
     m.data_status = static_cast<DataStatus>(r.enum_u8("data_status", 2));
     m.ckpt_step = r.i64("ckpt_step");
     m.section = static_cast<Section>(r.enum_u8("section", kMaxSection));

@@ -12,7 +12,9 @@
 namespace mindio {
 
 enum class DataStatus : uint8_t { Updated = 0, Updating = 1, Copying = 2 };
-enum class RunStatus : uint8_t { Running = 0, Faulted = 1, Stopped = 2, Paused = 3 };
+// Finished: the rank's training is over (last step, final save and evaluation done): the job has
+// completed, and a fault reported after it is not acted on.
+enum class RunStatus : uint8_t { Running = 0, Faulted = 1, Stopped = 2, Paused = 3, Finished = 4 };
 // The controller's choice after a fault; also what tft_get_repair_type() reports.
 enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4 };
 // What a rank's training thread is doing, timed against a limit the rank derives from its own history

@@ -8,7 +8,7 @@ Grammar (whitespace around kinds, keys and values is ignored)::
     item   := KEY '=' VALUE
     KIND   := raise | kill | hang | sigterm
     KEY    := rank (required, integer >= 0) | step (required, integer >= 0)
-            | phase (forward | backward | optimizer | repair; default forward)
+            | phase (forward | backward | optimizer | repair | save | exit; default forward)
             | msg   (only for raise; the RuntimeError's text, default "Other ERROR")
 
 Escaping: a backslash makes the next character literal, so a message can carry the separators:
@@ -54,7 +54,10 @@ ENV_STATE_DIR = "MINDIO_FAULT_STATE_DIR"
 KINDS = ("raise", "kill", "hang", "sigterm")
 # repair: when the rank starts its part of a recovery the controller drives (the CLEAN action), `step`
 # being the interrupted step -- a second fault while a repair is running.
-PHASES = ("forward", "backward", "optimizer", "repair")
+# save: inside the checkpoint save of iteration `step`, once Megatron created its directory and before
+# this rank writes its part (other ranks may have written theirs).
+# exit: when the process exits, before the rank leaves the controller (`step` the last iteration).
+PHASES = ("forward", "backward", "optimizer", "repair", "save", "exit")
 DEFAULT_PHASE = "forward"
 DEFAULT_MESSAGE = "Other ERROR"
 _KEYS = ("rank", "step", "phase", "msg")

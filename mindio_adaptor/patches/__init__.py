@@ -13,6 +13,7 @@ PATCH_MODULES = [
     "sections",
     "exception_loop",
     "controller_link",
+    "job_end",
     "process_replacement",
     "train_reentry",
     "checkpoint_reload",

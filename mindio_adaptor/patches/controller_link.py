@@ -12,10 +12,12 @@ import logging
 import os
 import secrets
 import socket
+import time
 
 import torch.distributed as dist
 
 from mindio_adaptor.core import inherited_sockets, job_store
+from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.patches import dump, exception_loop, online_repair, process_replacement, step_snapshot
 from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches.exception_loop import TRAINING
@@ -26,7 +28,9 @@ logger = logging.getLogger(__name__)
 
 ENV_CONTROLLER = "MINDIO_CONTROLLER_ADDR"
 ENV_TOKEN = "MINDIO_TOKEN"
-CONTROLLER_FACTS = "controller"  # (port, token) in the job's store, for a replacement process
+CONTROLLER_FACTS = "controller"
+FINISH_WAIT_ENV = "MINDIO_FINISH_WAIT_S"
+DEFAULT_FINISH_WAIT_S = 10.0  # (port, token) in the job's store, for a replacement process
 
 
 def _after_initialize(wrapped, instance, args, kwargs):
@@ -105,12 +109,32 @@ def _start_in_job_controller(rank, world, controller, config):
 def disconnect():
     from mindio_adaptor.ttp import controller, processor
 
+    for hook in list(STATE.before_leaving):
+        hook()
     processor.tft_destroy_processor()
     if controller.tft_query_high_availability_switch():
+        if STATE.training_finished:
+            _await_the_others_leaving(controller)
         stats = controller.controller_stats()
         logger.info("controller at exit: state %s, %s", controller.controller_state(),
                     ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
         controller.tft_destroy_controller()
+
+
+def _await_the_others_leaving(controller) -> None:
+    """A finished job's controller stays until every rank has left or is lost (bounded), so that a rank
+    lost while the processes exit is seen, and logged as a fault after the end, not acted on."""
+    limit = seconds_from_env(FINISH_WAIT_ENV, DEFAULT_FINISH_WAIT_S, 0, 600)
+    deadline = time.monotonic() + limit
+    while True:
+        running = [rank for rank, entry in enumerate(controller.controller_ranks())
+                   if not {"left", "dead"} & set(entry["flags"])]
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if running:
+        logger.warning("ranks %s neither left nor were lost within %.0f s of the end (%s): stopping the "
+                       "controller", running, limit, FINISH_WAIT_ENV)
 
 
 PATCHES = [

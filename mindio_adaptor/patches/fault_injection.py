@@ -1,5 +1,6 @@
 """MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
-the run at start), fired at the forward, backward and optimizer phases of the planned step."""
+the run at start), fired at the forward, backward and optimizer phases of the planned step, inside a
+checkpoint save of that iteration, and when the process exits."""
 import torch.distributed as dist
 
 from mindio_adaptor.core.fault_inject import FaultPlan
@@ -15,6 +16,7 @@ def _read_plan(wrapped, instance, args, kwargs):
     STATE.fault_plan = plan
     if plan and _fire_optimizer_phase not in STATE.before_optimizer_step:
         STATE.before_optimizer_step.append(_fire_optimizer_phase)
+        STATE.before_leaving.append(_fire_exit_phase)
     return wrapped(*args, **kwargs)
 
 
@@ -25,6 +27,16 @@ def fire(phase: str, step: int):
 
 def _fire_optimizer_phase(step: int):
     fire("optimizer", step)
+
+
+def _fire_exit_phase():
+    fire("exit", current_iteration())
+
+
+def _save_with_faults(wrapped, instance, args, kwargs):
+    if STATE.fault_plan:
+        fire("save", current_iteration())
+    return wrapped(*args, **kwargs)
 
 
 def _forward_with_faults(wrapped, instance, args, kwargs):
@@ -49,4 +61,6 @@ PATCHES = [
     Patch("megatron.training.arguments", "validate_args", _read_plan),
     Patch("megatron.training.training", "train_step", _forward_with_faults),
     Patch("megatron.core.pipeline_parallel.schedules", "backward_step", _backward_with_faults),
+    # Only for tests and demos: a user's patched Megatron tree needs no hook inside the save.
+    Patch("megatron.core.dist_checkpointing", "save", _save_with_faults, upstream=False),
 ]

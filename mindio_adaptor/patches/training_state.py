@@ -21,6 +21,9 @@ class TrainingState:
     step_completed: List[Callable[[int], None]] = field(default_factory=list)
     # Called once per iteration right before the optimizer changes its state in place.
     before_update: List[Callable[[int], None]] = field(default_factory=list)
+    training_finished: bool = False  # pretrain returned: last step, final save and evaluation done
+    # Called when the process exits, before the rank leaves the controller.
+    before_leaving: List[Callable[[], None]] = field(default_factory=list)
     updating_iteration: int = -1
     scheduler_step_ends: int = -1  # the iteration whose optimizer step returned, until its scheduler step
 

@@ -242,6 +242,15 @@ def section_link():
     return _require()
 
 
+def report_training_finished() -> None:
+    """Ours: training is over on this rank (last step, final save and evaluation done). The controller
+    takes the job as completed and acts on no later fault. Nothing happens without a processor."""
+    with _lock:
+        processor = _processor
+    if processor is not None:
+        processor.finish()
+
+
 def tft_register_decrypt_handler(fn):
     raise NotImplementedError("tft_register_decrypt_handler: TLS is not implemented")
 

@@ -31,6 +31,8 @@ CHILD_TIMEOUT = 60  # generous: the machine is shared; a healthy child takes wel
     (r"raise:rank=0,step=1,msg=a\,b\;c\=d\\e\:f", (Fault("raise", 0, 1, msg="a,b;c=d\\e:f"),)),
     ("raise:rank=0,step=1,phase=forward;raise:rank=0,step=1,phase=backward",
      (Fault("raise", 0, 1), Fault("raise", 0, 1, "backward"))),
+    ("kill:rank=2,step=4,phase=save;kill:rank=3,step=8,phase=exit",
+     (Fault("kill", 2, 4, "save"), Fault("kill", 3, 8, "exit"))),
 ])
 def test_valid_specs_parse_to_faults(spec, faults):
     assert parse_spec(spec) == faults
@@ -49,7 +51,7 @@ def test_valid_specs_parse_to_faults(spec, faults):
     ("raise:rank=1.5,step=2", "rank='1.5'"),
     ("raise:rank=1,step=2,when=now", "unknown key 'when'; known: rank, step, phase, msg"),
     ("raise:rank=1,rank=2,step=2", "key 'rank' given twice"),
-    ("raise:rank=1,step=2,phase=loss", "unknown phase 'loss'; known: forward, backward, optimizer, repair"),
+    ("raise:rank=1,step=2,phase=loss", "unknown phase 'loss'; known: forward, backward, optimizer, repair, save, exit"),
     ("raise:rank=1,step=2,msg=", "msg= is empty"),
     ("raise:rank=1,step=2,msg=   ", "msg= is empty"),
     ("kill:rank=1,step=2,msg=boom", "msg= is only for raise, not kill"),

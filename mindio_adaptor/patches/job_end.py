@@ -1,0 +1,63 @@
+"""How a job with high availability ends.
+
+The final checkpoint save (pretrain's, after the train loop) is a save like the periodic ones: a fault
+in it is reported and handled by the controller's decision (a dying-gasp checkpoint of the last step,
+or an online repair and the save again) instead of ending the rank with a traceback.
+
+When pretrain returns, every collective of the training is done and its final state is on disk: the
+rank tells the controller it finished, so that a fault after that point (a rank lost while the
+processes exit, a crash in a destructor) is logged and not acted on, and a completed run stays
+completed. The rank leaves the controller when its process exits (controller_link.disconnect).
+"""
+import logging
+
+from mindio_adaptor.patches import exception_loop
+from mindio_adaptor.patches.exception_loop import TRAINING
+from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.training_state import STATE
+
+logger = logging.getLogger(__name__)
+
+
+class _Progress:
+    """Where this rank is in pretrain: a save after the train loop returned is the final one."""
+    train_returned = False
+
+
+PROGRESS = _Progress()
+
+
+def _train_then_final_part(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    PROGRESS.train_returned = True
+    return result
+
+
+def _final_save_with_fault_handling(wrapped, instance, args, kwargs):
+    if not (PROGRESS.train_returned and exception_loop.ha_enabled()):
+        return wrapped(*args, **kwargs)  # a periodic save: the train loop's fault handling covers it
+    iteration = args[0] if args else kwargs["iteration"]
+    while True:
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception as exc:
+            exception_loop.wait_for_decision(exc, iteration)  # returns only after an online repair
+            TRAINING.reset()
+            logger.info("final save of iteration %d: saving again after the online repair", iteration)
+
+
+def _pretrain_then_finish(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    if exception_loop.ha_enabled():
+        from mindio_adaptor.ttp import processor
+
+        STATE.training_finished = True
+        processor.report_training_finished()
+    return result
+
+
+PATCHES = [
+    Patch("megatron.training.training", "train", _train_then_final_part),
+    Patch("megatron.training.training", "save_checkpoint_and_time", _final_save_with_fault_handling),
+    Patch("megatron.training.training", "pretrain", _pretrain_then_finish),
+]

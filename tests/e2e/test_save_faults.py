@@ -1,0 +1,95 @@
+"""Faults around checkpoint saves and at the end of a job, on the real megatron.training (dp4, R=2,
+4 gloo processes). A rank lost inside a periodic save leaves a checkpoint that is not marked latest; the
+survivors' dump replaces it and resumes to the uninterrupted run. A rank lost inside the final save
+ends in a dump of the last step, which loads. A rank lost while the processes exit, after training
+finished, is not acted on: the others end as a completed run does. No process of a run is left."""
+import re
+
+import pytest
+
+from mindio_adaptor.tiny_job import run_training
+
+pytestmark = pytest.mark.e2e
+HA = ["--enable-high-availability"]
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def faulted(tmp, spec):
+    return {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp / "faults")}
+
+
+@pytest.fixture(scope="module")
+def periodic_save_fault(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("periodic_save_fault")
+    ckpt = tmp / "ckpt"
+    run = run_training([*HA, "--save", str(ckpt), "--save-interval", "4"],
+                       env=faulted(tmp, "kill:rank=2,step=4,phase=save"))
+    return run, ckpt
+
+
+def test_a_rank_lost_in_a_periodic_save_leaves_only_the_dump_marked_latest(periodic_save_fault):
+    run, ckpt = periodic_save_fault
+    assert run.returncode != 0
+    assert "fault injection: firing kill on rank 2 at step 4 (save)" in run.output
+    assert "successfully saved checkpoint from iteration       4" not in run.output
+    assert re.search(r"iter_0000004 was not marked complete \(the tracker names no checkpoint\): an interrupted "
+                     r"save, replaced by the dump", run.output), run.output[-3000:]
+    assert "dump of step 4 published" in run.output
+    assert (ckpt / TRACKER).read_text().strip() == "4"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000004", TRACKER]
+    assert run.leftover == []
+
+
+@pytest.fixture(scope="module")
+def resumed_and_lost_at_exit(periodic_save_fault, tmp_path_factory):
+    """The dump resumed to the end; rank 3 is killed as its process exits, after training finished."""
+    _, ckpt = periodic_save_fault
+    tmp = tmp_path_factory.mktemp("lost_at_exit")
+    run = run_training([*HA, "--load", str(ckpt), "--save", str(ckpt), "--save-interval", "4"],
+                       env=faulted(tmp, "kill:rank=3,step=8,phase=exit"))
+    return run, ckpt
+
+
+def test_the_dump_of_an_interrupted_save_resumes_like_the_uninterrupted_run(resumed_and_lost_at_exit,
+                                                                            reference_runs):
+    run, ckpt = resumed_and_lost_at_exit
+    assert sorted(run.losses) == [5, 6, 7, 8]
+    assert run.digest == reference_runs("ha")[0].digest
+    assert (ckpt / TRACKER).read_text().strip() == "8"
+
+
+def test_a_rank_lost_after_training_finished_is_not_acted_on(resumed_and_lost_at_exit):
+    run, _ = resumed_and_lost_at_exit
+    assert "fault injection: firing kill on rank 3 at step 8 (exit)" in run.output
+    assert re.search(r"rank \d finished training: the job has completed", run.output)
+    assert re.search(r"fault after the job completed \(rank \d finished training\), not acted on: rank 3 node",
+                     run.output), run.output[-3000:]
+    assert "decision" not in run.output and "action stop" not in run.output
+    for rank in (0, 1, 2):
+        assert re.search(rf"rank {rank} pid \d+ done", run.output)
+    assert re.search(r"exitcode\s*: -9 \(pid: \d+\)", run.output)  # the launcher reports the killed rank only
+    assert not re.search(r"exitcode\s*: 1 ", run.output)
+    assert run.leftover == []
+
+
+@pytest.fixture(scope="module")
+def final_save_fault(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("final_save_fault")
+    ckpt = tmp / "ckpt"
+    run = run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"],
+                       env=faulted(tmp, "kill:rank=1,step=8,phase=save"))
+    return run, ckpt
+
+
+def test_a_rank_lost_in_the_final_save_ends_in_a_dump_of_the_last_step_that_loads(final_save_fault,
+                                                                                  reference_runs):
+    run, ckpt = final_save_fault
+    assert run.returncode != 0 and sorted(run.losses) == list(range(1, 9))
+    assert "fault injection: firing kill on rank 1 at step 8 (save)" in run.output
+    assert re.search(r"step 8: training failed with .*; reported as", run.output)
+    assert "dump of step 8 published" in run.output
+    assert (ckpt / TRACKER).read_text().strip() == "8"
+    assert run.leftover == []
+    loaded = run_training([*HA, "--load", str(ckpt)]).require_success()
+    assert "loaded checkpoint" in loaded.output and loaded.losses == {}
+    assert loaded.digest == reference_runs("ha")[0].digest
