@@ -196,7 +196,9 @@ void Processor::net_loop() {
                 continue;
             }
             if (fatal || ++attempt >= cfg_.retry_times) {
-                LOG_ERROR(kLog, cfg_.rank, "giving up on the controller after " << attempt << " attempts: " << error);
+                LOG_ERROR(kLog, cfg_.rank, "giving up on the controller after " << attempt << " attempts: " << error
+                                                   << "; training goes on unsupervised, and a fault from now on ends this "
+                                                      "rank with no recovery and no dying-gasp checkpoint");
                 std::lock_guard<std::mutex> lock(mu_);
                 lost_ = true;
                 cv_.notify_all();

@@ -138,6 +138,7 @@ const char* section_name(Section s) {
         case Section::Step: return "step";
         case Section::Save: return "save";
         case Section::Eval: return "eval";
+        case Section::Startup: return "startup";
         default: return "none";
     }
 }

@@ -19,8 +19,9 @@ enum class RunStatus : uint8_t { Running = 0, Faulted = 1, Stopped = 2, Paused =
 enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4 };
 // What a rank's training thread is doing, timed against a limit the rank derives from its own history
 // (the hang rule): the controller judges a hang from these, not from a silent heartbeat alone.
-enum class Section : uint8_t { None = 0, Step = 1, Save = 2, Eval = 3 };
-constexpr uint8_t kMaxSection = 3;
+// Startup: from the processor's start to the train loop (model, optimizer, checkpoint load, data).
+enum class Section : uint8_t { None = 0, Step = 1, Save = 2, Eval = 3, Startup = 4 };
+constexpr uint8_t kMaxSection = 4;
 const char* section_name(Section s);
 // The section called `name` ("none", "step", "save", "eval"), or nothing.
 std::optional<Section> parse_section(const std::string& name);

@@ -13,6 +13,9 @@ used by Python, torch or the shells; the launcher itself also exits with it, so 
 import signal
 
 ENDED_BY_CONTROLLER = 86
+# A rank that lost the controller while it waited for a decision: nothing was decided, so it ends like a
+# crash (the launcher may start it again, the job resumes from its last complete checkpoint).
+CONTROLLER_LOST = 1
 
 
 def describe(returncode: int) -> str:

@@ -1,4 +1,4 @@
-"""The hang rule's time limits: per section (train step, checkpoint save, evaluation), derived from what
+"""The hang rule's time limits: per section (train step, checkpoint save, evaluation, start-up), derived from what
 this job has measured, so a hang is found in seconds on a job whose steps take a second, and not
 misjudged on one whose steps take a minute.
 
@@ -11,7 +11,9 @@ the environment (e.g. MINDIO_STEP_TIMEOUT_S) replaces the rule for that section.
 
 Why these defaults: a train step's floor of 12 s outlasts the stalls a busy host gives a process
 (several seconds, or a rank stopped for three heartbeat periods) and still finds a hang within 15 s;
-a save writes files and its floor is 60 s; evaluation runs many forward passes, 30 s.
+a save writes files and its floor is 60 s; evaluation runs many forward passes, 30 s. Start-up (model,
+optimizer, checkpoint load, data loaders) happens once per process and is never measured: its limit is
+the collective timeout, or MINDIO_STARTUP_TIMEOUT_S.
 """
 from __future__ import annotations
 
@@ -40,12 +42,14 @@ class SectionRule:
             raise ValueError(f"invalid section rule {self}: warmup >= 0, 1 <= min_samples <= window")
 
 
-SECTIONS = ("step", "save", "eval")
+SECTIONS = ("step", "save", "eval", "startup")
 # The env variable that fixes each section's limit, in seconds.
-FIXED_LIMIT_ENV = {"step": "MINDIO_STEP_TIMEOUT_S", "save": "MINDIO_SAVE_TIMEOUT_S", "eval": "MINDIO_EVAL_TIMEOUT_S"}
+FIXED_LIMIT_ENV = {"step": "MINDIO_STEP_TIMEOUT_S", "save": "MINDIO_SAVE_TIMEOUT_S", "eval": "MINDIO_EVAL_TIMEOUT_S",
+                   "startup": "MINDIO_STARTUP_TIMEOUT_S"}
 STEP_FLOOR_ENV = "MINDIO_HANG_FLOOR_S"
-DEFAULT_FLOORS = {"step": 12.0, "save": 60.0, "eval": 30.0}
-DEFAULT_FACTORS = {"step": 10.0, "save": 4.0, "eval": 5.0}
+# A process starts up once, so its start-up is never measured: its limit is the initial one.
+DEFAULT_FLOORS = {"step": 12.0, "save": 60.0, "eval": 30.0, "startup": 60.0}
+DEFAULT_FACTORS = {"step": 10.0, "save": 4.0, "eval": 5.0, "startup": 1.0}
 
 
 def default_rules(initial_s: float, step_floor_s: float = DEFAULT_FLOORS["step"]) -> Dict[str, SectionRule]:

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Tuple
 
 from mindio_adaptor.core import comm_abort
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.core.hang_rule import limits_from_env
 from mindio_adaptor.core.recovery_timeline import Timeline
@@ -225,7 +225,14 @@ def wait_for_decision(exc: BaseException, step: int, replacement: bool = False):
         processor.tft_report_error(state, exception_handler.fault_code_of(exc))
     finally:
         TRAINING.parked.set()
-    action = _serve_until_decision(processor)
+    try:
+        action = _serve_until_decision(processor)
+    except (processor.ControllerUnreachable, TimeoutError) as lost:
+        _end_recovery("controller lost")
+        logger.error("step %d: %s. Without the controller no rank can be repaired and no dying-gasp "
+                     "checkpoint can be agreed on: this rank exits (code %d) after %s; the job resumes "
+                     "from its last complete checkpoint", step, lost, CONTROLLER_LOST, summary)
+        raise SystemExit(CONTROLLER_LOST) from exc
     decision = f"{processor.tft_get_repair_type() or 'exit'} at step {processor.tft_get_repair_step()}"
     if action == Action.RETRY:
         logger.info("step %d: online repair done (%s)", step, decision)

@@ -1,6 +1,8 @@
 """MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
 the run at start), fired at the forward, backward and optimizer phases of the planned step, inside a
 checkpoint save of that iteration, and when the process exits."""
+import os
+
 import torch.distributed as dist
 
 from mindio_adaptor.core.fault_inject import FaultPlan
@@ -22,7 +24,9 @@ def _read_plan(wrapped, instance, args, kwargs):
 
 def fire(phase: str, step: int):
     if STATE.fault_plan:
-        STATE.fault_plan.maybe_fire(dist.get_rank(), step, phase)
+        # At exit the process groups may be destroyed already (the example does so after main()).
+        rank = dist.get_rank() if dist.is_initialized() else int(os.environ["RANK"])
+        STATE.fault_plan.maybe_fire(rank, step, phase)
 
 
 def _fire_optimizer_phase(step: int):

@@ -1,12 +1,12 @@
-"""What the controller's hang rule sees of Megatron: the train step, checkpoint saves and evaluation as
-timed sections, each with the limit this rank derived from its own history (core/hang_rule), and the
+"""What the controller's hang rule sees of Megatron: start-up, the train step, checkpoint saves and
+evaluation as timed sections, each with the limit this rank derived from its own history (core/hang_rule), and the
 micro-batches' forwards and backwards as progress inside them. The controller judges a hang from
 these (csrc/controller/liveness), so a rank hung in compute, in a collective, in the data loader or
 stopped by the OS is found in seconds, and its peers waiting on it are not blamed.
 
-Sections are reported only once the processor is connected (controller_link arms them); the train
-step's section is opened by the exception loop around each attempt, so the time a rank spends parked
-in a recovery is no step time.
+Sections are reported only once the processor is connected (controller_link arms them); start-up runs
+from then until the train loop starts. The train step's section is opened by the exception loop around
+each attempt, so the time a rank spends parked in a recovery is no step time.
 """
 import logging
 import time
@@ -26,6 +26,7 @@ class SectionClock:
         self.limits = limits
         self._processor = processor
         self._announced = set()
+        self._open: Optional[str] = None
 
     @contextmanager
     def timed(self, section: str):
@@ -35,6 +36,7 @@ class SectionClock:
             self._announced.add((section, measured))
             logger.info("hang rule: %s limit %.1f s (%s)", section, limit_s, how)
         self._processor.begin_section(section, limit_s)
+        self._open = None  # a section opened by open() is replaced
         started = time.monotonic()
         try:
             yield
@@ -43,6 +45,18 @@ class SectionClock:
             raise
         self._processor.end_section()
         self.limits.record(section, time.monotonic() - started)
+
+    def open(self, section: str) -> None:
+        """A section with no end in one block (start-up): it lasts until the next one begins or end()."""
+        limit_s, how = self.limits.limit(section)
+        logger.info("hang rule: %s limit %.1f s (%s)", section, limit_s, how)
+        self._processor.begin_section(section, limit_s)
+        self._open = section
+
+    def end(self, section: str) -> None:
+        if self._open == section:
+            self._open = None
+            self._processor.end_section()
 
     def progress(self) -> None:
         self._processor.add_progress(1)
@@ -54,6 +68,7 @@ CLOCK: Optional[SectionClock] = None
 def arm(limits: SectionLimits, processor) -> None:
     global CLOCK
     CLOCK = SectionClock(limits, processor)
+    CLOCK.open("startup")
 
 
 @contextmanager
@@ -69,6 +84,12 @@ def timed(section: str):
 def _progress() -> None:
     if CLOCK is not None:
         CLOCK.progress()
+
+
+def _startup_ends(wrapped, instance, args, kwargs):
+    if CLOCK is not None:
+        CLOCK.end("startup")
+    return wrapped(*args, **kwargs)
 
 
 def _timed_save(wrapped, instance, args, kwargs):
@@ -101,6 +122,7 @@ def _backward_counted(wrapped, instance, args, kwargs):
 
 
 PATCHES = [
+    Patch("megatron.training.training", "train", _startup_ends),
     Patch("megatron.training.training", "save_checkpoint_and_time", _timed_save),
     Patch("megatron.training.training", "evaluate_and_print_results", _timed_evaluation),
     Patch("megatron.training.training", "train_step", _forward_counted),

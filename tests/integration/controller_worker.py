@@ -48,10 +48,12 @@ def main():
     p.add_argument("--ckpt-step", type=int, default=-1, help=">= 0: report a saved periodic checkpoint of this step")
     p.add_argument("--save-ranks", default="", help="ranks that enter a checkpoint-save section at the trigger")
     p.add_argument("--save-s", type=float, default=1.5, help="how long the save section of --save-ranks lasts")
+    p.add_argument("--finish-ranks", default="", help="ranks that report their training finished at the trigger")
     p.add_argument("--idle-s", type=float, default=50, help="how long to wait 'in a collective' after the steps")
     a = p.parse_args()
     rank = a.rank
     saver = str(rank) in a.save_ranks.split(",")
+    finisher = str(rank) in a.finish_ranks.split(",")
     stop_requested = threading.Event()
     fired = []
 
@@ -119,6 +121,10 @@ def main():
         while time.monotonic() < deadline:  # "blocked in a collective"
             if stop_requested.is_set():
                 raise RuntimeError("FORCE STOP by the controller")
+            if finisher and "finished" not in save and a.trigger and os.path.exists(a.trigger):
+                save["finished"] = True
+                _processor_module.report_training_finished()
+                emit(rank=rank, finished_training=True)
             if saver and "began" not in save and a.trigger and os.path.exists(a.trigger):
                 save["began"] = time.monotonic()
                 _processor_module.section_link().begin_section("save", 60.0)

@@ -8,6 +8,8 @@ import pytest
 
 from controller_harness import HEARTBEAT_S, Job, actions_in_order, wait_until
 
+from mindio_adaptor.ttp import controller as ctl
+
 pytestmark = pytest.mark.integration
 
 
@@ -182,6 +184,29 @@ def test_a_fault_inside_a_save_abandons_it_at_once(tmp_path, job_env, monkeypatc
         assert waited == ["ranks [0,1,2] are saving a checkpoint that cannot complete: faulted ranks [3] were in "
                           "the save; it is abandoned at once"], waited
         assert not any(job.events_of(r, "saved") for r in range(4))
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_a_rank_lost_after_another_finished_training_is_not_acted_on(tmp_path, job_env):
+    job = Job(tmp_path, 4, finish_ranks="0,1,3", idle_s=8)
+    try:
+        job.wait_ready()
+        job.fire()
+        wait_until(lambda: job.controller_events("finished"), 5, "a rank's finished report")
+        job.procs[2].send_signal(signal.SIGKILL)
+        wait_until(lambda: job.controller_events("late_fault"), 3 * HEARTBEAT_S + 3, "rank 2's loss judged")
+        late = [d for _, _, d in job.controller_events("late_fault")]
+        assert late == ["rank 2 node: connection lost and not re-registered within one heartbeat period"], late
+        assert not job.controller_events("decision") and not job.controller_events("fault")
+        assert "stop" not in actions_in_order(job)
+        assert {r: job.wait_results([r], timeout=15)[r]["result"] for r in (0, 1, 3)} == {0: "timeout", 1: "timeout",
+                                                                                         3: "timeout"}
+        flags = [entry["flags"] for entry in ctl.controller_ranks()]
+        assert "finished" in flags[0] and "dead" in flags[2] and "finished" not in flags[2]
     except AssertionError:
         print(job.worker_logs())
         raise
