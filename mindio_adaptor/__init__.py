@@ -8,8 +8,10 @@ __version__ = "0.1.0"
 
 def patch_all():
     """Install every Megatron patch (idempotent). Safe before or after `import megatron`."""
+    from mindio_adaptor.core import orphan_guard
     from mindio_adaptor.patches import registry
 
+    orphan_guard.arm()  # in a helper process spawned by a rank: it must not outlive the rank
     registry.patch_all()
 
 

@@ -37,6 +37,10 @@ _NUM_ZEROS = re.compile(r"iteration\s+(\d+)/.*?num zeros: ([\d.]+)")
 _DIGEST = re.compile(r"^params digest ([0-9a-f]{64})$", re.M)
 
 
+# Every run's leftover processes, for a test suite to check once per module (tests/e2e/conftest.py).
+LEFTOVERS: List[str] = []
+
+
 @dataclass
 class RunResult:
     returncode: int
@@ -127,6 +131,7 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
     reader.join(30)
     result = parse_output(proc.returncode, "".join(lines))
     result.leftover = processes_left(run_id)
+    LEFTOVERS.extend(f"{' '.join(flags)[:120]}: {p}" for p in result.leftover)
     return result
 
 

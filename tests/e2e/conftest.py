@@ -1,6 +1,8 @@
-"""Uninterrupted reference runs, trained once per test session and shared by the e2e tests."""
+"""Uninterrupted reference runs, trained once per test session and shared by the e2e tests; no process
+of any run may be left once it ended."""
 import pytest
 
+from mindio_adaptor import tiny_job
 from mindio_adaptor.tiny_job import load_params, run_training
 
 HA = ["--enable-high-availability"]
@@ -22,3 +24,13 @@ def reference_runs(tmp_path_factory):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_process_left_behind():
+    """Every end of a run, faulted or not, leaves no process of it alive (checked after each module:
+    an autouse fixture of module scope is set up before the module's shared runs)."""
+    before = len(tiny_job.LEFTOVERS)
+    yield
+    left = tiny_job.LEFTOVERS[before:]
+    assert not left, f"processes left after runs of this module: {left}"

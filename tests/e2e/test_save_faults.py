@@ -32,8 +32,10 @@ def test_a_rank_lost_in_a_periodic_save_leaves_only_the_dump_marked_latest(perio
     assert run.returncode != 0
     assert "fault injection: firing kill on rank 2 at step 4 (save)" in run.output
     assert not re.search(r"successfully saved checkpoint from iteration\s+4 to \S+/ckpt ", run.output)
-    assert re.search(r"iter_0000004 was not marked complete \(the tracker names no checkpoint\): an interrupted "
-                     r"save, replaced by the dump", run.output), run.output[-3000:]
+    # Whether rank 0 had created iter_0000004 before the others' save failed is a race; when it had, the
+    # dump replaced it (core/dump_dir.publish, unit-tested) and said so.
+    if "iter_0000004 was not marked complete" in run.output:
+        assert "an interrupted save, replaced by the dump" in run.output
     assert "dump of step 4 published" in run.output
     assert (ckpt / TRACKER).read_text().strip() == "4"
     assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000004", TRACKER]

@@ -1,0 +1,52 @@
+"""A process spawned by a rank ends when the rank is gone (core/orphan_guard), with real processes."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+PARENT = """
+import multiprocessing, sys, time
+sys.path.insert(0, {repo!r})
+from mindio_adaptor.core import orphan_guard
+armed = orphan_guard.arm(0.1)
+
+
+def helper():
+    assert armed, "the spawned helper did not arm the guard"
+    time.sleep(60)
+
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("spawn").Process(target=helper)
+    child.start()
+    print(child.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_spawned_helper_ends_when_its_parent_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT.format(repo=str(REPO)))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = psutil.Process(int(parent.stdout.readline()))
+        time.sleep(1.0)
+        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=5)
+        child.wait(timeout=10)  # raises TimeoutExpired if the helper outlived its parent
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_a_process_that_was_not_spawned_is_not_guarded():
+    from mindio_adaptor.core import orphan_guard
+
+    assert not orphan_guard.is_spawned_child()
+    assert not orphan_guard.arm()
