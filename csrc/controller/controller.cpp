@@ -514,7 +514,11 @@ void Controller::judge_liveness_locked() {
         RankEntry& r = ranks_[rank];
         r.hang_reported = true;
         if (!r.suspect) {
-            add_fault_locked(rank, FaultKind::Unknown, "hung: " + verdict.why);
+            // It answers but its training thread is stuck. With process replacement on it is replaced
+            // like a lost process (take_offline_locked tells it to exit, and a hung process ends itself
+            // on EXIT); otherwise an unknown fault, whose STOP it cannot obey, so it never saves.
+            if (cfg_.caps.recover) add_fault_locked(rank, FaultKind::Node, "hung, to be replaced: " + verdict.why);
+            else add_fault_locked(rank, FaultKind::Unknown, "hung: " + verdict.why);
             continue;
         }
         // Silent as well: its process does not run, so it can answer no action; it is treated as lost.
