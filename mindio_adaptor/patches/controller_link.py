@@ -28,9 +28,9 @@ logger = logging.getLogger(__name__)
 
 ENV_CONTROLLER = "MINDIO_CONTROLLER_ADDR"
 ENV_TOKEN = "MINDIO_TOKEN"
-CONTROLLER_FACTS = "controller"
+CONTROLLER_FACTS = "controller"  # (port, token) in the job's store, for a replacement process
 FINISH_WAIT_ENV = "MINDIO_FINISH_WAIT_S"
-DEFAULT_FINISH_WAIT_S = 10.0  # (port, token) in the job's store, for a replacement process
+DEFAULT_FINISH_WAIT_S = 10.0
 
 
 def _after_initialize(wrapped, instance, args, kwargs):

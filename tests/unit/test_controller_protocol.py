@@ -45,6 +45,13 @@ def test_message_round_trip(name):
     assert nat.decode_frame(frame) == (T[name], 99, body)
 
 
+def test_the_last_run_status_and_section_round_trip():
+    status = {"rank": 1, "step": 8, "run_status": 4, "data_status": 0, "ckpt_step": 8,
+              "section": nat.SECTIONS["startup"], "section_ms": 5, "limit_ms": 600000, "progress": 0}
+    assert nat.SECTIONS["startup"] == 4  # finished (run status 4) and start-up are the highest values
+    assert nat.decode_message(T["STATUS"], nat.encode_message(T["STATUS"], status)) == status
+
+
 def test_header_layout_is_little_endian_with_crc_of_body():
     body = b"abc"
     frame = nat.encode_frame(T["ACTION"], 0x0102030405060708, body)
@@ -87,6 +94,8 @@ def test_every_truncated_body_is_refused(name):
     ("ACTION", struct.pack("<H", 0), "unknown action kind 0"),
     ("ACTION", struct.pack("<H", 77), "unknown action kind 77"),
     ("HEARTBEAT", struct.pack("<iqBBq", 1, 5, 9, 0, -1), "run_status"),
+    ("STATUS", struct.pack("<iqBBq", 1, 5, 5, 0, -1), "run_status"),  # 4 (finished) is the last
+    ("STATUS", struct.pack("<iqBBqB", 1, 5, 4, 0, -1, 5), "section"),  # 4 (startup) is the last
     ("ERROR_REPORT", struct.pack("<iB", 1, 200) + struct.pack("<I", 0), "state"),
     ("REGISTER", struct.pack("<iiII", 0, 1, 0, 0xFFFFFFFF), "string length"),
     ("REPLICA_INFO", struct.pack("<iI", 0, 0x7FFFFFFF), "does not fit"),
