@@ -94,7 +94,7 @@ def join(train_data_iterator) -> None:
     exception_loop.wait_for_decision(RuntimeError("ARF FINISH"), 0, replacement=True)
     exception_loop.TRAINING.reset()
     REPLACEMENT.joined = True
-    train_reentry.skip_barriers_until_first_step()
+    train_reentry.enter_as_a_resumed_loop()
     logger.info("replacement process joined the job at step %d after %.2f s of waiting and repair",
                 REPLACEMENT.joined_at, time.monotonic() - started)
 

@@ -43,13 +43,15 @@ def prepare(step: int, where: str) -> None:
     step_snapshot.set_args(step_snapshot.require(step, "re-enter the train loop after"))
     for timer in get_timers()._timers.values():
         timer._started = False  # the loop left behind runs its interval timer; the new loop starts it
-    skip_barriers_until_first_step()
-    REENTRY.first_log_pending = True
+    enter_as_a_resumed_loop()
     logger.info("entering Megatron's train loop again after step %d (this rank was %s)", step, where)
 
 
-def skip_barriers_until_first_step() -> None:
+def enter_as_a_resumed_loop() -> None:
+    """The next train loop skips its start barriers until the first step, and its first step is logged
+    like the uninterrupted run's (Megatron's last rank prints the losses: a replacement may be it)."""
     REENTRY.skip_barriers = True
+    REENTRY.first_log_pending = True
 
 
 def first_step_started() -> None:

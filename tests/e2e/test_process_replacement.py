@@ -34,18 +34,18 @@ def test_killed_rank_is_replaced_and_only_its_pid_changes(tmp_path, reference_ru
 
 
 def test_hung_rank_is_ended_and_replaced(tmp_path, reference_runs):
-    # No timeout variable set: the hang rule names rank 2, the controller has its process end (a hung
-    # process ends itself on EXIT) and the launcher starts it again, as for a lost one. The fault point
-    # of the kill above, so that the two flows compare like for like.
-    env = {"MINDIO_FAULT_INJECT": "hang:rank=2,step=4", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
+    # No timeout variable set: the hang rule names rank 3, the controller has its process end (a hung
+    # process ends itself on EXIT) and the launcher starts it again, as for a lost one. Rank 3 is the
+    # rank that prints Megatron's losses: its replacement logs them as the uninterrupted run does.
+    env = {"MINDIO_FAULT_INJECT": "hang:rank=3,step=5", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
     run = run_training(REBOOT, env=env, launcher=LAUNCH).require_success()
-    assert re.search(r"hang: .*furthest behind: \[2\]", run.output)
-    assert re.search(r"decision recover: faults [^\n]*\b2:node", run.output)
+    assert re.search(r"hang: .*furthest behind: \[3\]", run.output)
+    assert re.search(r"decision recover: faults [^\n]*\b3:node", run.output)
     assert "the controller ended the job and the training thread is hung: ending the process" in run.output
-    assert "ranks [2] replaced, training resumes at step 3" in run.output
+    assert "ranks [3] replaced, training resumes at step 4" in run.output
     seen = process_ids(run.output)
-    for rank in (0, 1, 3):
+    for rank in (0, 1, 2):
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
-    assert len(set(seen[2]["starting"])) == 2, seen
+    assert len(set(seen[3]["starting"])) == 2, seen
     assert run.losses == reference_runs("ha")[0].losses
     assert run.digest == reference_runs("ha")[0].digest
