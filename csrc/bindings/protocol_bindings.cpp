@@ -23,8 +23,9 @@ std::string encode_dict(MsgType type, const py::dict& d) {
         case MsgType::Register:
             return encode(RegisterMsg{get<int32_t>(d, "rank", 0), get<int32_t>(d, "world_size", 0),
                                       get<uint32_t>(d, "heartbeat_ms", 0), get<std::string>(d, "token", ""),
-                                      get<bool>(d, "restarted", false)});
+                                      get<bool>(d, "restarted", false), get<int32_t>(d, "pid", 0)});
         case MsgType::RegisterAck:
+        case MsgType::ProcessEndedAck:
             return encode(RegisterAckMsg{get<int32_t>(d, "result", 0), get<std::string>(d, "message", "")});
         case MsgType::Heartbeat:
         case MsgType::Status:
@@ -68,6 +69,9 @@ std::string encode_dict(MsgType type, const py::dict& d) {
         }
         case MsgType::Goodbye:
             return encode(GoodbyeMsg{get<int32_t>(d, "rank", 0), get<std::string>(d, "reason", "")});
+        case MsgType::ProcessEnded:
+            return encode(ProcessEndedMsg{get<std::string>(d, "token", ""), get<int32_t>(d, "rank", 0),
+                                          get<int32_t>(d, "pid", 0), get<std::string>(d, "how", "")});
         case MsgType::ActionReply:
             return encode(ActionReplyMsg{get<int32_t>(d, "rank", 0), static_cast<ActionKind>(get<int>(d, "kind", 1)),
                                          get<int32_t>(d, "result", 0), get<std::string>(d, "message", "")});
@@ -116,10 +120,11 @@ py::dict decode_dict(MsgType type, const std::string& body) {
         case MsgType::Register: {
             auto m = decode_as<RegisterMsg>(body);
             d["rank"] = m.rank; d["world_size"] = m.world_size; d["heartbeat_ms"] = m.heartbeat_ms;
-            d["token"] = m.token; d["restarted"] = m.restarted;
+            d["token"] = m.token; d["restarted"] = m.restarted; d["pid"] = m.pid;
             break;
         }
-        case MsgType::RegisterAck: {
+        case MsgType::RegisterAck:
+        case MsgType::ProcessEndedAck: {
             auto m = decode_as<RegisterAckMsg>(body);
             d["result"] = m.result; d["message"] = m.message;
             break;
@@ -158,6 +163,11 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             d["rank"] = m.rank; d["reason"] = m.reason;
             break;
         }
+        case MsgType::ProcessEnded: {
+            auto m = decode_as<ProcessEndedMsg>(body);
+            d["token"] = m.token; d["rank"] = m.rank; d["pid"] = m.pid; d["how"] = m.how;
+            break;
+        }
         case MsgType::ActionReply: {
             auto m = decode_as<ActionReplyMsg>(body);
             d["rank"] = m.rank; d["kind"] = static_cast<int>(m.kind); d["result"] = m.result;
@@ -184,7 +194,7 @@ void bind_protocol(py::module_& m) {
     py::dict types;
     types["REGISTER"] = 1; types["REGISTER_ACK"] = 2; types["HEARTBEAT"] = 3; types["STATUS"] = 4;
     types["REPLICA_INFO"] = 5; types["ERROR_REPORT"] = 6; types["ACTION"] = 7; types["ACTION_REPLY"] = 8;
-    types["GOODBYE"] = 9;
+    types["GOODBYE"] = 9; types["PROCESS_ENDED"] = 10; types["PROCESS_ENDED_ACK"] = 11;
     m.attr("MSG_TYPES") = types;
     py::dict actions;
     for (uint16_t k = 1; k <= kMaxActionKind; ++k) actions[action_name(static_cast<ActionKind>(k))] = k;

@@ -141,6 +141,7 @@ std::map<std::string, uint64_t> Controller::stats() const {
 void Controller::on_frame(uint64_t conn, Frame&& frame) {
     try {
         if (frame.type == MsgType::Register) return handle_register(conn, frame.body);
+        if (frame.type == MsgType::ProcessEnded) return handle_process_ended(conn, frame.body);
         int rank;
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -225,6 +226,7 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     r.left = false;
     ++r.generation;
     r.heartbeat_ms = m.heartbeat_ms;
+    r.pid = m.pid;
     r.last_seen = Clock::now();
     r.suspect = r.hang_reported = false;
     r.section = Section::None;
@@ -235,6 +237,48 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     event_locked(kind, "rank " + std::to_string(m.rank));
     LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " " << (replacing ? "replaced by a restarted process" : again ? "re-registered" : "registered"));
     cv_.notify_all();
+}
+
+// A launcher's report that a rank's process ended, answered on its own connection, which then closes.
+// The report proves a death only for the process it names: a replacement registered since is not
+// touched, and a rank already known dead or gone is only acknowledged.
+void Controller::handle_process_ended(uint64_t conn, const std::string& body) {
+    auto m = decode_as<ProcessEndedMsg>(body);
+    int result = 0;
+    std::string answer;
+    if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
+        result = 1;
+        answer = "wrong token (MINDIO_TOKEN differs)";
+    } else if (m.rank < 0 || m.rank >= cfg_.world_size) {
+        result = 1;
+        answer = "rank " + std::to_string(m.rank) + " is out of range 0.." + std::to_string(cfg_.world_size - 1);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (result == 0) {
+        answer = process_ended_locked(m);
+    } else {
+        LOG_WARN(kLog, cfg_.rank, "refused a report that rank " << m.rank << "'s process " << m.pid << " ended: " << answer);
+    }
+    server_.send(conn, encode_frame(MsgType::ProcessEndedAck, 0, encode(RegisterAckMsg{result, answer})));
+    server_.close(conn, "process-ended report answered");
+}
+
+std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
+    RankEntry& r = ranks_[m.rank];
+    std::string who = "rank " + std::to_string(m.rank);
+    std::string process = "process " + std::to_string(m.pid) + " (" + m.how + ")";
+    if (!r.registered || (r.pid != 0 && r.pid != m.pid)) {
+        return who + (r.registered ? " is now process " + std::to_string(r.pid) : " never registered") + ": " +
+               process + " changes nothing";
+    }
+    if (r.dead || r.left) return who + " was already " + (r.dead ? "dead" : "gone") + ": " + process + " ended";
+    event_locked("process_ended", who + ": " + process);
+    LOG_WARN(kLog, cfg_.rank, who << "'s " << process << " ended, its launcher reports"
+                              << (r.connected ? "; its connection is still open (a child process holds it): closed" : ""));
+    if (r.connected) server_.close(r.conn, "its process ended");
+    declare_dead_locked(m.rank, process + " ended, reported by its launcher");
+    cv_.notify_all();
+    return who + " declared dead";
 }
 
 // Which registrations ARF refuses. A dead rank comes back only as a restarted process, and a restarted

@@ -112,6 +112,7 @@ private:
         bool left = false;  // said goodbye (tft_destroy_processor): gone on purpose, not a fault
         Clock::time_point last_seen, disconnected_at;
         uint32_t heartbeat_ms = 2000;
+        int32_t pid = 0;  // of the registered process, as it said (0: not given)
         int64_t step = -1;
         int64_t ckpt_step = -1;  // the last periodic checkpoint it saved
         DataStatus data = DataStatus::Updated;
@@ -171,6 +172,8 @@ private:
     void handle_error(const ErrorReportMsg& m);
     void handle_reply(uint64_t seq, const ActionReplyMsg& m);
     void handle_goodbye(const GoodbyeMsg& m);
+    void handle_process_ended(uint64_t conn, const std::string& body);
+    std::string process_ended_locked(const ProcessEndedMsg& m);
     void say_goodbye();
     int rank_of_conn_locked(uint64_t conn) const;
 

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -94,7 +95,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         *error = e.what();
         return false;
     }
-    RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token, false};
+    RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token, false, static_cast<int32_t>(::getpid())};
     {
         std::lock_guard<std::mutex> lock(mu_);
         reg.restarted = joining_;

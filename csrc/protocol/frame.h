@@ -19,7 +19,7 @@
 namespace mindio {
 
 constexpr uint32_t kMagic = 0x414F494D;  // "MIOA" in little-endian bytes
-constexpr uint16_t kVersion = 2;  // 2: status carries the section, its limit and progress
+constexpr uint16_t kVersion = 3;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxBody = 10u * 1024u * 1024u;
 
@@ -33,9 +33,11 @@ enum class MsgType : uint16_t {
     Action = 7,        // controller -> processor: run one handler
     ActionReply = 8,   // processor -> controller: the handler's result (seq = the action's seq)
     Goodbye = 9,       // either way: the sender closes the link on purpose (not a fault)
+    ProcessEnded = 10,     // a launcher -> controller, on a connection of its own: a rank's process ended
+    ProcessEndedAck = 11,  // controller -> launcher: what the report changed (RegisterAckMsg's body)
 };
 constexpr uint16_t kMinMsgType = 1;
-constexpr uint16_t kMaxMsgType = 9;
+constexpr uint16_t kMaxMsgType = 11;
 
 struct ProtocolError : std::runtime_error {
     using std::runtime_error::runtime_error;

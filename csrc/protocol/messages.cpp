@@ -168,6 +168,7 @@ std::string encode(const RegisterMsg& m) {
     w.u32(m.heartbeat_ms);
     w.str(m.token);
     write_bool(w, m.restarted);
+    w.i32(m.pid);
     return w.out;
 }
 
@@ -178,6 +179,7 @@ void decode(const std::string& body, RegisterMsg& m) {
     m.heartbeat_ms = r.u32("heartbeat_ms");
     m.token = r.str("token");
     m.restarted = read_bool(r, "restarted");
+    m.pid = r.i32("pid");
     r.finish();
 }
 
@@ -353,6 +355,28 @@ void decode(const std::string& body, GoodbyeMsg& m) {
     m.reason = r.str("reason");
     std::string problem = check_printable(m.reason, kMaxGoodbyeReason);
     if (!problem.empty()) r.fail("reason", problem);
+    r.finish();
+}
+
+std::string encode(const ProcessEndedMsg& m) {
+    std::string problem = check_printable(m.how, kMaxGoodbyeReason);
+    if (!problem.empty()) throw ProtocolError("ProcessEnded.how: " + problem);
+    Writer w;
+    w.str(m.token);
+    w.i32(m.rank);
+    w.i32(m.pid);
+    w.str(m.how);
+    return w.out;
+}
+
+void decode(const std::string& body, ProcessEndedMsg& m) {
+    Reader r(body, "ProcessEnded");
+    m.token = r.str("token");
+    m.rank = r.i32("rank");
+    m.pid = r.i32("pid");
+    m.how = r.str("how");
+    std::string problem = check_printable(m.how, kMaxGoodbyeReason);
+    if (!problem.empty()) r.fail("how", problem);
     r.finish();
 }
 

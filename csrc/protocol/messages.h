@@ -44,6 +44,9 @@ struct RegisterMsg {
     // A process started again for a rank that died (ARF): the controller accepts it only for a rank
     // it holds dead, and keeps it out of the job until the replacement is repaired.
     bool restarted = false;
+    // The process's id, so that a launcher's report of a process that ended names this process and
+    // not a replacement registered for the same rank since; 0: not given.
+    int32_t pid = 0;
 };
 
 struct RegisterAckMsg {
@@ -129,6 +132,17 @@ struct GoodbyeMsg {
 // The reason is logged, so it is short printable ASCII.
 constexpr size_t kMaxGoodbyeReason = 256;
 
+// Sent by the launcher of a rank's node when the rank's process ended (its exit code or signal in
+// `how`), on a connection of its own that carries the job's token. A process's death is otherwise
+// seen as its closed connection; this report is the OS's word for it, and still arrives when the
+// connection outlives the process (a child that inherited the descriptor keeps it open).
+struct ProcessEndedMsg {
+    std::string token;
+    int32_t rank = 0;
+    int32_t pid = 0;
+    std::string how;  // logged: short printable ASCII, at most kMaxGoodbyeReason
+};
+
 std::string encode(const RegisterMsg& m);
 std::string encode(const RegisterAckMsg& m);
 std::string encode(const RankStatusMsg& m);
@@ -137,6 +151,7 @@ std::string encode(const ErrorReportMsg& m);
 std::string encode(const ActionMsg& m);
 std::string encode(const ActionReplyMsg& m);
 std::string encode(const GoodbyeMsg& m);
+std::string encode(const ProcessEndedMsg& m);
 
 void decode(const std::string& body, RegisterMsg& m);
 void decode(const std::string& body, RegisterAckMsg& m);
@@ -146,6 +161,7 @@ void decode(const std::string& body, ErrorReportMsg& m);
 void decode(const std::string& body, ActionMsg& m);
 void decode(const std::string& body, ActionReplyMsg& m);
 void decode(const std::string& body, GoodbyeMsg& m);
+void decode(const std::string& body, ProcessEndedMsg& m);
 
 template <typename Msg>
 Msg decode_as(const std::string& body) {

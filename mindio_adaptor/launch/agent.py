@@ -4,6 +4,7 @@ what the other nodes' launchers decided, and end with one summary line and an ex
 restarts left (or another node's); 128+N the launcher was stopped by signal N."""
 from __future__ import annotations
 
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from torch.distributed import DistError
 
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
 from mindio_adaptor.launch.config import LaunchConfig
+from mindio_adaptor.launch.controller_report import ControllerReportError, find_controller, report_process_ended
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
 from mindio_adaptor.launch.worker import Worker, stop_all
@@ -139,6 +141,12 @@ class NodeAgent:
 
     def _answer(self, worker: Worker, code: int) -> Optional[Outcome]:
         what = f"rank {worker.rank} (local rank {worker.local_rank}, pid {worker.pid}) ended: {describe(code)}"
+        if code not in (0, ENDED_BY_CONTROLLER):
+            self._tell_controller(worker, code)
+        leftovers = worker.end_leftovers()
+        if leftovers:
+            self.log.info("rank %d: ended what its process left running in its process group: pids %s",
+                          worker.rank, leftovers)
         if code not in (0, ENDED_BY_CONTROLLER) and self._follow_generation():
             self.log.info("%s, during another node's group restart", what)
             return None
@@ -163,6 +171,19 @@ class NodeAgent:
         else:
             return self._give_up(what)
         return None
+
+    def _tell_controller(self, worker: Worker, code: int) -> None:
+        """The OS's word that a rank's process ended, to the recovery controller (when the job has one)."""
+        try:
+            contact = find_controller(self.config.master_addr, self.master_port, os.environ)
+            if contact is None:
+                return
+            answer = report_process_ended(contact, worker.rank, worker.pid, describe(code))
+        except ControllerReportError as err:
+            self.log.info("rank %d: the recovery controller was not told that pid %d ended: %s", worker.rank,
+                          worker.pid, err)
+            return
+        self.log.info("rank %d: told the recovery controller that pid %d ended: %s", worker.rank, worker.pid, answer)
 
     def _reboot(self, worker: Worker, what: str) -> None:
         worker.reboots += 1

@@ -13,6 +13,8 @@ import subprocess
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
+import psutil
+
 KILL_WAIT_S = 10.0  # after SIGKILL a process is gone at once unless stuck in the kernel: bound it anyway
 
 
@@ -38,6 +40,25 @@ class Worker:
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def end_leftovers(self) -> List[int]:
+        """SIGKILL what an ended worker left in its process group (helpers it started); returns their pids.
+        The group outlives its leader while a member lives, so its id cannot name anything else."""
+        if self.proc is None or self.running():
+            return []
+        members = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getpgid(proc.pid) == self.proc.pid:
+                    members.append(proc.pid)
+            except (ProcessLookupError, PermissionError):
+                continue
+        if members:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # they ended meanwhile
+                pass
+        return members
 
     def signal(self, sig: int) -> None:
         if not self.running():

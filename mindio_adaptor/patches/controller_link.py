@@ -17,6 +17,7 @@ import time
 import torch.distributed as dist
 
 from mindio_adaptor.core import inherited_sockets, job_store
+from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.patches import dump, exception_loop, online_repair, process_replacement, step_snapshot
 from mindio_adaptor.patches.arguments import config_from_args
@@ -26,9 +27,6 @@ from mindio_adaptor.patches.training_state import STATE
 
 logger = logging.getLogger(__name__)
 
-ENV_CONTROLLER = "MINDIO_CONTROLLER_ADDR"
-ENV_TOKEN = "MINDIO_TOKEN"
-CONTROLLER_FACTS = "controller"  # (port, token) in the job's store, for a replacement process
 FINISH_WAIT_ENV = "MINDIO_FINISH_WAIT_S"
 DEFAULT_FINISH_WAIT_S = 10.0
 
@@ -40,17 +38,6 @@ def _after_initialize(wrapped, instance, args, kwargs):
     if getattr(get_args(), "enable_high_availability", False):
         connect()
     return result
-
-
-def controller_address(environ=os.environ):
-    """(host, port) of an external controller, or None for the in-job one."""
-    value = environ.get(ENV_CONTROLLER)
-    if not value:
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{ENV_CONTROLLER}={value!r}: expected host:port with a port in 1..65535")
-    return host, int(port)
 
 
 def connect():
@@ -98,12 +85,23 @@ def _start_in_job_controller(rank, world, controller, config):
         controller.tft_init_controller(0, world, enable_arf=config.enable_worker_reboot,
                                        enable_uce=config.enable_hbmfault_repair)
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
-        if config.enable_worker_reboot:
-            job_store.publish(CONTROLLER_FACTS, shared)
+        _publish_contact(shared, needed=config.enable_worker_reboot)
     dist.broadcast_object_list(shared, src=0)
     port, token = shared
     os.environ[ENV_TOKEN] = token
     return host, port
+
+
+def _publish_contact(contact, needed: bool) -> None:
+    """A replacement process needs the controller's contact (worker reboot); a launcher uses it to report
+    a worker whose process ended. Without a job store only the latter is lost, and that is said once."""
+    try:
+        job_store.publish(CONTROLLER_FACTS, contact)
+    except job_store.JobStoreError as err:
+        if needed:
+            raise
+        logger.info("the controller's contact is not published (%s): a launcher cannot report ended "
+                    "processes, the controller sees deaths as closed connections only", err)
 
 
 def disconnect():

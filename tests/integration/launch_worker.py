@@ -9,10 +9,15 @@ appends what it is to OUT/rank<RANK>.jsonl, and plays a scenario:
           survivors' next all_reduce fails; they and the restarted process (MINDIO_RESTARTED=1) meet in a new
           group under a new store prefix, as an epoch of core/comm would, and all_reduce once more; exit 0
   ended   FAULT_RANK exits ENDED_BY_CONTROLLER after the first all_reduce; the others crash (exit 1) later
+  held    every rank registers a processor with the controller at MINDIO_CONTROLLER_ADDR; FAULT_RANK starts
+          a helper in a session of its own that inherits its controller connection (`sleep`, its pid in
+          OUT/holder.pid) and one in its own process group (OUT/helper.pid), then SIGKILLs itself: its
+          connection stays open; the others wait to be stopped
 """
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -68,12 +73,38 @@ def reboot(out, rank, world, fault_rank):
     dist.destroy_process_group()
 
 
+def hold_connection_and_die(out, rank, fault_rank):
+    """A rank whose death its connection does not show: a helper outside its process group keeps a copy."""
+    from mindio_adaptor.core.comm_abort import tcp_connections
+    from mindio_adaptor.core.controller_address import controller_address
+    from mindio_adaptor.ttp import processor
+
+    host, port = controller_address()
+    processor.tft_init_processor(rank, int(os.environ["WORLD_SIZE"]), enable_tls=False)
+    processor.tft_start_processor(host, port)
+    record(out, rank, event="registered")
+    if rank != fault_rank:
+        time.sleep(60)
+        return
+    (link,) = [c for c in tcp_connections() if c.remote_port == port]
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # the launcher's output ends with the job
+    holder = subprocess.Popen(["sleep", "60"], pass_fds=(link.fd,), start_new_session=True, **quiet)
+    helper = subprocess.Popen(["sleep", "60"], **quiet)  # in the rank's process group: the launcher ends it
+    for name, proc in (("holder", holder), ("helper", helper)):
+        with open(os.path.join(out, f"{name}.pid"), "w") as f:
+            f.write(str(proc.pid))
+    time.sleep(0.5)  # a heartbeat or two: the controller has seen this rank alive
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main():
     scenario, out, fault_rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     record(out, rank, event="start", argv=sys.argv[4:], env={k: os.environ.get(k) for k in ENV_KEYS})
     if scenario == "reboot":
         return reboot(out, rank, world, fault_rank)
+    if scenario == "held":
+        return hold_connection_and_die(out, rank, fault_rank)
     dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
     record(out, rank, event="round", sum=sum_of_ranks(rank))
     if scenario == "fail":

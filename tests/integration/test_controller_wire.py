@@ -10,6 +10,7 @@ import pytest
 
 from controller_harness import Job, wait_until
 from mindio_adaptor import _native as nat
+from mindio_adaptor.launch.controller_report import ControllerContact, ControllerReportError, report_process_ended
 from mindio_adaptor.ttp import controller as ctl
 from mindio_adaptor.ttp import processor as tp
 
@@ -90,6 +91,7 @@ def test_fuzzed_frames_are_rejected_while_processors_keep_working(tmp_path, monk
         for s in stalled:
             closed_by_peer(s, timeout=3)
             s.close()
+        _launcher_reports_that_change_nothing(job)
         stats = ctl.controller_stats()
         framing_errors = sum(1 for name, _ in cases if name not in ("unregistered heartbeat", "bad body"))
         assert stats["rejected_frames"] - before >= framing_errors + len(stalled)
@@ -103,6 +105,20 @@ def test_fuzzed_frames_are_rejected_while_processors_keep_working(tmp_path, monk
         assert [d for _, _, d in job.controller_events("repair_plan")] == ["type 0 src=[3] dst=[1]"]
     finally:
         job.close()
+
+
+def _launcher_reports_that_change_nothing(job):
+    """A wrong token and a rank out of range are refused; a pid the rank did not register with (a late
+    report about a process already replaced) is acknowledged and ignored."""
+    live = job.procs[2].pid
+    contact = ControllerContact("127.0.0.1", job.port, TOKEN)
+    with pytest.raises(ControllerReportError, match=r"refused the report: wrong token \(MINDIO_TOKEN differs\)"):
+        report_process_ended(ControllerContact("127.0.0.1", job.port, "not-the-token"), 2, live, "signal SIGKILL")
+    with pytest.raises(ControllerReportError, match="refused the report: rank 4 is out of range 0..3"):
+        report_process_ended(contact, 4, live, "signal SIGKILL")
+    stale = live + 100000
+    assert report_process_ended(contact, 2, stale, "exit code 1") == \
+        f"rank 2 is now process {live}: process {stale} (exit code 1) changes nothing"
 
 
 class ScriptedController:

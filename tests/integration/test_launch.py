@@ -93,6 +93,53 @@ def test_ended_by_controller_is_never_restarted(tmp_path):
     assert "ended: exit code 1; not restarted: the recovery controller ended the job" in done.stderr
 
 
+def test_launcher_reports_a_death_its_connection_hides(tmp_path):
+    """Rank 1 dies while a helper outside its process group holds its controller connection open: only
+    its launcher's report tells the controller; the helper left in its process group is ended."""
+    from mindio_adaptor.ttp import controller as ctl
+
+    token = "launcher-report-test"
+    env = dict(ENV, MINDIO_TOKEN=token, MINDIO_HEARTBEAT_INTERVAL="0.2")
+    ctl_env = os.environ.get("MINDIO_TOKEN")
+    os.environ["MINDIO_TOKEN"] = token  # the controller reads its token at init
+    try:
+        ctl.tft_init_controller(-1, 2)
+    finally:
+        os.environ.pop("MINDIO_TOKEN") if ctl_env is None else os.environ.update(MINDIO_TOKEN=ctl_env)
+    port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
+    env["MINDIO_CONTROLLER_ADDR"] = f"127.0.0.1:{port}"
+    try:
+        done = subprocess.run([*LAUNCH, "--nproc-per-node", "2", "--max-restarts", "0", "--shutdown-timeout", "5",
+                               WORKER, "held", str(tmp_path), "1"], env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+        events_seen = ctl.controller_events()
+    finally:
+        ctl.tft_destroy_controller()
+        holder = int((tmp_path / "holder.pid").read_text()) if (tmp_path / "holder.pid").exists() else None
+        holder_alive = holder is not None and _alive(holder)
+        if holder_alive:
+            os.kill(holder, signal.SIGKILL)
+    assert done.returncode == 1, done.stderr
+    assert holder_alive, "the helper holding rank 1's connection should have outlived the job"
+    (died,) = [r["pid"] for r in events(tmp_path, 1, "start")]
+    assert len(events(tmp_path, 1, "registered")) == 1
+    dead = [d for _, kind, d in events_seen if kind == "dead" and d.startswith("rank 1:")]
+    assert dead == [f"rank 1: process {died} (signal SIGKILL) ended, reported by its launcher"], events_seen
+    assert f"rank 1: told the recovery controller that pid {died} ended: rank 1 declared dead" in done.stderr
+    helper = int((tmp_path / "helper.pid").read_text())
+    assert f"rank 1: ended what its process left running in its process group: pids [{helper}]" in done.stderr
+    assert not _alive(helper)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (ended, not yet reaped by init) is not alive
+        return f.read().split(") ")[-1][0] != "Z"
+
+
 def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
     common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-nodes",
               "--worker-reboot", "--max-restarts", "1"]

@@ -1,6 +1,6 @@
 import pytest
 
-from mindio_adaptor.patches.controller_link import ENV_CONTROLLER, controller_address
+from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_address
 
 
 def test_no_external_controller_means_in_job():

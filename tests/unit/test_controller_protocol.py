@@ -16,7 +16,8 @@ def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version
 
 
 SAMPLES = {
-    "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True},
+    "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True,
+                 "pid": 2 ** 31 - 1},
     "REGISTER_ACK": {"result": 1, "message": "bad token"},
     "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000,
                   "section": nat.SECTIONS["save"], "section_ms": 61234, "limit_ms": 600000, "progress": 2 ** 40},
@@ -33,6 +34,8 @@ SAMPLES = {
                "save": [{"optimizer_type": 1, "ranks": [0, 1, 2]}]},
     "ACTION_REPLY": {"rank": 4, "kind": nat.ACTION_KINDS["clean"], "result": 2, "message": "ok\u00e9"},
     "GOODBYE": {"rank": -1, "reason": "controller destroyed"},
+    "PROCESS_ENDED": {"token": "s3cret", "rank": 12, "pid": 4242, "how": "signal SIGKILL"},
+    "PROCESS_ENDED_ACK": {"result": 0, "message": "rank 12 declared dead"},
 }
 
 
@@ -159,3 +162,13 @@ def test_goodbye_reason_is_bounded_printable_text(reason, problem):
     with pytest.raises(nat.ProtocolError, match="Goodbye.reason: " + problem):
         nat.decode_message(T["GOODBYE"], body)
     assert nat.decode_message(T["GOODBYE"], struct.pack("<iI", 2, 3) + b"bye") == {"rank": 2, "reason": "bye"}
+
+
+@pytest.mark.parametrize("how,problem", [("x" * 257, "257 bytes exceed the limit of 256"),
+                                         ("killed\n", "byte 10 at offset 6 is not printable ASCII")])
+def test_process_ended_how_is_bounded_printable_text(how, problem):
+    with pytest.raises(nat.ProtocolError, match=f"ProcessEnded.how: {problem}"):
+        nat.encode_message(T["PROCESS_ENDED"], {"token": "t", "rank": 1, "pid": 2, "how": how})
+    body = struct.pack("<I", 1) + b"t" + struct.pack("<iiI", 1, 2, len(how)) + how.encode()
+    with pytest.raises(nat.ProtocolError, match=f"ProcessEnded.how: {problem}"):
+        nat.decode_message(T["PROCESS_ENDED"], body)

@@ -1,0 +1,95 @@
+"""The launcher tells the recovery controller that a worker's process ended.
+
+The controller sees a death as the rank's closed connection. The launcher sees it from the OS (waitpid)
+and knows how the process ended; its report reaches the controller even when the connection outlives the
+process, which happens when a child holds an inherited copy of the descriptor (a helper forked by a
+library, outside Python's at-fork hooks). The controller acts only for the process the report names
+(the pid the rank registered with), so a late report never touches a replacement.
+
+Where the controller is: MINDIO_CONTROLLER_ADDR (an external controller, the same variable the workers
+read) or the facts the in-job controller's rank publishes in the workers' store (the port; the host is
+MASTER_ADDR, where rank 0 runs). The token is MINDIO_TOKEN or the published one.
+"""
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Mapping, Optional
+
+from torch.distributed import TCPStore
+
+from mindio_adaptor import _native
+from mindio_adaptor.core import job_store
+from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
+
+REPORT_TIMEOUT_S = 2.0  # the launcher's monitor loop waits this long at most for one report
+STORE_TIMEOUT_S = 2.0
+_HEADER = struct.Struct("<IHHQII")  # magic, version, type, seq, body length, crc (csrc/protocol/frame.h)
+
+
+class ControllerReportError(RuntimeError):
+    """The report could not be delivered or was refused; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ControllerContact:
+    host: str
+    port: int
+    token: str
+
+
+def find_controller(master_addr: str, worker_store_port: int, environ: Mapping[str, str]) -> Optional[ControllerContact]:
+    """Where the job's controller listens, or None when the job has none (no high availability)."""
+    try:
+        external = controller_address(environ)
+    except ValueError as err:
+        raise ControllerReportError(str(err)) from None
+    if external:
+        return ControllerContact(*external, environ.get(ENV_TOKEN, ""))
+    try:
+        store = TCPStore(master_addr, worker_store_port, is_master=False,
+                         timeout=timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
+        key = job_store.PREFIX + CONTROLLER_FACTS
+        if not store.check([key]):
+            return None
+        port, token = pickle.loads(store.get(key))
+    except (RuntimeError, ValueError) as err:
+        raise ControllerReportError(f"the workers' store at {master_addr}:{worker_store_port} did not answer: "
+                                    f"{err}") from None
+    return ControllerContact(master_addr, int(port), environ.get(ENV_TOKEN) or token)
+
+
+def report_process_ended(contact: ControllerContact, rank: int, pid: int, how: str,
+                         timeout_s: float = REPORT_TIMEOUT_S) -> str:
+    """Send one ProcessEnded report; returns the controller's answer (e.g. 'rank 2 declared dead')."""
+    types = _native.MSG_TYPES
+    body = _native.encode_message(types["PROCESS_ENDED"], {"token": contact.token, "rank": rank, "pid": pid,
+                                                           "how": how})
+    where = f"the controller at {contact.host}:{contact.port}"
+    try:
+        with socket.create_connection((contact.host, contact.port), timeout=timeout_s) as conn:
+            conn.sendall(_native.encode_frame(types["PROCESS_ENDED"], 0, body))
+            header = _receive(conn, _HEADER.size)
+            reply = header + _receive(conn, _HEADER.unpack(header)[4])
+    except OSError as err:
+        raise ControllerReportError(f"{where} could not be told: {err}") from None
+    kind, _, reply_body = _native.decode_frame(reply)
+    if kind != types["PROCESS_ENDED_ACK"]:
+        raise ControllerReportError(f"{where} answered with message type {kind}")
+    answer = _native.decode_message(kind, reply_body)
+    if answer["result"] != 0:
+        raise ControllerReportError(f"{where} refused the report: {answer['message']}")
+    return answer["message"]
+
+
+def _receive(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("closed before the answer was complete")
+        data += chunk
+    return data
