@@ -7,6 +7,9 @@
 #include <ctime>
 #include <mutex>
 
+#include <poll.h>
+#include <unistd.h>
+
 namespace mindio {
 namespace {
 
@@ -28,6 +31,18 @@ const char* level_name(LogLevel level) {
     }
 }
 
+// The controller's I/O thread and the processor's heartbeat thread log. A reader that stops reading
+// stderr (a full pipe) would stall them inside fprintf, holding the log lock that every other thread
+// of the process then waits for: the controller stops reading heartbeats, a rank stops sending them,
+// and a healthy process looks dead. So a line waits at most this long for stderr, then is dropped
+// and counted; the next line that gets through says how many were lost.
+constexpr int kStderrWaitMs = 100;
+
+bool stderr_takes_a_line() {
+    pollfd p{STDERR_FILENO, POLLOUT, 0};
+    return ::poll(&p, 1, kStderrWaitMs) > 0 && (p.revents & POLLOUT);
+}
+
 }  // namespace
 
 bool log_enabled(LogLevel level) {
@@ -44,7 +59,18 @@ void log_line(LogLevel level, const char* component, int rank, const std::string
     localtime_r(&seconds, &tm_buf);
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm_buf);
+    static uint64_t dropped = 0;
     std::lock_guard<std::mutex> lock(mu);
+    if (!stderr_takes_a_line()) {
+        ++dropped;
+        return;
+    }
+    if (dropped) {
+        std::fprintf(stderr, "[%s.%03ld] [mindio WARNING] [log rank %d] %llu log lines dropped: stderr took none "
+                     "for %d ms each (nobody reads it)\n", stamp, ms, rank, static_cast<unsigned long long>(dropped),
+                     kStderrWaitMs);
+        dropped = 0;
+    }
     std::fprintf(stderr, "[%s.%03ld] [mindio %s] [%s rank %d] %s\n", stamp, ms, level_name(level), component,
                  rank, text.c_str());
 }
