@@ -34,13 +34,15 @@ const char* level_name(LogLevel level) {
 // The controller's I/O thread and the processor's heartbeat thread log. A reader that stops reading
 // stderr (a full pipe) would stall them inside fprintf, holding the log lock that every other thread
 // of the process then waits for: the controller stops reading heartbeats, a rank stops sending them,
-// and a healthy process looks dead. So a line waits at most this long for stderr, then is dropped
-// and counted; the next line that gets through says how many were lost.
-constexpr int kStderrWaitMs = 100;
+// and a healthy process looks dead. So a line waits at most kStderrWaitMs for stderr; after that the
+// reader counts as gone, lines are dropped (and counted) without waiting until stderr takes one again,
+// and that line says how many were lost. A reader merely slow under load loses nothing: it has the
+// pipe's 64 KiB and a whole second.
+constexpr int kStderrWaitMs = 1000;
 
-bool stderr_takes_a_line() {
+bool stderr_takes_a_line(int wait_ms) {
     pollfd p{STDERR_FILENO, POLLOUT, 0};
-    return ::poll(&p, 1, kStderrWaitMs) > 0 && (p.revents & POLLOUT);
+    return ::poll(&p, 1, wait_ms) > 0 && (p.revents & POLLOUT);
 }
 
 }  // namespace
@@ -61,13 +63,13 @@ void log_line(LogLevel level, const char* component, int rank, const std::string
     std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm_buf);
     static uint64_t dropped = 0;
     std::lock_guard<std::mutex> lock(mu);
-    if (!stderr_takes_a_line()) {
+    if (!stderr_takes_a_line(dropped ? 0 : kStderrWaitMs)) {
         ++dropped;
         return;
     }
     if (dropped) {
-        std::fprintf(stderr, "[%s.%03ld] [mindio WARNING] [log rank %d] %llu log lines dropped: stderr took none "
-                     "for %d ms each (nobody reads it)\n", stamp, ms, rank, static_cast<unsigned long long>(dropped),
+        std::fprintf(stderr, "[%s.%03ld] [mindio WARNING] [log rank %d] %llu log lines dropped: stderr took nothing "
+                     "for %d ms (nobody read it)\n", stamp, ms, rank, static_cast<unsigned long long>(dropped),
                      kStderrWaitMs);
         dropped = 0;
     }
