@@ -73,13 +73,35 @@ def publish(save_root: str, step: int) -> Path:
 def _replace_unfinished(final: Path, staged: Path, tracked: Optional[int]) -> None:
     # Renamed aside first (a name no loader reads), so that the iteration directory is at every moment
     # absent or complete; the tracker still names the previous checkpoint until write_tracker.
-    aside = final.with_name(f".mindio_unfinished_{final.name}")
-    shutil.rmtree(aside, ignore_errors=True)
-    os.rename(final, aside)
+    aside = _set_aside(final)
     os.rename(staged, final)
     shutil.rmtree(aside, ignore_errors=True)
     logger.warning("%s was not marked complete (the tracker names %s): an interrupted save, replaced by "
                    "the dump", final, "no checkpoint" if tracked is None else f"iteration {tracked}")
+
+
+def _set_aside(final: Path) -> Path:
+    """Rename `final` to a name no loader reads, unique to this process: several ranks of one job may
+    race to do it, and only the first rename finds the directory (the others raise FileNotFoundError)."""
+    aside = final.with_name(f".mindio_unfinished_{final.name}.{os.getpid()}")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.rename(final, aside)
+    return aside
+
+
+def remove_unfinished(save_root: str, step: int) -> bool:
+    """Remove what an interrupted save of `step` left, unless the tracker names that step (then it is
+    complete: Megatron's own, or a dump published in its place). False when there was nothing to
+    remove, or another rank removed it first."""
+    final = Path(save_root) / iteration_dir_name(step)
+    if tracked_step(save_root) == step or not final.exists():
+        return False
+    try:
+        aside = _set_aside(final)
+    except FileNotFoundError:
+        return False
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
 
 
 def tracked_step(save_root: str) -> Optional[int]:

@@ -11,6 +11,7 @@ PATCH_MODULES = [
     "optimizer_state",
     "fault_injection",
     "sections",
+    "interrupted_save",  # inside job_end's wrapper of the same save: it notes the save before the decision
     "exception_loop",
     "controller_link",
     "job_end",

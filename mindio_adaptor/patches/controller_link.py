@@ -8,6 +8,7 @@ shard completed. The in-job controller's port and a fresh job token reach the ra
 broadcast over Megatron's world group.
 """
 import atexit
+import functools
 import logging
 import os
 import secrets
@@ -19,7 +20,8 @@ import torch.distributed as dist
 from mindio_adaptor.core import inherited_sockets, job_store
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
 from mindio_adaptor.core.env_values import seconds_from_env
-from mindio_adaptor.patches import dump, exception_loop, online_repair, process_replacement, step_snapshot
+from mindio_adaptor.patches import (dump, exception_loop, interrupted_save, online_repair, process_replacement,
+                                    step_snapshot)
 from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches.exception_loop import TRAINING
 from mindio_adaptor.patches.registry import Patch
@@ -60,6 +62,7 @@ def connect():
     # exists: every step the controller believes complete can be dumped or repaired from.
     STATE.before_update.append(lambda step: processor.tft_start_updating_os(step - 1))
     STATE.step_completed.extend([step_snapshot.take, processor.tft_end_updating_os])
+    STATE.decided.append(functools.partial(interrupted_save.remove_after_decision, margs.save))
     inherited_sockets.install()
     exception_loop.arm(margs)
     TRAINING.backend = margs.distributed_backend  # not dist.get_backend(): "fake" in a replacement

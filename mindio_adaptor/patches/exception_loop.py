@@ -27,6 +27,7 @@ from mindio_adaptor.core.recovery_timeline import Timeline
 from mindio_adaptor.patches import sections
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training import current_iteration
+from mindio_adaptor.patches.training_state import STATE
 
 logger = logging.getLogger(__name__)
 
@@ -234,6 +235,8 @@ def wait_for_decision(exc: BaseException, step: int, replacement: bool = False):
                      "from its last complete checkpoint", step, lost, CONTROLLER_LOST, summary)
         raise SystemExit(CONTROLLER_LOST) from exc
     decision = f"{processor.tft_get_repair_type() or 'exit'} at step {processor.tft_get_repair_step()}"
+    for hook in list(STATE.decided):
+        hook(action == Action.RETRY)
     if action == Action.RETRY:
         logger.info("step %d: online repair done (%s)", step, decision)
         TIMELINE.mark("resumed")

@@ -22,6 +22,9 @@ class TrainingState:
     # Called once per iteration right before the optimizer changes its state in place.
     before_update: List[Callable[[int], None]] = field(default_factory=list)
     training_finished: bool = False  # pretrain returned: last step, final save and evaluation done
+    # Called as hook(training_goes_on) on a rank that waited for the controller's decision, once it
+    # came: True after an online repair, False when the job ends.
+    decided: List[Callable[[bool], None]] = field(default_factory=list)
     # Called when the process exits, before the rank leaves the controller.
     before_leaving: List[Callable[[], None]] = field(default_factory=list)
     updating_iteration: int = -1

@@ -1,7 +1,8 @@
 """Faults around checkpoint saves and at the end of a job, on the real megatron.training (dp4, R=2,
 4 gloo processes). A rank lost inside a periodic save leaves a checkpoint that is not marked latest; the
 survivors' dump replaces it and resumes to the uninterrupted run. A rank lost inside the final save
-ends in a dump of the last step, which loads. A rank lost while the processes exit, after training
+ends in a dump of the last step, which loads. A save abandoned with no dump to replace it is removed,
+the tracker untouched. A rank lost while the processes exit, after training
 finished, is not acted on: the others end as a completed run does. No process of a run is left."""
 import re
 
@@ -71,6 +72,28 @@ def test_a_rank_lost_after_training_finished_is_not_acted_on(resumed_and_lost_at
         assert re.search(rf"rank {rank} pid \d+ done", run.output)
     assert re.search(r"exitcode\s*: -9 \(pid: \d+\)", run.output)  # the launcher reports the killed rank only
     assert not re.search(r"exitcode\s*: 1 ", run.output)
+    assert run.leftover == []
+
+
+@pytest.fixture(scope="module")
+def save_abandoned_without_a_dump(tmp_path_factory):
+    """Both holders of shard 1 (ranks 1 and 3) lost inside the periodic save of step 4: no dump is
+    possible and the job ends."""
+    tmp = tmp_path_factory.mktemp("save_abandoned")
+    ckpt = tmp / "ckpt"
+    run = run_training([*HA, "--save", str(ckpt), "--save-interval", "2"],
+                       env=faulted(tmp, "kill:rank=1,step=4,phase=save;kill:rank=3,step=4,phase=save"))
+    return run, ckpt
+
+
+def test_a_save_abandoned_without_a_dump_is_removed_and_the_tracker_untouched(save_abandoned_without_a_dump):
+    run, ckpt = save_abandoned_without_a_dump
+    assert run.returncode != 0
+    assert "dump impossible, no complete replica: type 0 group 0 shard 1" in run.output
+    if "the checkpoint save of iteration 4 was interrupted" in run.output:  # iter_0000004 had been created
+        assert "its partial iter_0000004 is removed (the resume point stays iteration 2; the job ends)" in run.output
+    assert (ckpt / TRACKER).read_text().strip() == "2"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000002", TRACKER]
     assert run.leftover == []
 
 

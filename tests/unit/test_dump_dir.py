@@ -71,3 +71,25 @@ def test_a_leftover_staging_dir_of_a_failed_dump_is_replaced(tmp_path):
 def test_no_save_directory_is_a_clear_error():
     with pytest.raises(ValueError, match="no --save"):
         dump_dir.prepare_staging("", 3)
+
+
+@pytest.mark.parametrize("tracker", [None, "2", "release"])
+def test_an_interrupted_save_no_tracker_names_is_removed(tmp_path, tracker):
+    (tmp_path / "iter_0000002").mkdir()
+    (tmp_path / "iter_0000004").mkdir()
+    (tmp_path / "iter_0000004" / "common.pt").write_text("half written")
+    if tracker is not None:
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text(tracker)
+    assert dump_dir.remove_unfinished(str(tmp_path), 4)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("iter_", ".mindio"))) == ["iter_0000002"]
+    if tracker is not None:
+        assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == tracker
+    assert not dump_dir.remove_unfinished(str(tmp_path), 4)  # another rank came first: nothing left
+
+
+def test_a_save_the_tracker_names_is_never_removed(tmp_path):
+    (tmp_path / "iter_0000004").mkdir()
+    (tmp_path / "iter_0000004" / "shard").write_text("complete")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
+    assert not dump_dir.remove_unfinished(str(tmp_path), 4)
+    assert (tmp_path / "iter_0000004" / "shard").read_text() == "complete"
