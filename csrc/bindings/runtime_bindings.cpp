@@ -208,5 +208,6 @@ void bind_runtime(py::module_& m) {
         .def("paused", &Processor::paused)
         .def("restarted", &Processor::restarted, "started again for a dead rank (MINDIO_RESTARTED=1)")
         .def("controller_closed", &Processor::controller_closed, "the controller's goodbye reason, or ''")
+        .def("connected", &Processor::connected, "whether the link to the controller is up now")
         .def("stats", &Processor::stats);
 }

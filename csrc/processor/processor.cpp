@@ -264,6 +264,15 @@ std::string Processor::controller_closed() const {
     return closed_by_controller_;
 }
 
+bool Processor::connected() const {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (lost_) return false;
+    }
+    std::lock_guard<std::mutex> lock(send_mu_);
+    return fd_ >= 0;
+}
+
 void Processor::on_action(uint64_t seq, const std::string& body) {
     ActionMsg msg = decode_as<ActionMsg>(body);
     std::string cached;

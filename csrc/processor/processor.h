@@ -81,6 +81,8 @@ public:
     bool restarted() const { return cfg_.restarted; }
     // Why the controller closed the link on purpose (its goodbye), or empty.
     std::string controller_closed() const;
+    // Whether the link to the controller is up now (false while reconnecting, and once given up).
+    bool connected() const;
     std::map<std::string, uint64_t> stats() const;
 
 private:
@@ -106,7 +108,7 @@ private:
     int port_ = 0;
     mutable std::mutex mu_;
     std::condition_variable cv_;
-    std::mutex send_mu_;
+    mutable std::mutex send_mu_;
     int fd_ = -1;
     std::atomic<bool> running_{false};
     bool lost_ = false;

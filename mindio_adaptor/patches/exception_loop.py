@@ -24,7 +24,7 @@ from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.core.hang_rule import limits_from_env
 from mindio_adaptor.core.recovery_timeline import Timeline
-from mindio_adaptor.patches import sections
+from mindio_adaptor.patches import sections, signal_handler
 from mindio_adaptor.patches.registry import Patch
 from mindio_adaptor.patches.training import current_iteration
 from mindio_adaptor.patches.training_state import STATE
@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 STOP_TIMEOUT_ENV = "MINDIO_STOP_TIMEOUT_S"
 DEFAULT_STOP_TIMEOUT_S = 30.0
 HUNG_EXIT_GRACE_S = 2.0
+# A link down this long is no blip: the processor's first reconnect attempts were refused or timed out.
+TERM_GRACE_S = 2.0
 DECISION_TIMEOUT_S = 30 * 60.0  # the reference's longest wait: a dump may take that long
 
 
@@ -250,8 +252,11 @@ def wait_for_decision(exc: BaseException, step: int, replacement: bool = False):
 def _serve_until_decision(processor):
     """Park: run the handlers' jobs until the controller's decision arrives (bounded). An exception
     while parked (a DataLoader worker ended by the launcher's SIGTERM raises one here) changes
-    nothing: this rank has already reported."""
+    nothing: this rank has already reported. A SIGTERM while the controller is unreachable ends the
+    wait: the launcher stops the job (torchrun does when a rank dies, the controller's host among
+    them), and nothing can be agreed on without the controller."""
     deadline = time.monotonic() + DECISION_TIMEOUT_S
+    unreachable_since = None
     while True:
         try:
             TRAINING.run_jobs(0.1)
@@ -262,7 +267,13 @@ def _serve_until_decision(processor):
             raise
         except Exception as exc:
             logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        unreachable_since = None if processor.controller_connected() else unreachable_since or now
+        if signal_handler.TERMINATION.is_set() and unreachable_since and now - unreachable_since > TERM_GRACE_S:
+            raise processor.ControllerUnreachable(
+                f"the launcher asked this process to stop (SIGTERM) and the controller has been unreachable "
+                f"for {now - unreachable_since:.1f} s (reconnecting)")
+        if now > deadline:
             raise TimeoutError(f"no decision from the controller within {DECISION_TIMEOUT_S:.0f} s")
 
 

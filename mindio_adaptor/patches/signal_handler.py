@@ -4,12 +4,16 @@ swallows SIGTERM cannot be ended by multiprocessing when its parent exits, so a 
 forever in its own exit. We keep the flag in the training process only: a DataLoader worker (a
 multiprocessing child), or any other process forked after the handler was installed, dies of SIGTERM as
 usual. Under torchrun the workers never get the launcher's SIGTERM themselves (it signals the ranks),
-so a graceful stop still ends the current step and saves."""
+so a graceful stop still ends the current step and saves. The signal is also remembered for a rank
+parked after a fault (TERMINATION): it ends a step no more, but tells the rank its launcher wants it gone."""
 import multiprocessing
 import os
 import signal
+import threading
 
 from mindio_adaptor.patches.registry import Patch
+
+TERMINATION = threading.Event()  # the training process got Megatron's exit signal (SIGTERM)
 
 
 def _training_process_only(wrapped, instance, args, kwargs):
@@ -25,6 +29,7 @@ def _training_process_only(wrapped, instance, args, kwargs):
             os.kill(os.getpid(), signum)
             return
         instance._signal_received = True
+        TERMINATION.set()
 
     signal.signal(instance.sig, handler)
     return result

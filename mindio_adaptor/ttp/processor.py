@@ -187,6 +187,11 @@ def tft_wait_next_action(timeout: Optional[float] = None) -> Action:
             raise TimeoutError(f"rank {_rank}: no decision from the controller within {timeout} s")
 
 
+def controller_connected() -> bool:
+    """Whether the link to the controller is up now (ours; False while the processor reconnects)."""
+    return _require().connected()
+
+
 def tft_get_repair_step() -> int:
     return _require().repair_step()
 

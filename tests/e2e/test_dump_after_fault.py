@@ -1,6 +1,8 @@
 """The dying-gasp checkpoint after a fault, on the real megatron.training (dp4, R=2, gloo): the
 survivors save one checkpoint of the last step that completed everywhere, the processes exit
 non-zero, and a stock --load of it ends bit-identical to the uninterrupted run."""
+import re
+
 import pytest
 
 from mindio_adaptor.tiny_job import run_training
@@ -61,3 +63,17 @@ def test_both_holders_of_a_shard_killed_writes_nothing(tmp_path):
     assert run.returncode != 0
     assert "dump impossible, no complete replica: type 0 group 0 shard 1" in run.output
     assert not ckpt.exists() or not [p for p in ckpt.iterdir() if p.name.startswith("iter_")]
+
+
+def test_survivors_of_the_controllers_host_say_why_and_end_without_sigkill(tmp_path):
+    # Rank 0's process hosts the controller: when it dies nothing can be agreed on. torchrun sends the
+    # others SIGTERM; each ends within its grace (30 s) with a line that says why, none is SIGKILLed.
+    run = faulty_run(tmp_path, "kill:rank=0,step=5,phase=backward", tmp_path / "ckpt")
+    assert run.returncode != 0
+    for rank in (1, 2, 3):
+        assert re.search(rf"rank {rank}\] ERROR step 5: the launcher asked this process to stop \(SIGTERM\) and "
+                         rf"the controller has been unreachable for [\d.]+ s \(reconnecting\)\. Without the "
+                         rf"controller no rank can be repaired and no dying-gasp checkpoint can be agreed on", run.output)
+    assert "forcefully exiting via 9" not in run.output
+    assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").iterdir())
+    assert run.leftover == []
