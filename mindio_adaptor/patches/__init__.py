@@ -15,6 +15,7 @@ PATCH_MODULES = [
     "exception_loop",
     "controller_link",
     "job_end",
+    "checkpoint_writer",
     "process_replacement",
     "train_reentry",
     "checkpoint_reload",

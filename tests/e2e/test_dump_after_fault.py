@@ -11,9 +11,9 @@ pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
 
 
-def faulty_run(tmp_path, spec, ckpt, flags=(), **env_extra):
+def faulty_run(tmp_path, spec, ckpt, flags=(), save_interval=1000, **env_extra):
     env = {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults"), **env_extra}
-    return run_training([*HA, *flags, "--save", str(ckpt), "--save-interval", "1000"], env=env)
+    return run_training([*HA, *flags, "--save", str(ckpt), "--save-interval", str(save_interval)], env=env)
 
 
 def assert_resumes_like_the_reference(ckpt, dumped_step, reference_runs, flags=()):
@@ -47,12 +47,16 @@ def test_dump_in_the_legacy_torch_format(tmp_path, reference_runs):
 
 
 def test_killed_rank_survivors_dump(tmp_path, reference_runs):
+    # A periodic save at step 3 first: the dump is each saver's second save in its process (Megatron's
+    # writer keeps a helper process from the first one, which torchrun's SIGTERM ended).
     ckpt = tmp_path / "ckpt"
-    run = faulty_run(tmp_path, "kill:rank=2,step=5,phase=backward", ckpt)
+    run = faulty_run(tmp_path, "kill:rank=2,step=5,phase=backward", ckpt, save_interval=3)
     assert run.returncode != 0
     assert "lost the connection of rank 2" in run.output
     assert "dump of step 4 published" in run.output
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000003", "iter_0000004",
+                                                      "latest_checkpointed_iteration.txt"]
     assert_resumes_like_the_reference(ckpt, 4, reference_runs)
 
 
