@@ -63,13 +63,16 @@ def _save(step: int, save_info: List[dict]):
     if not _save_root:
         raise DumpError("the run has no --save directory: there is nowhere to write the dump")
     margs = get_args()
+    async_save = margs.async_save
     savers = _dense_savers(save_info)
     members = dump_world(savers, margs)
     try:
         _enter_dump_world(members, margs)
         staging = _staging_prepared_by_one(step)
         _restore_step_state(snapshot, margs)
-        margs.save = str(staging)
+        # Written in place and finished before this returns: the rename publishes it next, and the
+        # process may exit right after (--async-save would only schedule the write).
+        margs.save, margs.async_save = str(staging), False
         from megatron.training.checkpointing import save_checkpoint
 
         with _rerun_state_for_every_rank(members, margs.world_size):
@@ -79,7 +82,7 @@ def _save(step: int, save_info: List[dict]):
         dump_dir.discard(_save_root, step)
         raise
     finally:
-        margs.save = _save_root
+        margs.save, margs.async_save = _save_root, async_save
     logger.info("dump of step %d: saved my part (savers %s as data-parallel ranks %s) in %.2f s", step,
                 savers, list(members), time.monotonic() - started)
     TIMELINE.mark("dump part saved", f"step {step} in {time.monotonic() - started:.2f} s")
