@@ -12,6 +12,7 @@ def patch_all():
     from mindio_adaptor.patches import registry
 
     orphan_guard.arm()  # in a helper process spawned by a rank: it must not outlive the rank
+    orphan_guard.install_for_children()  # helpers forked or forkserver-started by this process end with it
     registry.patch_all()
 
 

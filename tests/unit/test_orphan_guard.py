@@ -50,3 +50,42 @@ def test_a_process_that_was_not_spawned_is_not_guarded():
 
     assert not orphan_guard.is_spawned_child()
     assert not orphan_guard.arm()
+
+
+FORKING_PARENT = """
+import multiprocessing, sys, time
+sys.path.insert(0, {repo!r})
+from mindio_adaptor.core import orphan_guard
+orphan_guard.install_for_children()
+
+
+def helper():
+    time.sleep(60)
+
+
+if __name__ == "__main__":
+    forked = multiprocessing.get_context("fork").Process(target=helper)
+    served = multiprocessing.get_context("forkserver").Process(target=helper)
+    forked.start()
+    served.start()
+    print(forked.pid, served.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_forked_and_forkserver_helpers_end_when_their_parent_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(FORKING_PARENT.format(repo=str(REPO)))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        helpers = [psutil.Process(int(pid)) for pid in parent.stdout.readline().split()]
+        forkserver = helpers[1].parent()
+        assert "multiprocessing.forkserver" in " ".join(forkserver.cmdline())
+        time.sleep(1.0)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=5)
+        for process in [*helpers, forkserver]:
+            process.wait(timeout=10)  # raises TimeoutExpired if it outlived the parent
+    finally:
+        if parent.poll() is None:
+            parent.kill()
