@@ -14,6 +14,8 @@ import signal
 import threading
 import time
 
+import psutil
+
 logger = logging.getLogger(__name__)
 POLL_S = 1.0
 
@@ -30,17 +32,28 @@ def arm(poll_s: float = POLL_S) -> bool:
     whether it was armed."""
     if not is_spawned_child():
         return False
+    end_with_parent(poll_s)
+    return True
+
+
+def end_with_parent(poll_s: float = POLL_S, and_children: bool = False) -> None:
+    """A daemon thread that ends this process (first its own children, with `and_children`) once the
+    parent it has now is gone (it was re-parented)."""
     parent = os.getppid()
 
     def watch():
         while os.getppid() == parent:
             time.sleep(poll_s)
         logger.warning("pid %d: parent process %d is gone; this helper process ends with it", os.getpid(), parent)
+        for child in psutil.Process().children(recursive=True) if and_children else ():
+            try:
+                child.kill()
+            except psutil.Error:  # ended meanwhile
+                pass
         logging.shutdown()
         os._exit(1)
 
     threading.Thread(target=watch, name="mindio-orphan-guard", daemon=True).start()
-    return True
 
 
 FORKSERVER_GUARD = "mindio_adaptor.core.forkserver_guard"
