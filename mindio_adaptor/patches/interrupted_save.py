@@ -7,9 +7,16 @@ it, an exit ends the job). Each rank whose save raised notes the iteration; once
 decided (every rank is stopped or gone: nobody writes into it any more) the partial directory is
 removed, unless the tracker names that iteration (a dump of the same step published in its place).
 Every rank of the save tries; the rename-aside in core/dump_dir lets exactly one of them do it.
+
+An asynchronous save (--async-save) that is not finalized yet is abandoned the same way: its
+finalisation is a collective at the start of a later step, which after a fault cannot run (and a
+replacement process would have nothing to match it with), so at the decision each rank aborts its
+checkpoint writer (Megatron's own abort: the worker process is killed, a new one is made for the next
+save) and the unfinalized iterations are removed like an interrupted one.
 """
+import collections
 import logging
-from typing import Optional
+from typing import List, Optional
 
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.patches.registry import Patch
@@ -19,25 +26,55 @@ logger = logging.getLogger(__name__)
 
 class _Interrupted:
     iteration: Optional[int] = None  # of the save of this rank that raised, until the decision
+    scheduled = collections.deque(maxlen=64)  # iterations of asynchronous saves, oldest first
 
 
 INTERRUPTED = _Interrupted()
 
 
-def _note_interrupted_save(wrapped, instance, args, kwargs):
+def _note_save(wrapped, instance, args, kwargs):
     iteration = args[0] if args else kwargs["iteration"]
     try:
-        return wrapped(*args, **kwargs)
+        result = wrapped(*args, **kwargs)
     except BaseException:
         INTERRUPTED.iteration = iteration
         raise
+    from megatron.training.global_vars import get_args
+
+    if get_args().async_save:  # Megatron turns it off where it cannot run
+        INTERRUPTED.scheduled.append(iteration)
+    return result
+
+
+def _abandon_unfinalized_async_saves() -> List[int]:
+    """Abort this rank's checkpoint writer when it has saves not finalized; returns their iterations."""
+    from megatron.training import async_utils
+
+    queue = async_utils._async_calls_queue
+    pending = queue.get_num_unfinalized_calls() if queue is not None else 0
+    if not pending:
+        return []
+    iterations = list(INTERRUPTED.scheduled)[-pending:]
+    queue.close(abort=True)
+    async_utils._async_calls_queue = None  # the next save makes a new queue and writer
+    INTERRUPTED.scheduled.clear()
+    logger.warning("asynchronous checkpoint save(s) of iteration(s) %s not finalized before the fault: "
+                   "the writer is aborted", iterations)
+    return iterations
 
 
 def remove_after_decision(save_root: Optional[str], training_goes_on: bool) -> None:
     """Called on a rank that waited for the controller's decision, once it came."""
-    iteration, INTERRUPTED.iteration = INTERRUPTED.iteration, None
-    if iteration is None or not save_root:
-        return
+    iterations = _abandon_unfinalized_async_saves()
+    if INTERRUPTED.iteration is not None:
+        iterations.append(INTERRUPTED.iteration)
+    INTERRUPTED.iteration = None
+    if save_root:
+        for iteration in sorted(set(iterations)):
+            _remove(save_root, iteration, training_goes_on)
+
+
+def _remove(save_root: str, iteration: int, training_goes_on: bool) -> None:
     try:
         removed = dump_dir.remove_unfinished(save_root, iteration)
     except OSError as err:
@@ -54,5 +91,5 @@ def remove_after_decision(save_root: Optional[str], training_goes_on: bool) -> N
 
 
 PATCHES = [
-    Patch("megatron.training.training", "save_checkpoint_and_time", _note_interrupted_save),
+    Patch("megatron.training.training", "save_checkpoint_and_time", _note_save),
 ]

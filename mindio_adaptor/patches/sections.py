@@ -6,7 +6,9 @@ stopped by the OS is found in seconds, and its peers waiting on it are not blame
 
 Sections are reported only once the processor is connected (controller_link arms them); start-up runs
 from then until the train loop starts. The train step's section is opened by the exception loop around
-each attempt, so the time a rank spends parked in a recovery is no step time.
+each attempt, so the time a rank spends parked in a recovery is no step time. With --async-save the
+save section covers scheduling the write and, at the end of training, the wait for the writer; the
+write itself runs in Megatron's writer process while the rank trains on.
 """
 import logging
 import time
@@ -97,6 +99,16 @@ def _timed_save(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
 
 
+def _timed_blocking_finalize(wrapped, instance, args, kwargs):
+    """Waiting for the asynchronous saves to finish (the end of training) is a save: a writer that hangs
+    is found by the save's limit. The non-blocking check at each step's start only polls."""
+    blocking = args[0] if args else kwargs.get("blocking", False)
+    if not blocking:
+        return wrapped(*args, **kwargs)
+    with timed("save"):
+        return wrapped(*args, **kwargs)
+
+
 def _timed_evaluation(wrapped, instance, args, kwargs):
     with timed("eval"):
         return wrapped(*args, **kwargs)
@@ -124,6 +136,7 @@ def _backward_counted(wrapped, instance, args, kwargs):
 PATCHES = [
     Patch("megatron.training.training", "train", _startup_ends),
     Patch("megatron.training.training", "save_checkpoint_and_time", _timed_save),
+    Patch("megatron.training.async_utils", "maybe_finalize_async_save", _timed_blocking_finalize),
     Patch("megatron.training.training", "evaluate_and_print_results", _timed_evaluation),
     Patch("megatron.training.training", "train_step", _forward_counted),
     Patch("megatron.core.pipeline_parallel.schedules", "backward_step", _backward_counted),

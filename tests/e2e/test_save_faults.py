@@ -97,6 +97,36 @@ def test_a_save_abandoned_without_a_dump_is_removed_and_the_tracker_untouched(sa
     assert run.leftover == []
 
 
+ASYNC = ["--async-save", "--use-persistent-ckpt-worker", "--async-strategy", "mcore", "--ckpt-format", "torch_dist"]
+
+
+@pytest.fixture(scope="module")
+def async_save_fault(tmp_path_factory):
+    """Asynchronous saves (Megatron's persistent writer) every 5 steps; rank 2 killed in step 6, while
+    the save of step 5 may still be unfinalized."""
+    tmp = tmp_path_factory.mktemp("async_save_fault")
+    ckpt = tmp / "ckpt"
+    run = run_training([*HA, *ASYNC, "--save", str(ckpt), "--save-interval", "5"],
+                       env=faulted(tmp, "kill:rank=2,step=6,phase=backward"))
+    return run, ckpt
+
+
+def test_with_asynchronous_saves_the_dump_is_written_and_resumes_like_the_uninterrupted_run(async_save_fault,
+                                                                                           reference_runs):
+    run, ckpt = async_save_fault
+    assert run.returncode != 0
+    assert "dump of step 5 published" in run.output
+    if "not finalized before the fault: the writer is aborted" in run.output:
+        assert re.search(r"asynchronous checkpoint save\(s\) of iteration\(s\) \[5\]", run.output)
+    assert (ckpt / TRACKER).read_text().strip() == "5"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000005", TRACKER]
+    assert (ckpt / "iter_0000005" / ".metadata").exists()
+    assert run.leftover == []  # the killed rank's forkserver and persistent writer ended with it
+    resumed = run_training([*HA, "--load", str(ckpt), "--ckpt-format", "torch_dist"]).require_success()
+    assert sorted(resumed.losses) == [6, 7, 8]
+    assert resumed.digest == reference_runs("ha")[0].digest
+
+
 @pytest.fixture(scope="module")
 def final_save_fault(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("final_save_fault")
