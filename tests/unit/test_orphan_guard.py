@@ -16,13 +16,14 @@ from mindio_adaptor.core import orphan_guard
 armed = orphan_guard.arm(0.1)
 
 
-def helper():
+def helper(ready):
     assert armed, "the spawned helper did not arm the guard"
+    open(ready, "w").close()
     time.sleep(60)
 
 
 if __name__ == "__main__":
-    child = multiprocessing.get_context("spawn").Process(target=helper)
+    child = multiprocessing.get_context("spawn").Process(target=helper, args=(sys.argv[1],))
     child.start()
     print(child.pid, flush=True)
     time.sleep(60)
@@ -32,10 +33,13 @@ if __name__ == "__main__":
 def test_a_spawned_helper_ends_when_its_parent_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT.format(repo=str(REPO)))
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    ready = tmp_path / "armed"
+    parent = subprocess.Popen([sys.executable, str(script), str(ready)], stdout=subprocess.PIPE, text=True)
     try:
         child = psutil.Process(int(parent.stdout.readline()))
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:  # armed: a loaded host may take seconds
+            time.sleep(0.05)
         assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=5)
