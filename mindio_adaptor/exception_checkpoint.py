@@ -282,11 +282,12 @@ class ExceptionHandler:
         """Every known faulty global rank: mark_faulty's plus the MINDIO_FAULT_RANKS list."""
         return sorted(self._marked_faulty.union(_env_fault_ranks()))
 
-    def _get_fault_npus(self) -> List[int]:
+    def _get_fault_npus(self) -> List[str]:
         """Known faulty global ranks that run on this host (node_ranks()); all of them when the
-        host's ranks cannot be told (no LOCAL_WORLD_SIZE)."""
+        host's ranks cannot be told (no LOCAL_WORLD_SIZE). As strings: the reference's documented
+        use is `str(args.rank) in exception_checkpoint._get_fault_npus()`."""
         local = node_ranks()
-        return [r for r in self.fault_ranks() if local is None or r in local]
+        return [str(r) for r in self.fault_ranks() if local is None or r in local]
 
     # -- can we resume? -------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Controller side of the reference API: one controller per job, inside rank 0 or standalone
-(rank -1) beside the job."""
+(rank -1) beside the job. The tft_notify_* calls and tft_register_mindx_callback return 0 on success, as
+the reference's do (its clients check `rsp != 0`); a call that cannot be carried out raises, naming why."""
 from __future__ import annotations
 
 import logging
@@ -15,6 +16,7 @@ _lock = threading.Lock()
 _controller: Optional["_native.Controller"] = None
 _port: Optional[int] = None
 
+_cluster_callbacks: Dict[str, Callable] = {}  # kept across controllers: a cluster manager registers them once
 _CLUSTER_ACTIONS = ("report_fault_ranks", "report_stop_complete", "report_strategies", "report_result")
 _IMPLEMENTED_STRATEGIES = ("retry", "recover", "dump", "exit", "continue")
 
@@ -46,6 +48,8 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
         if _controller is not None:
             raise RuntimeError("a controller already exists in this process; call tft_destroy_controller() first")
         _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=bool(enable_arf))
+        for action, func in _cluster_callbacks.items():
+            _controller.set_cluster_callback(action, func)
     if fault_policy is not None:
         tft_set_fault_policy(fault_policy)
 
@@ -98,19 +102,25 @@ def tft_query_high_availability_switch() -> bool:
     return _controller is not None
 
 
-def tft_register_mindx_callback(action: str, func: Callable) -> None:
+def tft_register_mindx_callback(action: str, func: Callable) -> int:
     """Callbacks towards the cluster manager, called from the controller's thread:
     report_fault_ranks(fault_ranks), report_stop_complete(code, msg, fault_ranks),
-    report_strategies(fault_ranks, strategies), report_result(code, msg, fault_ranks, strategy)."""
+    report_strategies(fault_ranks, strategies), report_result(code, msg, fault_ranks, strategy).
+    May come before tft_init_controller and stays registered across tft_destroy_controller, as the
+    reference's cluster manager expects. Returns 0 (the reference's success code; clients check it)."""
     if action not in _CLUSTER_ACTIONS:
         raise ValueError(f"unknown cluster-manager action {action!r}; known: {', '.join(_CLUSTER_ACTIONS)}")
     if not callable(func):
         raise TypeError(f"tft_register_mindx_callback({action!r}): func must be callable, got {func!r}")
-    _require().set_cluster_callback(action, func)
+    with _lock:
+        _cluster_callbacks[action] = func
+        if _controller is not None:
+            _controller.set_cluster_callback(action, func)
+    return 0
 
 
 def tft_notify_controller_stop_train(fault_ranks: Dict[int, int], stop_type: str = "stop",
-                                     timeout: Optional[float] = None) -> None:
+                                     timeout: Optional[float] = None) -> int:
     """`stop`: these ranks are faulty (0 memory, 1 process/node, 2 communication); recovery starts.
     `pause`: pause training (every processor runs its pause action) until change_strategy('continue')."""
     if stop_type == "pause":
@@ -121,23 +131,26 @@ def tft_notify_controller_stop_train(fault_ranks: Dict[int, int], stop_type: str
         _require().notify_faults({int(r): int(t) for r, t in fault_ranks.items()})
     else:
         raise ValueError(f"stop_type must be 'stop' or 'pause', got {stop_type!r}")
+    return 0
 
 
-def tft_notify_controller_change_strategy(strategy: str, params: str = "") -> None:
+def tft_notify_controller_change_strategy(strategy: str, params: str = "") -> int:
     if strategy not in _IMPLEMENTED_STRATEGIES:
         if strategy in ("downgrade", "upgrade", "migration"):
             raise NotImplementedError(f"strategy {strategy!r} is not implemented yet "
                                       f"(implemented: {', '.join(_IMPLEMENTED_STRATEGIES)})")
         raise ValueError(f"unknown strategy {strategy!r}")
     _require().notify_strategy(strategy)
+    return 0
 
 
-def tft_notify_controller_dump() -> None:
+def tft_notify_controller_dump() -> int:
     """Ask for a dying-gasp checkpoint now (from NORMAL or PAUSE)."""
     _require().notify_dump()
+    return 0
 
 
-def tft_notify_controller_on_global_rank(fault_ranks, time: int = 1) -> None:
+def tft_notify_controller_on_global_rank(fault_ranks, time: int = 1) -> int:
     """The cluster manager names faulty global ranks: a dict rank -> fault type (0 memory, 1 process/
     node, 2 communication) or a list of ranks (process/node faults). They are handled like the faults
     the processors report (decision, recovery, report_fault_ranks). `time` (the reference's; a
@@ -158,6 +171,7 @@ def tft_notify_controller_on_global_rank(fault_ranks, time: int = 1) -> None:
     if bad:
         raise ValueError(f"tft_notify_controller_on_global_rank: ranks and fault types must be ints, got {bad}")
     _require().notify_faults(dict(faults))
+    return 0
 
 
 def tft_notify_controller_prepare_action(*args, **kwargs):

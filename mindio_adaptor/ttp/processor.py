@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -21,6 +22,9 @@ _handlers: Dict[str, Tuple[Callable, Any]] = {}
 _step_args: Any = None
 _last_update_start: Optional[float] = None
 _dp_group: Optional[List[int]] = None
+_decrypt_handler: Optional[Callable] = None
+_export_version: Optional[str] = None
+_update_times: Dict[str, int] = {}  # "start", "end": the last update's times (tft_set_update_*_time)
 
 # handler name -> (positional arguments it is called with, for the error message)
 _HANDLER_ARGS = {
@@ -33,6 +37,11 @@ _HANDLER_ARGS = {
     "rollback": ("step", "args", "ctx"),
     "rebuild_group": ("fault_ranks", "args", "ctx"),
     "stream_sync": (),
+    # Elastic training (ZIT); the reference hands these the scale-out/in parameters (a JSON string), not a ctx.
+    "zit_downgrade_rebuild": ("new_dp_ranks", "new_world_ranks", "args", "params"),
+    "zit_upgrade_rebuild": ("rank_list", "args", "params"),
+    "zit_upgrade_repair": ("step", "need_rebuild", "error_ranks", "repair_info", "args", "params"),
+    "zit_upgrade_rollback": ("step", "args", "params"),
 }
 # Actions that need no user handler to succeed.
 _OPTIONAL = {"exit", "stream_sync"}
@@ -257,7 +266,61 @@ def report_training_finished() -> None:
 
 
 def tft_register_decrypt_handler(fn):
-    raise NotImplementedError("tft_register_decrypt_handler: TLS is not implemented")
+    """The reference decrypts TLS key material with it. There is no TLS here (tft_start_controller refuses
+    TLS settings when they are used), so the handler is kept and never called; None clears it."""
+    global _decrypt_handler
+    if fn is not None and not callable(fn):
+        raise TypeError(f"tft_register_decrypt_handler: fn must be callable or None, got {fn!r}")
+    _decrypt_handler = fn
+
+
+def set_mindio_export_version(version: str) -> None:
+    """Which framework adaptor drives this processor (the reference's clients set "MindSpeed-LLM")."""
+    global _export_version
+    if not isinstance(version, str):
+        raise TypeError(f"set_mindio_export_version: version must be a string, got {version!r}")
+    _export_version = version
+
+
+def get_mindio_export_version() -> Optional[str]:
+    return _export_version
+
+
+def get_device() -> int:
+    """The index of the accelerator this process trains on (torch_npu, else CUDA), or its LOCAL_RANK on
+    a CPU-only host, where no device exists to select."""
+    import torch
+
+    npu = getattr(torch, "npu", None)
+    for backend in (npu, torch.cuda):
+        if backend is not None and backend.is_available():
+            return int(backend.current_device())
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def tft_set_update_start_time(start_time: Optional[int] = None) -> None:
+    """Record when the optimizer update started (microseconds on this process's monotonic clock, or the
+    caller's own time), for tft_can_do_uce_repair without explicit times."""
+    _update_times["start"] = _now_us() if start_time is None else start_time
+
+
+def tft_set_update_end_time(end_time: Optional[int] = None) -> None:
+    _update_times["end"] = _now_us() if end_time is None else end_time
+
+
+def _now_us() -> int:
+    return time.monotonic_ns() // 1000
+
+
+def can_do_uce_repair_since_recorded(hbm_error_time, start_time=None, end_time=None) -> bool:
+    """The reference's utils.tft_can_do_uce_repair: times default to those recorded by
+    tft_set_update_start_time / tft_set_update_end_time; no error time, or no update recorded yet
+    (before the first step), is no repair."""
+    start = _update_times.get("start") if start_time is None else start_time
+    end = _update_times.get("end") if end_time is None else end_time
+    if not hbm_error_time or start is None:
+        return False
+    return tft_can_do_uce_repair(hbm_error_time, start, end)
 
 
 def tft_can_do_uce_repair(err_time: float, update_start: float, update_end: Optional[float] = None) -> bool:
@@ -326,6 +389,10 @@ tft_register_repair_handler = _make_register("repair")
 tft_register_rollback_handler = _make_register("rollback")
 tft_register_rebuild_group_handler = _make_register("rebuild_group")
 tft_register_stream_sync_handler = _make_register("stream_sync")
+tft_register_zit_downgrade_rebuild_handler = _make_register("zit_downgrade_rebuild")
+tft_register_zit_upgrade_rebuild_handler = _make_register("zit_upgrade_rebuild")
+tft_register_zit_upgrade_repair_handler = _make_register("zit_upgrade_repair")
+tft_register_zit_upgrade_rollback_handler = _make_register("zit_upgrade_rollback")
 
 
 def _calls(action: dict) -> List[Tuple[str, tuple]]:

@@ -227,11 +227,12 @@ def test_mark_faulty_rejects_non_ranks(handler, bad, error):
         handler.mark_faulty(bad)
 
 
+# Strings, as the reference's documented use tests them: `str(args.rank) in _get_fault_npus()`.
 @pytest.mark.parametrize("env, expected", [
-    ({"LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"}, [5, 6]),  # host 1 runs ranks 4..7
-    ({"LOCAL_WORLD_SIZE": "4", "RANK": "2"}, [1]),  # no GROUP_RANK: host of rank 2 is 0..3
-    ({"LOCAL_WORLD_SIZE": "2", "RANK": "9"}, [9]),
-    ({}, [1, 5, 6, 9]),  # hosts unknown: every known fault counts as local
+    ({"LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"}, ["5", "6"]),  # host 1 runs ranks 4..7
+    ({"LOCAL_WORLD_SIZE": "4", "RANK": "2"}, ["1"]),  # no GROUP_RANK: host of rank 2 is 0..3
+    ({"LOCAL_WORLD_SIZE": "2", "RANK": "9"}, ["9"]),
+    ({}, ["1", "5", "6", "9"]),  # hosts unknown: every known fault counts as local
 ])
 def test_get_fault_npus_keeps_this_hosts_ranks(handler, monkeypatch, env, expected):
     for name, value in env.items():
@@ -248,7 +249,8 @@ def test_rank_and_world_come_from_torch_distributed_when_initialised(handler, mo
     monkeypatch.setenv("RANK", "0")  # the live group wins over a stale environment
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     handler.mark_faulty([1, 4, 7])
-    assert handler._get_fault_npus() == [4, 7]
+    assert handler._get_fault_npus() == ["4", "7"]
+    assert str(4) in handler._get_fault_npus() and str(6) not in handler._get_fault_npus()
     assert ec.partial_save_path(str(tmp_path)) == str(tmp_path / "model_optim_rng_6.pt")
     handler.set_config(print, partial_save=True, replicas=2)  # group_info None: the 8-rank world
     assert handler.shard_of(6) == Shard(0, 2, (2, 6))
