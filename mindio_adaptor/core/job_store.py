@@ -55,3 +55,10 @@ def read(name: str, timeout_s: float = 60.0) -> Any:
 def read_or(name: str, default: Any, timeout_s: float = 30.0) -> Any:
     store = _connect(timeout_s)
     return pickle.loads(store.get(PREFIX + name)) if store.check([PREFIX + name]) else default
+
+
+def read_at(host: str, port: int, name: str, timeout_s: float = 2.0) -> Any:
+    """The value published under `name` in the store at host:port (not this process's job store: a
+    launcher reads its workers' store), or None when it was not published."""
+    store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    return pickle.loads(store.get(PREFIX + name)) if store.check([PREFIX + name]) else None

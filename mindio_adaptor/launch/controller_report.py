@@ -12,14 +12,10 @@ MASTER_ADDR, where rank 0 runs). The token is MINDIO_TOKEN or the published one.
 """
 from __future__ import annotations
 
-import pickle
 import socket
 import struct
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Mapping, Optional
-
-from torch.distributed import TCPStore
 
 from mindio_adaptor import _native
 from mindio_adaptor.core import job_store
@@ -50,15 +46,13 @@ def find_controller(master_addr: str, worker_store_port: int, environ: Mapping[s
     if external:
         return ControllerContact(*external, environ.get(ENV_TOKEN, ""))
     try:
-        store = TCPStore(master_addr, worker_store_port, is_master=False,
-                         timeout=timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
-        key = job_store.PREFIX + CONTROLLER_FACTS
-        if not store.check([key]):
-            return None
-        port, token = pickle.loads(store.get(key))
+        facts = job_store.read_at(master_addr, worker_store_port, CONTROLLER_FACTS, STORE_TIMEOUT_S)
     except (RuntimeError, ValueError) as err:
         raise ControllerReportError(f"the workers' store at {master_addr}:{worker_store_port} did not answer: "
                                     f"{err}") from None
+    if facts is None:
+        return None
+    port, token = facts
     return ControllerContact(master_addr, int(port), environ.get(ENV_TOKEN) or token)
 
 
