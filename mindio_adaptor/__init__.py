@@ -25,14 +25,14 @@ def unpatch_all():
 
 def training_model():
     """The model chunks Megatron built in this process (recorded by the patches), or None."""
-    from mindio_adaptor.patches.training_state import STATE
+    from mindio_adaptor.patches.recovery_session import SESSION
 
-    return STATE.model
+    return SESSION.job.model
 
 
 def replica_layout():
     """The job's `core.replica_layout.ReplicaLayout` once Megatron's groups exist (high
     availability on), else None."""
-    from mindio_adaptor.patches.training_state import STATE
+    from mindio_adaptor.patches.recovery_session import SESSION
 
-    return STATE.layout
+    return SESSION.job.layout

@@ -5,7 +5,7 @@ import re
 
 from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, HighAvailabilityConfig,
                                            HighAvailabilityConfigError)
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
 

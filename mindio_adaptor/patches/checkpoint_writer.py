@@ -8,7 +8,7 @@ SIGTERM. A queue whose helper is gone is replaced by a new one before it is used
 import logging
 import sys
 
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
 

@@ -20,12 +20,10 @@ import torch.distributed as dist
 from mindio_adaptor.core import inherited_sockets, job_store
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
 from mindio_adaptor.core.env_values import seconds_from_env
-from mindio_adaptor.patches import (dump, exception_loop, interrupted_save, online_repair, process_replacement,
-                                    step_snapshot)
+from mindio_adaptor.patches import exception_loop, interrupted_save, megatron_job, recovery
 from mindio_adaptor.patches.arguments import config_from_args
-from mindio_adaptor.patches.exception_loop import TRAINING
-from mindio_adaptor.patches.registry import Patch
-from mindio_adaptor.patches.training_state import STATE
+from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -55,23 +53,29 @@ def connect():
         address = _start_in_job_controller(rank, world, controller, config)
     processor.tft_init_processor(rank, world, enable_tls=False, enable_arf=config.enable_worker_reboot)
     processor.tft_start_processor(*address)
-    if STATE.layout is not None:
-        processor.tft_set_optimizer_replica(rank, STATE.layout.to_reference())
+    if SESSION.job.layout is not None:
+        processor.tft_set_optimizer_replica(rank, SESSION.job.layout.to_reference())
     # The bracket opens right before the in-place update (after the gradient-norm collective) and
     # closes when the step's state is final (scheduler stepped too), only after the step's snapshot
     # exists: every step the controller believes complete can be dumped or repaired from.
-    STATE.before_update.append(lambda step: processor.tft_start_updating_os(step - 1))
-    STATE.step_completed.extend([step_snapshot.take, processor.tft_end_updating_os])
-    STATE.decided.append(functools.partial(interrupted_save.remove_after_decision, margs.save))
+    SESSION.job.before_update.append(lambda step: processor.tft_start_updating_os(step - 1))
+    SESSION.job.step_completed.extend([_take_snapshot, processor.tft_end_updating_os])
+    SESSION.job.decided.append(functools.partial(interrupted_save.remove_after_decision, margs.save))
     inherited_sockets.install()
-    exception_loop.arm(margs)
-    TRAINING.backend = margs.distributed_backend  # not dist.get_backend(): "fake" in a replacement
-    TRAINING.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
-    dump.register_handlers()
-    online_repair.register_handlers()
+    exception_loop.arm(margs, processor)
+    SESSION.save_root = margs.save
+    SESSION.thread.backend = margs.distributed_backend  # not dist.get_backend(): "fake" in a replacement
+    SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
+    recovery.register_handlers(SESSION, processor)
     atexit.register(disconnect)
     if rank == 0:
         logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)
+
+
+def _take_snapshot(step: int) -> None:
+    """What a checkpoint of the step just completed needs beyond model and optimizer: the controller
+    learns that the step completed only after this exists, so every step it may dump has one."""
+    SESSION.latest = megatron_job.snapshot_of_completed_step(step)
 
 
 def _start_in_job_controller(rank, world, controller, config):
@@ -79,7 +83,7 @@ def _start_in_job_controller(rank, world, controller, config):
     replacement process (which cannot take part in collectives yet) through the job's store."""
     host = socket.gethostbyname(os.environ.get("MASTER_ADDR", "127.0.0.1"))
     shared = [None, None]
-    if process_replacement.REPLACEMENT.fake_world:
+    if SESSION.replacement.fake_world:
         port, token = job_store.read(CONTROLLER_FACTS)
         os.environ[ENV_TOKEN] = token
         return host, port
@@ -110,11 +114,11 @@ def _publish_contact(contact, needed: bool) -> None:
 def disconnect():
     from mindio_adaptor.ttp import controller, processor
 
-    for hook in list(STATE.before_leaving):
+    for hook in list(SESSION.job.before_leaving):
         hook()
     processor.tft_destroy_processor()
     if controller.tft_query_high_availability_switch():
-        if STATE.training_finished:
+        if SESSION.job.training_finished:
             _await_the_others_leaving(controller)
         stats = controller.controller_stats()
         logger.info("controller at exit: state %s, %s", controller.controller_state(),

@@ -12,7 +12,7 @@ import typing
 import torch
 
 from mindio_adaptor.core import cpu_torch
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 
 # Megatron modules that import triton unconditionally although a CPU run never calls their kernels.

@@ -5,7 +5,7 @@ exceptions land inside the fault handling itself (a log call, a lock being relea
 never parked for the dump (seen in CI). With high availability the handler is not installed: the
 DataLoader still finds a dead worker on its own, synchronously, when it next waits for a batch (its
 status check runs every few seconds of waiting), and that error takes the usual fault path."""
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 
 def _no_asynchronous_worker_errors(wrapped, instance, args, kwargs):

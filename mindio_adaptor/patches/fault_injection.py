@@ -6,27 +6,27 @@ import os
 import torch.distributed as dist
 
 from mindio_adaptor.core.fault_inject import FaultPlan
-from mindio_adaptor.patches.registry import Patch
-from mindio_adaptor.patches.training import current_iteration
-from mindio_adaptor.patches.training_state import STATE
+from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.megatron_job import current_iteration
+from mindio_adaptor.patches.recovery_session import SESSION
 
 
 def _read_plan(wrapped, instance, args, kwargs):
     margs = args[0] if args else kwargs["args"]
     plan = FaultPlan.from_env()
     plan.check_world_size(margs.world_size)
-    STATE.fault_plan = plan
-    if plan and _fire_optimizer_phase not in STATE.before_optimizer_step:
-        STATE.before_optimizer_step.append(_fire_optimizer_phase)
-        STATE.before_leaving.append(_fire_exit_phase)
+    SESSION.job.fault_plan = plan
+    if plan and _fire_optimizer_phase not in SESSION.job.before_optimizer_step:
+        SESSION.job.before_optimizer_step.append(_fire_optimizer_phase)
+        SESSION.job.before_leaving.append(_fire_exit_phase)
     return wrapped(*args, **kwargs)
 
 
 def fire(phase: str, step: int):
-    if STATE.fault_plan:
+    if SESSION.job.fault_plan:
         # At exit the process groups may be destroyed already (the example does so after main()).
         rank = dist.get_rank() if dist.is_initialized() else int(os.environ["RANK"])
-        STATE.fault_plan.maybe_fire(rank, step, phase)
+        SESSION.job.fault_plan.maybe_fire(rank, step, phase)
 
 
 def _fire_optimizer_phase(step: int):
@@ -38,13 +38,13 @@ def _fire_exit_phase():
 
 
 def _save_with_faults(wrapped, instance, args, kwargs):
-    if STATE.fault_plan:
+    if SESSION.job.fault_plan:
         fire("save", current_iteration())
     return wrapped(*args, **kwargs)
 
 
 def _forward_with_faults(wrapped, instance, args, kwargs):
-    if not STATE.fault_plan:
+    if not SESSION.job.fault_plan:
         return wrapped(*args, **kwargs)
     forward_step_func, *rest = args
 
@@ -56,7 +56,7 @@ def _forward_with_faults(wrapped, instance, args, kwargs):
 
 
 def _backward_with_faults(wrapped, instance, args, kwargs):
-    if STATE.fault_plan:
+    if SESSION.job.fault_plan:
         fire("backward", current_iteration())
     return wrapped(*args, **kwargs)
 

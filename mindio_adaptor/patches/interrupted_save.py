@@ -19,7 +19,7 @@ import logging
 from typing import List, Optional
 
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
 

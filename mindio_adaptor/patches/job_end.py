@@ -11,10 +11,9 @@ completed. The rank leaves the controller when its process exits (controller_lin
 """
 import logging
 
-from mindio_adaptor.patches import exception_loop
-from mindio_adaptor.patches.exception_loop import TRAINING
-from mindio_adaptor.patches.registry import Patch
-from mindio_adaptor.patches.training_state import STATE
+from mindio_adaptor.patches import decision_wait, exception_loop
+from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +40,8 @@ def _final_save_with_fault_handling(wrapped, instance, args, kwargs):
         try:
             return wrapped(*args, **kwargs)
         except Exception as exc:
-            exception_loop.wait_for_decision(exc, iteration)  # returns only after an online repair
-            TRAINING.reset()
+            decision_wait.wait_for_decision(SESSION, exc, iteration)  # returns only after an online repair
+            SESSION.thread.reset()
             logger.info("final save of iteration %d: saving again after the online repair", iteration)
 
 
@@ -51,7 +50,7 @@ def _pretrain_then_finish(wrapped, instance, args, kwargs):
     if exception_loop.ha_enabled():
         from mindio_adaptor.ttp import processor
 
-        STATE.training_finished = True
+        SESSION.job.training_finished = True
         processor.report_training_finished()
     return result
 

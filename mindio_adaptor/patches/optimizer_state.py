@@ -14,7 +14,7 @@ Each parameter gets its own copy of the saved step, restored after the parameter
 """
 import torch
 
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 DOPT = "DistributedOptimizer"
 

@@ -15,8 +15,8 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import job_store
 from mindio_adaptor.core.replica_layout import ReplicaLayout, crowded_shards
-from mindio_adaptor.patches.registry import Patch
-from mindio_adaptor.patches.training_state import STATE
+from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +28,9 @@ def _after_initialize(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     margs = _megatron_args()
     if margs is not None and getattr(margs, "enable_high_availability", False):
-        STATE.layout = build_layout(margs.num_distributed_optimizer_instances)
+        SESSION.job.layout = build_layout(margs.num_distributed_optimizer_instances)
         # An online repair initialises the same groups again after rebuilding the world.
-        STATE.model_parallel_init = (args, kwargs)
+        SESSION.job.model_parallel_init = (args, kwargs)
     return result
 
 
@@ -91,9 +91,7 @@ def build_layout(replica_cnt: int) -> ReplicaLayout:
 def _gather_layout_inputs(mine, rank: int) -> list:
     """Every rank's entry. A replacement process starting on the fake backend (patches/
     process_replacement) cannot gather: it reads what rank 0 published in the job's store."""
-    from mindio_adaptor.patches.process_replacement import REPLACEMENT
-
-    if REPLACEMENT.fake_world:
+    if SESSION.replacement.fake_world:
         return job_store.read(LAYOUT_INPUTS)
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)

@@ -18,13 +18,13 @@ import importlib
 import logging
 import sys
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional
+from typing import Iterable, List, Optional
 
 import wrapt
 
 from mindio_adaptor.core import hook_points
+from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
 
@@ -33,22 +33,6 @@ SUPPORTED_MEGATRON = ("0.19",)  # megatron-core release series we test against
 
 class PatchTargetMissing(RuntimeError):
     """The installed Megatron lacks something a patch must wrap."""
-
-
-@dataclass
-class Patch:
-    module: str
-    attribute: str  # "name" or "Class.method"
-    wrapper: Callable  # wrapt signature: (wrapped, instance, args, kwargs)
-    enabled: Callable[[], bool] = lambda: True  # checked when the module is imported
-    # False: never a source hook in patches/upstream (device emulation for tests, not a user's tree)
-    upstream: bool = True
-    # (owner, name, original, wrapped) when wrapped; (HookPoint,) when attached to a source hook
-    applied: Optional[tuple] = field(default=None, repr=False)
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}.{self.attribute}"
 
 
 _lock = threading.RLock()

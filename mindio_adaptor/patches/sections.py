@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from mindio_adaptor.core.hang_rule import SectionLimits
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
 
 TERMINATION = threading.Event()  # the training process got Megatron's exit signal (SIGTERM)
 

@@ -4,7 +4,7 @@ After an online repair every rank continues from the repair step R. A rank inter
 recomputes that step where it stands (patches/exception_loop). Every other rank leaves Megatron's
 train() and calls it again with its arguments at R (iteration, data position, FLOPs), as a resume from
 a checkpoint of R would, without loading one: a rank whose own step R was interrupted while the other
-replica instance completed it (it took R's state from a peer, patches/repair_state), a rank stopped
+replica instance completed it (it took R's state from a peer, patches/stages/repair_from_peer), a rank stopped
 between two steps, a replacement process. The start of Megatron's loop has world barriers (the
 interval timer, print_datetime) that the ranks recomputing in place never reach: they are skipped
 until this rank's first train_step. Megatron logs the first step of a train() call as a start (printed
@@ -13,8 +13,8 @@ as the uninterrupted run logs it.
 """
 import logging
 
-from mindio_adaptor.patches import step_snapshot
-from mindio_adaptor.patches.registry import Patch
+from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -27,47 +27,36 @@ class ResumeTraining(Exception):
         self.step, self.where = step, where
 
 
-class Reentry:
-    def __init__(self):
-        self.skip_barriers = False
-        self.first_log_pending = False
-
-
-REENTRY = Reentry()
-
-
-def prepare(step: int, where: str) -> None:
+def prepare(session, megatron, step: int, where: str) -> None:
     """Megatron's arguments at `step`, its timers stopped, barriers skipped until the first step."""
-    from megatron.training.global_vars import get_timers
-
-    step_snapshot.set_args(step_snapshot.require(step, "re-enter the train loop after"))
-    for timer in get_timers()._timers.values():
-        timer._started = False  # the loop left behind runs its interval timer; the new loop starts it
-    enter_as_a_resumed_loop()
+    megatron.set_iteration_state(session.snapshot_of(step, "re-enter the train loop after"))
+    megatron.stop_timers()  # the loop left behind runs its interval timer; the new loop starts it
+    enter_as_a_resumed_loop(session)
     logger.info("entering Megatron's train loop again after step %d (this rank was %s)", step, where)
 
 
-def enter_as_a_resumed_loop() -> None:
+def enter_as_a_resumed_loop(session) -> None:
     """The next train loop skips its start barriers until the first step, and its first step is logged
     like the uninterrupted run's (Megatron's last rank prints the losses: a replacement may be it)."""
-    REENTRY.skip_barriers = True
-    REENTRY.first_log_pending = True
+    session.reentry.skip_barriers = True
+    session.reentry.first_log_pending = True
 
 
-def first_step_started() -> None:
-    REENTRY.skip_barriers = False
+def first_step_started(session) -> None:
+    session.reentry.skip_barriers = False
 
 
 def _barrier_unless_reentering(wrapped, instance, args, kwargs):
-    if REENTRY.skip_barriers:
+    if SESSION.reentry.skip_barriers:
         return None
     return wrapped(*args, **kwargs)
 
 
 def _log_as_uninterrupted(wrapped, instance, args, kwargs):
-    if REENTRY.first_log_pending and kwargs.get("is_first_iteration"):
+    reentry = SESSION.reentry
+    if reentry.first_log_pending and kwargs.get("is_first_iteration"):
         kwargs["is_first_iteration"] = False
-    REENTRY.first_log_pending = False
+    reentry.first_log_pending = False
     return wrapped(*args, **kwargs)
 
 

@@ -4,15 +4,17 @@ import logging
 import torch.distributed as dist
 
 from mindio_adaptor.core.replica_check import check_peers_agree
-from mindio_adaptor.patches.registry import Patch
-from mindio_adaptor.patches.training_state import STATE, shard_state_tensors
+from mindio_adaptor.patches.megatron_job import current_iteration
+from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.patches.training_state import shard_state_tensors
 
 logger = logging.getLogger(__name__)
 
 
 def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     model, optimizer, scheduler = wrapped(*args, **kwargs)
-    STATE.model, STATE.optimizer, STATE.scheduler = model, optimizer, scheduler
+    SESSION.job.model, SESSION.job.optimizer, SESSION.job.scheduler = model, optimizer, scheduler
     if scheduler is not None:
         scheduler.step = _completing(scheduler.step)
         scheduler.load_state_dict = _loading_from_zero(scheduler.load_state_dict)
@@ -26,14 +28,14 @@ def _record_model_and_optimizer(wrapped, instance, args, kwargs):
 
 def _update_bracketed(step_with_ready_grads):
     """The in-place update alone (after the gradient-norm collective, which changes nothing): a
-    rank blocked before it still holds the previous step's state intact. STATE.before_update runs
+    rank blocked before it still holds the previous step's state intact. SESSION.job.before_update runs
     once per iteration, however many optimizers a chain updates."""
 
     def update_with_hooks(*args, **kwargs):
         iteration = current_iteration()
-        if STATE.updating_iteration != iteration:
-            STATE.updating_iteration = iteration
-            for hook in STATE.before_update:
+        if SESSION.job.updating_iteration != iteration:
+            SESSION.job.updating_iteration = iteration
+            for hook in SESSION.job.before_update:
                 hook(iteration)
         return step_with_ready_grads(*args, **kwargs)
 
@@ -41,14 +43,14 @@ def _update_bracketed(step_with_ready_grads):
 
 
 def _bracketed(step):
-    """The optimizer update with STATE's before hooks."""
+    """The optimizer update with the job's before hooks."""
 
     def step_with_hooks(*args, **kwargs):
         iteration = current_iteration()
-        for hook in STATE.before_optimizer_step:
+        for hook in SESSION.job.before_optimizer_step:
             hook(iteration)
         result = step(*args, **kwargs)
-        STATE.scheduler_step_ends = iteration
+        SESSION.job.scheduler_step_ends = iteration
         return result
 
     return step_with_hooks
@@ -63,8 +65,8 @@ def _completing(scheduler_step):
 
     def step_then_complete(*args, **kwargs):
         result = scheduler_step(*args, **kwargs)
-        if STATE.scheduler_step_ends == current_iteration():
-            complete_step(STATE.scheduler_step_ends)
+        if SESSION.job.scheduler_step_ends == current_iteration():
+            complete_step(SESSION.job.scheduler_step_ends)
         return result
 
     return step_then_complete
@@ -84,32 +86,25 @@ def _loading_from_zero(load_state_dict):
 
 
 def complete_step(step: int) -> None:
-    """STATE.step_completed hooks, once per iteration."""
-    STATE.scheduler_step_ends = -1
-    if STATE.completed_steps and STATE.completed_steps[-1] == step:
+    """SESSION.job.step_completed hooks, once per iteration."""
+    SESSION.job.scheduler_step_ends = -1
+    if SESSION.job.completed_steps and SESSION.job.completed_steps[-1] == step:
         return
-    for hook in STATE.step_completed:
+    for hook in SESSION.job.step_completed:
         hook(step)
-    STATE.completed_steps.append(step)
-
-
-def current_iteration() -> int:
-    """The iteration being computed, numbered as Megatron's log prints it (1-based)."""
-    from megatron.training.global_vars import get_args
-
-    return get_args().curr_iteration + 1
+    SESSION.job.completed_steps.append(step)
 
 
 def _after_train_step(wrapped, instance, args, kwargs):
     try:
         result = wrapped(*args, **kwargs)
     finally:
-        STATE.scheduler_step_ends = -1  # a fault before the scheduler's step: nothing to complete
+        SESSION.job.scheduler_step_ends = -1  # a fault before the scheduler's step: nothing to complete
     from megatron.training.global_vars import get_args
 
     margs, step = get_args(), current_iteration()
     complete_step(step)  # an iteration whose update was skipped (no scheduler step)
-    if STATE.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
+    if SESSION.job.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
         report_optimizer_state_bytes()
     if getattr(margs, "verify_optimizer_replicas", False) and margs.num_distributed_optimizer_instances > 1:
         verify_replicas(step)
@@ -120,7 +115,7 @@ def report_optimizer_state_bytes():
     """Once, after the first step (Adam creates its moments lazily): the bytes of fp32 main params
     and optimizer state each rank keeps, gathered to rank 0 and logged. Views into the model's own
     parameters (the "main params" of fp32 training) cost nothing and are not counted."""
-    local = sum(t.numel() * t.element_size() for t in shard_state_tensors(STATE.optimizer)
+    local = sum(t.numel() * t.element_size() for t in shard_state_tensors(SESSION.job.optimizer)
                 if t.dim() > 0 and t._base is None)
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, local)
@@ -131,7 +126,7 @@ def report_optimizer_state_bytes():
 def verify_replicas(step: int):
     from megatron.core import parallel_state as ps
 
-    tensors = shard_state_tensors(STATE.optimizer)
+    tensors = shard_state_tensors(SESSION.job.optimizer)
     if not tensors:
         raise RuntimeError("--verify-optimizer-replicas: found no distributed-optimizer shard state")
     peers = ps.get_inter_distributed_optimizer_instance_group()

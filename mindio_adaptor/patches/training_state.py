@@ -1,4 +1,5 @@
-"""What the adaptor keeps of the running Megatron job: model, optimizer, scheduler, replica layout."""
+"""What the adaptor keeps of the running Megatron job: model, optimizer, scheduler, replica layout, and the
+hooks other patches attach to its steps (held by the recovery session as `SESSION.job`)."""
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
 
@@ -30,8 +31,6 @@ class TrainingState:
     updating_iteration: int = -1
     scheduler_step_ends: int = -1  # the iteration whose optimizer step returned, until its scheduler step
 
-
-STATE = TrainingState()
 
 
 def distributed_optimizers(optimizer) -> list:

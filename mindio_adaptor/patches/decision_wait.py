@@ -1,0 +1,97 @@
+"""A rank that failed, was stopped, or joins as a replacement reports to the controller and parks: its
+training thread runs the recovery stages the processor posts (core/training_thread) until the
+controller's decision arrives. RETRY returns (training goes on after the repair step); any other
+decision ends the process with a message naming the fault and the decision."""
+import logging
+import os
+import time
+
+from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER
+from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
+from mindio_adaptor.patches import signal_handler
+
+logger = logging.getLogger(__name__)
+
+# A link down this long is no blip: the processor's first reconnect attempts were refused or timed out.
+TERM_GRACE_S = 2.0
+
+
+def dist_rank() -> int:
+    return int(os.environ.get("RANK", "-1"))
+
+
+def end_recovery(session, outcome: str) -> None:
+    recovery = session.timeline.end(outcome)
+    if recovery is not None:
+        logger.info("%s", recovery.line(dist_rank()))
+
+
+def wait_for_decision(session, exc: BaseException, step: int, replacement: bool = False):
+    """Report the fault (or, in a replacement process, that it is ready), park, and end the process
+    as the controller decides; returns after an online repair or a replacement's repair."""
+    from mindio_adaptor.ttp import exception_handler, processor
+    from mindio_adaptor.ttp.enums import Action, ReportState
+
+    stopped = session.thread.stop_requested.is_set()
+    state = ReportState.NORMAL if stopped else exception_handler.classify(exc)[0]
+    summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    session.timeline.begin(step, "a replacement process joining" if replacement else
+                           "stopped by the controller" if stopped else f"{state.name} fault")
+    if replacement:
+        logger.info("replacement process ready (reported as %s); waiting for the controller", state.name)
+    elif stopped:
+        logger.info("step %d: training stopped by the controller (%s)", step, summary)
+    else:
+        logger.error("step %d: training failed with %s; reported as %s", step, summary, state.name,
+                     exc_info=exc)
+    try:
+        processor.tft_report_error(state, exception_handler.fault_code_of(exc))
+    finally:
+        session.thread.parked.set()
+    try:
+        action = _serve_until_decision(session, processor)
+    except (processor.ControllerUnreachable, TimeoutError) as lost:
+        end_recovery(session, "controller lost")
+        logger.error("step %d: %s. Without the controller no rank can be repaired and no dying-gasp "
+                     "checkpoint can be agreed on: this rank exits (code %d) after %s; the job resumes "
+                     "from its last complete checkpoint", step, lost, CONTROLLER_LOST, summary)
+        raise SystemExit(CONTROLLER_LOST) from exc
+    decision = f"{processor.tft_get_repair_type() or 'exit'} at step {processor.tft_get_repair_step()}"
+    for hook in list(session.job.decided):
+        hook(action == Action.RETRY)
+    if action == Action.RETRY:
+        logger.info("step %d: online repair done (%s)", step, decision)
+        session.timeline.mark("resumed")
+        return
+    end_recovery(session, f"job ended by the controller ({decision})")
+    logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
+                 decision, summary, ENDED_BY_CONTROLLER)
+    raise SystemExit(ENDED_BY_CONTROLLER) from exc
+
+
+def _serve_until_decision(session, processor):
+    """Park: run the stages' jobs until the controller's decision arrives (bounded). An exception
+    while parked (a DataLoader worker ended by the launcher's SIGTERM raises one here) changes
+    nothing: this rank has already reported. A SIGTERM while the controller is unreachable ends the
+    wait: the launcher stops the job (torchrun does when a rank dies, the controller's host among
+    them), and nothing can be agreed on without the controller."""
+    deadline = time.monotonic() + DECISION_TIMEOUT_S
+    unreachable_since = None
+    while True:
+        try:
+            session.thread.run_jobs(0.1)
+            return processor.tft_wait_next_action(timeout=0.1)
+        except TimeoutError:
+            pass
+        except processor.ControllerUnreachable:
+            raise
+        except Exception as exc:
+            logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
+        now = time.monotonic()
+        unreachable_since = None if processor.controller_connected() else unreachable_since or now
+        if signal_handler.TERMINATION.is_set() and unreachable_since and now - unreachable_since > TERM_GRACE_S:
+            raise processor.ControllerUnreachable(
+                f"the launcher asked this process to stop (SIGTERM) and the controller has been unreachable "
+                f"for {now - unreachable_since:.1f} s (reconnecting)")
+        if now > deadline:
+            raise TimeoutError(f"no decision from the controller within {DECISION_TIMEOUT_S:.0f} s")

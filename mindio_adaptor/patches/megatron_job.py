@@ -1,0 +1,339 @@
+"""The recovery's one window onto the running Megatron job: every read and write of Megatron's state
+that a recovery stage makes goes through a function here (arguments, iteration, timers, rerun state,
+parallel state, optimizer shard, model params, RNG, data position, checkpoint load and save).
+
+The stages (patches/stages) take this module as a parameter; their unit tests pass an object with the
+same functions instead. Megatron is imported inside the functions: importing this module does not
+import Megatron.
+"""
+import contextlib
+import logging
+import random
+import sys
+from typing import Any, List
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from mindio_adaptor.patches.recovery_session import StepSnapshot
+from mindio_adaptor.patches.training_state import distributed_optimizers, shard_state_tensors
+
+logger = logging.getLogger(__name__)
+
+KEY_RERUN = "rerun_state_machine_state"  # megatron.core.rerun_state_machine's ShardedObject key
+# Answers Megatron computes with a collective the first time they are asked, then caches: a
+# replacement asking again would run a collective its peers never run. It takes its peer's answers.
+LAZY_CACHES = ("_has_grad_norm_group_cache",)
+
+
+class MegatronStateError(RuntimeError):
+    pass
+
+
+# --- arguments and iteration ----------------------------------------------------------------------
+
+def args():
+    from megatron.training.global_vars import get_args
+
+    return get_args()
+
+
+def args_if_parsed():
+    """Megatron's arguments, or None before it parsed them (get_args() asserts; a DataLoader may
+    start before Megatron parses its args)."""
+    from megatron.training import global_vars
+
+    return global_vars._GLOBAL_ARGS
+
+
+def current_iteration() -> int:
+    """The iteration being computed, numbered as Megatron's log prints it (1-based)."""
+    return args().curr_iteration + 1
+
+
+def set_iteration_state(snapshot: StepSnapshot) -> None:
+    """Megatron's arguments at the snapshot's step, as a resume from a checkpoint of it sets them."""
+    margs = args()
+    margs.iteration = snapshot.iteration
+    margs.consumed_train_samples = snapshot.consumed_train_samples
+    margs.skipped_train_samples = snapshot.skipped_train_samples
+    margs.num_floating_point_operations_so_far = snapshot.floating_point_operations
+
+
+def set_data_position(snapshot: StepSnapshot) -> None:
+    """The data position and RNG states of the snapshot's step (what a checkpoint of it records)."""
+    margs = args()
+    margs.consumed_train_samples = snapshot.consumed_train_samples
+    margs.skipped_train_samples = snapshot.skipped_train_samples
+    restore_rng(snapshot.rng)
+
+
+# --- the snapshot of a completed step -------------------------------------------------------------
+
+def rng_states() -> dict:
+    from megatron.core import tensor_parallel
+
+    return {"random": random.getstate(), "np": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(),
+            "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()}
+
+
+def restore_rng(states: dict) -> None:
+    from megatron.core import tensor_parallel
+
+    random.setstate(states["random"])
+    np.random.set_state(states["np"])
+    torch.set_rng_state(states["torch"])
+    torch.cuda.set_rng_state(states["cuda"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(states["tracker"])
+
+
+def _train_loop_flops(default: float) -> float:
+    """The train loop keeps its FLOP count in a local (`num_floating_point_operations_so_far` of
+    megatron.training.training.train); `args` only has the value the loop started with."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "train" and "num_floating_point_operations_so_far" in frame.f_locals:
+            return frame.f_locals["num_floating_point_operations_so_far"]
+        frame = frame.f_back
+    return default
+
+
+def snapshot_of_completed_step(step: int) -> StepSnapshot:
+    """Called when step `step` is complete (its update and scheduler step done), before the train
+    loop's bookkeeping, which is reproduced here: the samples of this step are added to the
+    data position and its FLOPs (the closed-form count, exact for unpacked sequences) to the total."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.num_microbatches_calculator import (get_current_global_batch_size,
+                                                           get_current_running_global_batch_size,
+                                                           get_num_microbatches)
+    from megatron.training.training import num_floating_point_operations
+
+    margs = args()
+    batch = (ps.get_data_parallel_world_size() * getattr(margs, "gtp_weight_remat_size", 1)
+             * margs.micro_batch_size * get_num_microbatches())
+    skipped = get_current_global_batch_size() - get_current_running_global_batch_size()
+    flops = _train_loop_flops(margs.num_floating_point_operations_so_far)
+    return StepSnapshot(step, margs.consumed_train_samples + batch, margs.skipped_train_samples + skipped,
+                        flops + num_floating_point_operations(margs, batch), rng_states())
+
+
+# --- timers and the rerun state machine -------------------------------------------------------------
+
+def running_timers() -> set:
+    from megatron.training.global_vars import get_timers
+
+    return {name for name, timer in get_timers()._timers.items() if timer._started}
+
+
+def stop_timers(keep: frozenset = frozenset()) -> None:
+    """Mark every timer not in `keep` stopped: the interrupted step started them and never stops them."""
+    from megatron.training.global_vars import get_timers
+
+    for name, timer in get_timers()._timers.items():
+        if name not in keep:
+            timer._started = False
+
+
+def reset_rerun_state() -> None:
+    from megatron.core.rerun_state_machine import RerunState, get_rerun_state_machine
+
+    get_rerun_state_machine().state = RerunState.NOT_RUNNING_YET
+
+
+# --- parallel state -------------------------------------------------------------------------------
+
+def process_groups() -> dict:
+    """parallel_state's globals that hold process groups: name -> group (or list of groups)."""
+    from megatron.core import parallel_state as ps
+
+    out = {}
+    for name, value in vars(ps).items():
+        if isinstance(value, dist.ProcessGroup):
+            out[name] = value
+        elif isinstance(value, list) and value and all(isinstance(v, dist.ProcessGroup) for v in value):
+            out[name] = list(value)
+    return out
+
+
+def reinitialize_parallel_state(init_call, replica_layout: bool = True) -> None:
+    """Megatron's parallel state again, on the current default group. With replica_layout (an online
+    repair: the same job again) through the patched initialize_model_parallel, which re-lays the
+    optimizer instances along the replica layout (patches/parallel_state); without it (the savers'
+    world of a dump: one optimizer instance) through Megatron's own."""
+    from megatron.core import parallel_state as ps
+
+    init_args, init_kwargs = init_call
+    ps.destroy_model_parallel()
+    initialize = ps.initialize_model_parallel
+    if not replica_layout:
+        initialize = getattr(initialize, "__wrapped__", initialize)
+    initialize(*init_args, **init_kwargs)
+
+
+def single_instance_init_call(margs) -> tuple:
+    """The initialize_model_parallel call of the job with ONE optimizer instance (the savers' world)."""
+    return ((margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size,
+             margs.virtual_pipeline_model_parallel_size),
+            dict(context_parallel_size=margs.context_parallel_size, num_distributed_optimizer_instances=1,
+                 distributed_timeout_minutes=margs.distributed_timeout_minutes,
+                 order="tp-cp-ep-dp-pp" if not margs.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
+                 create_gloo_process_groups=margs.use_gloo_process_groups))
+
+
+def point_optimizer_at_single_instance(optimizer, margs) -> None:
+    """The optimizer's data-parallel group is the savers' one, and it is instance 0."""
+    from megatron.core import parallel_state as ps
+
+    for opt in distributed_optimizers(optimizer):
+        opt.data_parallel_group = ps.get_data_parallel_group(with_context_parallel=True)
+        if margs.use_gloo_process_groups:
+            opt.data_parallel_group_gloo = ps.get_data_parallel_group_gloo(with_context_parallel=True)
+        opt.distributed_optimizer_instance_id = 0
+
+
+# --- model and optimizer --------------------------------------------------------------------------
+
+def drop_gradients(model) -> None:
+    for chunk in model:
+        chunk.zero_grad_buffer()
+
+
+def rederive_model_params(model, optimizer) -> None:
+    """Each rank writes its shard of the main params into the model, then each instance all-gathers."""
+    with torch.no_grad():
+        for opt in distributed_optimizers(optimizer):
+            opt._copy_main_params_to_model_params()
+    for chunk in model:
+        chunk.start_param_sync(force_sync=True)
+
+
+def shard_tensors(optimizer) -> list:
+    return shard_state_tensors(optimizer)
+
+
+def materialize_optimizer_state(optimizer) -> None:
+    """A fresh optimizer has no moments yet (Adam creates them at its first step): create them, and
+    the step count, so that the shard has the replica peer's layout before it is received."""
+    for dopt in distributed_optimizers(optimizer):
+        if dopt.init_state_fn is not None:
+            dopt.init_state_fn(dopt.optimizer, dopt.config)
+        for group in dopt.optimizer.param_groups:
+            for param in group["params"]:
+                state = dopt.optimizer.state[param]
+                if state and "step" not in state:
+                    state["step"] = torch.tensor(0.0, dtype=torch.float32)
+
+
+def _optimizers(optimizer) -> list:
+    """The optimizer and, for a chain, each optimizer in it, in a fixed order."""
+    return [] if optimizer is None else [optimizer, *getattr(optimizer, "chained_optimizers", [])]
+
+
+def step_state(scheduler, optimizer) -> dict:
+    """The non-sharded state a replica peer sends beside the shard: the scheduler and the lazily
+    computed caches (the same on every holder of a shard)."""
+    return {"scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "lazy_caches": [{name: getattr(opt, name) for name in LAZY_CACHES if hasattr(opt, name)}
+                            for opt in _optimizers(optimizer)]}
+
+
+def install_step_state(state: dict, scheduler, optimizer) -> None:
+    if scheduler is not None and state["scheduler"] is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    for opt, caches in zip(_optimizers(optimizer), state["lazy_caches"]):
+        for name, value in caches.items():
+            setattr(opt, name, dict(value))
+
+
+# --- data position --------------------------------------------------------------------------------
+
+def iterator_at_sample(old, who: str):
+    """A new iterator over `old`'s dataset from sample args.consumed_train_samples (Megatron's own
+    sampler positions it, as a resume from a checkpoint does); `old`'s worker processes are shut down."""
+    from megatron.training.datasets.data_samplers import build_pretraining_data_loader
+    from megatron.training.training import cyclic_iter
+
+    margs = args()
+    if margs.dataloader_type not in ("single", "cyclic"):
+        raise RuntimeError(f"{who}: cannot position a '{margs.dataloader_type}' data loader at sample "
+                           f"{margs.consumed_train_samples}")
+    dataset = getattr(old, "_dataset", None)
+    if dataset is None:
+        raise RuntimeError(f"{who}: the train data iterator does not expose its dataset; cannot position it "
+                           f"at sample {margs.consumed_train_samples}")
+    loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
+    if hasattr(old, "_shutdown_workers"):
+        old._shutdown_workers()
+    logger.info("%s: data iterator positioned at sample %d", who, margs.consumed_train_samples)
+    return iter(loader) if margs.dataloader_type == "single" else iter(cyclic_iter(loader))
+
+
+# --- checkpoints ----------------------------------------------------------------------------------
+
+def load_checkpoint_of_step(model, optimizer, scheduler, step: int) -> tuple:
+    """Megatron's load_checkpoint of the checkpoint of `step` under --save (the reported step, not the
+    tracker's); returns (iteration, FLOPs so far)."""
+    from megatron.training.checkpointing import load_checkpoint
+
+    margs = args()
+    pinned, margs.ckpt_step = getattr(margs, "ckpt_step", None), step
+    try:
+        return load_checkpoint(model, optimizer, scheduler, load_arg="save")
+    finally:
+        margs.ckpt_step = pinned
+
+
+def save_checkpoint_for_full_job(step: int, model, optimizer, scheduler, flops: float, save_dir: str,
+                                 members: List[int], world_size: int) -> None:
+    """Megatron's save_checkpoint into save_dir, synchronously (the caller publishes it next, and the
+    process may exit right after: --async-save would only schedule the write), with the rerun state
+    every rank of the full job reads at resume."""
+    from megatron.training.checkpointing import save_checkpoint
+
+    margs = args()
+    root, async_save = margs.save, margs.async_save
+    margs.save, margs.async_save = save_dir, False
+    try:
+        with _rerun_state_for_every_rank(members, world_size):
+            save_checkpoint(step, model, optimizer, scheduler, flops, checkpointing_context={})
+    finally:
+        margs.save, margs.async_save = root, async_save
+
+
+@contextlib.contextmanager
+def _rerun_state_for_every_rank(members: List[int], world_size: int):
+    """Megatron saves its rerun state machine as one object per global rank, and a resumed rank reads
+    the one at its own rank: every rank of the job needs one, savers or not. Each saver writes its
+    own rank's; the saver of new rank 0 also writes the others' as copies of its own (between steps
+    with no rerun pending, which is checked, the objects of all ranks are equal)."""
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+    from megatron.core.rerun_state_machine import RerunState, get_rerun_state_machine
+
+    machine = get_rerun_state_machine()
+    original, interrupted = machine.state_dict, machine.state
+    me = dist.get_rank()  # the new rank, in the savers' group
+    if interrupted not in (RerunState.NOT_RUNNING_YET, RerunState.INITIAL_RUN):
+        raise MegatronStateError(f"a rerun of a step is pending (rerun state {interrupted.name}): its per-rank "
+                                 f"state cannot be restored for the ranks that are gone")
+
+    def state_dict_for_the_full_job(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if result is None or result.get("sharded") is None:
+            return result
+        data = result["sharded"].data
+        result["sharded"] = ShardedObject(KEY_RERUN, data, (world_size,), (members[me],))
+        if me == 0:
+            result["mindio_other_ranks"] = [ShardedObject(KEY_RERUN, data, (world_size,), (r,))
+                                            for r in range(world_size) if r not in members]
+        return result
+
+    # The fault interrupted a step (INITIAL_RUN); the checkpoint is of the step before, when the
+    # machine was between steps.
+    machine.state_dict, machine.state = state_dict_for_the_full_job, RerunState.NOT_RUNNING_YET
+    try:
+        yield
+    finally:
+        machine.state_dict, machine.state = original, interrupted
+

@@ -1,0 +1,102 @@
+"""The recovery flows on the rank's side: for each strategy the controller can decide, the stages each
+of its actions runs, in order. This table is the only place that knows the order; the stages
+(patches/stages) know only their own work.
+
+The controller drives a flow action by action (csrc/controller): STOP on every live rank, then
+  retry    (online repair)        CLEAN, REPAIR, ROLLBACK, then training goes on (RETRY)
+  reload   (retry without a live replica holding a faulty rank's shard: the last checkpoint
+            is loaded again online; the controller says so in REPAIR's repair type)
+  recover  (process replacement)  CLEAN, REBUILD_GROUP once the replacement has joined, REPAIR, ROLLBACK
+  dump     (dying-gasp checkpoint) SAVE_CKPT on the savers, RENAME on one of them, EXIT
+  exit                             EXIT
+and EXIT ends any of them. The handlers registered here turn an action into a RecoveryAction, pick its
+stages from the table and run each where it must run (the parked training thread, or the processor's
+thread).
+"""
+import logging
+from typing import Dict, Optional, Tuple
+
+from mindio_adaptor.core.enums import RepairType
+from mindio_adaptor.core.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
+from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches.stages.drop_gradients import DROP_GRADIENTS
+from mindio_adaptor.patches.stages.end_if_hung import END_IF_HUNG
+from mindio_adaptor.patches.stages.injected_fault import REPAIR_FAULT_POINT
+from mindio_adaptor.patches.stages.publish_dump import PUBLISH_DUMP
+from mindio_adaptor.patches.stages.rebuild_groups import REBUILD_GROUPS
+from mindio_adaptor.patches.stages.reload_checkpoint import RELOAD_CHECKPOINT
+from mindio_adaptor.patches.stages.repair_from_peer import REPAIR_FROM_PEER
+from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
+from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
+from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
+from mindio_adaptor.patches.stages.stop import STOP
+
+logger = logging.getLogger(__name__)
+
+Flow = Dict[str, Tuple[Stage, ...]]  # action name -> its stages, in order
+
+FLOWS: Dict[str, Flow] = {
+    "retry": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (REPAIR_FROM_PEER,),
+              "rollback": (ROLL_BACK,), "exit": (END_IF_HUNG,)},
+    "reload": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (RELOAD_CHECKPOINT,),
+               "rollback": (ROLL_BACK,), "exit": (END_IF_HUNG,)},
+    "recover": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, DROP_GRADIENTS), "rebuild_group": (REBUILD_GROUPS,),
+                "repair": (REPAIR_FROM_PEER,), "rollback": (ROLL_BACK,), "exit": (END_IF_HUNG,)},
+    "dump": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,), "exit": (END_IF_HUNG,)},
+    "exit": {"stop": (STOP,), "exit": (END_IF_HUNG,)},
+    "none": {"stop": (STOP,), "exit": (END_IF_HUNG,)},  # an action before any decision
+}
+
+
+class NoSuchStep(RuntimeError):
+    """The controller sent an action its decided flow does not have."""
+
+
+def flow_of(strategy: str, repair: Optional[dict] = None) -> str:
+    """The flow an action belongs to: the controller's strategy, except that a repair from the last
+    checkpoint (repair type LOAD_CKPT) is the reload flow."""
+    if strategy == "retry" and repair is not None and repair["repair_type"] == RepairType.LOAD_CKPT:
+        return "reload"
+    return strategy
+
+
+def stages_of(action: RecoveryAction) -> Tuple[Stage, ...]:
+    flow = flow_of(action.strategy, action.repair)
+    if flow not in FLOWS:
+        raise NoSuchStep(f"{action.name}: the controller's strategy is {action.strategy!r}, which has no flow "
+                         f"here (known: {', '.join(FLOWS)})")
+    stages = FLOWS[flow].get(action.name)
+    if stages is None:
+        raise NoSuchStep(f"{action.name} is not a step of the {flow} flow ({', '.join(FLOWS[flow])})")
+    return stages
+
+
+def run_action(session, megatron, action: RecoveryAction) -> int:
+    """Every stage of the action, in order; a stage that raises ends the action with its error."""
+    for stage in stages_of(action):
+        if stage.on_training_thread:
+            session.thread.run_parked(lambda s=stage: s.run(session, megatron, action), STAGE_TIMEOUT_S,
+                                      park_wait=stop_timeout_s())
+        else:
+            stage.run(session, megatron, action)
+    return 0
+
+
+def register_handlers(session, processor, megatron=megatron_job) -> None:
+    """The reference's handlers, each building the RecoveryAction of its call and running it."""
+    def run(name: str, **fields) -> int:
+        action = RecoveryAction(name, strategy=processor.tft_get_repair_type(), **fields)
+        return run_action(session, megatron, action)
+
+    processor.tft_register_stop_handler(lambda args, ctx: run("stop"))
+    processor.tft_register_clean_handler(lambda is_uce, args, ctx: run("clean"))
+    processor.tft_register_rebuild_group_handler(
+        lambda fault_ranks, args, ctx: run("rebuild_group", error_ranks=tuple(fault_ranks)))
+    processor.tft_register_repair_handler(
+        lambda step, need_rebuild, error_ranks, info, args, ctx:
+        run("repair", step=step, repair=info, error_ranks=tuple(error_ranks)))
+    processor.tft_register_rollback_handler(lambda step, args, ctx: run("rollback", step=step))
+    processor.tft_register_save_ckpt_handler(lambda step, save_info, args, ctx:
+                                             run("save_ckpt", step=step, save_info=save_info))
+    processor.tft_register_rename_handler(lambda step, args: run("rename", step=step))
+    processor.tft_register_exit_handler(lambda ctx: run("exit"))

@@ -1,0 +1,83 @@
+"""The recovery session: everything this process keeps between a fault and the step training goes on
+at, in one object.
+
+One session per training process (`SESSION`), made with this module so that the patches running
+before the rank connects to the controller (the record of model and optimizer, a replacement's start
+on the fake backend) have it; `controller_link.connect` completes it (save root, backend, ports to
+keep). The recovery stages (patches/stages) take it as an argument and read nothing else, so a test
+builds its own; only the wrappers Megatron calls reach for `SESSION`.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Set
+
+from mindio_adaptor.core.recovery_timeline import Timeline
+from mindio_adaptor.core.training_thread import TrainingThread
+from mindio_adaptor.patches.training_state import TrainingState
+
+
+@dataclass
+class StepSnapshot:
+    """What a checkpoint of the last completed step needs beyond model and optimizer."""
+    iteration: int  # the last completed step, numbered as Megatron's log prints it
+    consumed_train_samples: int
+    skipped_train_samples: int
+    floating_point_operations: float
+    rng: dict
+
+
+@dataclass
+class ReplacementProgress:
+    """This process's progress as a replacement for a dead rank (patches/process_replacement)."""
+    active: bool = False  # this process was started again for a dead rank
+    fake_world: bool = False  # Megatron's start-up runs on the fake backend
+    joined: bool = False
+    joined_at: Optional[int] = None  # the repair step it joined at
+    train_data_iterator: Any = None
+
+    @property
+    def awaiting_state(self) -> bool:
+        """A replacement that has not yet received its state from a replica peer."""
+        return self.active and not self.joined
+
+
+@dataclass
+class Reentry:
+    """Megatron's train loop entered again at the repair step (patches/train_reentry)."""
+    skip_barriers: bool = False
+    first_log_pending: bool = False
+
+
+@dataclass
+class StepReplay:
+    """What lets the interrupted step be computed again: the data iterators' replay wrappers and the
+    timers that were already running when the step began (e.g. the train loop's interval timer)."""
+    iterators: Dict[int, Any] = field(default_factory=dict)  # id(Megatron's iterator) -> ReplayableIterator
+    timers_running_before_step: Set[str] = field(default_factory=set)
+
+
+@dataclass
+class RecoverySession:
+    job: TrainingState = field(default_factory=TrainingState)
+    thread: TrainingThread = field(default_factory=TrainingThread)
+    timeline: Timeline = field(default_factory=Timeline)
+    latest: Optional[StepSnapshot] = None  # of the last step this rank completed
+    received: Optional[dict] = None  # the repair step's state from a replica peer, until installed
+    replacement: ReplacementProgress = field(default_factory=ReplacementProgress)
+    reentry: Reentry = field(default_factory=Reentry)
+    replay: StepReplay = field(default_factory=StepReplay)
+    save_root: Optional[str] = None  # --save as the run started; a dump points args.save elsewhere meanwhile
+    next_comm_epoch: int = 1
+
+    def snapshot_of(self, step: int, purpose: str) -> StepSnapshot:
+        """The snapshot of `step`, or an error saying which step this rank has instead."""
+        if self.latest is None or self.latest.iteration != step:
+            have = "none" if self.latest is None else f"step {self.latest.iteration}"
+            raise RuntimeError(f"asked to {purpose} step {step}, but this rank's last consistent snapshot is {have}")
+        return self.latest
+
+    def is_behind(self, step: int) -> bool:
+        """This rank has no snapshot of `step` (the repair step) of its own."""
+        return self.latest is None or self.latest.iteration != step
+
+
+SESSION = RecoverySession()

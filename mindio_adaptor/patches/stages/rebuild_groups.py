@@ -1,0 +1,60 @@
+"""Rebuild the communicators (online repair at CLEAN; process replacement at REBUILD_GROUP, once the
+replacement process is there to join them): the world group under a new epoch (patches/comm_rebuild),
+Megatron's parallel state initialised again with the call it was first initialised with, and every
+reference to an old group (DDP buffers and bucket groups, the optimizer, configs) re-pointed to its
+new counterpart (core/group_repoint), matched through parallel_state's globals. In a replacement
+process the old groups are those of the fake backend."""
+import logging
+import time
+
+import torch.distributed as dist
+
+from mindio_adaptor.core.group_repoint import repoint
+from mindio_adaptor.patches.comm_rebuild import rebuild_world
+from mindio_adaptor.patches.stages.stage import Stage
+
+logger = logging.getLogger(__name__)
+
+
+class RebuildError(RuntimeError):
+    pass
+
+
+def old_to_new(old: dict, new: dict) -> dict:
+    """Each old group -> the group of the same parallel_state name (and index) after the rebuild."""
+    mapping = {}
+    for name, value in old.items():
+        if name not in new:
+            raise RebuildError(f"parallel_state.{name} existed before the rebuild and not after it")
+        befores = value if isinstance(value, list) else [value]
+        afters = new[name] if isinstance(value, list) else [new[name]]
+        for i, before in enumerate(befores):
+            mapping.setdefault(before, afters[i])
+    return mapping
+
+
+def rebuild_groups(session, megatron, action) -> int:
+    started = time.monotonic()
+    old = megatron.process_groups()
+    old_world = dist.group.WORLD
+    epoch = rebuild_world(session, megatron.args(), range(dist.get_world_size()))
+    session.replacement.fake_world = False  # from here on, collectives of a replacement are real
+    megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
+    mapping = old_to_new(old, megatron.process_groups())
+    mapping.setdefault(old_world, dist.group.WORLD)
+    del old, old_world  # only the mapping may still hold the old groups
+    report = repoint(mapping, owner_modules=("megatron",))
+    if report.in_frames:
+        logger.info("%d old group reference(s) remain in function locals (the interrupted step's "
+                    "frames, never resumed): %s", len(report.in_frames), sorted(set(report.in_frames)))
+    if report.immutable:
+        raise RebuildError(f"old process groups are still held in {sorted(set(report.immutable))}; "
+                           f"training on them would fail")
+    megatron.drop_gradients(session.job.model)
+    logger.info("communicators rebuilt (epoch %d), %d group references re-pointed in %.2f s", epoch,
+                report.replaced, time.monotonic() - started)
+    session.timeline.mark("groups rebuilt", f"epoch {epoch}")
+    return 0
+
+
+REBUILD_GROUPS = Stage("rebuild groups", rebuild_groups)

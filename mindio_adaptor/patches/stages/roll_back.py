@@ -1,0 +1,66 @@
+"""ROLLBACK to the repair step. A rank behind it (a replacement; a rank whose step the other replica
+instance completed) first takes the received state as its own; a replacement's data iterator, built
+at sample 0, is positioned at the step's sample. Then on every rank: model params re-derived from the
+main params (each writes its shard, then the instance all-gathers), RNG states back to the repair
+step's snapshot, the data iterator positioned after the repair step (an interrupted next step's
+micro-batches are given again), Megatron's timers and rerun state reset; the training thread then
+computes the step after the repair step (patches/exception_loop)."""
+import logging
+
+from mindio_adaptor.patches.stages.stage import Stage
+
+logger = logging.getLogger(__name__)
+
+
+def roll_back(session, megatron, action) -> int:
+    step, job = action.step, session.job
+    if session.replacement.awaiting_state:
+        install_received_state(session, megatron, step)
+        session.replacement.joined_at = step
+        _position_replacement_data(session, megatron)
+    elif session.is_behind(step):
+        install_received_state(session, megatron, step)
+    snapshot = session.snapshot_of(step, "roll back to")
+    megatron.rederive_model_params(job.model, job.optimizer)
+    megatron.restore_rng(snapshot.rng)
+    replayed = sum(it.position_after(step) for it in session.replay.iterators.values())
+    # Timers started by the interrupted step are never stopped by it.
+    megatron.stop_timers(keep=frozenset(session.replay.timers_running_before_step))
+    megatron.reset_rerun_state()
+    logger.info("rollback to step %d: params re-derived, RNG restored, %d micro-batch(es) to replay", step,
+                replayed)
+    session.timeline.mark("rolled back", f"to step {step}")
+    return 0
+
+
+def install_received_state(session, megatron, step: int):
+    """A rank behind the repair step takes the peer's state of `step` as its own."""
+    if session.received is None:
+        raise RuntimeError(f"asked to roll back to step {step}, which this rank never completed, without "
+                           f"having received that step's state from a replica peer")
+    received, session.received = session.received, None
+    snapshot = received["snapshot"]
+    if snapshot.iteration != step:
+        raise RuntimeError(f"received the state of step {snapshot.iteration}, asked to roll back to step {step}")
+    megatron.set_iteration_state(snapshot)
+    megatron.install_step_state(received, session.job.scheduler, session.job.optimizer)
+    session.latest = snapshot
+    session.job.completed_steps.append(step)
+    logger.info("took step %d's state (iteration, data position at sample %d, scheduler, RNG) from the "
+                "replica peer", step, snapshot.consumed_train_samples)
+    return snapshot
+
+
+def _position_replacement_data(session, megatron) -> None:
+    """The replacement built its data loader at sample 0; the job is at the repair step's sample."""
+    holder = session.replacement.train_data_iterator
+    if holder is None:
+        return
+    margs = megatron.args()
+    if not hasattr(holder, "iterable"):
+        raise RuntimeError(f"replacement process: cannot position a '{margs.dataloader_type}' data loader at "
+                           f"sample {margs.consumed_train_samples}")
+    holder.iterable = megatron.iterator_at_sample(holder.iterable, "replacement process")
+
+
+ROLL_BACK = Stage("roll back", roll_back)

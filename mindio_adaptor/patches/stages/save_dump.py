@@ -1,0 +1,67 @@
+"""SAVE_CKPT of the dying-gasp checkpoint, on the savers only (the controller picks one healthy holder
+per optimizer shard).
+
+The savers leave the broken communicators, meet in a process group of their own (patches/comm_rebuild)
+and re-initialise Megatron's parallel state on it as a job with ONE optimizer instance, each saver at
+the data-parallel rank of its shard (core/dump_world). Megatron's own save_checkpoint then writes a
+checkpoint identical to what instance 0 of the full job writes (the same files, the same format: the
+run's --ckpt-format, loadable with a stock --load) into a staging directory, which PUBLISH makes the
+resume point (stages/publish_dump, core/dump_dir). Before saving, the data position, FLOP count and
+RNG states are set back to those of the last completed step, the only step the controller dumps."""
+import logging
+import time
+from typing import List
+
+import torch.distributed as dist
+
+from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.dump_world import DumpError, dump_world
+from mindio_adaptor.patches.comm_rebuild import rebuild_world
+from mindio_adaptor.patches.stages.stage import Stage
+
+logger = logging.getLogger(__name__)
+
+
+def save_dump(session, megatron, action) -> int:
+    started, step, job, root = time.monotonic(), action.step, session.job, session.save_root
+    snapshot = session.snapshot_of(step, "save")
+    if not root:
+        raise DumpError("the run has no --save directory: there is nowhere to write the dump")
+    margs = megatron.args()
+    savers = dense_savers(action.save_info)
+    members = dump_world(savers, margs, job.layout)
+    try:
+        rebuild_world(session, margs, members)
+        megatron.reinitialize_parallel_state(megatron.single_instance_init_call(margs), replica_layout=False)
+        megatron.point_optimizer_at_single_instance(job.optimizer, margs)
+        staging = _staging_prepared_by_one(root, step)
+        megatron.set_data_position(snapshot)
+        megatron.save_checkpoint_for_full_job(step, job.model, job.optimizer, job.scheduler,
+                                              snapshot.floating_point_operations, str(staging), members,
+                                              margs.world_size)
+    except BaseException:
+        dump_dir.discard(root, step)
+        raise
+    logger.info("dump of step %d: saved my part (savers %s as data-parallel ranks %s) in %.2f s", step,
+                savers, list(members), time.monotonic() - started)
+    session.timeline.mark("dump part saved", f"step {step} in {time.monotonic() - started:.2f} s")
+    return 0
+
+
+def dense_savers(save_info: List[dict]) -> List[int]:
+    types = {entry["type"] for entry in save_info}
+    if types - {0}:
+        raise DumpError(f"dump with separate expert (MoE) shards is not supported yet (save_info {save_info})")
+    return sorted({r for entry in save_info for r in entry["ranks"]})
+
+
+def _staging_prepared_by_one(root: str, step: int):
+    """One saver empties the staging directory; the others wait for it (they may share the file
+    system), so no saver ever deletes another's files."""
+    if dist.get_rank() == 0:
+        dump_dir.prepare_staging(root, step)
+    dist.barrier()
+    return dump_dir.staging_root(root, step)
+
+
+SAVE_DUMP = Stage("save dump", save_dump)

@@ -1,0 +1,45 @@
+"""The package's module graph stays acyclic (imports inside function bodies count), and core/ never
+imports megatron (scripts/import_graph.py)."""
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def import_graph():
+    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_package_has_no_import_cycle(import_graph):
+    graph = import_graph.import_graph()
+    assert "mindio_adaptor.patches.exception_loop" in graph  # the graph is the real package's
+    assert import_graph.find_cycle(graph) is None, f"import cycle: {import_graph.find_cycle(graph)}"
+
+
+def test_a_cycle_through_a_function_body_import_is_found(import_graph, tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg import b\n")
+    (package / "b.py").write_text("def later():\n    from pkg.a import something\n")
+    (package / "c.py").write_text("from . import b\n")
+    graph = import_graph.import_graph(package)
+    assert graph["pkg.c"] == {"pkg.b"}
+    assert sorted(import_graph.find_cycle(graph)) == ["pkg.a", "pkg.a", "pkg.b"]
+
+
+def test_core_never_imports_megatron():
+    offenders = []
+    for path in (ROOT / "mindio_adaptor" / "core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "megatron"]
+    assert offenders == []

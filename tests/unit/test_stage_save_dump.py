@@ -1,0 +1,34 @@
+"""stages/save_dump: what is refused before any communicator is touched (the save itself runs in the
+dump e2e tests: tests/e2e/test_dump_after_fault.py)."""
+import pytest
+
+from recovery_fakes import FakeMegatron, action, session_at
+from mindio_adaptor.core.dump_world import DumpError
+from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP, dense_savers, save_dump
+
+
+def save(step, save_info=({"type": 0, "ranks": [0, 3]},)):
+    return action("save_ckpt", strategy="dump", step=step, save_info=list(save_info))
+
+
+def test_only_the_last_completed_step_is_saved(tmp_path):
+    megatron = FakeMegatron()
+    with pytest.raises(RuntimeError, match="asked to save step 6, but this rank's last consistent snapshot is "
+                                           "step 5"):
+        save_dump(session_at(5, save_root=str(tmp_path)), megatron, save(6))
+    assert megatron.calls == []
+
+
+def test_a_run_without_save_has_nowhere_to_dump():
+    with pytest.raises(DumpError, match="the run has no --save directory"):
+        save_dump(session_at(5), FakeMegatron(), save(5))
+
+
+def test_separate_expert_shards_are_refused():
+    with pytest.raises(DumpError, match="separate expert"):
+        dense_savers([{"type": 0, "ranks": [0]}, {"type": 1, "ranks": [1]}])
+
+
+def test_savers_are_the_ranks_of_every_entry_once_in_order():
+    assert dense_savers([{"type": 0, "ranks": [3, 0]}, {"type": 0, "ranks": [0, 1]}]) == [0, 1, 3]
+    assert SAVE_DUMP.on_training_thread
