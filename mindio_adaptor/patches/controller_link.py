@@ -33,20 +33,16 @@ DEFAULT_FINISH_WAIT_S = 10.0
 
 def _after_initialize(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    from megatron.training.global_vars import get_args
-
-    if getattr(get_args(), "enable_high_availability", False):
+    if getattr(megatron_job.args(), "enable_high_availability", False):
         connect()
     return result
 
 
 def connect():
-    from megatron.training.global_vars import get_args
-
     from mindio_adaptor.ttp import controller, processor
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    margs = get_args()
+    margs = megatron_job.args()
     config = config_from_args(margs)
     address = controller_address()
     if address is None:

@@ -19,6 +19,7 @@ import logging
 from typing import List, Optional
 
 from mindio_adaptor.core import dump_dir
+from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
@@ -39,24 +40,18 @@ def _note_save(wrapped, instance, args, kwargs):
     except BaseException:
         INTERRUPTED.iteration = iteration
         raise
-    from megatron.training.global_vars import get_args
-
-    if get_args().async_save:  # Megatron turns it off where it cannot run
+    if megatron_job.args().async_save:  # Megatron turns it off where it cannot run
         INTERRUPTED.scheduled.append(iteration)
     return result
 
 
 def _abandon_unfinalized_async_saves() -> List[int]:
     """Abort this rank's checkpoint writer when it has saves not finalized; returns their iterations."""
-    from megatron.training import async_utils
-
-    queue = async_utils._async_calls_queue
-    pending = queue.get_num_unfinalized_calls() if queue is not None else 0
+    pending = megatron_job.unfinalized_async_saves()
     if not pending:
         return []
     iterations = list(INTERRUPTED.scheduled)[-pending:]
-    queue.close(abort=True)
-    async_utils._async_calls_queue = None  # the next save makes a new queue and writer
+    megatron_job.abort_async_checkpoint_writer()
     INTERRUPTED.scheduled.clear()
     logger.warning("asynchronous checkpoint save(s) of iteration(s) %s not finalized before the fault: "
                    "the writer is aborted", iterations)

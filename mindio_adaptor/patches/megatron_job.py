@@ -193,6 +193,13 @@ def point_optimizer_at_single_instance(optimizer, margs) -> None:
         opt.distributed_optimizer_instance_id = 0
 
 
+def replica_peers_group():
+    """The group of this rank's optimizer shard's holders (one per optimizer instance)."""
+    from megatron.core import parallel_state as ps
+
+    return ps.get_inter_distributed_optimizer_instance_group()
+
+
 # --- model and optimizer --------------------------------------------------------------------------
 
 def drop_gradients(model) -> None:
@@ -300,6 +307,23 @@ def save_checkpoint_for_full_job(step: int, model, optimizer, scheduler, flops: 
             save_checkpoint(step, model, optimizer, scheduler, flops, checkpointing_context={})
     finally:
         margs.save, margs.async_save = root, async_save
+
+
+def unfinalized_async_saves() -> int:
+    """How many asynchronous checkpoint saves this rank scheduled and has not finalized yet."""
+    from megatron.training import async_utils
+
+    queue = async_utils._async_calls_queue
+    return queue.get_num_unfinalized_calls() if queue is not None else 0
+
+
+def abort_async_checkpoint_writer() -> None:
+    """Megatron's own abort of the checkpoint writer (its worker process is killed); the next save
+    makes a new queue and writer."""
+    from megatron.training import async_utils
+
+    async_utils._async_calls_queue.close(abort=True)
+    async_utils._async_calls_queue = None
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import job_store
 from mindio_adaptor.core.replica_layout import ReplicaLayout, crowded_shards
+from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 
@@ -36,10 +37,8 @@ def _after_initialize(wrapped, instance, args, kwargs):
 
 def _megatron_args():
     try:
-        from megatron.training.global_vars import get_args
-
-        return get_args()
-    except (ImportError, AssertionError):
+        return megatron_job.args_if_parsed()
+    except ImportError:
         return None
 
 

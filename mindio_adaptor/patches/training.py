@@ -4,7 +4,7 @@ import logging
 import torch.distributed as dist
 
 from mindio_adaptor.core.replica_check import check_peers_agree
-from mindio_adaptor.patches.megatron_job import current_iteration
+from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 from mindio_adaptor.patches.training_state import shard_state_tensors
@@ -32,7 +32,7 @@ def _update_bracketed(step_with_ready_grads):
     once per iteration, however many optimizers a chain updates."""
 
     def update_with_hooks(*args, **kwargs):
-        iteration = current_iteration()
+        iteration = megatron_job.current_iteration()
         if SESSION.job.updating_iteration != iteration:
             SESSION.job.updating_iteration = iteration
             for hook in SESSION.job.before_update:
@@ -46,7 +46,7 @@ def _bracketed(step):
     """The optimizer update with the job's before hooks."""
 
     def step_with_hooks(*args, **kwargs):
-        iteration = current_iteration()
+        iteration = megatron_job.current_iteration()
         for hook in SESSION.job.before_optimizer_step:
             hook(iteration)
         result = step(*args, **kwargs)
@@ -65,7 +65,7 @@ def _completing(scheduler_step):
 
     def step_then_complete(*args, **kwargs):
         result = scheduler_step(*args, **kwargs)
-        if SESSION.job.scheduler_step_ends == current_iteration():
+        if SESSION.job.scheduler_step_ends == megatron_job.current_iteration():
             complete_step(SESSION.job.scheduler_step_ends)
         return result
 
@@ -100,9 +100,7 @@ def _after_train_step(wrapped, instance, args, kwargs):
         result = wrapped(*args, **kwargs)
     finally:
         SESSION.job.scheduler_step_ends = -1  # a fault before the scheduler's step: nothing to complete
-    from megatron.training.global_vars import get_args
-
-    margs, step = get_args(), current_iteration()
+    margs, step = megatron_job.args(), megatron_job.current_iteration()
     complete_step(step)  # an iteration whose update was skipped (no scheduler step)
     if SESSION.job.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
         report_optimizer_state_bytes()
@@ -124,12 +122,10 @@ def report_optimizer_state_bytes():
 
 
 def verify_replicas(step: int):
-    from megatron.core import parallel_state as ps
-
     tensors = shard_state_tensors(SESSION.job.optimizer)
     if not tensors:
         raise RuntimeError("--verify-optimizer-replicas: found no distributed-optimizer shard state")
-    peers = ps.get_inter_distributed_optimizer_instance_group()
+    peers = megatron_job.replica_peers_group()
     check_peers_agree(tensors, peers, step)
     if dist.get_rank() == 0:
         logger.info("step %d: every optimizer shard identical on its %d holders (%d tensors checked "
