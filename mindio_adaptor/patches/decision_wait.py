@@ -8,7 +8,6 @@ import time
 
 from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER
 from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
-from mindio_adaptor.patches import signal_handler
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +88,7 @@ def _serve_until_decision(session, processor):
             logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
         now = time.monotonic()
         unreachable_since = None if processor.controller_connected() else unreachable_since or now
-        if signal_handler.TERMINATION.is_set() and unreachable_since and now - unreachable_since > TERM_GRACE_S:
+        if session.termination.is_set() and unreachable_since and now - unreachable_since > TERM_GRACE_S:
             raise processor.ControllerUnreachable(
                 f"the launcher asked this process to stop (SIGTERM) and the controller has been unreachable "
                 f"for {now - unreachable_since:.1f} s (reconnecting)")

@@ -14,23 +14,15 @@ replacement process would have nothing to match it with), so at the decision eac
 checkpoint writer (Megatron's own abort: the worker process is killed, a new one is made for the next
 save) and the unfinalized iterations are removed like an interrupted one.
 """
-import collections
 import logging
 from typing import List, Optional
 
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
-
-
-class _Interrupted:
-    iteration: Optional[int] = None  # of the save of this rank that raised, until the decision
-    scheduled = collections.deque(maxlen=64)  # iterations of asynchronous saves, oldest first
-
-
-INTERRUPTED = _Interrupted()
 
 
 def _note_save(wrapped, instance, args, kwargs):
@@ -38,10 +30,10 @@ def _note_save(wrapped, instance, args, kwargs):
     try:
         result = wrapped(*args, **kwargs)
     except BaseException:
-        INTERRUPTED.iteration = iteration
+        SESSION.saves.iteration = iteration
         raise
     if megatron_job.args().async_save:  # Megatron turns it off where it cannot run
-        INTERRUPTED.scheduled.append(iteration)
+        SESSION.saves.scheduled.append(iteration)
     return result
 
 
@@ -50,9 +42,9 @@ def _abandon_unfinalized_async_saves() -> List[int]:
     pending = megatron_job.unfinalized_async_saves()
     if not pending:
         return []
-    iterations = list(INTERRUPTED.scheduled)[-pending:]
+    iterations = list(SESSION.saves.scheduled)[-pending:]
     megatron_job.abort_async_checkpoint_writer()
-    INTERRUPTED.scheduled.clear()
+    SESSION.saves.scheduled.clear()
     logger.warning("asynchronous checkpoint save(s) of iteration(s) %s not finalized before the fault: "
                    "the writer is aborted", iterations)
     return iterations
@@ -61,9 +53,9 @@ def _abandon_unfinalized_async_saves() -> List[int]:
 def remove_after_decision(save_root: Optional[str], training_goes_on: bool) -> None:
     """Called on a rank that waited for the controller's decision, once it came."""
     iterations = _abandon_unfinalized_async_saves()
-    if INTERRUPTED.iteration is not None:
-        iterations.append(INTERRUPTED.iteration)
-    INTERRUPTED.iteration = None
+    if SESSION.saves.iteration is not None:
+        iterations.append(SESSION.saves.iteration)
+    SESSION.saves.iteration = None
     if save_root:
         for iteration in sorted(set(iterations)):
             _remove(save_root, iteration, training_goes_on)

@@ -18,22 +18,14 @@ from mindio_adaptor.patches.recovery_session import SESSION
 logger = logging.getLogger(__name__)
 
 
-class _Progress:
-    """Where this rank is in pretrain: a save after the train loop returned is the final one."""
-    train_returned = False
-
-
-PROGRESS = _Progress()
-
-
 def _train_then_final_part(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    PROGRESS.train_returned = True
+    SESSION.train_returned = True  # a save from here on is the final one
     return result
 
 
 def _final_save_with_fault_handling(wrapped, instance, args, kwargs):
-    if not (PROGRESS.train_returned and exception_loop.ha_enabled()):
+    if not (SESSION.train_returned and exception_loop.ha_enabled()):
         return wrapped(*args, **kwargs)  # a periodic save: the train loop's fault handling covers it
     iteration = args[0] if args else kwargs["iteration"]
     while True:

@@ -7,8 +7,10 @@ on the fake backend) have it; `controller_link.connect` completes it (save root,
 keep). The recovery stages (patches/stages) take it as an argument and read nothing else, so a test
 builds its own; only the wrappers Megatron calls reach for `SESSION`.
 """
+import collections
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Set
+from typing import Any, Deque, Dict, Optional, Set
 
 from mindio_adaptor.core.recovery_timeline import Timeline
 from mindio_adaptor.core.training_thread import TrainingThread
@@ -56,6 +58,13 @@ class StepReplay:
 
 
 @dataclass
+class InterruptedSaves:
+    """Checkpoint saves a fault may leave unfinished (patches/interrupted_save)."""
+    iteration: Optional[int] = None  # of the save of this rank that raised, until the decision
+    scheduled: Deque[int] = field(default_factory=lambda: collections.deque(maxlen=64))  # async, oldest first
+
+
+@dataclass
 class RecoverySession:
     job: TrainingState = field(default_factory=TrainingState)
     thread: TrainingThread = field(default_factory=TrainingThread)
@@ -67,6 +76,10 @@ class RecoverySession:
     replay: StepReplay = field(default_factory=StepReplay)
     save_root: Optional[str] = None  # --save as the run started; a dump points args.save elsewhere meanwhile
     next_comm_epoch: int = 1
+    saves: InterruptedSaves = field(default_factory=InterruptedSaves)
+    train_returned: bool = False  # Megatron's train loop returned: a save now is the final one
+    termination: threading.Event = field(default_factory=threading.Event)  # the process got SIGTERM
+    section_clock: Any = None  # patches/sections.SectionClock, once the processor is connected
 
     def snapshot_of(self, step: int, purpose: str) -> StepSnapshot:
         """The snapshot of `step`, or an error saying which step this rank has instead."""

@@ -17,6 +17,7 @@ from typing import Optional
 
 from mindio_adaptor.core.hang_rule import SectionLimits
 from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -64,33 +65,30 @@ class SectionClock:
         self._processor.add_progress(1)
 
 
-CLOCK: Optional[SectionClock] = None
-
-
 def arm(limits: SectionLimits, processor) -> None:
-    global CLOCK
-    CLOCK = SectionClock(limits, processor)
-    CLOCK.open("startup")
+    SESSION.section_clock = SectionClock(limits, processor)
+    SESSION.section_clock.open("startup")
 
 
 @contextmanager
 def timed(section: str):
     """The section on this rank's clock, or nothing before the processor is connected."""
-    if CLOCK is None:
+    clock = SESSION.section_clock
+    if clock is None:
         yield
         return
-    with CLOCK.timed(section):
+    with clock.timed(section):
         yield
 
 
 def _progress() -> None:
-    if CLOCK is not None:
-        CLOCK.progress()
+    if SESSION.section_clock is not None:
+        SESSION.section_clock.progress()
 
 
 def _startup_ends(wrapped, instance, args, kwargs):
-    if CLOCK is not None:
-        CLOCK.end("startup")
+    if SESSION.section_clock is not None:
+        SESSION.section_clock.end("startup")
     return wrapped(*args, **kwargs)
 
 
@@ -115,7 +113,7 @@ def _timed_evaluation(wrapped, instance, args, kwargs):
 
 
 def _forward_counted(wrapped, instance, args, kwargs):
-    if CLOCK is None or not args:
+    if SESSION.section_clock is None or not args:
         return wrapped(*args, **kwargs)
     forward_step_func, *rest = args
 

@@ -5,15 +5,13 @@ forever in its own exit. We keep the flag in the training process only: a DataLo
 multiprocessing child), or any other process forked after the handler was installed, dies of SIGTERM as
 usual. Under torchrun the workers never get the launcher's SIGTERM themselves (it signals the ranks),
 so a graceful stop still ends the current step and saves. The signal is also remembered for a rank
-parked after a fault (TERMINATION): it ends a step no more, but tells the rank its launcher wants it gone."""
+parked after a fault (the session's `termination`): it ends a step no more, but tells the rank its launcher wants it gone."""
 import multiprocessing
 import os
 import signal
-import threading
 
 from mindio_adaptor.patches.patch import Patch
-
-TERMINATION = threading.Event()  # the training process got Megatron's exit signal (SIGTERM)
+from mindio_adaptor.patches.recovery_session import SESSION
 
 
 def _training_process_only(wrapped, instance, args, kwargs):
@@ -29,7 +27,7 @@ def _training_process_only(wrapped, instance, args, kwargs):
             os.kill(os.getpid(), signum)
             return
         instance._signal_received = True
-        TERMINATION.set()
+        SESSION.termination.set()
 
     signal.signal(instance.sig, handler)
     return result
