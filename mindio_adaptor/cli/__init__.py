@@ -11,6 +11,8 @@ import sys
 SUBCOMMAND_MODULES = [
     "policy",
     "controller",
+    "status",
+    "timeline",
     "demo",
     "launch",
     "upstream",

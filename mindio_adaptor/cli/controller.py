@@ -13,10 +13,16 @@ def register(subparsers):
     p.add_argument("--port", type=int, required=True, help="TCP port (0 picks a free one)")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default all)")
     p.add_argument("--no-uce", action="store_true", help="never repair online; dump instead")
+    p.add_argument("--status-port", type=int, default=None,
+                   help="serve the status page and /metrics on this port (default: MINDIO_STATUS_PORT, else none); "
+                        "requests need the job's token (MINDIO_TOKEN)")
+    p.add_argument("--status-host", default=None, help="interface of the status page (default: MINDIO_STATUS_HOST, "
+                                                       "else 127.0.0.1)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from mindio_adaptor.status.controller_source import start_if_asked
     from mindio_adaptor.ttp import controller as ctl
 
     if args.world_size < 1:
@@ -25,9 +31,13 @@ def run(args) -> int:
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+    status = None
     try:
         port = ctl.tft_start_controller(args.host, args.port, enable_tls=False)
         print(f"controller listening on {args.host}:{port} for {args.world_size} ranks", flush=True)
+        status = start_if_asked(args.status_port, args.status_host)
+        if status is not None:
+            print("status page on http://%s:%d/" % status.address, flush=True)
         while not done.wait(0.5):
             if ctl.controller_state() == "EXIT":
                 done.wait(1.0)  # let the last replies arrive
@@ -35,4 +45,6 @@ def run(args) -> int:
         print(f"controller finished in state {ctl.controller_state()}", flush=True)
         return 0
     finally:
+        if status is not None:
+            status.stop()
         ctl.tft_destroy_controller()

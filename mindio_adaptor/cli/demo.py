@@ -1,5 +1,6 @@
 """`mindio-adaptor demo`: a 4-process CPU GPT training with high availability, a fault injected
-mid-run, the checkpoint written on the way out, the relaunch that resumes from it, and a timeline.
+mid-run, the checkpoint written on the way out, the relaunch that resumes from it, and a timeline
+(for repair and replace also drawn: WORKDIR/timeline.svg, one lane per rank).
 
 Scenarios:
   sigterm  a job manager's graceful stop reaches one rank; every rank saves the step it just completed
@@ -120,7 +121,7 @@ def run(args) -> int:
     reference = run_training(HA, on_line=_watch(timeline, "reference"), **common).require_success()
 
     if args.scenario in ("repair", "replace"):
-        return _recover_in_place(args, timeline, reference, faults, common)
+        return _recover_in_place(args, timeline, reference, faults, common, workdir)
     kind = "sigterm" if args.scenario == "sigterm" else args.fault_kind
     env = {"MINDIO_FAULT_INJECT": f"{kind}:rank={args.fault_rank},step={args.fault_step}",
            "MINDIO_FAULT_STATE_DIR": str(faults), **(HANG_ENV if kind == "hang" else {})}
@@ -157,7 +158,20 @@ def run(args) -> int:
     return 0 if equal else 1
 
 
-def _recover_in_place(args, timeline, reference, faults, common) -> int:
+def _timeline_picture(workdir: Path, output: str) -> str:
+    """The run's log and its recoveries drawn (status/timeline_picture) next to the demo's other files."""
+    from mindio_adaptor.status.timeline_picture import NoRecoveries, draw, read_recoveries
+
+    log, picture = workdir / "recovered-run.log", workdir / "timeline.svg"
+    log.write_text(output)
+    try:
+        draw(read_recoveries([log]), picture)
+    except NoRecoveries:
+        return f"no recovery in {log} to draw"
+    return f"recovery timeline drawn in {picture} (from {log})"
+
+
+def _recover_in_place(args, timeline, reference, faults, common, workdir: Path) -> int:
     """repair and replace: the job recovers while running; nothing is relaunched."""
     if args.scenario == "repair":
         spec, what = f"raise:rank={args.fault_rank},step={args.fault_step},msg=UCE ERROR (demo)", "a memory error (UCE)"
@@ -181,4 +195,5 @@ def _recover_in_place(args, timeline, reference, faults, common) -> int:
     print(f"  steps completed: {len(recovered.losses)} of {args.steps}; {restarts}; no checkpoint, no relaunch")
     print(f"  losses equal to the uninterrupted run: {'yes' if recovered.losses == reference.losses else 'no'}")
     print(f"  params digest equal to the uninterrupted run: {'yes' if equal else 'no'}")
+    print(f"  {_timeline_picture(workdir, recovered.output)}")
     return 0 if equal else 1

@@ -84,15 +84,29 @@ def _start_in_job_controller(rank, world, controller, config):
         os.environ[ENV_TOKEN] = token
         return host, port
     if rank == 0:
+        token_chosen_by_user = bool(os.environ.get(ENV_TOKEN))
         os.environ.setdefault(ENV_TOKEN, secrets.token_hex(16))
         controller.tft_init_controller(0, world, enable_arf=config.enable_worker_reboot,
                                        enable_uce=config.enable_hbmfault_repair)
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
         _publish_contact(shared, needed=config.enable_worker_reboot)
+        _start_status_page(announce_token=not token_chosen_by_user)
     dist.broadcast_object_list(shared, src=0)
     port, token = shared
     os.environ[ENV_TOKEN] = token
     return host, port
+
+
+def _start_status_page(announce_token: bool) -> None:
+    """MINDIO_STATUS_PORT asks for the controller's status page and /metrics. Its requests need the job's
+    token: one the user chose (MINDIO_TOKEN) they know; one the job made is logged once with the page's
+    address, so the job's log (as private as its environment) is where the operator finds it."""
+    from mindio_adaptor.status.controller_source import start_if_asked
+
+    SESSION.status_server = start_if_asked()
+    if SESSION.status_server is not None and announce_token:
+        logger.info("status page (token made by this job): http://%s:%d/?token=%s", *SESSION.status_server.address,
+                    os.environ[ENV_TOKEN])
 
 
 def _publish_contact(contact, needed: bool) -> None:
@@ -116,6 +130,8 @@ def disconnect():
     if controller.tft_query_high_availability_switch():
         if SESSION.job.training_finished:
             _await_the_others_leaving(controller)
+        if SESSION.status_server is not None:
+            SESSION.status_server.stop()
         stats = controller.controller_stats()
         logger.info("controller at exit: state %s, %s", controller.controller_state(),
                     ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))

@@ -80,6 +80,7 @@ class RecoverySession:
     train_returned: bool = False  # Megatron's train loop returned: a save now is the final one
     termination: threading.Event = field(default_factory=threading.Event)  # the process got SIGTERM
     section_clock: Any = None  # patches/sections.SectionClock, once the processor is connected
+    status_server: Any = None  # status/server.StatusServer, on the rank hosting the controller when asked for
 
     def snapshot_of(self, step: int, purpose: str) -> StepSnapshot:
         """The snapshot of `step`, or an error saying which step this rank has instead."""

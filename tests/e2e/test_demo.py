@@ -1,4 +1,5 @@
 """`mindio-adaptor demo`: what a newcomer runs first."""
+import re
 import subprocess
 import sys
 
@@ -43,6 +44,12 @@ def test_replace_demo_shows_the_replacement_and_ends_on_the_reference_digest(tmp
     assert "recovery 1 on rank 0, step 4," in out and "first step done" in out
     assert "only the killed rank's process restarted" in out
     assert "params digest equal to the uninterrupted run: yes" in out
+    assert f"recovery timeline drawn in {tmp_path / 'timeline.svg'}" in out
+    svg = (tmp_path / "timeline.svg").read_text()
+    lanes = {int(rank) for rank in re.findall(r'id="rank(\d+)-', svg)}
+    assert lanes == {0, 1, 2, 3}  # every rank's lane, the replacement's included
+    assert 'id="rank2-shard_received"' in svg and 'id="rank0-groups_rebuilt"' in svg
+    assert 'id="rank0-first_step_done"' in svg
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,0 +1,56 @@
+"""`mindio-adaptor status --controller HOST:PORT`: the controller's status page as a table in the terminal
+(read from its /status.json; the job's token from --token or MINDIO_TOKEN)."""
+import json
+import os
+import urllib.error
+import urllib.request
+
+from mindio_adaptor.core.controller_address import ENV_TOKEN
+
+TIMEOUT_S = 10.0
+
+
+def register(subparsers):
+    p = subparsers.add_parser("status", help="print a running job's status from its controller's status server")
+    p.add_argument("--controller", required=True, metavar="HOST:PORT",
+                   help="the status server (MINDIO_STATUS_PORT / --status-port of the controller)")
+    p.add_argument("--token", default=None, help=f"the job's token (default: {ENV_TOKEN})")
+    p.set_defaults(func=run)
+
+
+def fetch_status(address: str, token: str) -> dict:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SystemExit(f"--controller {address!r}: expected HOST:PORT")
+    request = urllib.request.Request(f"http://{host}:{port}/status.json", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        raise SystemExit(f"{address}: {err.code} {err.read().decode(errors='replace').strip()}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise SystemExit(f"{address}: no status server reachable ({getattr(err, 'reason', err)})") from None
+
+
+def status_table(status: dict) -> str:
+    health = ", ".join(f"{n} {h}" for h, n in status["health"].items() if n)
+    lines = [f"controller {status['state']}, {len(status['ranks'])} ranks ({health}), up {status['uptime_s']:.0f} s",
+             "", f"{'rank':>4}  {'health':<12}  {'step':>6}  flags"]
+    lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {', '.join(r['flags'])}" for r in status["ranks"]]
+    lines += ["", "recoveries:" if status["recoveries"] else "recoveries: none"]
+    for r in status["recoveries"]:
+        took = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f} s"
+        lines.append(f"  #{r['number']} {r['strategy']} at +{r['started_s']:.1f} s, took {took}, {r['outcome']}"
+                     f" ({', '.join(r['faults']) or 'no fault reported'})")
+    faults = ", ".join(f"{k} {n}" for k, n in sorted(status["faults_by_kind"].items())) or "none"
+    decisions = ", ".join(f"{k} {n}" for k, n in sorted(status["decisions_by_strategy"].items())) or "none"
+    lines += [f"faults: {faults}", f"decisions: {decisions}"]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    token = args.token or os.environ.get(ENV_TOKEN, "")
+    if not token:
+        raise SystemExit(f"the status server needs the job's token: pass --token or set {ENV_TOKEN}")
+    print(status_table(fetch_status(args.controller, token)))
+    return 0

@@ -1,0 +1,36 @@
+"""The running controller of this process (ttp/controller) as a JobStatus source, and the opt-in start of
+its status server (MINDIO_STATUS_PORT) for the in-job and the standalone controller."""
+import logging
+import os
+from typing import Optional
+
+from mindio_adaptor.core.controller_address import ENV_TOKEN
+from mindio_adaptor.status.job_status import JobStatus, job_status
+from mindio_adaptor.status.server import STATUS_HOST_ENV, STATUS_PORT_ENV, StatusServer
+
+logger = logging.getLogger(__name__)
+
+
+def controller_status() -> JobStatus:
+    from mindio_adaptor.ttp import controller
+
+    return job_status(controller.controller_state(), controller.controller_ranks(), controller.controller_events(),
+                      controller.controller_stats())
+
+
+def status_port_from_env() -> Optional[int]:
+    value = os.environ.get(STATUS_PORT_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 0 <= int(value) <= 65535:
+        raise ValueError(f"{STATUS_PORT_ENV}={value!r}: expected a TCP port, 0..65535 (0: any free port)")
+    return int(value)
+
+
+def start_if_asked(port: Optional[int] = None, host: Optional[str] = None) -> Optional[StatusServer]:
+    """The status server of this process's controller when a port is given (or MINDIO_STATUS_PORT is set)."""
+    port = status_port_from_env() if port is None else port
+    if port is None:
+        return None
+    host = host or os.environ.get(STATUS_HOST_ENV, "127.0.0.1")
+    return StatusServer(controller_status, os.environ.get(ENV_TOKEN, ""), host, port).start()

@@ -1,0 +1,143 @@
+"""What an operator wants to know about a running job, from what the controller keeps: its state, each
+rank's health and last step, the faults it saw, what it decided, and each recovery with its duration.
+
+A pure function of the controller's views (state, rank table, event log, counters), so the status page,
+the metrics and the terminal table all say the same thing, and a test can feed it a recorded event log.
+"""
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+Event = Tuple[float, str, str]  # (seconds since the controller started, kind, detail)
+
+HEALTH_ORDER = ("healthy", "suspect", "disconnected", "joining", "dead", "left", "finished", "unregistered")
+_RANK_DETAIL = re.compile(r"^rank (\d+)\b")
+_FAULT_DETAIL = re.compile(r"^rank (\d+) (\w+):")
+
+
+@dataclass
+class RankStatus:
+    rank: int
+    health: str  # one of HEALTH_ORDER
+    step: int  # the last step it reported complete (-1: none yet)
+    flags: List[str]
+
+
+@dataclass
+class Recovery:
+    number: int
+    started_s: float  # controller time of the fault that began it
+    strategy: str = "undecided"
+    ended_s: Optional[float] = None
+    outcome: str = "in progress"  # "training goes on", "job ended", "in progress"
+    faults: List[str] = field(default_factory=list)  # "rank 3 uce"
+
+    @property
+    def duration_s(self) -> Optional[float]:
+        return None if self.ended_s is None else self.ended_s - self.started_s
+
+
+@dataclass
+class JobStatus:
+    state: str
+    ranks: List[RankStatus]
+    faults_by_kind: Dict[str, int]
+    decisions_by_strategy: Dict[str, int]
+    recoveries: List[Recovery]
+    counters: Dict[str, int]
+    uptime_s: float
+
+    def health_counts(self) -> Dict[str, int]:
+        counts = {health: 0 for health in HEALTH_ORDER}
+        for rank in self.ranks:
+            counts[rank.health] += 1
+        return counts
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["health"] = self.health_counts()
+        for recovery, raw in zip(self.recoveries, out["recoveries"]):
+            raw["duration_s"] = recovery.duration_s
+        return out
+
+
+def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], counters: Dict[str, int]) -> JobStatus:
+    """ranks: the controller's rank table as controller_ranks() gives it ({"step", "flags", ...} per rank)."""
+    suspects = _suspects(events)
+    return JobStatus(state=state,
+                     ranks=[RankStatus(r, _health(entry["flags"], r in suspects), entry["step"], list(entry["flags"]))
+                            for r, entry in enumerate(ranks)],
+                     faults_by_kind=_count(kind for _, kind in _faults(events)),
+                     decisions_by_strategy=_count(d.split(":")[0] for _, k, d in events if k == "decision"),
+                     recoveries=recoveries(events), counters=dict(counters),
+                     uptime_s=events[-1][0] if events else 0.0)
+
+
+def _health(flags: Sequence[str], suspect: bool) -> str:
+    for flag in ("dead", "left", "finished", "joining"):
+        if flag in flags:
+            return flag
+    if "registered" not in flags:
+        return "unregistered"
+    if "connected" not in flags:
+        return "disconnected"
+    return "suspect" if suspect else "healthy"
+
+
+def _suspects(events: Sequence[Event]) -> set:
+    """Ranks whose last liveness verdict is "suspect" (silent beyond its heartbeat periods, not cleared)."""
+    suspect = set()
+    for _, kind, detail in events:
+        match = _RANK_DETAIL.match(detail)
+        if match and kind == "suspect":
+            suspect.add(int(match.group(1)))
+        elif match and kind == "suspect_cleared":
+            suspect.discard(int(match.group(1)))
+    return suspect
+
+
+def _faults(events: Sequence[Event]):
+    for _, kind, detail in events:
+        match = _FAULT_DETAIL.match(detail) if kind == "fault" else None
+        if match:
+            yield int(match.group(1)), match.group(2)
+
+
+def _count(items) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
+
+
+def recoveries(events: Sequence[Event]) -> List[Recovery]:
+    """One per departure from NORMAL: from the first fault (or the state change, when no fault came
+    first) to the return to NORMAL (training goes on) or to EXIT/FINAL (the job ended), with the
+    controller's decision and the faults within."""
+    out: List[Recovery] = []
+    current: Optional[Recovery] = None
+    state = "INIT"
+    for t, kind, detail in events:
+        if kind == "state":
+            before, _, state = detail.partition("->")
+            if current is None and before == "NORMAL" and state not in ("NORMAL", "FINAL"):
+                current = _begin(out, t)
+            elif current is not None and state in ("NORMAL", "EXIT", "FINAL"):
+                current.ended_s = t
+                current.outcome = "training goes on" if state == "NORMAL" else "job ended"
+                current = None
+        elif kind == "fault" and _FAULT_DETAIL.match(detail):
+            if current is None and state == "NORMAL":
+                current = _begin(out, t)
+            if current is not None:
+                rank, fault_kind = _FAULT_DETAIL.match(detail).groups()
+                current.faults.append(f"rank {rank} {fault_kind}")
+        elif current is not None and kind == "decision" and current.strategy == "undecided":
+            current.strategy = detail.split(":")[0]
+    return out
+
+
+def _begin(recoveries_so_far: List[Recovery], t: float) -> Recovery:
+    recovery = Recovery(len(recoveries_so_far) + 1, t)
+    recoveries_so_far.append(recovery)
+    return recovery

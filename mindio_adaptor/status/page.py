@@ -1,0 +1,66 @@
+"""The status page: one self-contained HTML document (no script, no external resource), refreshed by
+the browser every few seconds."""
+from html import escape
+from typing import Optional
+from urllib.parse import quote
+
+from mindio_adaptor.status.job_status import JobStatus
+
+REFRESH_S = 3
+_COLOURS = {"healthy": "#2e7d32", "suspect": "#ef6c00", "disconnected": "#ef6c00", "joining": "#1565c0",
+            "dead": "#c62828", "left": "#616161", "finished": "#616161", "unregistered": "#9e9e9e"}
+_STYLE = """
+body { font-family: sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin-top: 1.5em; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+.pill { display: inline-block; padding: 0.1em 0.6em; border-radius: 0.8em; color: white; margin-right: 0.4em; }
+"""
+
+
+def status_page(status: JobStatus, token: Optional[str]) -> str:
+    refresh = f"{REFRESH_S}; url=/?token={quote(token)}" if token else str(REFRESH_S)
+    return "\n".join([
+        "<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
+        f"<meta http-equiv='refresh' content='{escape(refresh)}'>",
+        "<title>mindio_adaptor: job status</title>", f"<style>{_STYLE}</style></head><body>",
+        f"<h1>Controller {escape(status.state)} &middot; {len(status.ranks)} ranks &middot; up "
+        f"{status.uptime_s:.0f} s</h1>",
+        _health_pills(status), "<h2>Ranks</h2>", _rank_table(status), "<h2>Recoveries</h2>",
+        _recovery_table(status), "<h2>Faults and decisions</h2>", _counts_table(status),
+        "</body></html>"])
+
+
+def _pill(health: str, text: str) -> str:
+    return f"<span class='pill' style='background:{_COLOURS[health]}'>{escape(text)}</span>"
+
+
+def _health_pills(status: JobStatus) -> str:
+    counts = status.health_counts()
+    return "<p>" + "".join(_pill(h, f"{n} {h}") for h, n in counts.items() if n) + "</p>"
+
+
+def _rank_table(status: JobStatus) -> str:
+    rows = [f"<tr><td>{r.rank}</td><td>{_pill(r.health, r.health)}</td><td>{r.step}</td>"
+            f"<td>{escape(', '.join(r.flags))}</td></tr>" for r in status.ranks]
+    return "<table><tr><th>rank</th><th>health</th><th>last step</th><th>flags</th></tr>" + "".join(rows) + "</table>"
+
+
+def _recovery_table(status: JobStatus) -> str:
+    if not status.recoveries:
+        return "<p>none</p>"
+    rows = []
+    for r in status.recoveries:
+        took = "-" if r.duration_s is None else f"{r.duration_s:.2f} s"
+        rows.append(f"<tr><td>{r.number}</td><td>{escape(r.strategy)}</td><td>{escape(', '.join(r.faults))}</td>"
+                    f"<td>+{r.started_s:.1f} s</td><td>{took}</td><td>{escape(r.outcome)}</td></tr>")
+    return ("<table><tr><th>#</th><th>strategy</th><th>faults</th><th>at</th><th>took</th><th>outcome</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _counts_table(status: JobStatus) -> str:
+    rows = [f"<tr><td>fault</td><td>{escape(k)}</td><td>{n}</td></tr>" for k, n in sorted(status.faults_by_kind.items())]
+    rows += [f"<tr><td>decision</td><td>{escape(k)}</td><td>{n}</td></tr>"
+             for k, n in sorted(status.decisions_by_strategy.items())]
+    if not rows:
+        return "<p>none</p>"
+    return "<table><tr><th>what</th><th>kind</th><th>count</th></tr>" + "".join(rows) + "</table>"

@@ -1,0 +1,105 @@
+"""The controller's status over real HTTP while a real controller repairs a fault of real processor
+processes: the page, /metrics (Prometheus text, parsed with prometheus_client's own parser) and
+/status.json move as the job does; a request without the job's token is refused; the terminal table of
+`mindio-adaptor status` says the same."""
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller_harness import Job, wait_until
+from mindio_adaptor.status.controller_source import controller_status
+from mindio_adaptor.status.server import StatusServer
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "status-test-token"
+
+
+def get(server, path, token=TOKEN):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request("http://%s:%d%s" % (*server.address, path), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.status, answer.headers["Content-Type"], answer.read().decode()
+
+
+def metrics(server) -> dict:
+    """(name, labels as a sorted tuple) -> value"""
+    _, content_type, text = get(server, "/metrics")
+    assert content_type.startswith("text/plain; version=0.0.4")
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+@pytest.fixture
+def job(tmp_path, job_env, monkeypatch):
+    monkeypatch.setenv("MINDIO_TOKEN", TOKEN)
+    job = Job(tmp_path, 4, fail_rank=1)
+    yield job
+    job.close()
+
+
+def test_status_page_and_metrics_follow_a_repaired_fault(job):
+    server = StatusServer(controller_status, TOKEN).start()
+    try:
+        job.wait_ready()
+        before = metrics(server)
+        assert before[("mindio_ranks", (("health", "healthy"),))] == 4
+        assert before[("mindio_controller_state", (("state", "NORMAL"),))] == 1
+        assert not [k for k in before if k[0].startswith("mindio_recoveries")]
+        assert before[("mindio_controller_heartbeats_total", ())] >= 0
+        job.fire()
+        job.wait_results(range(4))
+        # after the repair each worker trains 5 more steps, then leaves (tft_destroy_processor)
+        wait_until(lambda: controller_status().health_counts()["left"] == 4, 30, "every rank to finish and leave")
+        after = metrics(server)
+        assert after[("mindio_faults_total", (("kind", "memory"),))] == 1
+        assert after[("mindio_decisions_total", (("strategy", "retry"),))] == 1
+        assert after[("mindio_recoveries_total", (("outcome", "training goes on"), ("strategy", "retry")))] == 1
+        assert after[("mindio_recovery_seconds_count", (("strategy", "retry"),))] == 1
+        assert 0 < after[("mindio_recovery_seconds_sum", (("strategy", "retry"),))] < 30
+        assert after[("mindio_controller_heartbeats_total", ())] > before[("mindio_controller_heartbeats_total", ())]
+        assert [after[("mindio_rank_step", (("rank", str(r)),))] for r in range(4)] == [10, 10, 10, 10]
+        assert after[("mindio_ranks", (("health", "left"),))] == 4 and after[("mindio_ranks", (("health", "healthy"),))] == 0
+
+        status = json.loads(get(server, "/status.json")[2])
+        assert status["state"] == "NORMAL" and status["health"]["left"] == 4
+        assert [(r["number"], r["strategy"], r["outcome"], r["faults"]) for r in status["recoveries"]] == \
+            [(1, "retry", "training goes on", ["rank 1 memory"])]
+
+        code, content_type, page = get(server, "/")
+        assert code == 200 and content_type.startswith("text/html")
+        assert "Controller NORMAL" in page and "4 left" in page and "rank 1 memory" in page
+
+        table = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "status", "--controller",
+                                "%s:%d" % server.address, "--token", TOKEN], capture_output=True, text=True, timeout=60)
+        assert table.returncode == 0, table.stderr
+        assert "controller NORMAL, 4 ranks (4 left)" in table.stdout
+        assert "#1 retry at +" in table.stdout and "training goes on (rank 1 memory)" in table.stdout
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("token", [None, "not-the-token"])
+def test_a_request_without_the_jobs_token_is_refused(job, token):
+    server = StatusServer(controller_status, TOKEN).start()
+    try:
+        for path in ("/", "/metrics", "/status.json"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                get(server, path, token)
+            assert refused.value.code == 401
+            assert b"needs the job's token" in refused.value.read()
+        assert get(server, "/?token=" + TOKEN, token=None)[0] == 200  # a browser passes it in the URL
+        table = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "status", "--controller",
+                                "%s:%d" % server.address, "--token", token or "x"], capture_output=True, text=True,
+                               timeout=60)
+        assert table.returncode != 0 and "401" in table.stderr
+    finally:
+        server.stop()

@@ -1,0 +1,45 @@
+"""status/job_status: the operator's view derived from the controller's rank table and event log."""
+from mindio_adaptor.status.job_status import job_status, recoveries
+
+RANKS = [{"step": 7, "flags": ["registered", "connected"]}, {"step": 6, "flags": ["registered", "connected"]},
+         {"step": 5, "flags": ["registered", "dead"]}, {"step": -1, "flags": []},
+         {"step": 7, "flags": ["registered"]}]
+
+
+def test_each_rank_has_one_health():
+    events = [(1.0, "suspect", "rank 1 silent for 7000 ms (3 periods)"), (2.0, "suspect", "rank 0 silent for 7000 ms"),
+              (3.0, "suspect_cleared", "rank 0 after 7400 ms")]
+    status = job_status("NORMAL", RANKS, events, {"heartbeats": 12})
+    assert [(r.rank, r.health, r.step) for r in status.ranks] == \
+        [(0, "healthy", 7), (1, "suspect", 6), (2, "dead", 5), (3, "unregistered", -1), (4, "disconnected", 7)]
+    assert status.health_counts() == {"healthy": 1, "suspect": 1, "disconnected": 1, "joining": 0, "dead": 1,
+                                      "left": 0, "finished": 0, "unregistered": 1}
+    assert status.counters == {"heartbeats": 12} and status.uptime_s == 3.0
+
+
+def test_a_repaired_fault_and_a_fatal_one_are_two_recoveries():
+    events = [(0.5, "state", "INIT->NORMAL"),
+              (10.0, "fault", "rank 3 memory: reported state 2"), (10.0, "state", "NORMAL->ABNORMAL"),
+              (10.2, "decision", "retry: faults 3:memory repair_step=5"), (10.2, "state", "ABNORMAL->ENV_CLEAR"),
+              (11.0, "state", "REPAIR->NORMAL"),
+              (20.0, "fault", "rank 1 node: connection lost"), (20.1, "fault", "rank 2 communication: peer gone"),
+              (20.3, "state", "NORMAL->ABNORMAL"), (20.5, "decision", "dump: no live holder of shard 1"),
+              (25.0, "state", "DUMP->EXIT")]
+    status = job_status("EXIT", RANKS, events, {})
+    assert [(r.number, r.strategy, r.started_s, r.duration_s, r.outcome, r.faults) for r in status.recoveries] == [
+        (1, "retry", 10.0, 1.0, "training goes on", ["rank 3 memory"]),
+        (2, "dump", 20.0, 5.0, "job ended", ["rank 1 node", "rank 2 communication"])]
+    assert status.faults_by_kind == {"memory": 1, "node": 1, "communication": 1}
+    assert status.decisions_by_strategy == {"retry": 1, "dump": 1}
+    assert status.to_json()["recoveries"][1]["duration_s"] == 5.0
+
+
+def test_a_recovery_in_progress_has_no_duration_yet():
+    events = [(0.5, "state", "INIT->NORMAL"), (3.0, "state", "NORMAL->ABNORMAL")]
+    (recovery,) = recoveries(events)
+    assert (recovery.strategy, recovery.duration_s, recovery.outcome) == ("undecided", None, "in progress")
+
+
+def test_a_fault_after_the_job_finished_starts_no_recovery():
+    events = [(0.5, "state", "INIT->NORMAL"), (9.0, "state", "NORMAL->FINAL"), (9.5, "fault", "rank 0 node: lost")]
+    assert recoveries(events) == []
