@@ -34,8 +34,8 @@ def fetch_status(address: str, token: str) -> dict:
 
 def status_table(status: dict) -> str:
     health = ", ".join(f"{n} {h}" for h, n in status["health"].items() if n)
-    lines = [f"controller {status['state']}, {len(status['ranks'])} ranks ({health}), up {status['uptime_s']:.0f} s",
-             "", f"{'rank':>4}  {'health':<12}  {'step':>6}  flags"]
+    lines = [f"controller {status['state']}, {len(status['ranks'])} ranks ({health}), "
+             f"last event at +{status['last_event_s']:.1f} s", "", f"{'rank':>4}  {'health':<12}  {'step':>6}  flags"]
     lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {', '.join(r['flags'])}" for r in status["ranks"]]
     lines += ["", "recoveries:" if status["recoveries"] else "recoveries: none"]
     for r in status["recoveries"]:

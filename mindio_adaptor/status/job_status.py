@@ -45,7 +45,7 @@ class JobStatus:
     decisions_by_strategy: Dict[str, int]
     recoveries: List[Recovery]
     counters: Dict[str, int]
-    uptime_s: float
+    last_event_s: float  # controller time (s since it started) of its latest event
 
     def health_counts(self) -> Dict[str, int]:
         counts = {health: 0 for health in HEALTH_ORDER}
@@ -70,7 +70,7 @@ def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], count
                      faults_by_kind=_count(kind for _, kind in _faults(events)),
                      decisions_by_strategy=_count(d.split(":")[0] for _, k, d in events if k == "decision"),
                      recoveries=recoveries(events), counters=dict(counters),
-                     uptime_s=events[-1][0] if events else 0.0)
+                     last_event_s=events[-1][0] if events else 0.0)
 
 
 def _health(flags: Sequence[str], suspect: bool) -> str:

@@ -23,8 +23,8 @@ def status_page(status: JobStatus, token: Optional[str]) -> str:
         "<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
         f"<meta http-equiv='refresh' content='{escape(refresh)}'>",
         "<title>mindio_adaptor: job status</title>", f"<style>{_STYLE}</style></head><body>",
-        f"<h1>Controller {escape(status.state)} &middot; {len(status.ranks)} ranks &middot; up "
-        f"{status.uptime_s:.0f} s</h1>",
+        f"<h1>Controller {escape(status.state)} &middot; {len(status.ranks)} ranks &middot; last event at "
+        f"+{status.last_event_s:.1f} s</h1>",
         _health_pills(status), "<h2>Ranks</h2>", _rank_table(status), "<h2>Recoveries</h2>",
         _recovery_table(status), "<h2>Faults and decisions</h2>", _counts_table(status),
         "</body></html>"])

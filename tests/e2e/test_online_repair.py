@@ -1,10 +1,16 @@
 """Online repair on the real megatron.training (dp4, R=2, gloo, --enable-hbmfault-repair): the faulty
 rank gets its optimizer shard from a replica peer, every rank rolls back and recomputes the step, no
 process restarts, and the run ends bit-identical to the uninterrupted one."""
+import json
 import re
+import socket
+import threading
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from mindio_adaptor.status.timeline_picture import draw, read_recoveries
 from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
@@ -15,8 +21,46 @@ def inject(spec, tmp_path):
     return {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
 
 
+class StatusScraper:
+    """Reads the in-job controller's /status.json and /metrics over HTTP while the run goes on."""
+
+    def __init__(self, token="e2e-status-token"):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.token, self.snapshots, self.metrics = token, [], []
+        self.env = {"MINDIO_STATUS_PORT": str(self.port), "MINDIO_TOKEN": token}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _get(self, path):
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.read().decode()
+
+    def _poll(self):
+        while not self._done.wait(0.25):
+            try:
+                self.snapshots.append(json.loads(self._get("/status.json")))
+                self.metrics.append({(s.name, tuple(sorted(s.labels.items()))): s.value for f in
+                                     text_string_to_metric_families(self._get("/metrics")) for s in f.samples})
+            except OSError:
+                pass  # not up yet, or gone at the end of the run
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join(10)
+
+
 def test_uce_error_in_forward_is_repaired_online(tmp_path, reference_runs):
-    run = run_training(REPAIR, env=inject("raise:rank=1,step=5,msg=UCE ERROR injected", tmp_path)).require_success()
+    with StatusScraper() as status:
+        run = run_training(REPAIR, env={**inject("raise:rank=1,step=5,msg=UCE ERROR injected", tmp_path),
+                                        **status.env}).require_success()
     assert "step 5: training failed with RuntimeError: UCE ERROR injected; reported as UCE" in run.output
     assert "decision retry: faults 1:memory repair_step=4" in run.output
     assert re.search(r"repair of step 4: received my optimizer shard \(\d+ tensors, \d+ bytes\) from rank 3",
@@ -29,6 +73,35 @@ def test_uce_error_in_forward_is_repaired_online(tmp_path, reference_runs):
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
     assert run.digest == reference.digest
+    assert_status_followed_the_repair(status)
+    assert_timeline_drawn_from_the_logs(run.output, tmp_path)
+
+
+def assert_status_followed_the_repair(status):
+    """Scraped during the run: healthy and NORMAL before the fault, the repair counted after it."""
+    before = [s for s in status.snapshots if not s["recoveries"]]
+    after = [s for s in status.snapshots if s["recoveries"] and s["recoveries"][0]["duration_s"] is not None]
+    assert before and after, f"{len(status.snapshots)} scrapes: none before or none after the repair"
+    assert before[-1]["state"] == "NORMAL" and before[-1]["health"]["healthy"] == 4
+    repaired = after[-1]["recoveries"]
+    assert [(r["strategy"], r["outcome"]) for r in repaired] == [("retry", "training goes on")]
+    assert "rank 1 memory" in repaired[0]["faults"] and 0 < repaired[0]["duration_s"] < 60
+    assert max(r["step"] for r in after[-1]["ranks"]) > max(r["step"] for r in before[-1]["ranks"])
+    last = status.metrics[-1]
+    assert last[("mindio_recoveries_total", (("outcome", "training goes on"), ("strategy", "retry")))] == 1
+    assert last[("mindio_decisions_total", (("strategy", "retry"),))] == 1
+    assert last[("mindio_faults_total", (("kind", "memory"),))] >= 1
+
+
+def assert_timeline_drawn_from_the_logs(output, tmp_path):
+    log, picture = tmp_path / "run.log", tmp_path / "timeline.svg"
+    log.write_text(output)
+    draw(read_recoveries([log]), picture)
+    svg = picture.read_text()
+    assert {int(r) for r in re.findall(r'id="rank(\d+)-', svg)} == {0, 1, 2, 3}
+    for bar in ("rank1-stopped", "rank1-groups_rebuilt", "rank1-shard_received", "rank3-shard_sent",
+                "rank0-rolled_back", "rank1-first_step_done"):
+        assert f'id="{bar}"' in svg, bar
 
 
 def test_uce_error_mid_update_is_repaired_at_the_last_completed_step(tmp_path, reference_runs):

@@ -14,7 +14,7 @@ def test_each_rank_has_one_health():
         [(0, "healthy", 7), (1, "suspect", 6), (2, "dead", 5), (3, "unregistered", -1), (4, "disconnected", 7)]
     assert status.health_counts() == {"healthy": 1, "suspect": 1, "disconnected": 1, "joining": 0, "dead": 1,
                                       "left": 0, "finished": 0, "unregistered": 1}
-    assert status.counters == {"heartbeats": 12} and status.uptime_s == 3.0
+    assert status.counters == {"heartbeats": 12} and status.last_event_s == 3.0
 
 
 def test_a_repaired_fault_and_a_fatal_one_are_two_recoveries():
