@@ -24,12 +24,20 @@ STATUS_HOST_ENV = "MINDIO_STATUS_HOST"
 REQUEST_TIMEOUT_S = 10.0  # a client that stops sending mid-request is dropped
 
 
+class StatusServerError(RuntimeError):
+    pass
+
+
 class StatusServer:
     def __init__(self, source: Callable[[], JobStatus], token: str, host: str = "127.0.0.1", port: int = 0):
         if not token:
             raise ValueError("the status server needs the job's token (MINDIO_TOKEN): it serves nothing without one")
         self.source, self.token = source, token
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        try:
+            self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        except OSError as err:
+            raise StatusServerError(f"cannot serve the status page on {host}:{port} ({STATUS_PORT_ENV}, "
+                                    f"{STATUS_HOST_ENV}): {err.strerror or err}") from err
         self._httpd.daemon_threads = True
         self._thread: Optional[threading.Thread] = None
 
