@@ -8,6 +8,7 @@ import time
 
 from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER
 from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
+from mindio_adaptor.patches.decision import Decision
 
 logger = logging.getLogger(__name__)
 
@@ -25,9 +26,9 @@ def end_recovery(session, outcome: str) -> None:
         logger.info("%s", recovery.line(dist_rank()))
 
 
-def wait_for_decision(session, exc: BaseException, step: int, replacement: bool = False):
+def wait_for_decision(session, exc: BaseException, step: int, replacement: bool = False) -> Decision:
     """Report the fault (or, in a replacement process, that it is ready), park, and end the process
-    as the controller decides; returns after an online repair or a replacement's repair."""
+    as the controller decides; returns the decision after an online repair or a replacement's repair."""
     from mindio_adaptor.ttp import exception_handler, processor
     from mindio_adaptor.ttp.enums import Action, ReportState
 
@@ -61,7 +62,7 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
     if action == Action.RETRY:
         logger.info("step %d: online repair done (%s)", step, decision)
         session.timeline.mark("resumed")
-        return
+        return Decision(processor.tft_get_repair_type(), processor.tft_get_repair_step(), session.flow or "retry")
     end_recovery(session, f"job ended by the controller ({decision})")
     logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
                  decision, summary, ENDED_BY_CONTROLLER)

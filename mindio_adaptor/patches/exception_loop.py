@@ -12,6 +12,7 @@ import logging
 from mindio_adaptor.core.hang_rule import limits_from_env
 from mindio_adaptor.core.recovery_limits import stop_timeout_s
 from mindio_adaptor.patches import decision_wait, megatron_job, sections, step_replay, train_reentry
+from mindio_adaptor.patches.decision import NextMove
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.process_replacement import is_replacement
 from mindio_adaptor.patches.recovery_session import SESSION
@@ -34,8 +35,6 @@ def ha_enabled() -> bool:
 def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
     if not ha_enabled():
         return wrapped(*args, **kwargs)
-    from mindio_adaptor.ttp import processor
-
     train_reentry.first_step_started(SESSION)
     step = megatron_job.current_iteration()
     if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
@@ -47,20 +46,15 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
             decision_wait.end_recovery(SESSION, "first step done")
             return result
         except Exception as exc:
-            decision_wait.wait_for_decision(SESSION, exc, step)  # returns only after an online repair
+            decision = decision_wait.wait_for_decision(SESSION, exc, step)  # returns only after a repair
             SESSION.thread.reset()
-            repair_step = processor.tft_get_repair_step()
-            if repair_step == step:  # the other replica instance completed this step: go on after it
-                raise train_reentry.ResumeTraining(repair_step, f"in step {step}, completed by the update "
-                                                   f"of its replica peers; its loss, reduced for display "
-                                                   f"only, is not printed") from exc
-            if repair_step < step - 1:  # a checkpoint reloaded online: steps since it are computed again
-                raise train_reentry.ResumeTraining(repair_step, f"in step {step}; back to the reloaded "
-                                                   f"checkpoint") from exc
-            if repair_step != step - 1:
-                raise RuntimeError(f"step {step}: the controller's repair step {repair_step} is past this "
-                                   f"step") from exc
-            logger.info("step %d: recomputing after the online repair", step)
+            if decision.next_move(step) == NextMove.RECOMPUTE:
+                logger.info("step %d: recomputing after the online repair", step)
+                continue
+            where = (f"in step {step}; back to the reloaded checkpoint" if decision.flow == "reload" else
+                     f"in step {step}, completed by the update of its replica peers; its loss, reduced for "
+                     f"display only, is not printed")
+            raise train_reentry.ResumeTraining(decision.repair_step, where) from exc
 
 
 def _train_in_exception_loop(wrapped, instance, args, kwargs):
@@ -70,8 +64,6 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
     exit-signal check, logging reductions, a periodic save)."""
     if not ha_enabled():
         return wrapped(*args, **kwargs)
-    from mindio_adaptor.ttp import processor
-
     if is_replacement() and not SESSION.replacement.joined:
         join_as_replacement(SESSION, args[4] if len(args) > 4 else kwargs.get("train_data_iterator"))
     while True:
@@ -81,10 +73,9 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
             train_reentry.prepare(SESSION, megatron_job, resume.step, f"interrupted {resume.where}")
             continue
         except Exception as exc:
-            decision_wait.wait_for_decision(SESSION, exc, megatron_job.current_iteration())
+            decision = decision_wait.wait_for_decision(SESSION, exc, megatron_job.current_iteration())
             SESSION.thread.reset()
-            train_reentry.prepare(SESSION, megatron_job, processor.tft_get_repair_step(),
-                                  "stopped between two steps")
+            train_reentry.prepare(SESSION, megatron_job, decision.repair_step, "stopped between two steps")
             continue
         if SESSION.timeline.recoveries:
             logger.info("%s", SESSION.timeline.summary(decision_wait.dist_rank()))

@@ -71,9 +71,19 @@ def stages_of(action: RecoveryAction) -> Tuple[Stage, ...]:
     return stages
 
 
+def note_flow(session, action: RecoveryAction) -> None:
+    """The flow of the recovery under way: a STOP (or the first action a replacement sees) names it, and
+    a repair from the last checkpoint makes it the reload flow for the actions after it."""
+    flow = flow_of(action.strategy, action.repair)
+    if action.name == "stop" or session.flow is None or flow == "reload":
+        session.flow = flow
+
+
 def run_action(session, megatron, action: RecoveryAction) -> int:
     """Every stage of the action, in order; a stage that raises ends the action with its error."""
-    for stage in stages_of(action):
+    stages = stages_of(action)
+    note_flow(session, action)
+    for stage in stages:
         if stage.on_training_thread:
             session.thread.run_parked(lambda s=stage: s.run(session, megatron, action), STAGE_TIMEOUT_S,
                                       park_wait=stop_timeout_s())

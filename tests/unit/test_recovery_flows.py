@@ -122,3 +122,19 @@ def test_each_handler_becomes_its_action(monkeypatch):
                        RecoveryAction("rollback", "recover", step=3),
                        RecoveryAction("save_ckpt", "recover", step=3, save_info=[{"type": 0, "ranks": [0, 1]}]),
                        RecoveryAction("rename", "recover", step=3), RecoveryAction("exit", "recover")]
+
+
+def test_the_flow_of_a_recovery_is_named_by_stop_and_made_reload_by_a_checkpoint_repair(monkeypatch):
+    monkeypatch.setitem(FLOWS, "retry", {name: () for name in ("stop", "clean", "repair", "rollback")})
+    monkeypatch.setitem(FLOWS, "reload", {name: () for name in ("stop", "clean", "repair", "rollback")})
+    session, megatron = session_at(4), FakeMegatron()
+    steps = [RecoveryAction("stop", "retry"), RecoveryAction("clean", "retry"),
+             RecoveryAction("repair", "retry", step=3, repair=repair_info(RepairType.LOAD_CKPT)),
+             RecoveryAction("rollback", "retry", step=3)]
+    flows = []
+    for action in steps:
+        run_action(session, megatron, action)
+        flows.append(session.flow)
+    assert flows == ["retry", "retry", "reload", "reload"]
+    run_action(session, megatron, RecoveryAction("stop", "retry"))  # the next recovery starts afresh
+    assert session.flow == "retry"
