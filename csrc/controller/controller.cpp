@@ -1,9 +1,9 @@
 #include "controller/controller.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace mindio {
 namespace {
@@ -12,19 +12,6 @@ constexpr const char* kLog = "controller";
 constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr size_t kMaxCodedReports = 16;  // per rank and fault handling
 constexpr int kGoodbyeDrainMs = 1000;     // longest the goodbyes may take to go out at shutdown
-
-template <typename Container>
-std::string list_text(const Container& items) {
-    std::ostringstream os;
-    os << "[";
-    bool first = true;
-    for (const auto& x : items) {
-        os << (first ? "" : ",") << x;
-        first = false;
-    }
-    os << "]";
-    return os.str();
-}
 
 bool tokens_equal(const std::string& a, const std::string& b) {
     // Constant time over the expected token, so the comparison does not leak a prefix match.
@@ -624,38 +611,24 @@ void Controller::run() {
 std::set<int> Controller::live_ranks_locked() const {
     std::set<int> live;
     for (size_t i = 0; i < ranks_.size(); ++i) {
-        const RankEntry& r = ranks_[i];
-        if (r.registered && !r.dead && !r.excluded && !r.joining && !r.left) live.insert(static_cast<int>(i));
+        if (ranks_[i].live()) live.insert(static_cast<int>(i));
     }
     return live;
 }
 
-Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults, int64_t lock_step) {
-    FaultContext ctx;
-    ctx.faults = std::move(faults);
-    std::set<int> live = live_ranks_locked();
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (!live.count(static_cast<int>(i))) ctx.unavailable.insert(static_cast<int>(i));
-        if (ranks_[i].dead || !ranks_[i].registered || ranks_[i].joining) ctx.dead.insert(static_cast<int>(i));
-    }
-    for (int r : live) ctx.repair_step = std::max(ctx.repair_step, ranks_[r].step);
-    if (lock_step >= 0) ctx.repair_step = lock_step;
-    // After the prelock wait (see prelock()): a rank still mid-update or not at the repair step is
-    // treated like a corrupted one (repaired from a peer, never a saver).
-    for (int r : live) {
-        const RankEntry& e = ranks_[r];
-        if (e.data != DataStatus::Updated || e.step != ctx.repair_step) ctx.not_ready.insert(r);
-    }
-    for (const auto& [rank, fault] : ctx.faults) {
-        if (fault.kind == FaultKind::Memory) {
-            ctx.repair_set.insert(rank);
-            ctx.is_uce = true;
-        }
-        if (fault.kind == FaultKind::Node) ctx.replace.insert(rank);
-    }
-    ctx.unavailable.insert(ctx.replace.begin(), ctx.replace.end());
-    ctx.repair_set.insert(ctx.not_ready.begin(), ctx.not_ready.end());
-    ctx.unavailable.insert(ctx.repair_set.begin(), ctx.repair_set.end());
+RankSnapshots Controller::snapshot_locked() const {
+    return RankSnapshots(ranks_.begin(), ranks_.end());
+}
+
+std::set<int> Controller::faulty_locked(const Faults& faults) const {
+    std::set<int> faulty;
+    for (const auto& entry : faults) faulty.insert(entry.first);
+    for (const auto& entry : pending_faults_) faulty.insert(entry.first);
+    return faulty;
+}
+
+FaultContext Controller::assess_locked(Faults faults, int64_t lock_step) {
+    FaultContext ctx = assess(snapshot_locked(), std::move(faults), lock_step);
     repair_step_ = ctx.repair_step;
     return ctx;
 }
@@ -677,7 +650,7 @@ void Controller::handle_fault() {
     }
     await_saves(lock, pending_faults_);
     second_fault_ = false;
-    std::map<int, Fault> faults = std::move(pending_faults_);
+    Faults faults = std::move(pending_faults_);
     pending_faults_.clear();
     lock.unlock();
     int64_t lock_step = prelock(faults);
@@ -686,38 +659,18 @@ void Controller::handle_fault() {
     for (auto& [rank, f] : pending_faults_) faults.try_emplace(rank, std::move(f));
     pending_faults_.clear();
     second_fault_ = false;
-    FaultContext ctx = assess_locked(std::move(faults), lock_step);
-    DecisionInput in;
-    for (const auto& [rank, f] : ctx.faults) in.kinds.insert(f.kind);
-    auto plans = replicas_.repair_pairs(ctx.unavailable);
-    std::set<int> repairable_ranks;
-    for (const auto& [type, plan] : plans) {
-        for (auto [src, dst] : plan.pairs) repairable_ranks.insert(dst);
-    }
-    // With a process/node fault the dead ranks are the ones to repair (into their replacements).
-    std::set<int> to_repair = ctx.repair_set;
-    to_repair.insert(ctx.replace.begin(), ctx.replace.end());
-    in.repairable = std::all_of(to_repair.begin(), to_repair.end(), [&](int r) { return repairable_ranks.count(r) > 0; });
-    SaverPlan saver_plan = replicas_.savers(ctx.unavailable);
-    in.dump_possible = !replicas_.empty() && saver_plan.complete();
-    int64_t reload_step = reloadable_step_locked(ctx);
-    in.reload_possible = reload_step >= 0;
-    if (!in.repairable) ctx.reload_step = reload_step;
-    Strategy own = decide(cfg_.caps, in);
-    std::ostringstream why;
-    why << "faults";
-    for (const auto& [rank, f] : ctx.faults) why << " " << rank << ":" << fault_kind_name(f.kind);
-    why << " repair_step=" << ctx.repair_step << " repair_set=" << list_text(ctx.repair_set)
-        << " repairable=" << in.repairable << " dump_possible=" << in.dump_possible;
-    if (!in.repairable) why << " reload_step=" << reload_step;
-    event_locked("decision", std::string(strategy_name(own)) + ": " + why.str());
-    LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << why.str());
+    Plan plan = plan_fault(snapshot_locked(), replicas_, cfg_.caps, std::move(faults), lock_step);
+    repair_step_ = plan.ctx.repair_step;
+    FaultContext& ctx = plan.ctx;
+    const Strategy own = plan.strategy;
+    event_locked("decision", std::string(strategy_name(own)) + ": " + plan.why);
+    LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << plan.why);
     // A policy or the cluster manager may take a while to answer: the lock must hold meanwhile.
     if (policy_ || !cluster_.empty()) release_prelock_locked();
     lock.unlock();
     Strategy chosen = own;
     if (auto asked = consult_policy(ctx)) {
-        chosen = combine_with_policy(cfg_.caps, in, own, *asked);
+        chosen = combine_with_policy(cfg_.caps, plan.input, own, *asked);
         std::string detail = std::string("builtin ") + strategy_name(own) + ", policy " + strategy_name(*asked) +
                              " -> " + strategy_name(chosen);
         lock.lock();
@@ -725,20 +678,13 @@ void Controller::handle_fault() {
         lock.unlock();
         LOG_INFO(kLog, cfg_.rank, "fault policy: " << detail);
     }
-    // The cluster manager may pick among what is still allowed: not retry once the policy escalated.
-    bool retry_possible = (in.repairable || in.reload_possible) && cfg_.caps.retry &&
-                          static_cast<int>(chosen) <= static_cast<int>(Strategy::Retry);
-    bool recover_possible = strategy_feasible(Strategy::Recover, cfg_.caps, in) && !ctx.replace.empty() &&
-                            static_cast<int>(chosen) <= static_cast<int>(Strategy::Recover);
-    chosen = consult_cluster(ctx, chosen, retry_possible, recover_possible, in.dump_possible);
+    chosen = consult_cluster(ctx, chosen, cluster_offer(plan, cfg_.caps, chosen));
     if (chosen == Strategy::Recover && ctx.replace.empty()) replace_faulty(ctx);
     switch (chosen) {
         case Strategy::Retry: return online_repair(ctx);
         case Strategy::Recover: return recover(ctx);
-        case Strategy::Dump: return dump(ctx, "decided after " + why.str());
-        default:
-            if (!in.dump_possible) why << "; dump impossible, no complete replica:" << missing_shards_text(saver_plan);
-            return exit_all("no recovery possible: " + why.str(), 499);
+        case Strategy::Dump: return dump(ctx, "decided after " + plan.why);
+        default: return exit_all("no recovery possible: " + exit_reason(plan), 499);
     }
 }
 
@@ -747,7 +693,7 @@ void Controller::handle_fault() {
 // when a faulted rank was in it (its save failed, or it died there), the others are blocked on it and
 // there is nothing to wait for. A save that does not end is abandoned by the STOP; Megatron marks a
 // checkpoint latest only once it is complete, and the dump replaces what an abandoned save left.
-void Controller::await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults) {
+void Controller::await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults) {
     auto saving = [&] {
         std::set<int> ranks;
         for (int r : live_ranks_locked()) {
@@ -796,54 +742,38 @@ void Controller::await_saves(std::unique_lock<std::mutex>& lock, const std::map<
 // Not waited for: the update peers of a faulty rank that did not complete the repair step (a fault in
 // the optimizer phase while the other replica instance completed it). Their update needs the faulty
 // rank's collectives, so they can never catch up; they are repaired from a peer that did.
-int64_t Controller::prelock(const std::map<int, Fault>& faults) {
-    std::set<int> live;
-    int64_t step = -1;
-    bool level = true;
-    std::set<int> hopeless;
+int64_t Controller::prelock(const Faults& faults) {
+    PrelockPlan plan;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        live = live_ranks_locked();
-        for (int r : live) step = std::max(step, ranks_[r].step);
-        hopeless = blocked_by_faults_locked(faults, step);
-        for (int r : live) {
-            const RankEntry& e = ranks_[r];
-            bool faulty = faults.count(r) || pending_faults_.count(r);
-            if (!faulty && !hopeless.count(r) && (e.data != DataStatus::Updated || e.step != step)) level = false;
-        }
-        if (!hopeless.empty()) {
-            event_locked("prelock_skip", "step " + std::to_string(step) + " blocked " + list_text(hopeless));
-            LOG_INFO(kLog, cfg_.rank, "prelock at step " << step << ": not waiting for ranks " << list_text(hopeless)
+        plan = plan_prelock(snapshot_locked(), replicas_, faulty_locked(faults));
+        if (!plan.blocked.empty()) {
+            event_locked("prelock_skip", "step " + std::to_string(plan.step) + " blocked " + list_text(plan.blocked));
+            LOG_INFO(kLog, cfg_.rank, "prelock at step " << plan.step << ": not waiting for ranks " << list_text(plan.blocked)
                                                          << ", whose update needs a faulty rank behind that step");
         }
     }
-    if (live.empty() || step < 0) return step;
+    const int64_t step = plan.step;
+    if (plan.live.empty() || step < 0) return step;
     FaultContext ctx;
     ctx.repair_step = step;
     ctx.faults = faults;
     ActionMsg msg = base_action(ActionKind::Prelock, ctx, Strategy::None);
-    if (level) {
+    if (plan.level) {
         // Every healthy rank completed the repair step and none is mid-update: nobody has an update to
         // finish, so the decision need not wait for the replies (at 16k ranks that round trip was most
         // of the fault-to-STOP latency). The lock is still sent so that a late start_updating raises
         // FORCE STOP; the processors run it before the STOP that follows (sequence order). It is held
         // back until that next action (or a wait of the decision, see handle_fault) and leaves with it.
         std::lock_guard<std::mutex> lock(mu_);
-        held_prelock_ = HeldFrame{live, untracked_frame_locked(live, msg)};
+        held_prelock_ = HeldFrame{plan.live, untracked_frame_locked(plan.live, msg)};
         return step;
     }
     // Not interruptible: a fault during the lock is gathered with the first ones, not a second fault.
-    run_action_all(ActionKind::Prelock, live, msg, false);
+    run_action_all(ActionKind::Prelock, plan.live, msg, false);
     std::unique_lock<std::mutex> lock(mu_);
-    auto laggards = [&] {
-        std::set<int> behind;
-        for (int r : live) {
-            const RankEntry& e = ranks_[r];
-            if (faults.count(r) || pending_faults_.count(r) || e.dead || e.excluded || hopeless.count(r)) continue;
-            if (e.step < step) behind.insert(r);
-        }
-        return behind;
-    };
+    // Faults reported during the wait count as well: a newly faulty rank is not waited for.
+    auto laggards = [&] { return prelock_laggards(snapshot_locked(), plan, faulty_locked(faults)); };
     std::set<int> behind = laggards();
     if (behind.empty()) return step;
     event_locked("prelock_wait", "step " + std::to_string(step) + " laggards " + list_text(behind));
@@ -862,19 +792,6 @@ int64_t Controller::prelock(const std::map<int, Fault>& faults) {
     if (behind.empty()) event_locked("prelock_done", "step " + std::to_string(step));
     else LOG_WARN(kLog, cfg_.rank, "ranks " << list_text(behind) << " did not reach step " << step << " after the prelock");
     return step;
-}
-
-std::set<int> Controller::blocked_by_faults_locked(const std::map<int, Fault>& faults, int64_t step) const {
-    std::set<int> blocked;
-    auto add_peers_of = [&](int faulty) {
-        if (faulty < 0 || faulty >= static_cast<int>(ranks_.size()) || ranks_[faulty].step >= step) return;
-        for (int peer : replicas_.update_peers(faulty)) {
-            if (!faults.count(peer) && !pending_faults_.count(peer)) blocked.insert(peer);
-        }
-    };
-    for (const auto& entry : faults) add_peers_of(entry.first);
-    for (const auto& entry : pending_faults_) add_peers_of(entry.first);
-    return blocked;
 }
 
 namespace {
@@ -974,20 +891,14 @@ void Controller::note_policy_answer(int rank, const std::string& code, std::opti
     LOG_ERROR(kLog, cfg_.rank, "fault policy failed for " << about << ": " << error << "; using the built-in decision");
 }
 
-Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool recover_possible,
-                                     bool dump_possible) {
+Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, const std::vector<std::string>& offered) {
     ClusterReport faults{"report_fault_ranks"};
     for (const auto& [rank, f] : ctx.faults) faults.fault_ranks[rank] = cluster_fault_code(f.kind);
     report_cluster(faults);
     std::unique_lock<std::mutex> lock(mu_);
     if (!cluster_.count("report_strategies")) return own;
     ClusterReport offer{"report_strategies"};
-    bool node_fault = std::any_of(ctx.faults.begin(), ctx.faults.end(),
-                                  [](const auto& kv) { return kv.second.kind == FaultKind::Node; });
-    if (retry_possible && !node_fault) offer.strategies.push_back("retry");
-    if (recover_possible) offer.strategies.push_back("recover");
-    if (dump_possible) offer.strategies.push_back("dump");
-    offer.strategies.push_back("exit");
+    offer.strategies = offered;
     cluster_strategy_.reset();
     lock.unlock();
     report_cluster(offer);
@@ -1095,72 +1006,31 @@ bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ra
     return true;
 }
 
-// The REPAIR action of every rank taking part: for each optimizer type, a healthy peer sends each
-// shard to the rank that needs it. RepairType of a rank: 0 SEND for a source; for a receiver 3
-// RECV_REPAIR when it is a replacement process (ARF), 2 UCE_LOWLEVEL when its clean reported that the
-// memory error needs no rebuild, else 1 UCE_HIGHLEVEL.
+// The REPAIR action of every rank taking part (plan_repair): each rank its own message, since the
+// ranks' repair types differ.
 Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
                                                     const std::map<int, int>& clean_results) {
-    std::map<int, RepairPlan> plans;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        plans = replicas_.repair_pairs(ctx.unavailable);
+    std::lock_guard<std::mutex> lock(mu_);
+    RepairAssignment assignment = plan_repair(replicas_.repair_pairs(ctx.unavailable), ctx, clean_results);
+    for (const auto& info : assignment.by_type) {
+        event_locked("repair_plan", "type " + std::to_string(info.optimizer_type) + " src=" + list_text(info.src) +
+                                        " dst=" + list_text(info.dst));
     }
-    std::map<int, ActionMsg> msgs;
-    for (const auto& [type, plan] : plans) {
-        RepairInfoMsg info;
-        info.optimizer_type = static_cast<uint8_t>(type);
-        std::set<int> members;
-        for (auto [src, dst] : plan.pairs) {
-            if (!ctx.repair_set.count(dst) && !ctx.replace.count(dst)) continue;
-            info.src.push_back(src);
-            info.dst.push_back(dst);
-            members.insert(src);
-            members.insert(dst);
-        }
-        if (members.empty()) continue;
-        info.rank_list.assign(members.begin(), members.end());
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            event_locked("repair_plan", "type " + std::to_string(type) + " src=" + list_text(info.src) +
-                                            " dst=" + list_text(info.dst));
-        }
-        for (int r : members) {
-            auto it = msgs.try_emplace(r, base_action(ActionKind::Repair, ctx, s)).first;
-            RepairInfoMsg mine = info;
-            bool receives = std::find(info.dst.begin(), info.dst.end(), r) != info.dst.end();
-            auto clean = clean_results.find(r);
-            mine.repair_type = !receives ? 0 : ctx.replace.count(r) ? 3 : clean != clean_results.end() && clean->second == 2 ? 2 : 1;
-            it->second.repair.push_back(mine);
-        }
+    ActionGroups groups;
+    for (auto& [rank, repair] : assignment.by_rank) {
+        ActionMsg msg = base_action(ActionKind::Repair, ctx, s);
+        msg.repair = std::move(repair);
+        groups.push_back({{rank}, std::move(msg)});
     }
-    ActionGroups groups;  // each rank its own message (its repair types differ)
-    for (auto& [rank, msg] : msgs) groups.push_back({{rank}, std::move(msg)});
     return groups;
 }
 
 // LOAD_CKPT: no live replica holds some shard, so every rank loads the last periodic checkpoint
-// again (RepairType 5, no sources); ROLLBACK then takes every rank to that step.
+// again; ROLLBACK then takes every rank to that step.
 Controller::ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
-    RepairInfoMsg info;
-    info.repair_type = kRepairTypeLoadCkpt;
-    info.rank_list.assign(ranks.begin(), ranks.end());
     ActionMsg msg = base_action(ActionKind::Repair, ctx, Strategy::Retry);
-    msg.repair.push_back(info);
+    msg.repair.push_back(reload_info(ranks));
     return {{ranks, msg}};
-}
-
-// The checkpoint step every live rank can load again, or -1: all ranks alive and registered, each
-// having reported the same completed periodic checkpoint, not past the repair step.
-int64_t Controller::reloadable_step_locked(const FaultContext& ctx) const {
-    if (!ctx.replace.empty() || !ctx.dead.empty()) return -1;
-    int64_t step = -1;
-    for (int r : live_ranks_locked()) {
-        int64_t saved = ranks_[r].ckpt_step;
-        if (saved < 0 || (step >= 0 && saved != step)) return -1;
-        step = saved;
-    }
-    return step <= ctx.repair_step ? step : -1;
 }
 
 // ---- process replacement (ARF) -----------------------------------------------------------------
@@ -1209,19 +1079,6 @@ void Controller::recover(FaultContext& ctx) {
     ClusterReport result{"report_result"};
     result.strategy = "recover";
     report_cluster(result);
-}
-
-// A fault policy escalated a memory or communication fault to replacement (a device to isolate):
-// the faulty ranks' processes are replaced instead of repaired in place.
-void Controller::replace_faulty(FaultContext& ctx) {
-    for (const auto& [rank, f] : ctx.faults) {
-        if (f.kind != FaultKind::Comm) ctx.replace.insert(rank);
-    }
-    if (ctx.replace.empty()) {
-        for (const auto& [rank, f] : ctx.faults) ctx.replace.insert(rank);
-    }
-    for (int r : ctx.replace) ctx.repair_set.erase(r);
-    ctx.unavailable.insert(ctx.replace.begin(), ctx.replace.end());
 }
 
 // The old processes of ranks with a process/node fault are not used again: a rank still connected
@@ -1290,26 +1147,15 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         ctx.stopped = true;
     }
     SaverPlan plan;
-    bool no_layout;
+    std::string refusal;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        no_layout = replicas_.empty();
-        // Everything learned since the decision: ranks that died, failed an action or reported a
-        // memory error are not trusted to save.
-        for (size_t i = 0; i < ranks_.size(); ++i) {
-            const RankEntry& r = ranks_[i];
-            if (r.dead || r.excluded || !r.registered || r.joining) ctx.unavailable.insert(static_cast<int>(i));
-        }
-        for (const auto& [rank, f] : pending_faults_) {
-            if (f.kind == FaultKind::Memory || f.kind == FaultKind::Node) ctx.unavailable.insert(rank);
-        }
+        exclude_untrusted_savers(snapshot_locked(), pending_faults_, ctx.unavailable);
         plan = replicas_.savers(ctx.unavailable);
+        refusal = dump_refusal(replicas_, plan);
         live = live_ranks_locked();
     }
-    if (no_layout || !plan.complete()) {
-        std::string missing = no_layout ? " no replica layout was reported" : missing_shards_text(plan);
-        return exit_all("dump impossible, no complete replica:" + missing, 499);
-    }
+    if (!refusal.empty()) return exit_all(refusal, 499);
     ActionMsg save = base_action(ActionKind::SaveCkpt, ctx, Strategy::Dump);
     std::set<int> savers;
     for (const auto& [type, ranks] : plan.ranks_by_type()) {
@@ -1324,15 +1170,6 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
     out = run_action_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
     if (!out.ok()) return exit_all("renaming the checkpoint failed", 499);
     exit_all("dump of step " + std::to_string(ctx.repair_step) + " complete", 0);
-}
-
-std::string Controller::missing_shards_text(const SaverPlan& plan) const {
-    std::string text;
-    for (const auto& s : plan.missing) {
-        text += " type " + std::to_string(s.optimizer_type) + " group " + std::to_string(s.group_index) +
-                " shard " + std::to_string(s.shard) + " (holders " + list_text(s.holders) + " all dead, faulty or behind);";
-    }
-    return text;
 }
 
 void Controller::exit_all(const std::string& why, int result) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "controller/liveness.h"
+#include "controller/planner.h"
 #include "controller/replica_manager.h"
 #include "controller/state_machine.h"
 #include "net/server.h"
@@ -102,20 +103,18 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    struct RankEntry {
+    // What the planner reads of a rank (RankSnapshot: registered, dead, excluded, joining, left, step,
+    // ckpt_step, data) and what only the rank table and the action engine need.
+    struct RankEntry : RankSnapshot {
         uint64_t conn = 0;
         uint64_t generation = 0;  // bumps on every (re-)registration, so the engine knows to resend
-        bool registered = false, connected = false, dead = false, excluded = false;
-        // ARF: a restarted process registered for this dead rank and is kept out of the job (no
+        bool connected = false;
+        // ARF: a restarted process registered for this dead rank is `joining` (kept out of the job: no
         // STOP/CLEAN, never a saver or source) until repaired; ready once it reported PREREPAIR_FINISH.
-        bool joining = false, ready = false;
-        bool left = false;  // said goodbye (tft_destroy_processor): gone on purpose, not a fault
+        bool ready = false;
         Clock::time_point last_seen, disconnected_at;
         uint32_t heartbeat_ms = 2000;
         int32_t pid = 0;  // of the registered process, as it said (0: not given)
-        int64_t step = -1;
-        int64_t ckpt_step = -1;  // the last periodic checkpoint it saved
-        DataStatus data = DataStatus::Updated;
         RunStatus run = RunStatus::Running;
         Section section = Section::None;
         Section last_section = Section::None;  // the latest section it entered, kept after it ended
@@ -124,15 +123,6 @@ private:
         bool suspect = false;  // silent for heartbeat_misses periods with its connection open
         bool hang_reported = false;  // named by the hang rule; again only after it reported progress
         bool finished = false;       // its training is over (RunStatus::Finished)
-    };
-    struct CodedReport {
-        uint8_t state;
-        std::string code;
-    };
-    struct Fault {
-        FaultKind kind;
-        std::string why;
-        std::vector<CodedReport> coded;  // reports of this rank that carried an error code
     };
     struct ActionOutcome {
         std::set<int> failed;
@@ -151,15 +141,6 @@ private:
         std::set<int> waiting;
         std::map<int, int> results;
         std::map<int, std::string> errors;
-    };
-    struct FaultContext {
-        std::map<int, Fault> faults;
-        std::set<int> dead, not_ready, repair_set, unavailable;
-        std::set<int> replace;  // ranks with a process/node fault: replaced by a restarted process (ARF)
-        int64_t repair_step = -1;
-        int64_t reload_step = -1;  // >= 0: no replica can repair; every rank reloads this checkpoint (LOAD_CKPT)
-        bool is_uce = false;
-        bool stopped = false;
     };
 
     void on_frame(uint64_t conn, Frame&& frame) override;
@@ -183,7 +164,7 @@ private:
     void heard_from_locked(int rank);
     void note_finished_locked(int rank);
     void judge_liveness_locked();
-    void await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults);
+    void await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults);
     Clock::time_point connection_losses_settled_locked() const;
     void add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded = nullptr);
     void transition_locked(State to, const std::string& why);
@@ -191,21 +172,21 @@ private:
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
+    // The planner's inputs, copied under the lock.
+    RankSnapshots snapshot_locked() const;
+    std::set<int> faulty_locked(const Faults& faults) const;  // ranks of `faults` and of the pending ones
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
-    FaultContext assess_locked(std::map<int, Fault> faults, int64_t lock_step = -1);
-    int64_t prelock(const std::map<int, Fault>& faults);
-    int64_t reloadable_step_locked(const FaultContext& ctx) const;
+    FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
+    int64_t prelock(const Faults& faults);
     ActionGroups reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const;
-    std::set<int> blocked_by_faults_locked(const std::map<int, Fault>& faults, int64_t step) const;
     std::optional<Strategy> consult_policy(const FaultContext& ctx);
     void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
-    Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool recover_possible,
-                             bool dump_possible);
+    // offer: the strategies the cluster manager may pick (cluster_offer).
+    Strategy consult_cluster(const FaultContext& ctx, Strategy own, const std::vector<std::string>& offer);
     void report_cluster(const ClusterReport& report);
     void online_repair(FaultContext& ctx);
     void recover(FaultContext& ctx);
     bool roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s, const std::string& during);
-    void replace_faulty(FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
     bool await_replacements(const std::set<int>& ranks, std::string* why);
     ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
@@ -214,7 +195,6 @@ private:
     void pause_flow();
 
     std::set<int> live_ranks_locked() const;
-    std::string missing_shards_text(const SaverPlan& plan) const;
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
     ActionOutcome run_action(ActionKind kind, const ActionGroups& groups, bool interruptible, int timeout_ms);
     ActionOutcome run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
@@ -236,7 +216,7 @@ private:
     std::vector<RankEntry> ranks_;
     std::map<uint64_t, int> conn_rank_;
     ReplicaManager replicas_;
-    std::map<int, Fault> pending_faults_;
+    Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     std::optional<Pending> pending_;
