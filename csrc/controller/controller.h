@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller/consultation.h"
 #include "controller/liveness.h"
 #include "controller/planner.h"
 #include "controller/replica_manager.h"
@@ -51,24 +52,6 @@ struct ControllerEvent {
     std::string kind;
     std::string detail;
 };
-
-// Calls towards the cluster manager ("MindX"): action is report_fault_ranks, report_stop_complete,
-// report_strategies or report_result. Called from the state-machine thread.
-struct ClusterReport {
-    std::string action;
-    std::map<int, int> fault_ranks;  // rank -> 0 memory, 1 process/node, 2 communication
-    std::vector<std::string> strategies;
-    int result = 0;
-    std::string strategy;
-};
-using ClusterCallback = std::function<void(const ClusterReport&)>;
-
-// A fault policy: (rank, report state, error code) -> a strategy name (none, retry, recover, dump,
-// exit). Opaque to the controller, which only knows that the answer may escalate its own decision
-// (combine_with_policy). It may throw; it is called on a helper thread and waited for a bounded time.
-using PolicyCallback = std::function<std::string(int rank, int report_state, const std::string& code)>;
-constexpr int kMinPolicyTimeoutMs = 10;
-constexpr int kMaxPolicyTimeoutMs = 600000;
 
 class Controller : private Server::Listener {
 public:
@@ -231,9 +214,8 @@ private:
     uint64_t seq_ = 0;
     int64_t repair_step_ = -1;
     std::vector<ControllerEvent> events_;
-    std::map<std::string, ClusterCallback> cluster_;
+    ClusterCallbacks cluster_;
     std::optional<Strategy> cluster_strategy_;
-    std::map<int, int> last_cluster_faults_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
     uint64_t registrations_refused_ = 0;
     uint64_t heartbeats_ = 0;  // handled, for stats() (the scale benchmark's rate)
