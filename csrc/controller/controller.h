@@ -1,6 +1,8 @@
 // The controller: the rank table fed by the server thread, and the state-machine thread that turns
 // faults into an ordered sequence of actions (the action engine: one action at a time, a sequence
-// number per action, a reply deadline, resend when a rank reconnects).
+// number per action, a reply deadline, resend when a rank reconnects). What to do after a fault is
+// the pure planner's answer (planner.h) on a snapshot of the rank table taken under the lock; the
+// consultations of a fault policy and the cluster manager are in controller_consultation.cpp.
 //
 // Security: a processor must present the shared token (MINDIO_TOKEN) at registration; the comparison
 // is constant-time. TLS is not implemented: the link is plaintext, so the token only keeps other jobs
