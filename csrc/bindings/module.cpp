@@ -6,6 +6,7 @@ namespace py = pybind11;
 void bind_protocol(py::module_& m);
 void bind_replica(py::module_& m);
 void bind_state_machine(py::module_& m);
+void bind_planner(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_sim(py::module_& m);
 
@@ -14,6 +15,7 @@ PYBIND11_MODULE(_native, m) {
     bind_protocol(m);
     bind_replica(m);
     bind_state_machine(m);
+    bind_planner(m);
     bind_runtime(m);
     bind_sim(m);
 }

@@ -1,9 +1,9 @@
 #include "controller/controller.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace mindio {
 namespace {
@@ -13,32 +13,11 @@ constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr size_t kMaxCodedReports = 16;  // per rank and fault handling
 constexpr int kGoodbyeDrainMs = 1000;     // longest the goodbyes may take to go out at shutdown
 
-template <typename Container>
-std::string list_text(const Container& items) {
-    std::ostringstream os;
-    os << "[";
-    bool first = true;
-    for (const auto& x : items) {
-        os << (first ? "" : ",") << x;
-        first = false;
-    }
-    os << "]";
-    return os.str();
-}
-
 bool tokens_equal(const std::string& a, const std::string& b) {
     // Constant time over the expected token, so the comparison does not leak a prefix match.
     unsigned char diff = a.size() == b.size() ? 0 : 1;
     for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
     return diff == 0;
-}
-
-int cluster_fault_code(FaultKind kind) {
-    switch (kind) {
-        case FaultKind::Memory: return 0;
-        case FaultKind::Comm: return 2;
-        default: return 1;
-    }
 }
 
 }  // namespace
@@ -624,38 +603,24 @@ void Controller::run() {
 std::set<int> Controller::live_ranks_locked() const {
     std::set<int> live;
     for (size_t i = 0; i < ranks_.size(); ++i) {
-        const RankEntry& r = ranks_[i];
-        if (r.registered && !r.dead && !r.excluded && !r.joining && !r.left) live.insert(static_cast<int>(i));
+        if (ranks_[i].live()) live.insert(static_cast<int>(i));
     }
     return live;
 }
 
-Controller::FaultContext Controller::assess_locked(std::map<int, Fault> faults, int64_t lock_step) {
-    FaultContext ctx;
-    ctx.faults = std::move(faults);
-    std::set<int> live = live_ranks_locked();
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (!live.count(static_cast<int>(i))) ctx.unavailable.insert(static_cast<int>(i));
-        if (ranks_[i].dead || !ranks_[i].registered || ranks_[i].joining) ctx.dead.insert(static_cast<int>(i));
-    }
-    for (int r : live) ctx.repair_step = std::max(ctx.repair_step, ranks_[r].step);
-    if (lock_step >= 0) ctx.repair_step = lock_step;
-    // After the prelock wait (see prelock()): a rank still mid-update or not at the repair step is
-    // treated like a corrupted one (repaired from a peer, never a saver).
-    for (int r : live) {
-        const RankEntry& e = ranks_[r];
-        if (e.data != DataStatus::Updated || e.step != ctx.repair_step) ctx.not_ready.insert(r);
-    }
-    for (const auto& [rank, fault] : ctx.faults) {
-        if (fault.kind == FaultKind::Memory) {
-            ctx.repair_set.insert(rank);
-            ctx.is_uce = true;
-        }
-        if (fault.kind == FaultKind::Node) ctx.replace.insert(rank);
-    }
-    ctx.unavailable.insert(ctx.replace.begin(), ctx.replace.end());
-    ctx.repair_set.insert(ctx.not_ready.begin(), ctx.not_ready.end());
-    ctx.unavailable.insert(ctx.repair_set.begin(), ctx.repair_set.end());
+RankSnapshots Controller::snapshot_locked() const {
+    return RankSnapshots(ranks_.begin(), ranks_.end());
+}
+
+std::set<int> Controller::faulty_locked(const Faults& faults) const {
+    std::set<int> faulty;
+    for (const auto& entry : faults) faulty.insert(entry.first);
+    for (const auto& entry : pending_faults_) faulty.insert(entry.first);
+    return faulty;
+}
+
+FaultContext Controller::assess_locked(Faults faults, int64_t lock_step) {
+    FaultContext ctx = assess(snapshot_locked(), std::move(faults), lock_step);
     repair_step_ = ctx.repair_step;
     return ctx;
 }
@@ -677,7 +642,7 @@ void Controller::handle_fault() {
     }
     await_saves(lock, pending_faults_);
     second_fault_ = false;
-    std::map<int, Fault> faults = std::move(pending_faults_);
+    Faults faults = std::move(pending_faults_);
     pending_faults_.clear();
     lock.unlock();
     int64_t lock_step = prelock(faults);
@@ -686,38 +651,18 @@ void Controller::handle_fault() {
     for (auto& [rank, f] : pending_faults_) faults.try_emplace(rank, std::move(f));
     pending_faults_.clear();
     second_fault_ = false;
-    FaultContext ctx = assess_locked(std::move(faults), lock_step);
-    DecisionInput in;
-    for (const auto& [rank, f] : ctx.faults) in.kinds.insert(f.kind);
-    auto plans = replicas_.repair_pairs(ctx.unavailable);
-    std::set<int> repairable_ranks;
-    for (const auto& [type, plan] : plans) {
-        for (auto [src, dst] : plan.pairs) repairable_ranks.insert(dst);
-    }
-    // With a process/node fault the dead ranks are the ones to repair (into their replacements).
-    std::set<int> to_repair = ctx.repair_set;
-    to_repair.insert(ctx.replace.begin(), ctx.replace.end());
-    in.repairable = std::all_of(to_repair.begin(), to_repair.end(), [&](int r) { return repairable_ranks.count(r) > 0; });
-    SaverPlan saver_plan = replicas_.savers(ctx.unavailable);
-    in.dump_possible = !replicas_.empty() && saver_plan.complete();
-    int64_t reload_step = reloadable_step_locked(ctx);
-    in.reload_possible = reload_step >= 0;
-    if (!in.repairable) ctx.reload_step = reload_step;
-    Strategy own = decide(cfg_.caps, in);
-    std::ostringstream why;
-    why << "faults";
-    for (const auto& [rank, f] : ctx.faults) why << " " << rank << ":" << fault_kind_name(f.kind);
-    why << " repair_step=" << ctx.repair_step << " repair_set=" << list_text(ctx.repair_set)
-        << " repairable=" << in.repairable << " dump_possible=" << in.dump_possible;
-    if (!in.repairable) why << " reload_step=" << reload_step;
-    event_locked("decision", std::string(strategy_name(own)) + ": " + why.str());
-    LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << why.str());
+    Plan plan = plan_fault(snapshot_locked(), replicas_, cfg_.caps, std::move(faults), lock_step);
+    repair_step_ = plan.ctx.repair_step;
+    FaultContext& ctx = plan.ctx;
+    const Strategy own = plan.strategy;
+    event_locked("decision", std::string(strategy_name(own)) + ": " + plan.why);
+    LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << plan.why);
     // A policy or the cluster manager may take a while to answer: the lock must hold meanwhile.
     if (policy_ || !cluster_.empty()) release_prelock_locked();
     lock.unlock();
     Strategy chosen = own;
     if (auto asked = consult_policy(ctx)) {
-        chosen = combine_with_policy(cfg_.caps, in, own, *asked);
+        chosen = combine_with_policy(cfg_.caps, plan.input, own, *asked);
         std::string detail = std::string("builtin ") + strategy_name(own) + ", policy " + strategy_name(*asked) +
                              " -> " + strategy_name(chosen);
         lock.lock();
@@ -725,20 +670,13 @@ void Controller::handle_fault() {
         lock.unlock();
         LOG_INFO(kLog, cfg_.rank, "fault policy: " << detail);
     }
-    // The cluster manager may pick among what is still allowed: not retry once the policy escalated.
-    bool retry_possible = (in.repairable || in.reload_possible) && cfg_.caps.retry &&
-                          static_cast<int>(chosen) <= static_cast<int>(Strategy::Retry);
-    bool recover_possible = strategy_feasible(Strategy::Recover, cfg_.caps, in) && !ctx.replace.empty() &&
-                            static_cast<int>(chosen) <= static_cast<int>(Strategy::Recover);
-    chosen = consult_cluster(ctx, chosen, retry_possible, recover_possible, in.dump_possible);
+    chosen = consult_cluster(ctx, chosen, cluster_offer(plan, cfg_.caps, chosen));
     if (chosen == Strategy::Recover && ctx.replace.empty()) replace_faulty(ctx);
     switch (chosen) {
         case Strategy::Retry: return online_repair(ctx);
         case Strategy::Recover: return recover(ctx);
-        case Strategy::Dump: return dump(ctx, "decided after " + why.str());
-        default:
-            if (!in.dump_possible) why << "; dump impossible, no complete replica:" << missing_shards_text(saver_plan);
-            return exit_all("no recovery possible: " + why.str(), 499);
+        case Strategy::Dump: return dump(ctx, "decided after " + plan.why);
+        default: return exit_all("no recovery possible: " + exit_reason(plan), 499);
     }
 }
 
@@ -747,7 +685,7 @@ void Controller::handle_fault() {
 // when a faulted rank was in it (its save failed, or it died there), the others are blocked on it and
 // there is nothing to wait for. A save that does not end is abandoned by the STOP; Megatron marks a
 // checkpoint latest only once it is complete, and the dump replaces what an abandoned save left.
-void Controller::await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults) {
+void Controller::await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults) {
     auto saving = [&] {
         std::set<int> ranks;
         for (int r : live_ranks_locked()) {
@@ -796,54 +734,38 @@ void Controller::await_saves(std::unique_lock<std::mutex>& lock, const std::map<
 // Not waited for: the update peers of a faulty rank that did not complete the repair step (a fault in
 // the optimizer phase while the other replica instance completed it). Their update needs the faulty
 // rank's collectives, so they can never catch up; they are repaired from a peer that did.
-int64_t Controller::prelock(const std::map<int, Fault>& faults) {
-    std::set<int> live;
-    int64_t step = -1;
-    bool level = true;
-    std::set<int> hopeless;
+int64_t Controller::prelock(const Faults& faults) {
+    PrelockPlan plan;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        live = live_ranks_locked();
-        for (int r : live) step = std::max(step, ranks_[r].step);
-        hopeless = blocked_by_faults_locked(faults, step);
-        for (int r : live) {
-            const RankEntry& e = ranks_[r];
-            bool faulty = faults.count(r) || pending_faults_.count(r);
-            if (!faulty && !hopeless.count(r) && (e.data != DataStatus::Updated || e.step != step)) level = false;
-        }
-        if (!hopeless.empty()) {
-            event_locked("prelock_skip", "step " + std::to_string(step) + " blocked " + list_text(hopeless));
-            LOG_INFO(kLog, cfg_.rank, "prelock at step " << step << ": not waiting for ranks " << list_text(hopeless)
+        plan = plan_prelock(snapshot_locked(), replicas_, faulty_locked(faults));
+        if (!plan.blocked.empty()) {
+            event_locked("prelock_skip", "step " + std::to_string(plan.step) + " blocked " + list_text(plan.blocked));
+            LOG_INFO(kLog, cfg_.rank, "prelock at step " << plan.step << ": not waiting for ranks " << list_text(plan.blocked)
                                                          << ", whose update needs a faulty rank behind that step");
         }
     }
-    if (live.empty() || step < 0) return step;
+    const int64_t step = plan.step;
+    if (plan.live.empty() || step < 0) return step;
     FaultContext ctx;
     ctx.repair_step = step;
     ctx.faults = faults;
     ActionMsg msg = base_action(ActionKind::Prelock, ctx, Strategy::None);
-    if (level) {
+    if (plan.level) {
         // Every healthy rank completed the repair step and none is mid-update: nobody has an update to
         // finish, so the decision need not wait for the replies (at 16k ranks that round trip was most
         // of the fault-to-STOP latency). The lock is still sent so that a late start_updating raises
         // FORCE STOP; the processors run it before the STOP that follows (sequence order). It is held
         // back until that next action (or a wait of the decision, see handle_fault) and leaves with it.
         std::lock_guard<std::mutex> lock(mu_);
-        held_prelock_ = HeldFrame{live, untracked_frame_locked(live, msg)};
+        held_prelock_ = HeldFrame{plan.live, untracked_frame_locked(plan.live, msg)};
         return step;
     }
     // Not interruptible: a fault during the lock is gathered with the first ones, not a second fault.
-    run_action_all(ActionKind::Prelock, live, msg, false);
+    run_action_all(ActionKind::Prelock, plan.live, msg, false);
     std::unique_lock<std::mutex> lock(mu_);
-    auto laggards = [&] {
-        std::set<int> behind;
-        for (int r : live) {
-            const RankEntry& e = ranks_[r];
-            if (faults.count(r) || pending_faults_.count(r) || e.dead || e.excluded || hopeless.count(r)) continue;
-            if (e.step < step) behind.insert(r);
-        }
-        return behind;
-    };
+    // Faults reported during the wait count as well: a newly faulty rank is not waited for.
+    auto laggards = [&] { return prelock_laggards(snapshot_locked(), plan, faulty_locked(faults)); };
     std::set<int> behind = laggards();
     if (behind.empty()) return step;
     event_locked("prelock_wait", "step " + std::to_string(step) + " laggards " + list_text(behind));
@@ -862,171 +784,6 @@ int64_t Controller::prelock(const std::map<int, Fault>& faults) {
     if (behind.empty()) event_locked("prelock_done", "step " + std::to_string(step));
     else LOG_WARN(kLog, cfg_.rank, "ranks " << list_text(behind) << " did not reach step " << step << " after the prelock");
     return step;
-}
-
-std::set<int> Controller::blocked_by_faults_locked(const std::map<int, Fault>& faults, int64_t step) const {
-    std::set<int> blocked;
-    auto add_peers_of = [&](int faulty) {
-        if (faulty < 0 || faulty >= static_cast<int>(ranks_.size()) || ranks_[faulty].step >= step) return;
-        for (int peer : replicas_.update_peers(faulty)) {
-            if (!faults.count(peer) && !pending_faults_.count(peer)) blocked.insert(peer);
-        }
-    };
-    for (const auto& entry : faults) add_peers_of(entry.first);
-    for (const auto& entry : pending_faults_) add_peers_of(entry.first);
-    return blocked;
-}
-
-namespace {
-
-struct PolicyQuery {
-    int rank;
-    uint8_t state;
-    std::string code;
-};
-
-// Answers of one consultation, shared with the helper thread, which may outlive the wait (a hung
-// callback): it owns copies of everything it touches, never the controller.
-struct PolicyBatch {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::pair<std::string, std::string>> answers;  // (strategy, error) per query, in order
-};
-
-void run_policy_queries(const PolicyCallback& cb, const std::vector<PolicyQuery>& queries,
-                        const std::shared_ptr<PolicyBatch>& batch) {
-    for (const auto& q : queries) {
-        std::pair<std::string, std::string> answer;
-        try {
-            answer.first = cb(q.rank, q.state, q.code);
-        } catch (const std::exception& e) {
-            answer.second = e.what();
-        } catch (...) {
-            answer.second = "unknown exception";
-        }
-        std::lock_guard<std::mutex> lock(batch->mu);
-        batch->answers.push_back(std::move(answer));
-        batch->cv.notify_all();
-    }
-}
-
-}  // namespace
-
-void Controller::set_policy(PolicyCallback cb, int timeout_ms) {
-    if (timeout_ms < kMinPolicyTimeoutMs || timeout_ms > kMaxPolicyTimeoutMs) {
-        throw std::invalid_argument("policy timeout " + std::to_string(timeout_ms) + " ms is out of range " +
-                                    std::to_string(kMinPolicyTimeoutMs) + ".." + std::to_string(kMaxPolicyTimeoutMs));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    policy_ = std::move(cb);
-    policy_timeout_ms_ = timeout_ms;
-}
-
-std::optional<Strategy> Controller::consult_policy(const FaultContext& ctx) {
-    PolicyCallback cb;
-    int timeout_ms;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!policy_) return std::nullopt;
-        cb = policy_;
-        timeout_ms = policy_timeout_ms_;
-    }
-    std::vector<PolicyQuery> queries;
-    for (const auto& [rank, f] : ctx.faults) {
-        for (const auto& c : f.coded) queries.push_back({rank, c.state, c.code});
-    }
-    if (queries.empty()) return std::nullopt;
-    // A helper thread, so that a callback stuck in Python costs this thread timeout_ms, not the job.
-    auto batch = std::make_shared<PolicyBatch>();
-    std::thread(run_policy_queries, cb, queries, batch).detach();
-    std::vector<std::pair<std::string, std::string>> answers;
-    {
-        std::unique_lock<std::mutex> lock(batch->mu);
-        batch->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                           [&] { return batch->answers.size() == queries.size(); });
-        answers = batch->answers;
-    }
-    std::optional<Strategy> most;
-    for (size_t i = 0; i < queries.size(); ++i) {
-        std::string error;
-        std::optional<Strategy> s;
-        if (i >= answers.size()) {
-            error = "no answer within " + std::to_string(timeout_ms) + " ms";
-        } else if (!answers[i].second.empty()) {
-            error = answers[i].second;
-        } else if (!(s = parse_strategy(answers[i].first))) {
-            error = "answered '" + answers[i].first.substr(0, 64) + "', not one of none, retry, recover, dump, exit";
-        }
-        note_policy_answer(queries[i].rank, queries[i].code, s, error);
-        if (s && (!most || static_cast<int>(*s) > static_cast<int>(*most))) most = s;
-    }
-    return most;
-}
-
-void Controller::note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string about = "rank " + std::to_string(rank) + " code " + code;
-    if (s) {
-        event_locked("policy", about + " -> " + strategy_name(*s));
-        return;
-    }
-    event_locked("policy_error", about + ": " + error);
-    LOG_ERROR(kLog, cfg_.rank, "fault policy failed for " << about << ": " << error << "; using the built-in decision");
-}
-
-Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool recover_possible,
-                                     bool dump_possible) {
-    ClusterReport faults{"report_fault_ranks"};
-    for (const auto& [rank, f] : ctx.faults) faults.fault_ranks[rank] = cluster_fault_code(f.kind);
-    report_cluster(faults);
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cluster_.count("report_strategies")) return own;
-    ClusterReport offer{"report_strategies"};
-    bool node_fault = std::any_of(ctx.faults.begin(), ctx.faults.end(),
-                                  [](const auto& kv) { return kv.second.kind == FaultKind::Node; });
-    if (retry_possible && !node_fault) offer.strategies.push_back("retry");
-    if (recover_possible) offer.strategies.push_back("recover");
-    if (dump_possible) offer.strategies.push_back("dump");
-    offer.strategies.push_back("exit");
-    cluster_strategy_.reset();
-    lock.unlock();
-    report_cluster(offer);
-    lock.lock();
-    auto until = Clock::now() + std::chrono::milliseconds(cfg_.cluster_wait_ms);
-    cv_.wait_until(lock, until, [&] { return stopping_ || cluster_strategy_.has_value(); });
-    if (!cluster_strategy_) {
-        LOG_WARN(kLog, cfg_.rank, "the cluster manager chose no strategy within " << cfg_.cluster_wait_ms
-                                                                                  << " ms; using " << strategy_name(own));
-        return own;
-    }
-    Strategy picked = *cluster_strategy_;
-    cluster_strategy_.reset();
-    std::string name = strategy_name(picked);
-    if (std::find(offer.strategies.begin(), offer.strategies.end(), name) == offer.strategies.end()) {
-        LOG_WARN(kLog, cfg_.rank, "the cluster manager chose '" << name << "', which is not possible now; using "
-                                                                << strategy_name(own));
-        return own;
-    }
-    event_locked("cluster_strategy", name);
-    return picked;
-}
-
-void Controller::report_cluster(const ClusterReport& given) {
-    ClusterCallback cb;
-    ClusterReport report = given;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (report.action == "report_fault_ranks") last_cluster_faults_ = report.fault_ranks;
-        if (report.fault_ranks.empty()) report.fault_ranks = last_cluster_faults_;
-        auto it = cluster_.find(report.action);
-        if (it == cluster_.end()) return;
-        cb = it->second;
-    }
-    try {
-        cb(report);
-    } catch (const std::exception& e) {
-        LOG_ERROR(kLog, cfg_.rank, "cluster-manager callback " << report.action << " failed: " << e.what());
-    }
 }
 
 ActionMsg Controller::base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const {
@@ -1095,72 +852,31 @@ bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ra
     return true;
 }
 
-// The REPAIR action of every rank taking part: for each optimizer type, a healthy peer sends each
-// shard to the rank that needs it. RepairType of a rank: 0 SEND for a source; for a receiver 3
-// RECV_REPAIR when it is a replacement process (ARF), 2 UCE_LOWLEVEL when its clean reported that the
-// memory error needs no rebuild, else 1 UCE_HIGHLEVEL.
+// The REPAIR action of every rank taking part (plan_repair): each rank its own message, since the
+// ranks' repair types differ.
 Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
                                                     const std::map<int, int>& clean_results) {
-    std::map<int, RepairPlan> plans;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        plans = replicas_.repair_pairs(ctx.unavailable);
+    std::lock_guard<std::mutex> lock(mu_);
+    RepairAssignment assignment = plan_repair(replicas_.repair_pairs(ctx.unavailable), ctx, clean_results);
+    for (const auto& info : assignment.by_type) {
+        event_locked("repair_plan", "type " + std::to_string(info.optimizer_type) + " src=" + list_text(info.src) +
+                                        " dst=" + list_text(info.dst));
     }
-    std::map<int, ActionMsg> msgs;
-    for (const auto& [type, plan] : plans) {
-        RepairInfoMsg info;
-        info.optimizer_type = static_cast<uint8_t>(type);
-        std::set<int> members;
-        for (auto [src, dst] : plan.pairs) {
-            if (!ctx.repair_set.count(dst) && !ctx.replace.count(dst)) continue;
-            info.src.push_back(src);
-            info.dst.push_back(dst);
-            members.insert(src);
-            members.insert(dst);
-        }
-        if (members.empty()) continue;
-        info.rank_list.assign(members.begin(), members.end());
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            event_locked("repair_plan", "type " + std::to_string(type) + " src=" + list_text(info.src) +
-                                            " dst=" + list_text(info.dst));
-        }
-        for (int r : members) {
-            auto it = msgs.try_emplace(r, base_action(ActionKind::Repair, ctx, s)).first;
-            RepairInfoMsg mine = info;
-            bool receives = std::find(info.dst.begin(), info.dst.end(), r) != info.dst.end();
-            auto clean = clean_results.find(r);
-            mine.repair_type = !receives ? 0 : ctx.replace.count(r) ? 3 : clean != clean_results.end() && clean->second == 2 ? 2 : 1;
-            it->second.repair.push_back(mine);
-        }
+    ActionGroups groups;
+    for (auto& [rank, repair] : assignment.by_rank) {
+        ActionMsg msg = base_action(ActionKind::Repair, ctx, s);
+        msg.repair = std::move(repair);
+        groups.push_back({{rank}, std::move(msg)});
     }
-    ActionGroups groups;  // each rank its own message (its repair types differ)
-    for (auto& [rank, msg] : msgs) groups.push_back({{rank}, std::move(msg)});
     return groups;
 }
 
 // LOAD_CKPT: no live replica holds some shard, so every rank loads the last periodic checkpoint
-// again (RepairType 5, no sources); ROLLBACK then takes every rank to that step.
+// again; ROLLBACK then takes every rank to that step.
 Controller::ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
-    RepairInfoMsg info;
-    info.repair_type = kRepairTypeLoadCkpt;
-    info.rank_list.assign(ranks.begin(), ranks.end());
     ActionMsg msg = base_action(ActionKind::Repair, ctx, Strategy::Retry);
-    msg.repair.push_back(info);
+    msg.repair.push_back(reload_info(ranks));
     return {{ranks, msg}};
-}
-
-// The checkpoint step every live rank can load again, or -1: all ranks alive and registered, each
-// having reported the same completed periodic checkpoint, not past the repair step.
-int64_t Controller::reloadable_step_locked(const FaultContext& ctx) const {
-    if (!ctx.replace.empty() || !ctx.dead.empty()) return -1;
-    int64_t step = -1;
-    for (int r : live_ranks_locked()) {
-        int64_t saved = ranks_[r].ckpt_step;
-        if (saved < 0 || (step >= 0 && saved != step)) return -1;
-        step = saved;
-    }
-    return step <= ctx.repair_step ? step : -1;
 }
 
 // ---- process replacement (ARF) -----------------------------------------------------------------
@@ -1209,19 +925,6 @@ void Controller::recover(FaultContext& ctx) {
     ClusterReport result{"report_result"};
     result.strategy = "recover";
     report_cluster(result);
-}
-
-// A fault policy escalated a memory or communication fault to replacement (a device to isolate):
-// the faulty ranks' processes are replaced instead of repaired in place.
-void Controller::replace_faulty(FaultContext& ctx) {
-    for (const auto& [rank, f] : ctx.faults) {
-        if (f.kind != FaultKind::Comm) ctx.replace.insert(rank);
-    }
-    if (ctx.replace.empty()) {
-        for (const auto& [rank, f] : ctx.faults) ctx.replace.insert(rank);
-    }
-    for (int r : ctx.replace) ctx.repair_set.erase(r);
-    ctx.unavailable.insert(ctx.replace.begin(), ctx.replace.end());
 }
 
 // The old processes of ranks with a process/node fault are not used again: a rank still connected
@@ -1290,26 +993,15 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         ctx.stopped = true;
     }
     SaverPlan plan;
-    bool no_layout;
+    std::string refusal;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        no_layout = replicas_.empty();
-        // Everything learned since the decision: ranks that died, failed an action or reported a
-        // memory error are not trusted to save.
-        for (size_t i = 0; i < ranks_.size(); ++i) {
-            const RankEntry& r = ranks_[i];
-            if (r.dead || r.excluded || !r.registered || r.joining) ctx.unavailable.insert(static_cast<int>(i));
-        }
-        for (const auto& [rank, f] : pending_faults_) {
-            if (f.kind == FaultKind::Memory || f.kind == FaultKind::Node) ctx.unavailable.insert(rank);
-        }
+        exclude_untrusted_savers(snapshot_locked(), pending_faults_, ctx.unavailable);
         plan = replicas_.savers(ctx.unavailable);
+        refusal = dump_refusal(replicas_, plan);
         live = live_ranks_locked();
     }
-    if (no_layout || !plan.complete()) {
-        std::string missing = no_layout ? " no replica layout was reported" : missing_shards_text(plan);
-        return exit_all("dump impossible, no complete replica:" + missing, 499);
-    }
+    if (!refusal.empty()) return exit_all(refusal, 499);
     ActionMsg save = base_action(ActionKind::SaveCkpt, ctx, Strategy::Dump);
     std::set<int> savers;
     for (const auto& [type, ranks] : plan.ranks_by_type()) {
@@ -1324,15 +1016,6 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
     out = run_action_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
     if (!out.ok()) return exit_all("renaming the checkpoint failed", 499);
     exit_all("dump of step " + std::to_string(ctx.repair_step) + " complete", 0);
-}
-
-std::string Controller::missing_shards_text(const SaverPlan& plan) const {
-    std::string text;
-    for (const auto& s : plan.missing) {
-        text += " type " + std::to_string(s.optimizer_type) + " group " + std::to_string(s.group_index) +
-                " shard " + std::to_string(s.shard) + " (holders " + list_text(s.holders) + " all dead, faulty or behind);";
-    }
-    return text;
 }
 
 void Controller::exit_all(const std::string& why, int result) {
@@ -1517,59 +1200,6 @@ Controller::ActionOutcome Controller::run_action(ActionKind kind, const ActionGr
     }
     pending_.reset();
     return outcome;
-}
-
-// ---- cluster manager ---------------------------------------------------------------------------
-
-void Controller::set_cluster_callback(const std::string& action, ClusterCallback cb) {
-    static const std::set<std::string> known = {"report_fault_ranks", "report_stop_complete", "report_strategies",
-                                                "report_result"};
-    if (!known.count(action)) {
-        throw std::invalid_argument("unknown cluster-manager callback '" + action +
-                                    "' (known: report_fault_ranks, report_stop_complete, report_strategies, report_result)");
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    cluster_[action] = std::move(cb);
-}
-
-void Controller::notify_faults(const std::map<int, int>& fault_ranks) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [rank, code] : fault_ranks) {
-        if (rank < 0 || rank >= cfg_.world_size) {
-            throw std::invalid_argument("fault rank " + std::to_string(rank) + " is out of range");
-        }
-        if (code < 0 || code > 2) {
-            throw std::invalid_argument("fault type " + std::to_string(code) +
-                                        " of rank " + std::to_string(rank) + " is not 0 (memory), 1 (node) or 2 (communication)");
-        }
-    }
-    for (const auto& [rank, code] : fault_ranks) {
-        FaultKind kind = code == 0 ? FaultKind::Memory : code == 2 ? FaultKind::Comm : FaultKind::Node;
-        add_fault_locked(rank, kind, "reported by the cluster manager");
-    }
-}
-
-void Controller::notify_strategy(const std::string& strategy) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (strategy == "retry") cluster_strategy_ = Strategy::Retry;
-    else if (strategy == "recover") cluster_strategy_ = Strategy::Recover;
-    else if (strategy == "dump") cluster_strategy_ = Strategy::Dump;
-    else if (strategy == "exit") cluster_strategy_ = Strategy::Exit;
-    else if (strategy == "continue") continue_requested_ = true;
-    else throw std::invalid_argument("strategy '" + strategy + "' is not implemented by this controller");
-    cv_.notify_all();
-}
-
-void Controller::notify_dump() {
-    std::lock_guard<std::mutex> lock(mu_);
-    dump_requested_ = true;
-    cv_.notify_all();
-}
-
-void Controller::notify_pause() {
-    std::lock_guard<std::mutex> lock(mu_);
-    pause_requested_ = true;
-    cv_.notify_all();
 }
 
 }  // namespace mindio

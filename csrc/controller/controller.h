@@ -1,6 +1,8 @@
 // The controller: the rank table fed by the server thread, and the state-machine thread that turns
 // faults into an ordered sequence of actions (the action engine: one action at a time, a sequence
-// number per action, a reply deadline, resend when a rank reconnects).
+// number per action, a reply deadline, resend when a rank reconnects). What to do after a fault is
+// the pure planner's answer (planner.h) on a snapshot of the rank table taken under the lock; the
+// consultations of a fault policy and the cluster manager are in controller_consultation.cpp.
 //
 // Security: a processor must present the shared token (MINDIO_TOKEN) at registration; the comparison
 // is constant-time. TLS is not implemented: the link is plaintext, so the token only keeps other jobs
@@ -18,7 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "controller/consultation.h"
 #include "controller/liveness.h"
+#include "controller/planner.h"
 #include "controller/replica_manager.h"
 #include "controller/state_machine.h"
 #include "net/server.h"
@@ -50,24 +54,6 @@ struct ControllerEvent {
     std::string kind;
     std::string detail;
 };
-
-// Calls towards the cluster manager ("MindX"): action is report_fault_ranks, report_stop_complete,
-// report_strategies or report_result. Called from the state-machine thread.
-struct ClusterReport {
-    std::string action;
-    std::map<int, int> fault_ranks;  // rank -> 0 memory, 1 process/node, 2 communication
-    std::vector<std::string> strategies;
-    int result = 0;
-    std::string strategy;
-};
-using ClusterCallback = std::function<void(const ClusterReport&)>;
-
-// A fault policy: (rank, report state, error code) -> a strategy name (none, retry, recover, dump,
-// exit). Opaque to the controller, which only knows that the answer may escalate its own decision
-// (combine_with_policy). It may throw; it is called on a helper thread and waited for a bounded time.
-using PolicyCallback = std::function<std::string(int rank, int report_state, const std::string& code)>;
-constexpr int kMinPolicyTimeoutMs = 10;
-constexpr int kMaxPolicyTimeoutMs = 600000;
 
 class Controller : private Server::Listener {
 public:
@@ -102,20 +88,18 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    struct RankEntry {
+    // What the planner reads of a rank (RankSnapshot: registered, dead, excluded, joining, left, step,
+    // ckpt_step, data) and what only the rank table and the action engine need.
+    struct RankEntry : RankSnapshot {
         uint64_t conn = 0;
         uint64_t generation = 0;  // bumps on every (re-)registration, so the engine knows to resend
-        bool registered = false, connected = false, dead = false, excluded = false;
-        // ARF: a restarted process registered for this dead rank and is kept out of the job (no
+        bool connected = false;
+        // ARF: a restarted process registered for this dead rank is `joining` (kept out of the job: no
         // STOP/CLEAN, never a saver or source) until repaired; ready once it reported PREREPAIR_FINISH.
-        bool joining = false, ready = false;
-        bool left = false;  // said goodbye (tft_destroy_processor): gone on purpose, not a fault
+        bool ready = false;
         Clock::time_point last_seen, disconnected_at;
         uint32_t heartbeat_ms = 2000;
         int32_t pid = 0;  // of the registered process, as it said (0: not given)
-        int64_t step = -1;
-        int64_t ckpt_step = -1;  // the last periodic checkpoint it saved
-        DataStatus data = DataStatus::Updated;
         RunStatus run = RunStatus::Running;
         Section section = Section::None;
         Section last_section = Section::None;  // the latest section it entered, kept after it ended
@@ -124,15 +108,6 @@ private:
         bool suspect = false;  // silent for heartbeat_misses periods with its connection open
         bool hang_reported = false;  // named by the hang rule; again only after it reported progress
         bool finished = false;       // its training is over (RunStatus::Finished)
-    };
-    struct CodedReport {
-        uint8_t state;
-        std::string code;
-    };
-    struct Fault {
-        FaultKind kind;
-        std::string why;
-        std::vector<CodedReport> coded;  // reports of this rank that carried an error code
     };
     struct ActionOutcome {
         std::set<int> failed;
@@ -151,15 +126,6 @@ private:
         std::set<int> waiting;
         std::map<int, int> results;
         std::map<int, std::string> errors;
-    };
-    struct FaultContext {
-        std::map<int, Fault> faults;
-        std::set<int> dead, not_ready, repair_set, unavailable;
-        std::set<int> replace;  // ranks with a process/node fault: replaced by a restarted process (ARF)
-        int64_t repair_step = -1;
-        int64_t reload_step = -1;  // >= 0: no replica can repair; every rank reloads this checkpoint (LOAD_CKPT)
-        bool is_uce = false;
-        bool stopped = false;
     };
 
     void on_frame(uint64_t conn, Frame&& frame) override;
@@ -183,7 +149,7 @@ private:
     void heard_from_locked(int rank);
     void note_finished_locked(int rank);
     void judge_liveness_locked();
-    void await_saves(std::unique_lock<std::mutex>& lock, const std::map<int, Fault>& faults);
+    void await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults);
     Clock::time_point connection_losses_settled_locked() const;
     void add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded = nullptr);
     void transition_locked(State to, const std::string& why);
@@ -191,21 +157,21 @@ private:
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
+    // The planner's inputs, copied under the lock.
+    RankSnapshots snapshot_locked() const;
+    std::set<int> faulty_locked(const Faults& faults) const;  // ranks of `faults` and of the pending ones
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
-    FaultContext assess_locked(std::map<int, Fault> faults, int64_t lock_step = -1);
-    int64_t prelock(const std::map<int, Fault>& faults);
-    int64_t reloadable_step_locked(const FaultContext& ctx) const;
+    FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
+    int64_t prelock(const Faults& faults);
     ActionGroups reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const;
-    std::set<int> blocked_by_faults_locked(const std::map<int, Fault>& faults, int64_t step) const;
     std::optional<Strategy> consult_policy(const FaultContext& ctx);
     void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
-    Strategy consult_cluster(const FaultContext& ctx, Strategy own, bool retry_possible, bool recover_possible,
-                             bool dump_possible);
+    // offer: the strategies the cluster manager may pick (cluster_offer).
+    Strategy consult_cluster(const FaultContext& ctx, Strategy own, const std::vector<std::string>& offer);
     void report_cluster(const ClusterReport& report);
     void online_repair(FaultContext& ctx);
     void recover(FaultContext& ctx);
     bool roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s, const std::string& during);
-    void replace_faulty(FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
     bool await_replacements(const std::set<int>& ranks, std::string* why);
     ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
@@ -214,7 +180,6 @@ private:
     void pause_flow();
 
     std::set<int> live_ranks_locked() const;
-    std::string missing_shards_text(const SaverPlan& plan) const;
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
     ActionOutcome run_action(ActionKind kind, const ActionGroups& groups, bool interruptible, int timeout_ms);
     ActionOutcome run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
@@ -236,7 +201,7 @@ private:
     std::vector<RankEntry> ranks_;
     std::map<uint64_t, int> conn_rank_;
     ReplicaManager replicas_;
-    std::map<int, Fault> pending_faults_;
+    Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     std::optional<Pending> pending_;
@@ -251,9 +216,8 @@ private:
     uint64_t seq_ = 0;
     int64_t repair_step_ = -1;
     std::vector<ControllerEvent> events_;
-    std::map<std::string, ClusterCallback> cluster_;
+    ClusterCallbacks cluster_;
     std::optional<Strategy> cluster_strategy_;
-    std::map<int, int> last_cluster_faults_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
     uint64_t registrations_refused_ = 0;
     uint64_t heartbeats_ = 0;  // handled, for stats() (the scale benchmark's rate)

@@ -308,7 +308,7 @@ void decode(const std::string& body, ActionMsg& m) {
     m.repair.resize(r.count("repair", 14));
     for (auto& info : m.repair) {
         info.optimizer_type = r.enum_u8("repair.optimizer_type", 1);
-        info.repair_type = r.enum_u8("repair.repair_type", 6);
+        info.repair_type = r.enum_u8("repair.repair_type", kMaxRepairType);
         info.src = r.ints("repair.src");
         info.dst = r.ints("repair.dst");
         info.rank_list = r.ints("repair.rank_list");

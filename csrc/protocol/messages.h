@@ -91,11 +91,18 @@ constexpr size_t kMaxErrorCode = 64;
 // Empty when `code` is acceptable, otherwise what is wrong with it.
 std::string check_error_code(const std::string& code);
 
-constexpr uint8_t kRepairTypeLoadCkpt = 5;  // RepairType LOAD_CKPT: reload the last periodic checkpoint
+// What a rank does in a REPAIR, with the reference's values (mindio_adaptor/core/enums.py RepairType):
+// SEND for a source; a receiver is UCE_HIGHLEVEL or UCE_LOWLEVEL (its clean said the memory error
+// needs no rebuild) when repaired in place, RECV_REPAIR when it is a replacement process; LOAD_CKPT:
+// reload the last periodic checkpoint. ROLLBACK and LOAD_REBUILD exist for the names; never sent.
+enum class RepairType : uint8_t {
+    Send = 0, UceHighLevel = 1, UceLowLevel = 2, RecvRepair = 3, Rollback = 4, LoadCkpt = 5, LoadRebuild = 6,
+};
+constexpr uint8_t kMaxRepairType = 6;
 
 struct RepairInfoMsg {
     uint8_t optimizer_type = 0;
-    uint8_t repair_type = 0;  // RepairType of the receiving rank
+    uint8_t repair_type = 0;  // RepairType of the receiving rank (a wire byte: a peer may send any value)
     std::vector<int32_t> src, dst, rank_list;
 };
 
