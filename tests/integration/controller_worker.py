@@ -92,6 +92,10 @@ def main():
 
     @ttp.tft_exception_handler
     def train():
+        # The decorator destroys the processor when train returns: read the repair type before.
+        return train_steps(), ttp.tft_get_repair_type()
+
+    def train_steps():
         if restarted and not state["joined"]:
             # A replacement builds its model, then tells the controller it is ready and waits for the repair.
             state["joined"] = True
@@ -166,8 +170,8 @@ def main():
         return "timeout"
 
     try:
-        result = train()
-        emit(rank=rank, result=result, repair_type=ttp.tft_get_repair_type(), step=state["step"])
+        result, repair_type = train()
+        emit(rank=rank, result=result, repair_type=repair_type, step=state["step"])
     except SystemExit as exc:
         emit(rank=rank, result="exit", reason=str(exc))
     finally:

@@ -39,7 +39,7 @@ def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env
         results = job.wait_results(range(8), timeout=30)
         assert all(r["result"] == "done" and r["repair_type"] == "recover" and r["step"] == 10
                    for r in results.values()), results
-        assert job.events_of(5, "restarted") == [{"rank": 5, "restarted": True, "reboot_type": "recover"}]
+        assert job.events_of(5, "restarted") == [{"rank": 5, "restarted": True, "reboot_type": "arf"}]
         assert actions_in_order(job) == ["prelock", "stop", "clean", "rebuild_group", "repair", "rollback", "normal"]
         targets = {d.split(" ")[0]: d.split("ranks=")[1] for _, _, d in job.controller_events("action")}
         survivors, everyone = "[0,1,2,3,4,6,7]", "[0,1,2,3,4,5,6,7]"
@@ -52,7 +52,7 @@ def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env
         assert states[-4:] == ["NORMAL->ABNORMAL", "ABNORMAL->ENV_CLEAR", "ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
         # DP [0..7], R=2: rank 5's shard is also held by rank 1, which sends it to the new process.
         assert [d for _, _, d in job.controller_events("repair_plan")] == ["type 0 src=[1] dst=[5]"]
-        info = {"type": 0, "src": [1], "dst": [5], "rank_list": [1, 5]}
+        info = {"type": [0], "src": [1], "dst": [5], "rank_list": [1, 5]}
         assert job.handler_calls(1, "repair") == [[5, False, [5], dict(info, repair_type=0)]]  # SEND
         assert job.handler_calls(5, "repair") == [[5, False, [5], dict(info, repair_type=3)]]  # RECV_REPAIR
         for rank in range(8):
