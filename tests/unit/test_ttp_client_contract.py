@@ -272,3 +272,48 @@ def test_a_normal_end_destroys_the_processor_and_an_own_controller(monkeypatch):
     tft_exception_handler(lambda: 5)()
     assert destroyed == ["processor"]
     tp.set_decorated_args(None)
+
+
+ADAPTOR_NAMES = ["tft_init_controller_processor", "tft_register_processor", "tft_train", "tft_set_losses_reduced",
+                 "tft_is_arf_reboot_node", "ttp_initialize_replica_dp_group", "ttp_get_replica_dp_num",
+                 "ttp_get_dp_cp_replica_group", "ttp_get_dp_cp_replica_group_gloo", "ttp_get_dp_ep_replica_group",
+                 "ttp_get_dp_ep_replica_group_gloo", "TTPReplicaOptimizer", "TTPFP16ReplicaOptimizer"]
+
+
+def test_the_older_adaptor_names_exist_and_need_the_patched_job():
+    from mindio_ttp import adaptor
+    from mindio_ttp.adaptor.utils import CONFIG_INDEX, MODEL_INDEX, OPTIM_INDEX, SCHEDULER_INDEX, TRAIN_PARAM
+
+    assert (TRAIN_PARAM, MODEL_INDEX, OPTIM_INDEX, SCHEDULER_INDEX, CONFIG_INDEX) == (0, 1, 2, 3, -1)
+    assert all(callable(getattr(adaptor, name)) for name in ADAPTOR_NAMES)
+    with pytest.raises(adaptor.AdaptorNotReady, match=r"call mindio_adaptor.patch_all\(\)"):
+        adaptor.tft_init_controller_processor(enable_tls=False, tls_option_top_path="")
+    with pytest.raises(NotImplementedError, match="replica groups is done by mindio_adaptor's Megatron patches"):
+        adaptor.ttp_initialize_replica_dp_group(1, 1, 1, 1, 4)
+
+
+def test_the_older_adaptor_trains_through_megatrons_patched_train(monkeypatch):
+    import sys
+    import types
+
+    from mindio_adaptor.patches import exception_loop, registry
+    from mindio_ttp import adaptor
+
+    monkeypatch.setattr(registry, "_active", True)
+    monkeypatch.setattr(exception_loop, "ha_enabled", lambda: True)
+    training = types.ModuleType("megatron.training.training")
+    training.train = lambda *args: (len(args), 0.0)
+    package = types.ModuleType("megatron.training")
+    package.training = training
+    monkeypatch.setitem(sys.modules, "megatron.training", package)
+    monkeypatch.setitem(sys.modules, "megatron.training.training", training)
+    assert adaptor.tft_train(["forward", "model", "optimizer"], ["test"]) == (3, 0.0)
+    with pytest.raises(adaptor.AdaptorNotReady, match=r"no \['stop', 'clean'"):
+        adaptor.tft_register_processor(print, print, "encoder_or_decoder")
+    for handler in ("stop", "clean", "repair", "rollback", "save_ckpt"):
+        tp._handlers[handler] = (print, None)
+    try:
+        adaptor.tft_register_processor(print, len, "encoder_or_decoder")
+        assert adaptor.tft_providers() == {"dataset": print, "model": len, "model_type": "encoder_or_decoder"}
+    finally:
+        tp._handlers.clear()
