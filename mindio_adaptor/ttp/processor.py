@@ -61,9 +61,9 @@ def _require() -> "_native.Processor":
 def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = False, enable_tls: bool = True,
                        tls_info: str = "", enable_uce: bool = True, enable_arf: bool = False,
                        enable_zit: bool = False) -> None:
-    """Create this process's processor. With `enable_arf`, a process that the launcher started again
-    for a dead rank (environment MINDIO_RESTARTED=1) registers as that rank's replacement; see
-    tft_is_reboot_node."""
+    """Create this process's processor. With `enable_arf`, a process that registers for a dead rank
+    becomes that rank's replacement (the controller decides; see tft_is_reboot_node), and one that the
+    launcher started again for a dead rank (environment MINDIO_RESTARTED=1) registers as one."""
     global _processor, _rank, _world_size
     if enable_zit:
         raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
@@ -81,6 +81,7 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
         if processor.restarted() and not enable_arf:
             raise ValueError(f"rank {rank}: MINDIO_RESTARTED=1 marks a restarted process, which only process "
                              f"replacement can take in: pass enable_arf=True to tft_init_processor")
+        processor.allow_replacement(bool(enable_arf))
         processor.set_dispatcher(_dispatch)
         _processor, _rank, _world_size = processor, rank, world_size
 
@@ -211,10 +212,13 @@ def tft_get_repair_type() -> str:
 
 
 def tft_is_reboot_node() -> bool:
-    """True in a process the launcher started again for a dead rank (ARF). The launcher says so with
-    the environment variable MINDIO_RESTARTED=1 (0 or unset: an original process); such a process
-    registers as a replacement and, once its model is built, raises RuntimeError("ARF FINISH") in its
-    train loop so that the controller learns it is ready (tft_exception_handler reports it)."""
+    """True in a process that replaces a dead rank (ARF); ask after tft_start_processor, as the
+    reference's clients do. As in the reference, the controller decides: a process started with
+    enable_arf=True whose first registration is for a rank the controller holds dead (or waiting for
+    its new process) is taken as that rank's replacement. A launcher may say so from the start with
+    MINDIO_RESTARTED=1 (ours). A replacement, once its model is built, raises RuntimeError("ARF
+    FINISH") in its train loop so that the controller learns it is ready (tft_exception_handler
+    reports it)."""
     return _require().restarted()
 
 

@@ -68,7 +68,6 @@ def main():
         return wrapped
 
     ttp.tft_init_processor(rank, a.world_size, enable_tls=False, enable_arf=bool(a.enable_arf))
-    restarted = ttp.tft_is_reboot_node()
     ttp.tft_register_stop_handler(lambda args, ctx: record("stop")(ctx))
     ttp.tft_register_clean_handler(lambda is_uce, args, ctx: record("clean")(is_uce))
     ttp.tft_register_repair_handler(
@@ -84,6 +83,7 @@ def main():
         emit(rank=rank, start_error=str(exc))
         ttp.tft_destroy_processor()
         return 3
+    restarted = ttp.tft_is_reboot_node()  # the controller's answer to the registration
     ttp.tft_set_optimizer_replica(rank, [{"rank_list": list(range(a.world_size)), "replica_cnt": a.replicas,
                                           "replica_shift": 0}])
     state = {"step": 0, "joined": False}
