@@ -285,11 +285,11 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
 // The reference's rule for a rebooted process: the controller, not the process, knows that a rank is
 // waiting for a new process. A process registering for the first time (and allowed to replace) for a
 // rank that is dead, joining, or whose connection is gone is that rank's replacement, whether or not a
-// launcher marked it restarted.
+// launcher marked it restarted. A rank that left on purpose is not waiting for one.
 bool Controller::takes_a_dead_ranks_place_locked(const RegisterMsg& m) const {
     if (!m.may_replace || !cfg_.caps.recover) return false;
     const RankEntry& r = ranks_[m.rank];
-    return r.dead || r.joining || (r.registered && !r.connected);
+    return r.dead || r.joining || (r.registered && !r.connected && !r.left);
 }
 
 // Which registrations ARF refuses. A dead rank comes back only as a restarted process, and a restarted
