@@ -23,10 +23,12 @@ std::string encode_dict(MsgType type, const py::dict& d) {
         case MsgType::Register:
             return encode(RegisterMsg{get<int32_t>(d, "rank", 0), get<int32_t>(d, "world_size", 0),
                                       get<uint32_t>(d, "heartbeat_ms", 0), get<std::string>(d, "token", ""),
-                                      get<bool>(d, "restarted", false), get<int32_t>(d, "pid", 0)});
+                                      get<bool>(d, "restarted", false), get<int32_t>(d, "pid", 0),
+                                      get<bool>(d, "may_replace", false)});
         case MsgType::RegisterAck:
         case MsgType::ProcessEndedAck:
-            return encode(RegisterAckMsg{get<int32_t>(d, "result", 0), get<std::string>(d, "message", "")});
+            return encode(RegisterAckMsg{get<int32_t>(d, "result", 0), get<std::string>(d, "message", ""),
+                                         get<bool>(d, "replacement", false)});
         case MsgType::Heartbeat:
         case MsgType::Status:
             return encode(RankStatusMsg{get<int32_t>(d, "rank", 0), get<int64_t>(d, "step", -1),
@@ -121,12 +123,13 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             auto m = decode_as<RegisterMsg>(body);
             d["rank"] = m.rank; d["world_size"] = m.world_size; d["heartbeat_ms"] = m.heartbeat_ms;
             d["token"] = m.token; d["restarted"] = m.restarted; d["pid"] = m.pid;
+            d["may_replace"] = m.may_replace;
             break;
         }
         case MsgType::RegisterAck:
         case MsgType::ProcessEndedAck: {
             auto m = decode_as<RegisterAckMsg>(body);
-            d["result"] = m.result; d["message"] = m.message;
+            d["result"] = m.result; d["message"] = m.message; d["replacement"] = m.replacement;
             break;
         }
         case MsgType::Heartbeat:

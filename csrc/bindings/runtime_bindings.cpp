@@ -206,7 +206,10 @@ void bind_runtime(py::module_& m) {
         .def("prelock_step", &Processor::prelock_step, "-1, or the step of the controller's PRELOCK in force")
         .def("repair_type", [](const Processor& p) { return std::string(strategy_name(p.repair_type())); })
         .def("paused", &Processor::paused)
-        .def("restarted", &Processor::restarted, "started again for a dead rank (MINDIO_RESTARTED=1)")
+        .def("restarted", &Processor::restarted,
+             "started again for a dead rank (MINDIO_RESTARTED=1), or accepted as its replacement at registration")
+        .def("allow_replacement", &Processor::allow_replacement, py::arg("allowed"),
+             "before start: the first registration may replace a dead rank (the controller decides)")
         .def("controller_closed", &Processor::controller_closed, "the controller's goodbye reason, or ''")
         .def("connected", &Processor::connected, "whether the link to the controller is up now")
         .def("stats", &Processor::stats);

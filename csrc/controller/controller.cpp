@@ -186,6 +186,7 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
     }
     std::lock_guard<std::mutex> lock(mu_);
+    if (refusal.empty() && takes_a_dead_ranks_place_locked(m)) m.restarted = true;
     if (refusal.empty()) refusal = arf_refusal_locked(m);
     if (!refusal.empty()) {
         ++registrations_refused_;
@@ -211,7 +212,7 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     r.section = Section::None;
     conn_rank_[conn] = m.rank;
     server_.authenticate(conn);
-    server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok"})));
+    server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok", replacing})));
     const char* kind = replacing ? "replacement" : again ? "reregister" : "register";
     event_locked(kind, "rank " + std::to_string(m.rank));
     LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " " << (replacing ? "replaced by a restarted process" : again ? "re-registered" : "registered"));
@@ -260,6 +261,16 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
     return who + " declared dead";
 }
 
+// The reference's rule for a rebooted process: the controller, not the process, knows that a rank is
+// waiting for a new process. A process registering for the first time (and allowed to replace) for a
+// rank that is dead, joining, or whose connection is gone is that rank's replacement, whether or not a
+// launcher marked it restarted. A rank that left on purpose is not waiting for one.
+bool Controller::takes_a_dead_ranks_place_locked(const RegisterMsg& m) const {
+    if (!m.may_replace || !cfg_.caps.recover) return false;
+    const RankEntry& r = ranks_[m.rank];
+    return r.dead || r.joining || (r.registered && !r.connected && !r.left);
+}
+
 // Which registrations ARF refuses. A dead rank comes back only as a restarted process, and a restarted
 // process only replaces a rank that is dead (or whose connection is gone: the replacement is the proof
 // the old process died), while the controller can still use it.
@@ -268,8 +279,8 @@ std::string Controller::arf_refusal_locked(const RegisterMsg& m) const {
     std::string who = "rank " + std::to_string(m.rank);
     if (!m.restarted) {
         if (!r.dead) return "";
-        return who + " was declared dead; only a restarted process (MINDIO_RESTARTED=1 with enable_arf=True) may " +
-               "take its place" + (cfg_.caps.recover ? "" : ", and process replacement (ARF) is not enabled");
+        return who + " was declared dead; only a restarted process may take its place: one started with " +
+               "tft_init_processor(..., enable_arf=True), or marked MINDIO_RESTARTED=1 by the launcher" + (cfg_.caps.recover ? "" : ", and process replacement (ARF) is not enabled");
     }
     if (!cfg_.caps.recover) {
         return "a restarted process registered as " + who + ", but process replacement (ARF) is not enabled on the "

@@ -131,6 +131,7 @@ private:
     void on_frame(uint64_t conn, Frame&& frame) override;
     void on_closed(uint64_t conn, const std::string& reason) override;
     void handle_register(uint64_t conn, const std::string& body);
+    bool takes_a_dead_ranks_place_locked(const RegisterMsg& m) const;
     std::string arf_refusal_locked(const RegisterMsg& m) const;
     bool accept_replacement_locked(const RegisterMsg& m);
     void handle_status(const RankStatusMsg& m, bool heartbeat);

@@ -99,6 +99,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
     {
         std::lock_guard<std::mutex> lock(mu_);
         reg.restarted = joining_;
+        reg.may_replace = allow_replacement_ && !registered_once_;
     }
     if (!send_all(fd, encode_frame(MsgType::Register, 0, encode(reg)), cfg_.io_timeout_ms, error)) {
         close_fd(fd);
@@ -125,6 +126,12 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         if (reply.result != 0) {
             *fatal = true;
             throw ProtocolError("the controller refused registration: " + reply.message);
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        registered_once_ = true;
+        if (reply.replacement) {
+            joining_ = true;  // a reconnect before the repair completes registers as the replacement again
+            accepted_as_replacement_ = true;
         }
     } catch (const ProtocolError& e) {
         *error = e.what();

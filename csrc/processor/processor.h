@@ -78,7 +78,10 @@ public:
     Strategy repair_type() const;
     bool paused() const;
     // Started again for a dead rank (MINDIO_RESTARTED=1); stays true for the life of the process.
-    bool restarted() const { return cfg_.restarted; }
+    bool restarted() const { return cfg_.restarted || accepted_as_replacement_; }
+    // May register as a dead rank's replacement without the launcher's marker (enable_arf): the
+    // controller decides at the first registration (restarted() is true afterwards when it did).
+    void allow_replacement(bool allowed) { allow_replacement_ = allowed; }
     // Why the controller closed the link on purpose (its goodbye), or empty.
     std::string controller_closed() const;
     // Whether the link to the controller is up now (false while reconnecting, and once given up).
@@ -131,6 +134,9 @@ private:
     // Registers as a replacement until the controller's NORMAL shows the replacement is complete;
     // a later reconnect is an ordinary one.
     bool joining_ = false;
+    std::atomic<bool> allow_replacement_{false};
+    std::atomic<bool> accepted_as_replacement_{false};
+    bool registered_once_ = false;
     std::optional<NextAction> next_action_;
     uint64_t last_seq_ = 0;
     std::string cached_reply_;  // reply frame for last_seq_, empty while it still runs

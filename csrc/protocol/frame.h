@@ -19,7 +19,8 @@
 namespace mindio {
 
 constexpr uint32_t kMagic = 0x414F494D;  // "MIOA" in little-endian bytes
-constexpr uint16_t kVersion = 3;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded
+constexpr uint16_t kVersion = 4;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
+                                  // 4: Register's may_replace, RegisterAck's replacement
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxBody = 10u * 1024u * 1024u;
 

@@ -169,6 +169,7 @@ std::string encode(const RegisterMsg& m) {
     w.str(m.token);
     write_bool(w, m.restarted);
     w.i32(m.pid);
+    write_bool(w, m.may_replace);
     return w.out;
 }
 
@@ -180,6 +181,7 @@ void decode(const std::string& body, RegisterMsg& m) {
     m.token = r.str("token");
     m.restarted = read_bool(r, "restarted");
     m.pid = r.i32("pid");
+    m.may_replace = read_bool(r, "may_replace");
     r.finish();
 }
 
@@ -187,6 +189,7 @@ std::string encode(const RegisterAckMsg& m) {
     Writer w;
     w.i32(m.result);
     w.str(m.message);
+    write_bool(w, m.replacement);
     return w.out;
 }
 
@@ -194,6 +197,7 @@ void decode(const std::string& body, RegisterAckMsg& m) {
     Reader r(body, "RegisterAck");
     m.result = r.i32("result");
     m.message = r.str("message");
+    m.replacement = read_bool(r, "replacement");
     r.finish();
 }
 

@@ -47,11 +47,16 @@ struct RegisterMsg {
     // The process's id, so that a launcher's report of a process that ended names this process and
     // not a replacement registered for the same rank since; 0: not given.
     int32_t pid = 0;
+    // The process registers for the first time and may replace a dead rank (enable_arf) without the
+    // launcher's marker: the controller decides, and says so in the reply, as the reference's controller
+    // tells a rebooted process (tft_is_reboot_node).
+    bool may_replace = false;
 };
 
 struct RegisterAckMsg {
     int32_t result = 0;  // 0 accepted; otherwise refused and `message` says why
     std::string message;
+    bool replacement = false;  // accepted in place of a dead rank (ARF)
 };
 
 // Heartbeat and Status share this body.

@@ -110,6 +110,12 @@ def _to_state(state: Union[ReportState, str, int]) -> ReportState:
     return ReportState(state)
 
 
+# Besides the patterns themselves, the keys the reference's own handles answer with (its HBM handle
+# tells a repairable memory error from a corrupting one; "OTHER" is its "nothing known").
+REFERENCE_RESULT_KEYS = {"OTHER": ReportState.UNKNOWN, "HBM MULTI BIT ECC can repair": ReportState.UCE,
+                         "HBM MULTI BIT ECC can't repair": ReportState.UCE_CORRUPTED}
+
+
 class FaultClassifier:
     """An ordered rule table. `user_rules` is a plain list so callers may inspect or clear it."""
 
@@ -129,6 +135,17 @@ class FaultClassifier:
         rule = FaultRule(text, _to_state(state), source, handle)
         self.user_rules.append(rule)
         return rule
+
+    def state_of_key(self, key) -> Optional[ReportState]:
+        """The report state a pattern handle's answer names: the pattern `key` (registered last wins,
+        as re-registering a pattern replaces its state in the reference's table), a built-in pattern,
+        or one of REFERENCE_RESULT_KEYS; None for anything else."""
+        if not isinstance(key, str):
+            return None
+        for rule in [*reversed(self.user_rules), *self.builtin_rules]:
+            if rule.text == key:
+                return rule.state
+        return REFERENCE_RESULT_KEYS.get(key)
 
     def classify_text(self, text: str) -> Classification:
         for rule in self._text_rules():

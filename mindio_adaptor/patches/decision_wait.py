@@ -33,7 +33,7 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
     from mindio_adaptor.ttp.enums import Action, ReportState
 
     stopped = session.thread.stop_requested.is_set()
-    state = ReportState.NORMAL if stopped else exception_handler.classify(exc)[0]
+    state = ReportState.NORMAL if stopped else exception_handler.report_state_of(exc)
     summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     session.timeline.begin(step, "a replacement process joining" if replacement else
                            "stopped by the controller" if stopped else f"{state.name} fault")

@@ -174,11 +174,27 @@ def tft_notify_controller_on_global_rank(fault_ranks, time: int = 1) -> int:
     return 0
 
 
-def tft_notify_controller_prepare_action(*args, **kwargs):
-    raise NotImplementedError("tft_notify_controller_prepare_action: the reference's preparation step before a "
-                              "cluster-manager action (for migration and elastic training) has no counterpart "
-                              "here; retry, recover, dump and exit need none: choose one with "
-                              "tft_notify_controller_change_strategy")
+_PREPARE_ACTIONS = ("hot switch", "stop switch")  # the reference's sub-health migration actions
+
+
+def tft_notify_controller_prepare_action(action: str, fault_ranks: Optional[Dict[int, int]] = None) -> int:
+    """The reference's cluster manager prepares a sub-health migration with it: "hot switch" (a
+    standby process takes over a rank that is degrading but still running) or "stop switch" (the
+    same after stopping training). There is no migration here (a rank is replaced only once its
+    process is dead: enable_arf), so a valid call raises NotImplementedError naming that; a call the
+    reference would refuse raises ValueError."""
+    if action not in _PREPARE_ACTIONS:
+        raise ValueError(f"tft_notify_controller_prepare_action: unknown action {action!r}; the reference's are "
+                         f"{', '.join(repr(a) for a in _PREPARE_ACTIONS)}")
+    faults = fault_ranks or {}
+    if not isinstance(faults, dict) or any(not isinstance(r, int) or not isinstance(t, int) or not 0 <= t <= 2
+                                           for r, t in faults.items()):
+        raise ValueError(f"tft_notify_controller_prepare_action: fault_ranks must map ranks to fault types 0..2, "
+                         f"got {fault_ranks!r}")
+    raise NotImplementedError(f"tft_notify_controller_prepare_action({action!r}): sub-health migration (hot switch) "
+                              f"is not implemented; a faulty rank is repaired online "
+                              f"(tft_notify_controller_stop_train / change_strategy 'retry'), or replaced once its "
+                              f"process is gone (enable_arf=True, strategy 'recover')")
 
 
 # Ours, for tools and tests.

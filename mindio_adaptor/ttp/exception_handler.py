@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Callable, List, Optional, Tuple
 
 from mindio_adaptor.core import faults
-from mindio_adaptor.ttp import processor
+from mindio_adaptor.ttp import controller, processor
 from mindio_adaptor.ttp.enums import Action, ReportState
 
 logger = logging.getLogger(__name__)
@@ -20,8 +21,9 @@ _user_patterns: List[faults.FaultRule] = faults.DEFAULT.user_rules
 
 
 def tft_register_exception_handler(pattern: str, report_state_name: str, handle: Optional[Callable] = None) -> None:
-    """Classify errors whose text contains `pattern` as ReportState[report_state_name]; `handle(exc)`,
-    when given, is called before the report."""
+    """Classify errors whose text contains `pattern` as ReportState[report_state_name]. `handle`, when
+    given, is called with the error's text before the report, as the reference calls it; its answer
+    names the state reported (report_state_of)."""
     if not isinstance(pattern, str) or not pattern:
         raise ValueError("tft_register_exception_handler: pattern must be a non-empty string")
     try:
@@ -43,6 +45,32 @@ def classify(exc: BaseException) -> Tuple[ReportState, Optional[Callable]]:
     return result.state, result.handle
 
 
+def report_state_of(exc: BaseException) -> ReportState:
+    """The state to report for `exc`. A matching pattern's handle is called with the text of the
+    exception that matched (str(e), as the reference calls it). Its answer is a key of the pattern
+    table (faults.FaultClassifier.state_of_key), whose state is reported; None (ours: a handle that
+    only observes) keeps the pattern's own state. Any other answer is a mistake in the handle: it is
+    logged and the fault reported as UNKNOWN (the reference fails on it with a KeyError)."""
+    result = faults.classify_exception(exc)
+    if result.handle is None:
+        return result.state
+    text = str(result.matched if result.matched is not None else exc)
+    try:
+        key = result.handle(text)
+    except Exception:
+        logger.exception("the handle of pattern %r raised; reporting the pattern's state %s",
+                         result.rule.text, result.state.name)
+        return result.state
+    if key is None:
+        return result.state
+    state = faults.DEFAULT.state_of_key(key)
+    if state is None:
+        logger.error("the handle of pattern %r answered %r, which is no pattern of the table (nor OTHER); "
+                     "reporting UNKNOWN", result.rule.text, key)
+        return ReportState.UNKNOWN
+    return state
+
+
 def fault_code_of(exc: BaseException) -> str:
     """The device fault code an exception carries in its `fault_code` attribute (ours: set by the
     code that raised it, e.g. a device-error translator), or "" for none; the controller's fault
@@ -52,22 +80,37 @@ def fault_code_of(exc: BaseException) -> str:
 
 
 def tft_exception_handler(train_func: Callable) -> Callable:
-    """Run `train_func` again after each online repair; exit when the controller decides so."""
+    """Run `train_func` again after each online repair; exit when the controller decides so.
+
+    The call's positional arguments become one list, which every handler receives as `args` unless
+    tft_set_step_args named other ones; each retry calls `train_func(*that_list)`, so what a handler
+    assigned into it (args[1] = rebuilt_model) is what training goes on with. When `train_func`
+    returns, the processor (and a controller running in this process, unless the cluster manager
+    MindX owns it: MINDX_TASK_ID set) is destroyed, as the reference does at a normal end."""
 
     @functools.wraps(train_func)
     def wrapper(*args, **kwargs):
+        call_args = list(args)
+        processor.set_decorated_args(call_args)
         while True:
             try:
-                return train_func(*args, **kwargs)
+                result = train_func(*call_args, **kwargs)
             except Exception as exc:
-                state, handle = classify(exc)
+                state = report_state_of(exc)
                 logger.warning("training raised %s: %s (reported as %s)", type(exc).__name__, exc, state.name)
-                if handle is not None:
-                    handle(exc)
                 processor.tft_report_error(state, fault_code_of(exc))
                 if processor.tft_wait_next_action() == Action.RETRY:
                     continue
                 raise SystemExit(f"the controller ended training ({processor.tft_get_repair_type()} "
                                  f"at step {processor.tft_get_repair_step()}) after: {exc}") from exc
+            _destroy_at_normal_end()
+            return result
 
     return wrapper
+
+
+def _destroy_at_normal_end() -> None:
+    # The processor first, so that its goodbye reaches the controller ("rank R left", no fault).
+    processor.tft_destroy_processor()
+    if controller.tft_query_high_availability_switch() and os.environ.get("MINDX_TASK_ID") is None:
+        controller.tft_destroy_controller()

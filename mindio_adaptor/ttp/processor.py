@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mindio_adaptor import _native
-from mindio_adaptor.ttp.enums import Action, ReportState
+from mindio_adaptor.ttp.enums import Action, RepairType, ReportState
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +20,7 @@ _rank: Optional[int] = None
 _world_size: Optional[int] = None
 _handlers: Dict[str, Tuple[Callable, Any]] = {}
 _step_args: Any = None
+_decorated_args: Optional[list] = None  # the arguments of the call tft_exception_handler runs, a list
 _last_update_start: Optional[float] = None
 _dp_group: Optional[List[int]] = None
 _decrypt_handler: Optional[Callable] = None
@@ -60,9 +61,9 @@ def _require() -> "_native.Processor":
 def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = False, enable_tls: bool = True,
                        tls_info: str = "", enable_uce: bool = True, enable_arf: bool = False,
                        enable_zit: bool = False) -> None:
-    """Create this process's processor. With `enable_arf`, a process that the launcher started again
-    for a dead rank (environment MINDIO_RESTARTED=1) registers as that rank's replacement; see
-    tft_is_reboot_node."""
+    """Create this process's processor. With `enable_arf`, a process that registers for a dead rank
+    becomes that rank's replacement (the controller decides; see tft_is_reboot_node), and one that the
+    launcher started again for a dead rank (environment MINDIO_RESTARTED=1) registers as one."""
     global _processor, _rank, _world_size
     if enable_zit:
         raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
@@ -80,6 +81,7 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
         if processor.restarted() and not enable_arf:
             raise ValueError(f"rank {rank}: MINDIO_RESTARTED=1 marks a restarted process, which only process "
                              f"replacement can take in: pass enable_arf=True to tft_init_processor")
+        processor.allow_replacement(bool(enable_arf))
         processor.set_dispatcher(_dispatch)
         _processor, _rank, _world_size = processor, rank, world_size
 
@@ -210,16 +212,23 @@ def tft_get_repair_type() -> str:
 
 
 def tft_is_reboot_node() -> bool:
-    """True in a process the launcher started again for a dead rank (ARF). The launcher says so with
-    the environment variable MINDIO_RESTARTED=1 (0 or unset: an original process); such a process
-    registers as a replacement and, once its model is built, raises RuntimeError("ARF FINISH") in its
-    train loop so that the controller learns it is ready (tft_exception_handler reports it)."""
+    """True in a process that replaces a dead rank (ARF); ask after tft_start_processor, as the
+    reference's clients do. As in the reference, the controller decides: a process started with
+    enable_arf=True whose first registration is for a rank the controller holds dead (or waiting for
+    its new process) is taken as that rank's replacement. A launcher may say so from the start with
+    MINDIO_RESTARTED=1 (ours). A replacement, once its model is built, raises RuntimeError("ARF
+    FINISH") in its train loop so that the controller learns it is ready (tft_exception_handler
+    reports it)."""
     return _require().restarted()
 
 
 def tft_get_reboot_type() -> str:
-    """Why this process was started: "recover" in a replacement process (ARF), "none" otherwise."""
-    return "recover" if _require().restarted() else "none"
+    """The reference's kinds of restart: "arf" (a process started again for a dead rank) or "hot switch"
+    (a sub-health rank handed over before it fails). Hot switching does not exist here, so every
+    restart is "arf"; as in the reference, the answer means something only where tft_is_reboot_node()
+    is True."""
+    _require()
+    return "arf"
 
 
 def tft_reset_limit_step():
@@ -340,8 +349,22 @@ def tft_can_do_uce_repair(err_time: float, update_start: float, update_end: Opti
 
 
 def tft_set_step_args(args: Any) -> None:
+    """What every handler receives as `args`; None: the arguments of the function decorated with
+    tft_exception_handler (set_decorated_args)."""
     global _step_args
     _step_args = args
+
+
+def set_decorated_args(args: Optional[list]) -> None:
+    """Ours, called by tft_exception_handler: the decorated call's arguments, one list object that the
+    handlers receive and that the retried call is made from, so a handler's assignment into it (a
+    rebuilt model, a new optimizer) is what training goes on with."""
+    global _decorated_args
+    _decorated_args = args
+
+
+def handler_args() -> Any:
+    return _step_args if _step_args is not None else _decorated_args
 
 
 def tft_pause_train(cur_step: int, poll_s: float = 0.05, timeout: Optional[float] = None) -> None:
@@ -397,7 +420,7 @@ tft_register_zit_upgrade_rollback_handler = _make_register("zit_upgrade_rollback
 
 def _calls(action: dict) -> List[Tuple[str, tuple]]:
     """The handler calls one action makes: [(handler name, call arguments)]."""
-    name, step, args = action["name"], action["step"], _step_args
+    name, step, args = action["name"], action["step"], handler_args()
     ctx = _handlers.get(name, (None, None))[1]
     if name == "save_ckpt":
         save_info = [{"type": s["optimizer_type"], "ranks": list(s["ranks"])} for s in action["save"]]
@@ -411,10 +434,8 @@ def _calls(action: dict) -> List[Tuple[str, tuple]]:
     if name == "clean":
         return [(name, (action["is_uce"], args, ctx))]
     if name == "repair":
-        return [(name, (step, action["need_rebuild"], list(action["error_ranks"]),
-                        {"type": r["optimizer_type"], "repair_type": r["repair_type"], "src": list(r["src"]),
-                         "dst": list(r["dst"]), "rank_list": list(r["rank_list"])}, args, ctx))
-                for r in action["repair"]]
+        return [(name, (step, _needs_rebuild(info["repair_type"]), list(info["dst"]), info, args, ctx))
+                for info in own_repair_infos(action["repair"], _rank)]
     if name == "rollback":
         return [(name, (step, args, ctx))]
     if name == "rebuild_group":
@@ -422,6 +443,57 @@ def _calls(action: dict) -> List[Tuple[str, tuple]]:
     if name == "continue":
         return [("stream_sync", ())]
     return []  # normal, pause: the native side records them
+
+
+class PairTypes(list):
+    """repair_info["type"]: the optimizer type of each (src, dst) pair, parallel to them, as the
+    reference's clients index it (type[i]). A handler written for the older, int-typed repair_info
+    (one optimizer type per call) may still read it as an int -- int(t), comparing with ==, indexing
+    an enum table -- while every pair has the same type."""
+
+    def __int__(self) -> int:
+        types = set(self)
+        if len(types) != 1:
+            raise TypeError(f"repair_info['type'] is {list(self)}, the optimizer type of each (src, dst) pair; "
+                            f"it is one int only when every pair has the same type")
+        return int(next(iter(types)))
+
+    __index__ = __int__
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, int) and not isinstance(other, bool):
+            return len(set(self)) == 1 and self[0] == other
+        return list.__eq__(self, other)
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+
+def own_repair_infos(entries: List[dict], rank: Optional[int]) -> List[dict]:
+    """The repair_info of each handler call on `rank`: the controller's plan has one entry per
+    optimizer type with every pair of that type; the reference calls the handler once per rank with
+    only the pairs this rank sends or receives, `type` a list parallel to `src`/`dst`. Entries whose
+    repair types differ (this rank sends one type and receives another) make one call each."""
+    infos: Dict[int, dict] = {}
+    for entry in entries:
+        repair_type = int(entry["repair_type"])
+        info = infos.setdefault(repair_type, {"type": PairTypes(), "repair_type": repair_type, "src": [], "dst": [],
+                                              "rank_list": []})
+        for src, dst in zip(entry["src"], entry["dst"]):
+            if rank in (src, dst):
+                info["type"].append(int(entry["optimizer_type"]))
+                info["src"].append(int(src))
+                info["dst"].append(int(dst))
+        info["rank_list"] = sorted(set(info["rank_list"]) | {int(r) for r in entry["rank_list"]})
+    return list(infos.values())
+
+
+def _needs_rebuild(repair_type: int) -> bool:
+    """As the reference: a receiver whose memory error needs a rebuild, or a checkpoint load that
+    rebuilds, builds its model and optimizer again before the repair."""
+    return repair_type in (RepairType.UCE_HIGHLEVEL, RepairType.LOAD_REBUILD)
 
 
 def _dispatch(action: dict) -> Tuple[int, str]:

@@ -27,8 +27,9 @@ def wait_until(predicate, timeout, what):
 
 class Job:
     def __init__(self, tmp_path, world_size, env=None, policy=None, policy_timeout_s=5.0, heartbeat_s=HEARTBEAT_S,
-                 enable_arf=False, **worker_args):
+                 enable_arf=False, worker=WORKER, **worker_args):
         self.world_size = world_size
+        self.worker = worker
         self.tmp_path = Path(tmp_path)
         self.trigger = self.tmp_path / "trigger"
         self.records = {r: [] for r in range(world_size)}
@@ -48,7 +49,7 @@ class Job:
     def spawn(self, rank, restarted=False, track=True, **overrides):
         """Start the worker process of `rank`; `restarted`: as a launcher restarts a dead rank (ARF);
         `track=False`: an extra process for that rank (its output is recorded, it is not the rank's)."""
-        args = [sys.executable, str(WORKER), "--rank", str(rank), "--world-size", str(self.world_size),
+        args = [sys.executable, str(self.worker), "--rank", str(rank), "--world-size", str(self.world_size),
                 "--port", str(self.port), "--trigger", str(self.trigger)]
         for key, value in dict(self.worker_args, **overrides).items():
             args += [f"--{key.replace('_', '-')}", str(value)]

@@ -68,7 +68,6 @@ def main():
         return wrapped
 
     ttp.tft_init_processor(rank, a.world_size, enable_tls=False, enable_arf=bool(a.enable_arf))
-    restarted = ttp.tft_is_reboot_node()
     ttp.tft_register_stop_handler(lambda args, ctx: record("stop")(ctx))
     ttp.tft_register_clean_handler(lambda is_uce, args, ctx: record("clean")(is_uce))
     ttp.tft_register_repair_handler(
@@ -84,6 +83,7 @@ def main():
         emit(rank=rank, start_error=str(exc))
         ttp.tft_destroy_processor()
         return 3
+    restarted = ttp.tft_is_reboot_node()  # the controller's answer to the registration
     ttp.tft_set_optimizer_replica(rank, [{"rank_list": list(range(a.world_size)), "replica_cnt": a.replicas,
                                           "replica_shift": 0}])
     state = {"step": 0, "joined": False}
@@ -92,6 +92,10 @@ def main():
 
     @ttp.tft_exception_handler
     def train():
+        # The decorator destroys the processor when train returns: read the repair type before.
+        return train_steps(), ttp.tft_get_repair_type()
+
+    def train_steps():
         if restarted and not state["joined"]:
             # A replacement builds its model, then tells the controller it is ready and waits for the repair.
             state["joined"] = True
@@ -166,8 +170,8 @@ def main():
         return "timeout"
 
     try:
-        result = train()
-        emit(rank=rank, result=result, repair_type=ttp.tft_get_repair_type(), step=state["step"])
+        result, repair_type = train()
+        emit(rank=rank, result=result, repair_type=repair_type, step=state["step"])
     except SystemExit as exc:
         emit(rank=rank, result="exit", reason=str(exc))
     finally:

@@ -11,7 +11,7 @@ from mindio_adaptor.ttp import controller as ctl
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("arrives", ["during_the_wait", "before_the_decision"])
+@pytest.mark.parametrize("arrives", ["during_the_wait", "before_the_decision", "unmarked"])
 def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env, arrives):
     # 0.5 s heartbeat: starting the replacement's interpreter on a loaded 2-core host has stalled
     # healthy ranks past three 0.2 s periods (declared dead, so the replacement ended in a dump).
@@ -31,15 +31,16 @@ def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env
         assert ctl.controller_state() == "NORMAL" and not job.controller_events("fault")
 
         job.procs[5].send_signal(signal.SIGKILL)
-        if arrives == "during_the_wait":  # the reference's order: offline first, then the restart registers
+        if arrives != "before_the_decision":  # the reference's order: offline first, then the restart registers
             wait_until(lambda: job.controller_events("arf_wait"), 10, "the controller waiting for rank 5")
         else:  # a fast launcher: the restart registers while the controller still gathers faults
             wait_until(lambda: job.controller_events("dead"), 5, "rank 5 declared dead")
-        job.spawn(5, restarted=True)
+        # unmarked: a launcher other than ours (no MINDIO_RESTARTED); the controller decides, as the reference's
+        job.spawn(5, restarted=arrives != "unmarked")
         results = job.wait_results(range(8), timeout=30)
         assert all(r["result"] == "done" and r["repair_type"] == "recover" and r["step"] == 10
                    for r in results.values()), results
-        assert job.events_of(5, "restarted") == [{"rank": 5, "restarted": True, "reboot_type": "recover"}]
+        assert job.events_of(5, "restarted") == [{"rank": 5, "restarted": True, "reboot_type": "arf"}]
         assert actions_in_order(job) == ["prelock", "stop", "clean", "rebuild_group", "repair", "rollback", "normal"]
         targets = {d.split(" ")[0]: d.split("ranks=")[1] for _, _, d in job.controller_events("action")}
         survivors, everyone = "[0,1,2,3,4,6,7]", "[0,1,2,3,4,5,6,7]"
@@ -52,7 +53,7 @@ def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env
         assert states[-4:] == ["NORMAL->ABNORMAL", "ABNORMAL->ENV_CLEAR", "ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
         # DP [0..7], R=2: rank 5's shard is also held by rank 1, which sends it to the new process.
         assert [d for _, _, d in job.controller_events("repair_plan")] == ["type 0 src=[1] dst=[5]"]
-        info = {"type": 0, "src": [1], "dst": [5], "rank_list": [1, 5]}
+        info = {"type": [0], "src": [1], "dst": [5], "rank_list": [1, 5]}
         assert job.handler_calls(1, "repair") == [[5, False, [5], dict(info, repair_type=0)]]  # SEND
         assert job.handler_calls(5, "repair") == [[5, False, [5], dict(info, repair_type=3)]]  # RECV_REPAIR
         for rank in range(8):
@@ -77,8 +78,8 @@ def test_replacement_that_never_comes_leads_to_a_dump(tmp_path, job_env, monkeyp
         job.wait_ready()
         job.procs[5].send_signal(signal.SIGKILL)
         wait_until(lambda: job.controller_events("dead"), 5, "rank 5 declared dead")
-        # A process of the dead rank that does not say it is a restarted one is refused.
-        impostor = job.spawn(5, track=False)
+        # A process of the dead rank that may not replace it (no enable_arf, no MINDIO_RESTARTED) is refused.
+        impostor = job.spawn(5, track=False, enable_arf=0)
         assert impostor.wait(timeout=20) == 3
         [refused] = job.events_of(5, "start_error")
         assert "rank 5 was declared dead; only a restarted process" in refused["start_error"], refused

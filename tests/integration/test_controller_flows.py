@@ -30,9 +30,9 @@ def test_memory_error_runs_online_repair_with_right_pairs(tmp_path, job_env):
             assert job.handler_calls(rank, "clean") == [[True]]
             assert job.handler_calls(rank, "rollback") == [[5]]
         repairs = {r: job.handler_calls(r, "repair") for r in range(8)}
-        info = {"type": 0, "src": [7], "dst": [3], "rank_list": [3, 7]}
+        info = {"type": [0], "src": [7], "dst": [3], "rank_list": [3, 7]}
         assert repairs[7] == [[5, False, [3], dict(info, repair_type=0)]]  # SEND
-        assert repairs[3] == [[5, False, [3], dict(info, repair_type=1)]]  # UCE_HIGHLEVEL
+        assert repairs[3] == [[5, True, [3], dict(info, repair_type=1)]]  # UCE_HIGHLEVEL: rebuild first
         assert all(not repairs[r] for r in range(8) if r not in (3, 7))
         assert all(p.wait(timeout=10) == 0 for p in job.procs.values())
     except AssertionError:
@@ -62,9 +62,9 @@ def test_without_a_replica_every_rank_reloads_the_reported_checkpoint(tmp_path, 
         assert all(r["result"] == "done" and r["repair_type"] == "retry" for r in results.values()), results
         assert decision[0].startswith("retry:") and "repairable=0" in decision[0] and "reload_step=3" in decision[0]
         assert actions_in_order(job) == ["prelock", "stop", "clean", "repair", "rollback", "normal"]
-        info = {"type": 0, "repair_type": 5, "src": [], "dst": [], "rank_list": [0, 1, 2, 3]}
-        for rank in range(4):
-            assert job.handler_calls(rank, "repair") == [[3, False, [1], info]], rank
+        info = {"type": [], "repair_type": 5, "src": [], "dst": [], "rank_list": [0, 1, 2, 3]}
+        for rank in range(4):  # error_ranks are the call's dst, as the reference's: none here
+            assert job.handler_calls(rank, "repair") == [[3, False, [], info]], rank
             assert job.handler_calls(rank, "rollback") == [[3]], rank
         assert all(p.wait(timeout=10) == 0 for p in job.procs.values())
     except AssertionError:

@@ -87,7 +87,8 @@ def test_fuzzed_frames_are_rejected_while_processors_keep_working(tmp_path, monk
             reply = closed_by_peer(s)
             _, _, body = nat.decode_frame(reply)
             assert nat.decode_message(T["REGISTER_ACK"], body) == {"result": 1,
-                                                                   "message": "wrong token (MINDIO_TOKEN differs)"}
+                                                                   "message": "wrong token (MINDIO_TOKEN differs)",
+                                                                   "replacement": False}
         for s in stalled:
             closed_by_peer(s, timeout=3)
             s.close()

@@ -59,8 +59,12 @@ def test_dispatch_calls_handlers_with_the_reference_arguments():
     assert tp._dispatch(dict(base, name="save_ckpt", save=[{"optimizer_type": 0, "ranks": [0, 1]}])) == (0, "")
     assert seen["save"] == (9, [{"type": 0, "ranks": [0, 1]}], "ARGS", "C")
     repair = {"optimizer_type": 1, "repair_type": 0, "src": [7], "dst": [3], "rank_list": [3, 7]}
-    assert tp._dispatch(dict(base, name="repair", repair=[repair])) == (0, "")
-    assert seen["repair"] == (9, False, [3], {"type": 1, "repair_type": 0, "src": [7], "dst": [3],
+    tp._rank = 7  # the sender: its own pairs, `type` parallel to them (test_ttp_client_contract has more)
+    try:
+        assert tp._dispatch(dict(base, name="repair", repair=[repair])) == (0, "")
+    finally:
+        tp._rank = None
+    assert seen["repair"] == (9, False, [3], {"type": [1], "repair_type": 0, "src": [7], "dst": [3],
                                               "rank_list": [3, 7]}, "ARGS", None)
     assert tp._dispatch(dict(base, name="clean")) == (2, "")  # "memory error needs no rebuild"
     tp.tft_register_clean_handler(lambda *a: "weird")
@@ -123,8 +127,12 @@ def test_unimplemented_parts_raise_not_implemented():
         ctl.tft_init_controller(-1, 4, enable_zit=True)
     with pytest.raises(NotImplementedError, match="ZIT"):
         tp.tft_init_processor(0, 4, enable_zit=True)
-    with pytest.raises(NotImplementedError, match="change_strategy"):
-        ctl.tft_notify_controller_prepare_action()
+    with pytest.raises(NotImplementedError, match="hot switch.*change_strategy"):
+        ctl.tft_notify_controller_prepare_action("hot switch", {3: 1})
+    with pytest.raises(ValueError, match="unknown action 'teleport'"):
+        ctl.tft_notify_controller_prepare_action("teleport")
+    with pytest.raises(ValueError, match="fault_ranks must map ranks to fault types 0..2"):
+        ctl.tft_notify_controller_prepare_action("stop switch", {3: 7})
     with pytest.raises(NotImplementedError, match="STEP_FINISH and MIGRATION"):
         tp.tft_reset_limit_step()
     ctl.tft_init_controller(-1, 2)
@@ -165,13 +173,13 @@ def test_arf_switches_and_the_restarted_marker(monkeypatch):
         tp.tft_init_processor(0, 4)
     tp.tft_init_processor(0, 4, enable_arf=True)
     try:
-        assert tp.tft_is_reboot_node() and tp.tft_get_reboot_type() == "recover"
+        assert tp.tft_is_reboot_node() and tp.tft_get_reboot_type() == "arf"
     finally:
         tp.tft_destroy_processor()
     monkeypatch.setenv("MINDIO_RESTARTED", "0")
     tp.tft_init_processor(0, 4, enable_arf=True)
     try:
-        assert not tp.tft_is_reboot_node() and tp.tft_get_reboot_type() == "none"
+        assert not tp.tft_is_reboot_node()
     finally:
         tp.tft_destroy_processor()
     monkeypatch.setenv("MINDIO_RESTARTED", "yes")

@@ -17,8 +17,8 @@ def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version
 
 SAMPLES = {
     "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True,
-                 "pid": 2 ** 31 - 1},
-    "REGISTER_ACK": {"result": 1, "message": "bad token"},
+                 "pid": 2 ** 31 - 1, "may_replace": True},
+    "REGISTER_ACK": {"result": 1, "message": "bad token", "replacement": False},
     "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000,
                   "section": nat.SECTIONS["save"], "section_ms": 61234, "limit_ms": 600000, "progress": 2 ** 40},
     "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0, "ckpt_step": -1, "section": 0,
@@ -35,7 +35,7 @@ SAMPLES = {
     "ACTION_REPLY": {"rank": 4, "kind": nat.ACTION_KINDS["clean"], "result": 2, "message": "ok\u00e9"},
     "GOODBYE": {"rank": -1, "reason": "controller destroyed"},
     "PROCESS_ENDED": {"token": "s3cret", "rank": 12, "pid": 4242, "how": "signal SIGKILL"},
-    "PROCESS_ENDED_ACK": {"result": 0, "message": "rank 12 declared dead"},
+    "PROCESS_ENDED_ACK": {"result": 0, "message": "rank 12 declared dead", "replacement": False},
 }
 
 

@@ -135,3 +135,185 @@ def test_cluster_callbacks_come_before_the_controller_and_outlive_it():
     finally:
         ct.tft_destroy_controller()
     assert ctl._cluster_callbacks == {"report_fault_ranks": print}
+
+
+def test_handlers_get_the_decorated_calls_arguments_and_the_retry_sees_their_assignments(monkeypatch):
+    # As MindSpeed-LLM's tft_train(train_args, test_data_iterator_list): a rebuild handler assigns a new
+    # model into the list; the retried call is made from that list.
+    from mindio_ttp.framework_ttp import tft_exception_handler
+
+    tp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: args[0].__setitem__(1, "rebuilt model"))
+    decisions = iter([0])  # RETRY once
+    monkeypatch.setattr(tp, "tft_report_error", lambda state, code="": None)
+    monkeypatch.setattr(tp, "tft_wait_next_action", lambda: next(decisions))
+    seen = []
+
+    @tft_exception_handler
+    def train(train_args, test_iterators):
+        seen.append(list(train_args))
+        if len(seen) == 1:
+            assert tp._dispatch({"name": "rebuild_group", "step": 3, "error_ranks": [1]}) == (0, "")
+            raise RuntimeError("UCE ERROR")
+        return "done"
+
+    try:
+        assert train(["forward", "model", "optimizer"], [None]) == "done"
+        assert seen == [["forward", "model", "optimizer"], ["forward", "rebuilt model", "optimizer"]]
+        assert tp.handler_args() == [["forward", "rebuilt model", "optimizer"], [None]]
+        tp.tft_set_step_args("MINE")  # tft_set_step_args wins over the decorated call's arguments
+        assert tp.handler_args() == "MINE"
+    finally:
+        tp._handlers.clear()
+        tp.tft_set_step_args(None)
+        tp.set_decorated_args(None)
+
+
+def test_a_handler_assigning_a_whole_argument_changes_the_retried_call(monkeypatch):
+    from mindio_ttp.framework_ttp import tft_exception_handler
+
+    tp.tft_register_repair_handler(lambda step, rebuild, errs, info, args, ctx: args.__setitem__(1, "new optimizer"))
+    monkeypatch.setattr(tp, "tft_report_error", lambda state, code="": None)
+    monkeypatch.setattr(tp, "tft_wait_next_action", lambda: 0)
+    calls = []
+
+    @tft_exception_handler
+    def train(model, optimizer):
+        calls.append(optimizer)
+        if len(calls) == 1:
+            tp._dispatch({"name": "repair", "step": 1, "repair": [
+                {"optimizer_type": 0, "repair_type": 1, "src": [1], "dst": [0], "rank_list": [0, 1]}]})
+            raise RuntimeError("UCE ERROR")
+        return optimizer
+
+    try:
+        assert train("model", "optimizer") == "new optimizer" and calls == ["optimizer", "new optimizer"]
+    finally:
+        tp._handlers.clear()
+        tp.set_decorated_args(None)
+
+
+def test_repair_info_holds_only_this_ranks_pairs_with_a_type_per_pair():
+    plan = [{"optimizer_type": 0, "repair_type": 0, "src": [4, 5], "dst": [0, 1], "rank_list": [0, 1, 4, 5]},
+            {"optimizer_type": 1, "repair_type": 0, "src": [4], "dst": [0], "rank_list": [0, 4]}]
+    (sender,) = tp.own_repair_infos(plan, 4)
+    assert sender == {"type": [0, 1], "repair_type": 0, "src": [4, 4], "dst": [0, 0], "rank_list": [0, 1, 4, 5]}
+    receiver_plan = [dict(e, repair_type=1) for e in plan]
+    (receiver,) = tp.own_repair_infos(receiver_plan, 1)
+    assert receiver["src"] == [5] and receiver["dst"] == [1] and receiver["type"] == [0]
+    # a handler written for the int-typed repair_info still reads one type as an int
+    assert receiver["type"] == 0 and int(receiver["type"]) == 0 and ["ATTENTION", "MOE"][receiver["type"]]
+    with pytest.raises(TypeError, match=r"is \[0, 1\], the optimizer type of each"):
+        int(sender["type"])
+    assert sender["type"] != 0
+
+
+def test_the_repair_handler_is_called_per_rank_with_the_references_arguments():
+    calls = []
+    tp.tft_register_repair_handler(lambda *a: calls.append(a))
+    plan = [{"optimizer_type": 0, "repair_type": 1, "src": [4, 5], "dst": [0, 1], "rank_list": [0, 1, 4, 5]}]
+    tp._rank = 1
+    try:
+        assert tp._dispatch({"name": "repair", "step": 7, "repair": plan}) == (0, "")
+    finally:
+        tp._rank = None
+        tp._handlers.clear()
+    # UCE_HIGHLEVEL: need_rebuild; error_ranks are the call's dst; args None (no decorated call, no step args)
+    assert calls == [(7, True, [1], {"type": [0], "repair_type": 1, "src": [5], "dst": [1], "rank_list": [0, 1, 4, 5]},
+                      None, None)]
+
+
+@pytest.mark.parametrize("answer,state", [
+    ("PRECISION ERROR", "RS_RETRY"),   # the handle names its own pattern
+    ("UCE ERROR", "RS_UCE"),           # or any pattern of the table, built-in ones too
+    ("OTHER", "RS_UNKNOWN"),           # the reference's "nothing known"
+    ("HBM MULTI BIT ECC can't repair", "RS_UCE_CORRUPTED"),
+    (None, "RS_RETRY"),                # ours: a handle that only observes keeps the pattern's state
+    ("no such key", "RS_UNKNOWN"),     # a mistake in the handle: logged, reported as UNKNOWN
+])
+def test_a_pattern_handle_gets_the_text_and_its_answer_selects_the_state(answer, state):
+    from mindio_ttp.framework_ttp import ReportState, tft_register_exception_handler
+    from mindio_adaptor.ttp.exception_handler import report_state_of
+
+    texts = []
+    tft_register_exception_handler("PRECISION ERROR", "RS_RETRY", lambda text: texts.append(text) or answer)
+    try:
+        error = RuntimeError("PRECISION ERROR: loss is nan")
+        assert report_state_of(error) is ReportState[state]
+        assert texts == ["PRECISION ERROR: loss is nan"]
+    finally:
+        _user_patterns.clear()
+
+
+def test_the_last_registration_of_a_pattern_names_its_state():
+    from mindio_adaptor.core import faults
+    from mindio_ttp.framework_ttp import ReportState, tft_register_exception_handler
+
+    tft_register_exception_handler("MY ERROR", "RS_UCE")
+    tft_register_exception_handler("MY ERROR", "RS_HCCL_FAILED")
+    try:
+        assert faults.DEFAULT.state_of_key("MY ERROR") is ReportState.HCCL_FAILED
+        assert faults.DEFAULT.state_of_key(3) is None
+    finally:
+        _user_patterns.clear()
+
+
+def test_a_normal_end_destroys_the_processor_and_an_own_controller(monkeypatch):
+    from mindio_ttp.framework_ttp import tft_exception_handler
+
+    destroyed = []
+    monkeypatch.setattr(tp, "tft_destroy_processor", lambda: destroyed.append("processor"))
+    monkeypatch.setattr(ctl, "tft_query_high_availability_switch", lambda: True)
+    monkeypatch.setattr(ctl, "tft_destroy_controller", lambda: destroyed.append("controller"))
+    monkeypatch.delenv("MINDX_TASK_ID", raising=False)
+    assert tft_exception_handler(lambda: 5)() == 5
+    assert destroyed == ["processor", "controller"]
+    monkeypatch.setenv("MINDX_TASK_ID", "job-1")  # MindX owns the controller: it stays
+    destroyed.clear()
+    tft_exception_handler(lambda: 5)()
+    assert destroyed == ["processor"]
+    tp.set_decorated_args(None)
+
+
+ADAPTOR_NAMES = ["tft_init_controller_processor", "tft_register_processor", "tft_train", "tft_set_losses_reduced",
+                 "tft_is_arf_reboot_node", "ttp_initialize_replica_dp_group", "ttp_get_replica_dp_num",
+                 "ttp_get_dp_cp_replica_group", "ttp_get_dp_cp_replica_group_gloo", "ttp_get_dp_ep_replica_group",
+                 "ttp_get_dp_ep_replica_group_gloo", "TTPReplicaOptimizer", "TTPFP16ReplicaOptimizer"]
+
+
+def test_the_older_adaptor_names_exist_and_need_the_patched_job():
+    from mindio_ttp import adaptor
+    from mindio_ttp.adaptor.utils import CONFIG_INDEX, MODEL_INDEX, OPTIM_INDEX, SCHEDULER_INDEX, TRAIN_PARAM
+
+    assert (TRAIN_PARAM, MODEL_INDEX, OPTIM_INDEX, SCHEDULER_INDEX, CONFIG_INDEX) == (0, 1, 2, 3, -1)
+    assert all(callable(getattr(adaptor, name)) for name in ADAPTOR_NAMES)
+    with pytest.raises(adaptor.AdaptorNotReady, match=r"call mindio_adaptor.patch_all\(\)"):
+        adaptor.tft_init_controller_processor(enable_tls=False, tls_option_top_path="")
+    with pytest.raises(NotImplementedError, match="replica groups is done by mindio_adaptor's Megatron patches"):
+        adaptor.ttp_initialize_replica_dp_group(1, 1, 1, 1, 4)
+
+
+def test_the_older_adaptor_trains_through_megatrons_patched_train(monkeypatch):
+    import sys
+    import types
+
+    from mindio_adaptor.patches import exception_loop, registry
+    from mindio_ttp import adaptor
+
+    monkeypatch.setattr(registry, "_active", True)
+    monkeypatch.setattr(exception_loop, "ha_enabled", lambda: True)
+    training = types.ModuleType("megatron.training.training")
+    training.train = lambda *args: (len(args), 0.0)
+    package = types.ModuleType("megatron.training")
+    package.training = training
+    monkeypatch.setitem(sys.modules, "megatron.training", package)
+    monkeypatch.setitem(sys.modules, "megatron.training.training", training)
+    assert adaptor.tft_train(["forward", "model", "optimizer"], ["test"]) == (3, 0.0)
+    with pytest.raises(adaptor.AdaptorNotReady, match=r"no \['stop', 'clean'"):
+        adaptor.tft_register_processor(print, print, "encoder_or_decoder")
+    for handler in ("stop", "clean", "repair", "rollback", "save_ckpt"):
+        tp._handlers[handler] = (print, None)
+    try:
+        adaptor.tft_register_processor(print, len, "encoder_or_decoder")
+        assert adaptor.tft_providers() == {"dataset": print, "model": len, "model_type": "encoder_or_decoder"}
+    finally:
+        tp._handlers.clear()
