@@ -7,6 +7,7 @@ import struct
 import threading
 import time
 
+from controller_harness import wait_until
 from mindio_adaptor import _native as nat
 from mindio_adaptor.ttp import controller as ctl
 
@@ -15,16 +16,6 @@ ACTION_NAMES = {k: name for name, k in nat.ACTION_KINDS.items()}
 QUIET_HEARTBEAT_MS = 600000  # the ranks send no heartbeats; a long period keeps them from being suspects
 DATA_STATUS = {"updated": 0, "updating": 1, "copying": 2}
 REPORT_STATE = {"retry": 1, "uce": 2, "uce_corrupted": 3, "hccl_failed": 4, "prerepair_finish": 6, "unknown": 8}
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def frame(type_name, message, seq=0):
