@@ -112,10 +112,13 @@ void bind_runtime(py::module_& m) {
                 d["step"] = v.step;
                 d["data"] = data_names[static_cast<int>(v.data)];
                 d["flags"] = v.flags;
+                d["silent_ms"] = v.silent_ms;
+                d["heartbeat_ms"] = v.heartbeat_ms;
                 out.append(d);
             }
             return out;
-        }, "[{'step', 'data', 'flags'}] per rank, as the controller knows them")
+        }, "[{'step', 'data', 'flags', 'silent_ms', 'heartbeat_ms'}] per rank, as the controller knows them "
+           "(silent_ms: since it last heard from the rank, -1 while not connected)")
         .def("set_cluster_callback", [](Controller& c, const std::string& action, py::function fn) {
             auto held = hold(std::move(fn));
             translate_errors([&] {

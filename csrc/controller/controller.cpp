@@ -87,15 +87,21 @@ int64_t Controller::repair_step() const {
 
 std::vector<Controller::RankView> Controller::ranks() const {
     std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
     std::vector<RankView> out;
     for (const auto& r : ranks_) {
         RankView v{r.step, r.data, {}};
         const std::pair<bool, const char*> flags[] = {{r.registered, "registered"}, {r.connected, "connected"},
-                                                      {r.dead, "dead"}, {r.joining, "joining"}, {r.left, "left"},
+                                                      {r.suspect, "suspect"}, {r.dead, "dead"},
+                                                      {r.joining, "joining"}, {r.left, "left"},
                                                       {r.finished, "finished"}};
         for (const auto& [on, name] : flags) {
             if (on) v.flags.push_back(name);
         }
+        if (r.registered && r.connected) {
+            v.silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
+        }
+        v.heartbeat_ms = r.registered ? r.heartbeat_ms : 0;
         out.push_back(std::move(v));
     }
     return out;

@@ -66,12 +66,15 @@ public:
     std::vector<ControllerEvent> events() const;
     std::map<std::string, uint64_t> stats() const;
     int64_t repair_step() const;
-    // What the controller knows of each rank, for tools and tests: (step, data status, flags) where
-    // flags are "registered", "connected", "dead", "joining", "left".
+    // What the controller knows of each rank, for tools, tests and the status page: (step, data status,
+    // flags) where flags are "registered", "connected", "suspect", "dead", "joining", "left", "finished";
+    // and how long since the controller last heard from it (-1 while it is not connected).
     struct RankView {
         int64_t step;
         DataStatus data;
         std::vector<std::string> flags;
+        int64_t silent_ms = -1;
+        uint32_t heartbeat_ms = 0;  // the period the rank said it beats at
     };
     std::vector<RankView> ranks() const;
 

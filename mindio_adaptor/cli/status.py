@@ -35,8 +35,9 @@ def fetch_status(address: str, token: str) -> dict:
 def status_table(status: dict) -> str:
     health = ", ".join(f"{n} {h}" for h, n in status["health"].items() if n)
     lines = [f"controller {status['state']}, {len(status['ranks'])} ranks ({health}), "
-             f"last event at +{status['last_event_s']:.1f} s", "", f"{'rank':>4}  {'health':<12}  {'step':>6}  flags"]
-    lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {', '.join(r['flags'])}" for r in status["ranks"]]
+             f"last event at +{status['last_event_s']:.1f} s", "", f"{'rank':>4}  {'health':<12}  {'step':>6}  {'heard':>8}  flags"]
+    lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {_heard(r):>8}  {', '.join(r['flags'])}"
+              for r in status["ranks"]]
     lines += ["", "recoveries:" if status["recoveries"] else "recoveries: none"]
     for r in status["recoveries"]:
         took = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f} s"
@@ -46,6 +47,11 @@ def status_table(status: dict) -> str:
     decisions = ", ".join(f"{k} {n}" for k, n in sorted(status["decisions_by_strategy"].items())) or "none"
     lines += [f"faults: {faults}", f"decisions: {decisions}"]
     return "\n".join(lines)
+
+
+def _heard(rank: dict) -> str:
+    lag = rank.get("heartbeat_lag_s")
+    return "-" if lag is None else f"{lag:.1f} s"
 
 
 def run(args) -> int:

@@ -11,7 +11,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 Event = Tuple[float, str, str]  # (seconds since the controller started, kind, detail)
 
 HEALTH_ORDER = ("healthy", "suspect", "disconnected", "joining", "dead", "left", "finished", "unregistered")
-_RANK_DETAIL = re.compile(r"^rank (\d+)\b")
 _FAULT_DETAIL = re.compile(r"^rank (\d+) (\w+):")
 
 
@@ -21,6 +20,8 @@ class RankStatus:
     health: str  # one of HEALTH_ORDER
     step: int  # the last step it reported complete (-1: none yet)
     flags: List[str]
+    heartbeat_lag_s: Optional[float] = None  # since the controller last heard from it; None: not connected
+    heartbeat_period_s: Optional[float] = None  # the period it beats at
 
 
 @dataclass
@@ -62,18 +63,22 @@ class JobStatus:
 
 
 def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], counters: Dict[str, int]) -> JobStatus:
-    """ranks: the controller's rank table as controller_ranks() gives it ({"step", "flags", ...} per rank)."""
-    suspects = _suspects(events)
-    return JobStatus(state=state,
-                     ranks=[RankStatus(r, _health(entry["flags"], r in suspects), entry["step"], list(entry["flags"]))
-                            for r, entry in enumerate(ranks)],
+    """ranks: the controller's rank table as controller_ranks() gives it ({"step", "flags", "silent_ms",
+    "heartbeat_ms"} per rank)."""
+    return JobStatus(state=state, ranks=[_rank_status(r, entry) for r, entry in enumerate(ranks)],
                      faults_by_kind=_count(kind for _, kind in _faults(events)),
                      decisions_by_strategy=_count(d.split(":")[0] for _, k, d in events if k == "decision"),
                      recoveries=recoveries(events), counters=dict(counters),
                      last_event_s=events[-1][0] if events else 0.0)
 
 
-def _health(flags: Sequence[str], suspect: bool) -> str:
+def _rank_status(rank: int, entry: dict) -> RankStatus:
+    silent_ms, period_ms = entry.get("silent_ms", -1), entry.get("heartbeat_ms", 0)
+    return RankStatus(rank, _health(entry["flags"]), entry["step"], list(entry["flags"]),
+                      silent_ms / 1000.0 if silent_ms >= 0 else None, period_ms / 1000.0 if period_ms else None)
+
+
+def _health(flags: Sequence[str]) -> str:
     for flag in ("dead", "left", "finished", "joining"):
         if flag in flags:
             return flag
@@ -81,19 +86,7 @@ def _health(flags: Sequence[str], suspect: bool) -> str:
         return "unregistered"
     if "connected" not in flags:
         return "disconnected"
-    return "suspect" if suspect else "healthy"
-
-
-def _suspects(events: Sequence[Event]) -> set:
-    """Ranks whose last liveness verdict is "suspect" (silent beyond its heartbeat periods, not cleared)."""
-    suspect = set()
-    for _, kind, detail in events:
-        match = _RANK_DETAIL.match(detail)
-        if match and kind == "suspect":
-            suspect.add(int(match.group(1)))
-        elif match and kind == "suspect_cleared":
-            suspect.discard(int(match.group(1)))
-    return suspect
+    return "suspect" if "suspect" in flags else "healthy"
 
 
 def _faults(events: Sequence[Event]):

@@ -26,6 +26,7 @@ class JobCollector:
         yield _state(status)
         yield _ranks(status)
         yield _steps(status)
+        yield _heartbeat_lags(status)
         yield _labelled_counter("mindio_faults", "faults the controller saw, by kind", "kind", status.faults_by_kind)
         yield _labelled_counter("mindio_decisions", "the controller's decisions, by strategy", "strategy",
                                 status.decisions_by_strategy)
@@ -52,6 +53,15 @@ def _steps(status: JobStatus) -> GaugeMetricFamily:
     family = GaugeMetricFamily("mindio_rank_step", "the last step each rank reported complete", labels=["rank"])
     for rank in status.ranks:
         family.add_metric([str(rank.rank)], rank.step)
+    return family
+
+
+def _heartbeat_lags(status: JobStatus) -> GaugeMetricFamily:
+    family = GaugeMetricFamily("mindio_rank_heartbeat_lag_seconds", "since the controller last heard from each "
+                               "connected rank (a heartbeat or any other message)", labels=["rank"])
+    for rank in status.ranks:
+        if rank.heartbeat_lag_s is not None:
+            family.add_metric([str(rank.rank)], rank.heartbeat_lag_s)
     return family
 
 

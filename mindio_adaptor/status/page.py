@@ -40,9 +40,16 @@ def _health_pills(status: JobStatus) -> str:
 
 
 def _rank_table(status: JobStatus) -> str:
-    rows = [f"<tr><td>{r.rank}</td><td>{_pill(r.health, r.health)}</td><td>{r.step}</td>"
+    rows = [f"<tr><td>{r.rank}</td><td>{_pill(r.health, r.health)}</td><td>{r.step}</td><td>{_lag(r)}</td>"
             f"<td>{escape(', '.join(r.flags))}</td></tr>" for r in status.ranks]
-    return "<table><tr><th>rank</th><th>health</th><th>last step</th><th>flags</th></tr>" + "".join(rows) + "</table>"
+    return ("<table><tr><th>rank</th><th>health</th><th>last step</th><th>last heard</th><th>flags</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _lag(rank) -> str:
+    if rank.heartbeat_lag_s is None:
+        return "-"
+    return f"{rank.heartbeat_lag_s:.1f} s ago (beats every {rank.heartbeat_period_s:g} s)"
 
 
 def _recovery_table(status: JobStatus) -> str:

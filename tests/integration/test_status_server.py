@@ -52,6 +52,8 @@ def test_status_page_and_metrics_follow_a_repaired_fault(job):
         assert before[("mindio_controller_state", (("state", "NORMAL"),))] == 1
         assert not [k for k in before if k[0].startswith("mindio_recoveries")]
         assert before[("mindio_controller_heartbeats_total", ())] >= 0
+        lags = [before[("mindio_rank_heartbeat_lag_seconds", (("rank", str(r)),))] for r in range(4)]
+        assert all(0 <= lag < 5 for lag in lags), lags  # heard from within a few of its 0.2 s periods
         job.fire()
         job.wait_results(range(4))
         # after the repair each worker trains 5 more steps, then leaves (tft_destroy_processor)
@@ -65,6 +67,7 @@ def test_status_page_and_metrics_follow_a_repaired_fault(job):
         assert after[("mindio_controller_heartbeats_total", ())] > before[("mindio_controller_heartbeats_total", ())]
         assert [after[("mindio_rank_step", (("rank", str(r)),))] for r in range(4)] == [10, 10, 10, 10]
         assert after[("mindio_ranks", (("health", "left"),))] == 4 and after[("mindio_ranks", (("health", "healthy"),))] == 0
+        assert not [k for k in after if k[0] == "mindio_rank_heartbeat_lag_seconds"]  # none connected any more
 
         status = json.loads(get(server, "/status.json")[2])
         assert status["state"] == "NORMAL" and status["health"]["left"] == 4

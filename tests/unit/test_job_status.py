@@ -1,17 +1,20 @@
 """status/job_status: the operator's view derived from the controller's rank table and event log."""
 from mindio_adaptor.status.job_status import job_status, recoveries
 
-RANKS = [{"step": 7, "flags": ["registered", "connected"]}, {"step": 6, "flags": ["registered", "connected"]},
-         {"step": 5, "flags": ["registered", "dead"]}, {"step": -1, "flags": []},
-         {"step": 7, "flags": ["registered"]}]
+RANKS = [{"step": 7, "flags": ["registered", "connected"], "silent_ms": 150, "heartbeat_ms": 2000},
+         {"step": 6, "flags": ["registered", "connected", "suspect"], "silent_ms": 7000, "heartbeat_ms": 2000},
+         {"step": 5, "flags": ["registered", "dead"], "silent_ms": -1, "heartbeat_ms": 2000},
+         {"step": -1, "flags": [], "silent_ms": -1, "heartbeat_ms": 0},
+         {"step": 7, "flags": ["registered"], "silent_ms": -1, "heartbeat_ms": 500}]
 
 
-def test_each_rank_has_one_health():
-    events = [(1.0, "suspect", "rank 1 silent for 7000 ms (3 periods)"), (2.0, "suspect", "rank 0 silent for 7000 ms"),
-              (3.0, "suspect_cleared", "rank 0 after 7400 ms")]
+def test_each_rank_has_one_health_and_its_heartbeat_lag_while_connected():
+    events = [(1.0, "suspect", "rank 1 silent for 7000 ms (3 periods)"), (3.0, "state", "INIT->NORMAL")]
     status = job_status("NORMAL", RANKS, events, {"heartbeats": 12})
     assert [(r.rank, r.health, r.step) for r in status.ranks] == \
         [(0, "healthy", 7), (1, "suspect", 6), (2, "dead", 5), (3, "unregistered", -1), (4, "disconnected", 7)]
+    assert [(r.heartbeat_lag_s, r.heartbeat_period_s) for r in status.ranks] == \
+        [(0.15, 2.0), (7.0, 2.0), (None, 2.0), (None, None), (None, 0.5)]
     assert status.health_counts() == {"healthy": 1, "suspect": 1, "disconnected": 1, "joining": 0, "dead": 1,
                                       "left": 0, "finished": 0, "unregistered": 1}
     assert status.counters == {"heartbeats": 12} and status.last_event_s == 3.0
