@@ -56,13 +56,14 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
                      "checkpoint can be agreed on: this rank exits (code %d) after %s; the job resumes "
                      "from its last complete checkpoint", step, lost, CONTROLLER_LOST, summary)
         raise SystemExit(CONTROLLER_LOST) from exc
-    decision = f"{processor.tft_get_repair_type() or 'exit'} at step {processor.tft_get_repair_step()}"
+    strategy, repair_step = processor.tft_get_repair_type(), processor.tft_get_repair_step()
+    decision = f"{strategy or 'exit'} at step {repair_step}"
     for hook in list(session.job.decided):
         hook(action == Action.RETRY)
     if action == Action.RETRY:
         logger.info("step %d: online repair done (%s)", step, decision)
         session.timeline.mark("resumed")
-        return Decision(processor.tft_get_repair_type(), processor.tft_get_repair_step(), session.flow or "retry")
+        return Decision(strategy, repair_step, session.flow or "retry")
     end_recovery(session, f"job ended by the controller ({decision})")
     logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
                  decision, summary, ENDED_BY_CONTROLLER)

@@ -13,7 +13,6 @@ and EXIT ends any of them. The handlers registered here turn an action into a Re
 stages from the table and run each where it must run (the parked training thread, or the processor's
 thread).
 """
-import logging
 from typing import Dict, Optional, Tuple
 
 from mindio_adaptor.core.enums import RepairType
@@ -30,8 +29,6 @@ from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
 from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
 from mindio_adaptor.patches.stages.stop import STOP
-
-logger = logging.getLogger(__name__)
 
 Flow = Dict[str, Tuple[Stage, ...]]  # action name -> its stages, in order
 

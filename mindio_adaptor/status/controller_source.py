@@ -1,14 +1,11 @@
 """The running controller of this process (ttp/controller) as a JobStatus source, and the opt-in start of
 its status server (MINDIO_STATUS_PORT) for the in-job and the standalone controller."""
-import logging
 import os
 from typing import Optional
 
 from mindio_adaptor.core.controller_address import ENV_TOKEN
 from mindio_adaptor.status.job_status import JobStatus, job_status
 from mindio_adaptor.status.server import STATUS_HOST_ENV, STATUS_PORT_ENV, StatusServer
-
-logger = logging.getLogger(__name__)
 
 
 def controller_status() -> JobStatus:
