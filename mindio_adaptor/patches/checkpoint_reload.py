@@ -4,6 +4,7 @@ LOAD_CKPT) may load: every rank tells the controller each periodic checkpoint it
 The checkpoint step is reported when Megatron's save returns on the rank (its writes are complete);
 asynchronous saves (--async-save) complete later and are not reported, so they are never reloaded.
 """
+from mindio_adaptor.core import processor_link
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.exception_loop import ha_enabled
 from mindio_adaptor.patches.patch import Patch
@@ -11,11 +12,9 @@ from mindio_adaptor.patches.patch import Patch
 
 def _report_saved_step(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    from mindio_adaptor.ttp import processor
-
     iteration = args[0] if args else kwargs["iteration"]
     if ha_enabled() and not megatron_job.args().async_save:
-        processor.tft_report_saved_ckpt_step(int(iteration))
+        processor_link.current().report_saved_step(int(iteration))
     return result
 
 

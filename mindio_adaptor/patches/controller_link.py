@@ -17,7 +17,7 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import inherited_sockets, job_store
+from mindio_adaptor.core import inherited_sockets, job_store, processor_link
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.patches import exception_loop, interrupted_save, megatron_job, recovery
@@ -39,7 +39,7 @@ def _after_initialize(wrapped, instance, args, kwargs):
 
 
 def connect():
-    from mindio_adaptor.ttp import controller, processor
+    from mindio_adaptor.ttp import controller
 
     rank, world = dist.get_rank(), dist.get_world_size()
     margs = megatron_job.args()
@@ -47,22 +47,22 @@ def connect():
     address = controller_address()
     if address is None:
         address = _start_in_job_controller(rank, world, controller, config)
-    processor.tft_init_processor(rank, world, enable_tls=False, enable_arf=config.enable_worker_reboot)
-    processor.tft_start_processor(*address)
+    link = processor_link.open_link(rank, world, allow_replacement=config.enable_worker_reboot)
+    link.start(*address)
     if SESSION.job.layout is not None:
-        processor.tft_set_optimizer_replica(rank, SESSION.job.layout.to_reference())
+        link.report_layout(rank, SESSION.job.layout.to_reference())
     # The bracket opens right before the in-place update (after the gradient-norm collective) and
     # closes when the step's state is final (scheduler stepped too), only after the step's snapshot
     # exists: every step the controller believes complete can be dumped or repaired from.
-    SESSION.job.before_update.append(lambda step: processor.tft_start_updating_os(step - 1))
-    SESSION.job.step_completed.extend([_take_snapshot, processor.tft_end_updating_os])
+    SESSION.job.before_update.append(lambda step: link.update_started(step - 1))
+    SESSION.job.step_completed.extend([_take_snapshot, link.update_ended])
     SESSION.job.decided.append(functools.partial(interrupted_save.remove_after_decision, margs.save))
     inherited_sockets.install()
-    exception_loop.arm(margs, processor)
+    exception_loop.arm(margs, link)
     SESSION.save_root = margs.save
     SESSION.thread.backend = margs.distributed_backend  # not dist.get_backend(): "fake" in a replacement
     SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
-    recovery.register_handlers(SESSION, processor)
+    recovery.answer_actions(SESSION, link)
     atexit.register(disconnect)
     if rank == 0:
         logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)
@@ -122,11 +122,11 @@ def _publish_contact(contact, needed: bool) -> None:
 
 
 def disconnect():
-    from mindio_adaptor.ttp import controller, processor
+    from mindio_adaptor.ttp import controller
 
     for hook in list(SESSION.job.before_leaving):
         hook()
-    processor.tft_destroy_processor()
+    processor_link.close_link()
     if controller.tft_query_high_availability_switch():
         if SESSION.job.training_finished:
             _await_the_others_leaving(controller)

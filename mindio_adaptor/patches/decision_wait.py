@@ -6,7 +6,10 @@ import logging
 import os
 import time
 
+from mindio_adaptor.core import faults, processor_link
+from mindio_adaptor.core.enums import ReportState
 from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER
+from mindio_adaptor.core.processor_link import ControllerUnreachable
 from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
 from mindio_adaptor.patches.decision import Decision
 
@@ -29,11 +32,9 @@ def end_recovery(session, outcome: str) -> None:
 def wait_for_decision(session, exc: BaseException, step: int, replacement: bool = False) -> Decision:
     """Report the fault (or, in a replacement process, that it is ready), park, and end the process
     as the controller decides; returns the decision after an online repair or a replacement's repair."""
-    from mindio_adaptor.ttp import exception_handler, processor
-    from mindio_adaptor.ttp.enums import Action, ReportState
-
+    link = processor_link.current()
     stopped = session.thread.stop_requested.is_set()
-    state = ReportState.NORMAL if stopped else exception_handler.report_state_of(exc)
+    state = ReportState.NORMAL if stopped else faults.report_state_of(exc)
     summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     session.timeline.begin(step, "a replacement process joining" if replacement else
                            "stopped by the controller" if stopped else f"{state.name} fault")
@@ -45,54 +46,49 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
         logger.error("step %d: training failed with %s; reported as %s", step, summary, state.name,
                      exc_info=exc)
     try:
-        processor.tft_report_error(state, exception_handler.fault_code_of(exc))
+        link.report_fault(state, faults.fault_code_of(exc))
     finally:
         session.thread.parked.set()
     try:
-        action = _serve_until_decision(session, processor)
-    except (processor.ControllerUnreachable, TimeoutError) as lost:
+        verdict = link.await_decision(DECISION_TIMEOUT_S, between=_parked_work(session, link))
+    except (ControllerUnreachable, TimeoutError) as lost:
         end_recovery(session, "controller lost")
         logger.error("step %d: %s. Without the controller no rank can be repaired and no dying-gasp "
                      "checkpoint can be agreed on: this rank exits (code %d) after %s; the job resumes "
                      "from its last complete checkpoint", step, lost, CONTROLLER_LOST, summary)
         raise SystemExit(CONTROLLER_LOST) from exc
-    strategy, repair_step = processor.tft_get_repair_type(), processor.tft_get_repair_step()
-    decision = f"{strategy or 'exit'} at step {repair_step}"
+    decision = f"{verdict.strategy or 'exit'} at step {verdict.repair_step}"
     for hook in list(session.job.decided):
-        hook(action == Action.RETRY)
-    if action == Action.RETRY:
+        hook(verdict.go_on)
+    if verdict.go_on:
         logger.info("step %d: online repair done (%s)", step, decision)
         session.timeline.mark("resumed")
-        return Decision(strategy, repair_step, session.flow or "retry")
+        return Decision(verdict.strategy, verdict.repair_step, session.flow or "retry")
     end_recovery(session, f"job ended by the controller ({decision})")
     logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
                  decision, summary, ENDED_BY_CONTROLLER)
     raise SystemExit(ENDED_BY_CONTROLLER) from exc
 
 
-def _serve_until_decision(session, processor):
-    """Park: run the stages' jobs until the controller's decision arrives (bounded). An exception
-    while parked (a DataLoader worker ended by the launcher's SIGTERM raises one here) changes
-    nothing: this rank has already reported. A SIGTERM while the controller is unreachable ends the
-    wait: the launcher stops the job (torchrun does when a rank dies, the controller's host among
-    them), and nothing can be agreed on without the controller."""
-    deadline = time.monotonic() + DECISION_TIMEOUT_S
+def _parked_work(session, link):
+    """What a parked rank does between short waits for the decision: run the stages' jobs. An
+    exception among them (a DataLoader worker ended by the launcher's SIGTERM raises one here)
+    changes nothing: this rank has already reported. A SIGTERM while the controller is unreachable
+    ends the wait: the launcher stops the job (torchrun does when a rank dies, the controller's host
+    among them), and nothing can be agreed on without the controller."""
     unreachable_since = None
-    while True:
+
+    def work() -> None:
+        nonlocal unreachable_since
         try:
             session.thread.run_jobs(0.1)
-            return processor.tft_wait_next_action(timeout=0.1)
-        except TimeoutError:
-            pass
-        except processor.ControllerUnreachable:
-            raise
         except Exception as exc:
             logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
         now = time.monotonic()
-        unreachable_since = None if processor.controller_connected() else unreachable_since or now
+        unreachable_since = None if link.connected() else unreachable_since or now
         if session.termination.is_set() and unreachable_since and now - unreachable_since > TERM_GRACE_S:
-            raise processor.ControllerUnreachable(
+            raise ControllerUnreachable(
                 f"the launcher asked this process to stop (SIGTERM) and the controller has been unreachable "
                 f"for {now - unreachable_since:.1f} s (reconnecting)")
-        if now > deadline:
-            raise TimeoutError(f"no decision from the controller within {DECISION_TIMEOUT_S:.0f} s")
+
+    return work

@@ -21,11 +21,11 @@ from mindio_adaptor.patches.stages.join_as_replacement import join_as_replacemen
 logger = logging.getLogger(__name__)
 
 
-def arm(margs, processor) -> None:
+def arm(margs, link) -> None:
     """At connect: the hang rule's section limits. Read here so a bad value stops the start. Before
     anything is measured a section may take Megatron's collective timeout."""
     stop_timeout_s()
-    sections.arm(limits_from_env(margs.distributed_timeout_minutes * 60.0), processor.section_link())
+    sections.arm(limits_from_env(margs.distributed_timeout_minutes * 60.0), link.sections())
 
 
 def ha_enabled() -> bool:

@@ -11,6 +11,7 @@ completed. The rank leaves the controller when its process exits (controller_lin
 """
 import logging
 
+from mindio_adaptor.core import processor_link
 from mindio_adaptor.patches import decision_wait, exception_loop
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
@@ -40,10 +41,10 @@ def _final_save_with_fault_handling(wrapped, instance, args, kwargs):
 def _pretrain_then_finish(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     if exception_loop.ha_enabled():
-        from mindio_adaptor.ttp import processor
-
         SESSION.job.training_finished = True
-        processor.report_training_finished()
+        link = processor_link.current_or_none()
+        if link is not None:
+            link.finish()
     return result
 
 

@@ -9,13 +9,15 @@ The controller drives a flow action by action (csrc/controller): STOP on every l
   recover  (process replacement)  CLEAN, REBUILD_GROUP once the replacement has joined, REPAIR, ROLLBACK
   dump     (dying-gasp checkpoint) SAVE_CKPT on the savers, RENAME on one of them, EXIT
   exit                             EXIT
-and EXIT ends any of them. The handlers registered here turn an action into a RecoveryAction, pick its
-stages from the table and run each where it must run (the parked training thread, or the processor's
-thread).
+and EXIT ends any of them. The processor link's actions (core/processor_link) are answered here: each
+becomes this rank's RecoveryActions, whose stages come from the table and run where they must run (the
+parked training thread, or the processor's thread).
 """
-from typing import Dict, Optional, Tuple
+import logging
+from typing import Dict, List, Optional, Tuple
 
 from mindio_adaptor.core.enums import RepairType
+from mindio_adaptor.core.processor_link import ControllerAction, RepairAssignment
 from mindio_adaptor.core.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.stages.drop_gradients import DROP_GRADIENTS
@@ -29,6 +31,8 @@ from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
 from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
 from mindio_adaptor.patches.stages.stop import STOP
+
+logger = logging.getLogger(__name__)
 
 Flow = Dict[str, Tuple[Stage, ...]]  # action name -> its stages, in order
 
@@ -49,10 +53,10 @@ class NoSuchStep(RuntimeError):
     """The controller sent an action its decided flow does not have."""
 
 
-def flow_of(strategy: str, repair: Optional[dict] = None) -> str:
+def flow_of(strategy: str, repair: Optional[RepairAssignment] = None) -> str:
     """The flow an action belongs to: the controller's strategy, except that a repair from the last
     checkpoint (repair type LOAD_CKPT) is the reload flow."""
-    if strategy == "retry" and repair is not None and repair["repair_type"] == RepairType.LOAD_CKPT:
+    if strategy == "retry" and repair is not None and repair.repair_type == RepairType.LOAD_CKPT:
         return "reload"
     return strategy
 
@@ -89,21 +93,35 @@ def run_action(session, megatron, action: RecoveryAction) -> int:
     return 0
 
 
-def register_handlers(session, processor, megatron=megatron_job) -> None:
-    """The reference's handlers, each building the RecoveryAction of its call and running it."""
-    def run(name: str, **fields) -> int:
-        action = RecoveryAction(name, strategy=processor.tft_get_repair_type(), **fields)
-        return run_action(session, megatron, action)
+# The actions a rank acts on; the others (normal, pause, continue, prelock) the processor records itself.
+ACTED_ON = ("stop", "clean", "rebuild_group", "repair", "rollback", "save_ckpt", "rename", "exit")
 
-    processor.tft_register_stop_handler(lambda args, ctx: run("stop"))
-    processor.tft_register_clean_handler(lambda is_uce, args, ctx: run("clean"))
-    processor.tft_register_rebuild_group_handler(
-        lambda fault_ranks, args, ctx: run("rebuild_group", error_ranks=tuple(fault_ranks)))
-    processor.tft_register_repair_handler(
-        lambda step, need_rebuild, error_ranks, info, args, ctx:
-        run("repair", step=step, repair=info, error_ranks=tuple(error_ranks)))
-    processor.tft_register_rollback_handler(lambda step, args, ctx: run("rollback", step=step))
-    processor.tft_register_save_ckpt_handler(lambda step, save_info, args, ctx:
-                                             run("save_ckpt", step=step, save_info=save_info))
-    processor.tft_register_rename_handler(lambda step, args: run("rename", step=step))
-    processor.tft_register_exit_handler(lambda ctx: run("exit"))
+
+def recovery_actions(action: ControllerAction, rank: int) -> List[RecoveryAction]:
+    """What the controller's action asks of this rank: one RecoveryAction, or for a REPAIR one per repair
+    type this rank takes part in (none when the plan has no repair)."""
+    common = dict(strategy=action.strategy, step=action.step if action.name not in ("stop", "clean", "exit") else -1)
+    if action.name == "repair":
+        return [RecoveryAction("repair", repair=own, error_ranks=own.dst, **common)
+                for own in action.own_repairs(rank)]
+    if action.name == "rebuild_group":
+        return [RecoveryAction("rebuild_group", strategy=action.strategy, error_ranks=action.error_ranks)]
+    if action.name == "save_ckpt":
+        return [RecoveryAction("save_ckpt", saves=action.saves, **common)]
+    return [RecoveryAction(action.name, **common)]
+
+
+def answer_actions(session, link, megatron=megatron_job) -> None:
+    """Answer the controller's actions on this rank's link by running their flow's stages."""
+    def answer(action: ControllerAction) -> Tuple[int, str]:
+        if action.name not in ACTED_ON:
+            return 0, ""
+        try:
+            for recovery_action in recovery_actions(action, link.rank):
+                run_action(session, megatron, recovery_action)
+        except Exception as exc:  # the reply names it; the controller's flow falls back
+            logger.exception("rank %d action %s (step %d) failed", link.rank, action.name, action.step)
+            return 1, f"rank {link.rank} action {action.name}: {type(exc).__name__}: {exc}"
+        return 0, ""
+
+    link.on_action(answer)

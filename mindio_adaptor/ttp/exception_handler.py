@@ -8,6 +8,7 @@ import os
 from typing import Callable, List, Optional, Tuple
 
 from mindio_adaptor.core import faults
+from mindio_adaptor.core.faults import fault_code_of, report_state_of
 from mindio_adaptor.ttp import controller, processor
 from mindio_adaptor.ttp.enums import Action, ReportState
 
@@ -43,40 +44,6 @@ def classify(exc: BaseException) -> Tuple[ReportState, Optional[Callable]]:
     as UCE: telling UCE_CORRUPTED apart needs the device's error timestamp, which no backend gives us yet."""
     result = faults.classify_exception(exc)
     return result.state, result.handle
-
-
-def report_state_of(exc: BaseException) -> ReportState:
-    """The state to report for `exc`. A matching pattern's handle is called with the text of the
-    exception that matched (str(e), as the reference calls it). Its answer is a key of the pattern
-    table (faults.FaultClassifier.state_of_key), whose state is reported; None (ours: a handle that
-    only observes) keeps the pattern's own state. Any other answer is a mistake in the handle: it is
-    logged and the fault reported as UNKNOWN (the reference fails on it with a KeyError)."""
-    result = faults.classify_exception(exc)
-    if result.handle is None:
-        return result.state
-    text = str(result.matched if result.matched is not None else exc)
-    try:
-        key = result.handle(text)
-    except Exception:
-        logger.exception("the handle of pattern %r raised; reporting the pattern's state %s",
-                         result.rule.text, result.state.name)
-        return result.state
-    if key is None:
-        return result.state
-    state = faults.DEFAULT.state_of_key(key)
-    if state is None:
-        logger.error("the handle of pattern %r answered %r, which is no pattern of the table (nor OTHER); "
-                     "reporting UNKNOWN", result.rule.text, key)
-        return ReportState.UNKNOWN
-    return state
-
-
-def fault_code_of(exc: BaseException) -> str:
-    """The device fault code an exception carries in its `fault_code` attribute (ours: set by the
-    code that raised it, e.g. a device-error translator), or "" for none; the controller's fault
-    policy acts on it."""
-    code = getattr(exc, "fault_code", "")
-    return code if isinstance(code, str) else ""
 
 
 def tft_exception_handler(train_func: Callable) -> Callable:

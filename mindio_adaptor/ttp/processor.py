@@ -1,5 +1,6 @@
-"""Processor side of the reference API: one processor per training process. Handlers registered
-here are run by the native processor's worker thread when the controller sends an action."""
+"""Processor side of the reference API: one processor per training process, over the typed link
+(core/processor_link). Handlers registered here are run by the processor's worker thread when the
+controller sends an action: each ControllerAction is translated into the reference's handler calls."""
 from __future__ import annotations
 
 import inspect
@@ -9,19 +10,19 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from mindio_adaptor import _native
+from mindio_adaptor.core import processor_link
+from mindio_adaptor.core.processor_link import (ControllerAction, ControllerUnreachable,  # noqa: F401 (the face's)
+                                                RepairAssignment)
 from mindio_adaptor.ttp.enums import Action, RepairType, ReportState
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_processor: Optional["_native.Processor"] = None
 _rank: Optional[int] = None
 _world_size: Optional[int] = None
 _handlers: Dict[str, Tuple[Callable, Any]] = {}
 _step_args: Any = None
 _decorated_args: Optional[list] = None  # the arguments of the call tft_exception_handler runs, a list
-_last_update_start: Optional[float] = None
 _dp_group: Optional[List[int]] = None
 _decrypt_handler: Optional[Callable] = None
 _export_version: Optional[str] = None
@@ -48,14 +49,9 @@ _HANDLER_ARGS = {
 _OPTIONAL = {"exit", "stream_sync"}
 
 
-class ControllerUnreachable(RuntimeError):
-    """The processor gave up reconnecting to the controller (TTP_RETRY_TIMES)."""
-
-
-def _require() -> "_native.Processor":
-    if _processor is None:
-        raise RuntimeError("no processor: call tft_init_processor() and tft_start_processor() first")
-    return _processor
+def _require():
+    """The native processor under this process's link."""
+    return processor_link.current().native
 
 
 def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = False, enable_tls: bool = True,
@@ -64,7 +60,7 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
     """Create this process's processor. With `enable_arf`, a process that registers for a dead rank
     becomes that rank's replacement (the controller decides; see tft_is_reboot_node), and one that the
     launcher started again for a dead rank (environment MINDIO_RESTARTED=1) registers as one."""
-    global _processor, _rank, _world_size
+    global _rank, _world_size
     if enable_zit:
         raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
     if enable_tls and tls_info:
@@ -75,44 +71,29 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
     if not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank!r}")
     with _lock:
-        if _processor is not None:
-            raise RuntimeError("a processor already exists in this process; call tft_destroy_processor() first")
-        processor = _native.Processor(rank, world_size)
-        if processor.restarted() and not enable_arf:
-            raise ValueError(f"rank {rank}: MINDIO_RESTARTED=1 marks a restarted process, which only process "
-                             f"replacement can take in: pass enable_arf=True to tft_init_processor")
-        processor.allow_replacement(bool(enable_arf))
-        processor.set_dispatcher(_dispatch)
-        _processor, _rank, _world_size = processor, rank, world_size
+        link = processor_link.open_link(rank, world_size, allow_replacement=bool(enable_arf))
+        link.on_action(_run_handlers)
+        _rank, _world_size = rank, world_size
 
 
 def tft_start_processor(master_ip: str, port: int, local_ip: str = "") -> None:
     """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason."""
-    _require().start(master_ip, int(port))
+    processor_link.current().start(master_ip, port)
 
 
 def tft_destroy_processor() -> None:
     """Leave: the controller is told this rank goes on purpose (it logs "rank R left" and counts no
     fault), then the connection is closed."""
-    global _processor, _rank, _world_size, _dp_group
+    global _rank, _world_size, _dp_group
     with _lock:
-        processor, _processor, _rank, _world_size, _dp_group = _processor, None, None, None, None
-    if processor is not None:
-        processor.stop()
+        _rank, _world_size, _dp_group = None, None, None
+    processor_link.close_link()
 
 
 def tft_set_optimizer_replica(rank: int, replica_info: List[dict]) -> None:
     """Report this rank's replica layout: one dict per optimizer type, {"rank_list", "replica_cnt",
     "replica_shift"}; the list position is the optimizer type unless a dict names "optimizer_type"."""
-    groups = []
-    for position, info in enumerate(replica_info):
-        missing = {"rank_list", "replica_cnt"} - set(info)
-        if missing:
-            raise ValueError(f"tft_set_optimizer_replica: entry {position} lacks {sorted(missing)}")
-        groups.append({"optimizer_type": int(info.get("optimizer_type", position)),
-                       "replica_cnt": int(info["replica_cnt"]), "replica_shift": int(info.get("replica_shift", 0)),
-                       "rank_list": [int(r) for r in info["rank_list"]]})
-    _require().set_replica(int(rank), groups)
+    processor_link.current().report_layout(int(rank), replica_info)
 
 
 def tft_set_dp_group_info(rank: int, dp_list: List[int]) -> None:
@@ -152,13 +133,11 @@ def _require_world() -> int:
 
 
 def tft_start_updating_os(backup_step: int = -1) -> None:
-    global _last_update_start
-    _last_update_start = time.time()
-    _require().start_updating(int(backup_step))
+    processor_link.current().update_started(backup_step)
 
 
 def tft_end_updating_os(step: int) -> None:
-    _require().end_updating(int(step))
+    processor_link.current().update_ended(step)
 
 
 def tft_start_copy_os() -> None:
@@ -175,27 +154,14 @@ def tft_report_error(report_state: ReportState, error_code: str = "") -> None:
         error_code = ""
     if not isinstance(error_code, str):
         raise TypeError(f"tft_report_error: error_code must be a string, got {type(error_code).__name__}")
-    _require().report_error(int(ReportState(report_state)), error_code)
+    processor_link.current().report_fault(ReportState(report_state), error_code)
 
 
 def tft_wait_next_action(timeout: Optional[float] = None) -> Action:
     """Block until the controller has finished handling the fault: RETRY (train again) or EXIT.
-    `timeout` (ours, seconds) defaults to no limit; a lost controller raises RuntimeError."""
-    processor = _require()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        # Short slices so that KeyboardInterrupt is seen while waiting.
-        slice_s = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-        code = processor.wait_next_action(slice_s)
-        if code in (0, 1):
-            return Action(code)
-        if code == -2:
-            closed = processor.controller_closed()
-            if closed:
-                raise ControllerUnreachable(f"rank {_rank}: the controller closed ({closed})")
-            raise ControllerUnreachable(f"rank {_rank}: the controller is unreachable (gave up after TTP_RETRY_TIMES)")
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"rank {_rank}: no decision from the controller within {timeout} s")
+    `timeout` (ours, seconds) defaults to no limit; a lost controller raises ControllerUnreachable."""
+    decision = processor_link.current().await_decision(timeout)
+    return Action.RETRY if decision.go_on else Action.EXIT
 
 
 def controller_connected() -> bool:
@@ -256,22 +222,21 @@ def tft_report_saved_ckpt_step(step: int) -> None:
     (the reference's LOAD_CKPT) instead of ending the job; it does so only when every rank reported
     the same step."""
     _check_step("tft_report_saved_ckpt_step", step)
-    _require().report_ckpt_step(step)
+    processor_link.current().report_saved_step(step)
 
 
 def section_link():
-    """Ours: what patches/sections reports through (begin_section(name, limit_s), end_section(),
-    add_progress(units)): the processor's timed sections, which the controller's hang rule judges."""
-    return _require()
+    """Ours: the processor's timed sections (begin_section(name, limit_s), end_section(),
+    add_progress(units)), which the controller's hang rule judges."""
+    return processor_link.current().sections()
 
 
 def report_training_finished() -> None:
     """Ours: training is over on this rank (last step, final save and evaluation done). The controller
     takes the job as completed and acts on no later fault. Nothing happens without a processor."""
-    with _lock:
-        processor = _processor
-    if processor is not None:
-        processor.finish()
+    link = processor_link.current_or_none()
+    if link is not None:
+        link.finish()
 
 
 def tft_register_decrypt_handler(fn):
@@ -418,12 +383,12 @@ tft_register_zit_upgrade_repair_handler = _make_register("zit_upgrade_repair")
 tft_register_zit_upgrade_rollback_handler = _make_register("zit_upgrade_rollback")
 
 
-def _calls(action: dict) -> List[Tuple[str, tuple]]:
+def _calls(action: ControllerAction) -> List[Tuple[str, tuple]]:
     """The handler calls one action makes: [(handler name, call arguments)]."""
-    name, step, args = action["name"], action["step"], handler_args()
+    name, step, args = action.name, action.step, handler_args()
     ctx = _handlers.get(name, (None, None))[1]
     if name == "save_ckpt":
-        save_info = [{"type": s["optimizer_type"], "ranks": list(s["ranks"])} for s in action["save"]]
+        save_info = [{"type": s.optimizer_type, "ranks": list(s.ranks)} for s in action.saves]
         return [(name, (step, save_info, args, ctx))]
     if name == "rename":
         return [(name, (step, args))]
@@ -432,14 +397,14 @@ def _calls(action: dict) -> List[Tuple[str, tuple]]:
     if name == "stop":
         return [(name, (args, ctx))]
     if name == "clean":
-        return [(name, (action["is_uce"], args, ctx))]
+        return [(name, (action.is_uce, args, ctx))]
     if name == "repair":
-        return [(name, (step, _needs_rebuild(info["repair_type"]), list(info["dst"]), info, args, ctx))
-                for info in own_repair_infos(action["repair"], _rank)]
+        return [(name, (step, _needs_rebuild(own.repair_type), list(own.dst), reference_repair_info(own), args, ctx))
+                for own in action.own_repairs(_rank)]
     if name == "rollback":
         return [(name, (step, args, ctx))]
     if name == "rebuild_group":
-        return [(name, (list(action["error_ranks"]), args, ctx))]
+        return [(name, (list(action.error_ranks), args, ctx))]
     if name == "continue":
         return [("stream_sync", ())]
     return []  # normal, pause: the native side records them
@@ -471,23 +436,19 @@ class PairTypes(list):
     __hash__ = None
 
 
+def reference_repair_info(own: RepairAssignment) -> dict:
+    """The reference's repair_info for one handler call: this rank's pairs, `type` parallel to them."""
+    return {"type": PairTypes(own.optimizer_types), "repair_type": int(own.repair_type), "src": list(own.src),
+            "dst": list(own.dst), "rank_list": list(own.rank_list)}
+
+
 def own_repair_infos(entries: List[dict], rank: Optional[int]) -> List[dict]:
-    """The repair_info of each handler call on `rank`: the controller's plan has one entry per
-    optimizer type with every pair of that type; the reference calls the handler once per rank with
-    only the pairs this rank sends or receives, `type` a list parallel to `src`/`dst`. Entries whose
-    repair types differ (this rank sends one type and receives another) make one call each."""
-    infos: Dict[int, dict] = {}
-    for entry in entries:
-        repair_type = int(entry["repair_type"])
-        info = infos.setdefault(repair_type, {"type": PairTypes(), "repair_type": repair_type, "src": [], "dst": [],
-                                              "rank_list": []})
-        for src, dst in zip(entry["src"], entry["dst"]):
-            if rank in (src, dst):
-                info["type"].append(int(entry["optimizer_type"]))
-                info["src"].append(int(src))
-                info["dst"].append(int(dst))
-        info["rank_list"] = sorted(set(info["rank_list"]) | {int(r) for r in entry["rank_list"]})
-    return list(infos.values())
+    """The repair_info of each handler call on `rank` for the controller's plan `entries` (one per
+    optimizer type, every pair of that type): the reference calls the handler once per rank with only
+    the pairs this rank sends or receives. Entries whose repair types differ (this rank sends one type
+    and receives another) make one call each."""
+    plan = ControllerAction("repair", repairs=tuple(RepairAssignment.from_wire(e) for e in entries))
+    return [reference_repair_info(own) for own in plan.own_repairs(rank)]
 
 
 def _needs_rebuild(repair_type: int) -> bool:
@@ -496,12 +457,18 @@ def _needs_rebuild(repair_type: int) -> bool:
     return repair_type in (RepairType.UCE_HIGHLEVEL, RepairType.LOAD_REBUILD)
 
 
-def _dispatch(action: dict) -> Tuple[int, str]:
+def _dispatch(wire: dict) -> Tuple[int, str]:
+    """One action as the wire carries it (a dict), run through the registered handlers."""
+    return _run_handlers(ControllerAction.from_wire(wire, processor_link.current().strategy()
+                                                    if processor_link.current_or_none() else "none"))
+
+
+def _run_handlers(action: ControllerAction) -> Tuple[int, str]:
     """Run one action's handlers; returns (code, message). Never raises: an error becomes a reply
     naming the rank, the action and what went wrong."""
     code = 0
     for handler, call_args in _calls(action):
-        where = f"rank {_rank} action {action['name']}"
+        where = f"rank {_rank} action {action.name}"
         entry = _handlers.get(handler)
         if entry is None:
             if handler in _OPTIONAL:

@@ -9,6 +9,7 @@ from mindio_adaptor import _native as nat
 from mindio_adaptor.core.policy import PolicyEngine, read_policy
 from mindio_adaptor.core.policy.config import empty_policy
 from mindio_adaptor.ttp import controller as ctl
+from mindio_adaptor.core import processor_link
 from mindio_adaptor.ttp import processor as tp
 from mindio_adaptor.ttp.exception_handler import fault_code_of
 from mindio_adaptor.ttp.fault_policy import FaultPolicy, check_timeout, make_policy
@@ -197,7 +198,7 @@ def test_report_error_refuses_bad_codes_before_sending():
 
 
 def test_tft_report_error_wants_a_string_code(monkeypatch):
-    monkeypatch.setattr(tp, "_processor", nat.Processor(0, 1))
+    monkeypatch.setattr(processor_link, "_link", processor_link.ProcessorLink(0, 1))
     with pytest.raises(TypeError, match="error_code must be a string, got int"):
         tp.tft_report_error(2, 0x80E01801)
 

@@ -6,6 +6,7 @@ import pytest
 
 from recovery_fakes import FakeMegatron, session_at
 from mindio_adaptor.core.enums import RepairType
+from mindio_adaptor.core.processor_link import ControllerAction, RepairAssignment, SaveAssignment
 from mindio_adaptor.patches import recovery
 from mindio_adaptor.patches.recovery import FLOWS, NoSuchStep, flow_of, run_action, stages_of
 from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
@@ -24,7 +25,7 @@ EVERY_FLOW = {
 
 
 def repair_info(repair_type):
-    return {"type": 0, "repair_type": repair_type, "src": [0], "dst": [2], "rank_list": [0, 2]}
+    return RepairAssignment(repair_type, (0,), (2,), (0,), (0, 2))
 
 
 def test_every_strategys_stage_table():
@@ -88,40 +89,63 @@ def test_a_failing_stage_ends_the_action_with_its_error(monkeypatch):
     assert later == []
 
 
-class FakeProcessor:
-    """The reference face's registration calls, and the decision the processor recorded."""
+class FakeLink:
+    """The processor link as the answering side sees it: a rank, and the handler it is given."""
 
-    def __init__(self, strategy):
-        self.handlers, self.strategy = {}, strategy
+    def __init__(self, rank):
+        self.rank, self.handler = rank, None
 
-    def __getattr__(self, name):
-        if name.startswith("tft_register_") and name.endswith("_handler"):
-            return lambda fn: self.handlers.__setitem__(name[len("tft_register_"):-len("_handler")], fn)
-        raise AttributeError(name)
-
-    def tft_get_repair_type(self):
-        return self.strategy
+    def on_action(self, handler):
+        self.handler = handler
 
 
-def test_each_handler_becomes_its_action(monkeypatch):
+def test_each_controller_action_becomes_this_ranks_actions(monkeypatch):
     actions = []
     monkeypatch.setattr(recovery, "run_action", lambda session, megatron, action: actions.append(action) or 0)
-    processor = FakeProcessor("recover")
-    recovery.register_handlers(session_at(3), processor, FakeMegatron())
-    assert sorted(processor.handlers) == ["clean", "exit", "rebuild_group", "rename", "repair", "rollback",
-                                          "save_ckpt", "stop"]
-    h = processor.handlers
+    link = FakeLink(rank=2)
+    recovery.answer_actions(session_at(3), link, FakeMegatron())
+    plan = {"optimizer_type": 0, "repair_type": RepairType.RECV_REPAIR, "src": [0], "dst": [2], "rank_list": [0, 2]}
+    wire = [{"name": "stop"}, {"name": "clean", "is_uce": True}, {"name": "rebuild_group", "error_ranks": [2]},
+            {"name": "repair", "step": 3, "need_rebuild": True, "error_ranks": [2], "repair": [plan]},
+            {"name": "rollback", "step": 3}, {"name": "save_ckpt", "step": 3, "save": [{"optimizer_type": 0,
+                                                                                         "ranks": [0, 1]}]},
+            {"name": "rename", "step": 3}, {"name": "exit"}]
+    results = [link.handler(ControllerAction.from_wire(w, "recover")) for w in wire]
+    assert results == [(0, "")] * 8
     info = repair_info(RepairType.RECV_REPAIR)
-    results = [h["stop"](None, None), h["clean"](True, None, None), h["rebuild_group"]([2], None, None),
-               h["repair"](3, True, [2], info, None, None), h["rollback"](3, None, None),
-               h["save_ckpt"](3, [{"type": 0, "ranks": [0, 1]}], None, None), h["rename"](3, None), h["exit"](None)]
-    assert results == [0] * 8
     assert actions == [RecoveryAction("stop", "recover"), RecoveryAction("clean", "recover"),
                        RecoveryAction("rebuild_group", "recover", error_ranks=(2,)),
                        RecoveryAction("repair", "recover", step=3, repair=info, error_ranks=(2,)),
                        RecoveryAction("rollback", "recover", step=3),
-                       RecoveryAction("save_ckpt", "recover", step=3, save_info=[{"type": 0, "ranks": [0, 1]}]),
+                       RecoveryAction("save_ckpt", "recover", step=3, saves=(SaveAssignment(0, (0, 1)),)),
                        RecoveryAction("rename", "recover", step=3), RecoveryAction("exit", "recover")]
+    actions.clear()
+    for recorded in ("normal", "pause", "continue", "prelock"):  # the processor records these itself
+        assert link.handler(ControllerAction(recorded, "retry", step=3)) == (0, "")
+    assert actions == []
+
+
+def test_a_failing_stage_is_the_reply_naming_rank_action_and_error(monkeypatch):
+    def fail(session, megatron, action):
+        raise RuntimeError("no peer holds the shard")
+
+    monkeypatch.setattr(recovery, "run_action", fail)
+    link = FakeLink(rank=5)
+    recovery.answer_actions(session_at(3), link, FakeMegatron())
+    assert link.handler(ControllerAction("rollback", "retry", step=3)) == (
+        1, "rank 5 action rollback: RuntimeError: no peer holds the shard")
+
+
+def test_a_rank_sending_one_type_and_receiving_another_runs_repair_once_per_type(monkeypatch):
+    actions = []
+    monkeypatch.setattr(recovery, "run_action", lambda session, megatron, action: actions.append(action) or 0)
+    plan = (RepairAssignment(RepairType.SEND, (1,), (0,), (0,), (0, 1)),
+            RepairAssignment(RepairType.UCE_HIGHLEVEL, (2,), (1,), (1,), (1, 2)))
+    assert recovery.recovery_actions(ControllerAction("repair", "retry", step=4, repairs=plan), 1) == [
+        RecoveryAction("repair", "retry", step=4, repair=RepairAssignment(RepairType.SEND, (1,), (0,), (0,), (0, 1)),
+                       error_ranks=(0,)),
+        RecoveryAction("repair", "retry", step=4, error_ranks=(1,),
+                       repair=RepairAssignment(RepairType.UCE_HIGHLEVEL, (2,), (1,), (1,), (1, 2)))]
 
 
 def test_the_flow_of_a_recovery_is_named_by_stop_and_made_reload_by_a_checkpoint_repair(monkeypatch):

@@ -4,12 +4,13 @@ import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
 from mindio_adaptor.core.enums import RepairType
+from mindio_adaptor.core.processor_link import RepairAssignment
 from mindio_adaptor.patches.stages.reload_checkpoint import RELOAD_CHECKPOINT, reload_checkpoint
 
 
 def repair(step):
     return action("repair", strategy="retry", step=step,
-                  repair={"type": 0, "repair_type": RepairType.LOAD_CKPT, "src": [], "dst": [], "rank_list": []})
+                  repair=RepairAssignment(RepairType.LOAD_CKPT))
 
 
 def test_reload_takes_the_checkpoints_step_as_the_last_completed_one():

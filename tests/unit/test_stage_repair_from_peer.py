@@ -5,12 +5,13 @@ import torch
 
 from recovery_fakes import FakeMegatron, action, marks, run_ranks, session_at, snapshot
 from mindio_adaptor.core.enums import RepairType
+from mindio_adaptor.core.processor_link import RepairAssignment
 from mindio_adaptor.patches.stages.repair_from_peer import REPAIR_FROM_PEER, repair_from_peer
 
 
 def repair(step):
     return action("repair", strategy="recover", step=step,
-                  repair={"type": 0, "repair_type": RepairType.RECV_REPAIR, "src": [0], "dst": [1], "rank_list": [0, 1]})
+                  repair=RepairAssignment(RepairType.RECV_REPAIR, (0,), (1,), (0,), (0, 1)))
 
 
 def repair_a_replacement(rank, shape):

@@ -4,11 +4,12 @@ import pytest
 
 from recovery_fakes import FakeMegatron, action, session_at
 from mindio_adaptor.core.dump_world import DumpError
+from mindio_adaptor.core.processor_link import SaveAssignment
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP, dense_savers, save_dump
 
 
-def save(step, save_info=({"type": 0, "ranks": [0, 3]},)):
-    return action("save_ckpt", strategy="dump", step=step, save_info=list(save_info))
+def save(step, saves=(SaveAssignment(0, (0, 3)),)):
+    return action("save_ckpt", strategy="dump", step=step, saves=tuple(saves))
 
 
 def test_only_the_last_completed_step_is_saved(tmp_path):
@@ -26,9 +27,9 @@ def test_a_run_without_save_has_nowhere_to_dump():
 
 def test_separate_expert_shards_are_refused():
     with pytest.raises(DumpError, match="separate expert"):
-        dense_savers([{"type": 0, "ranks": [0]}, {"type": 1, "ranks": [1]}])
+        dense_savers([SaveAssignment(0, (0,)), SaveAssignment(1, (1,))])
 
 
 def test_savers_are_the_ranks_of_every_entry_once_in_order():
-    assert dense_savers([{"type": 0, "ranks": [3, 0]}, {"type": 0, "ranks": [0, 1]}]) == [0, 1, 3]
+    assert dense_savers([SaveAssignment(0, (3, 0)), SaveAssignment(0, (0, 1))]) == [0, 1, 3]
     assert SAVE_DUMP.on_training_thread

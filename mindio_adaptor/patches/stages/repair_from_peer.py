@@ -31,7 +31,7 @@ def repair_from_peer(session, megatron, action) -> int:
         megatron.materialize_optimizer_state(job.optimizer)
     tensors = megatron.shard_tensors(job.optimizer)
     _exchange_step_state(session, megatron, step, info, me, tensors)
-    for src, dst in zip(info["src"], info["dst"]):
+    for src, dst in info.pairs():
         if me == src:
             sent = send_shard(tensors, dst)
             session.timeline.mark("shard sent", f"{sent} bytes to rank {dst} in {time.monotonic() - started:.2f} s")
@@ -55,11 +55,11 @@ def state_to_send(session, megatron, step: int) -> dict:
             **megatron.step_state(session.job.scheduler, session.job.optimizer)}
 
 
-def _exchange_step_state(session, megatron, step: int, info: dict, me: int, tensors) -> None:
+def _exchange_step_state(session, megatron, step: int, info, me: int, tensors) -> None:
     """Before the shard itself, every source sends the shard's manifest (shapes, dtypes), checked by
     the receiver so that a mismatch is an error naming it rather than a transport failure, and the
     repair step's non-sharded state (a few KB)."""
-    for src, dst in zip(info["src"], info["dst"]):
+    for src, dst in info.pairs():
         if me == src:
             message = {"manifest": manifest(tensors), "state": state_to_send(session, megatron, step)}
             payload = torch.frombuffer(bytearray(pickle.dumps(message)), dtype=torch.uint8)

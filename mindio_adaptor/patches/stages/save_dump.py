@@ -28,7 +28,7 @@ def save_dump(session, megatron, action) -> int:
     if not root:
         raise DumpError("the run has no --save directory: there is nowhere to write the dump")
     margs = megatron.args()
-    savers = dense_savers(action.save_info)
+    savers = dense_savers(action.saves)
     members = dump_world(savers, margs, job.layout)
     try:
         rebuild_world(session, margs, members)
@@ -48,11 +48,13 @@ def save_dump(session, megatron, action) -> int:
     return 0
 
 
-def dense_savers(save_info: List[dict]) -> List[int]:
-    types = {entry["type"] for entry in save_info}
+def dense_savers(saves) -> List[int]:
+    """The savers of the dense optimizer's shards (optimizer type 0), from the action's assignments."""
+    types = {save.optimizer_type for save in saves}
     if types - {0}:
-        raise DumpError(f"dump with separate expert (MoE) shards is not supported yet (save_info {save_info})")
-    return sorted({r for entry in save_info for r in entry["ranks"]})
+        raise DumpError(f"dump with separate expert (MoE) shards is not supported yet (savers of optimizer "
+                        f"types {sorted(types)}: {[list(save.ranks) for save in saves]})")
+    return sorted({r for save in saves for r in save.ranks})
 
 
 def _staging_prepared_by_one(root: str, step: int):

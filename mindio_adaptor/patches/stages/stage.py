@@ -6,17 +6,21 @@ or raises with a message that names what went wrong (the reply to the controller
 No stage is interrupted once it runs: a stage that takes too long fails the controller's action at
 its time limit, and the flow's fallback (the dump, or the exit) follows.
 """
-from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Tuple
+
+from mindio_adaptor.core.processor_link import RepairAssignment, SaveAssignment
 
 
 @dataclass(frozen=True)
 class RecoveryAction:
+    """One controller action as this rank's stages see it (patches/recovery makes it from the link's
+    ControllerAction): a REPAIR is one of these per repair type this rank takes part in."""
     name: str  # stop, clean, rebuild_group, repair, rollback, save_ckpt, rename, exit
-    strategy: str = "none"  # the controller's decision, as tft_get_repair_type() names it
+    strategy: str = "none"  # the controller's decision in force: retry, recover, dump, exit, none
     step: int = -1  # the repair step (the step a dump saves)
-    repair: Optional[dict] = None  # repair: {"type", "repair_type", "src", "dst", "rank_list"}
-    save_info: List[dict] = field(default_factory=list)  # save_ckpt: [{"type", "ranks"}]
+    repair: Optional[RepairAssignment] = None  # repair: the pairs this rank sends or receives
+    saves: Tuple[SaveAssignment, ...] = ()  # save_ckpt: the savers of each optimizer type
     error_ranks: Tuple[int, ...] = ()
 
 
