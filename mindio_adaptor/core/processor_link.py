@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Tuple
 
 from mindio_adaptor import _native
 from mindio_adaptor.core.enums import Action, RepairType, ReportState
@@ -110,6 +110,7 @@ class ProcessorLink:
                              f"replacement can take in: pass enable_arf=True to tft_init_processor")
         self.native.allow_replacement(bool(allow_replacement))
         self._handler: Optional[ActionHandler] = None
+        self.answers: Collection[str] = ()  # the actions the handler acts on (the rest it only acknowledges)
         self.native.set_dispatcher(self._dispatch)
 
     def start(self, host: str, port: int) -> None:
@@ -150,8 +151,10 @@ class ProcessorLink:
         sections the controller's hang rule judges."""
         return self.native
 
-    def on_action(self, handler: Optional[ActionHandler]) -> None:
-        self._handler = handler
+    def on_action(self, handler: Optional[ActionHandler], answers: Collection[str] = ()) -> None:
+        """`handler` runs every action from now on; `answers` names those it acts on (a live view may
+        grow as handlers are registered), for a client that checks its actions are covered."""
+        self._handler, self.answers = handler, answers
 
     def _dispatch(self, wire: dict) -> Tuple[int, str]:
         action = ControllerAction.from_wire(wire, self.strategy())

@@ -124,4 +124,4 @@ def answer_actions(session, link, megatron=megatron_job) -> None:
             return 1, f"rank {link.rank} action {action.name}: {type(exc).__name__}: {exc}"
         return 0, ""
 
-    link.on_action(answer)
+    link.on_action(answer, answers=ACTED_ON)

@@ -72,7 +72,7 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank!r}")
     with _lock:
         link = processor_link.open_link(rank, world_size, allow_replacement=bool(enable_arf))
-        link.on_action(_run_handlers)
+        link.on_action(_run_handlers, answers=_handlers.keys())
         _rank, _world_size = rank, world_size
 
 

@@ -44,10 +44,10 @@ def tft_init_controller_processor(enable_tls: bool = True, tls_option_top_path: 
         raise NotImplementedError("TLS is not implemented; authenticate with MINDIO_TOKEN on a trusted network and "
                                   "pass enable_tls=False")
     _require_patched_job()
+    from mindio_adaptor.core import processor_link
     from mindio_adaptor.patches import controller_link
-    from mindio_adaptor.ttp import processor
 
-    if processor._processor is None:
+    if processor_link.current_or_none() is None:
         controller_link.connect()
 
 
@@ -55,15 +55,18 @@ def tft_register_processor(train_valid_test_dataset_provider: Callable, model_pr
                            model_type: Any) -> None:
     """The reference registers its handlers here and keeps the providers to rebuild the model after a
     memory error. The patches registered the handlers when the processor started and rebuild from
-    what Megatron's own setup recorded, so the providers are checked and kept (tft_providers())."""
+    what Megatron's own setup recorded, so the providers are checked and kept (tft_providers()), once the
+processor answers the recovery actions."""
     _require_patched_job()
-    from mindio_adaptor.ttp import processor
+    from mindio_adaptor.core import processor_link
 
     for name, provider in (("train_valid_test_dataset_provider", train_valid_test_dataset_provider),
                            ("model_provider", model_provider)):
         if not callable(provider):
             raise TypeError(f"tft_register_processor: {name} must be callable, got {provider!r}")
-    missing = [h for h in ("stop", "clean", "repair", "rollback", "save_ckpt") if h not in processor._handlers]
+    link = processor_link.current_or_none()
+    answered = link.answers if link is not None else ()
+    missing = [h for h in ("stop", "clean", "repair", "rollback", "save_ckpt") if h not in answered]
     if missing:
         raise AdaptorNotReady(f"tft_register_processor: the processor has no {missing} handlers; call "
                               f"tft_init_controller_processor() first")

@@ -93,10 +93,10 @@ class FakeLink:
     """The processor link as the answering side sees it: a rank, and the handler it is given."""
 
     def __init__(self, rank):
-        self.rank, self.handler = rank, None
+        self.rank, self.handler, self.answers = rank, None, ()
 
-    def on_action(self, handler):
-        self.handler = handler
+    def on_action(self, handler, answers=()):
+        self.handler, self.answers = handler, answers
 
 
 def test_each_controller_action_becomes_this_ranks_actions(monkeypatch):
@@ -112,6 +112,7 @@ def test_each_controller_action_becomes_this_ranks_actions(monkeypatch):
             {"name": "rename", "step": 3}, {"name": "exit"}]
     results = [link.handler(ControllerAction.from_wire(w, "recover")) for w in wire]
     assert results == [(0, "")] * 8
+    assert set(link.answers) == {w["name"] for w in wire}
     info = repair_info(RepairType.RECV_REPAIR)
     assert actions == [RecoveryAction("stop", "recover"), RecoveryAction("clean", "recover"),
                        RecoveryAction("rebuild_group", "recover", error_ranks=(2,)),
