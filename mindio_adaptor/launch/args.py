@@ -29,14 +29,16 @@ def _env_flag(dest: str) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--nnodes", default=_env("nnodes", "1"),
-        help="number of nodes, one launcher each (N, or N:N; elastic ranges are not supported)")
+    add("--nnodes", default=_env("nnodes", None),
+        help="number of nodes, one launcher each (N, or N:N; elastic ranges are not supported; default 1, "
+             "or SLURM_NNODES under srun)")
     add("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", default=_env("nproc_per_node", "1"),
         help="workers on this node: a number, or gpu, cpu, auto (default 1)")
-    add("--node-rank", "--node_rank", dest="node_rank", type=int, default=_env("node_rank", 0),
-        help="rank of this node, 0..nnodes-1 (default 0); node 0's launcher hosts the stores")
+    add("--node-rank", "--node_rank", dest="node_rank", type=int, default=_env("node_rank", None),
+        help="rank of this node, 0..nnodes-1 (default 0, or SLURM_NODEID under srun); node 0's launcher hosts "
+             "the stores")
     add("--master-addr", "--master_addr", dest="master_addr", default=_env("master_addr", None),
-        help="address of node 0 (default 127.0.0.1)")
+        help="address of node 0 (default 127.0.0.1, or the first node of the Slurm step)")
     add("--master-port", "--master_port", dest="master_port", type=int, default=_env("master_port", None),
         help="port of the launchers' store on node 0 (default: a free one on one node, 29500 on several)")
     add("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default=_env("rdzv_endpoint", None),
@@ -44,13 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default=_env("rdzv_backend", "static"),
         help="static or c10d: both mean a store hosted by node 0's launcher, with a fixed set of nodes")
     add("--rdzv-id", "--rdzv_id", dest="rdzv_id", default=_env("rdzv_id", None),
-        help="job id, given to workers as TORCHELASTIC_RUN_ID (default 'none'; random with --standalone)")
+        help="job id, given to workers as TORCHELASTIC_RUN_ID (default 'none', SLURM_JOB_ID under srun; random "
+             "with --standalone)")
     add("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", default=_env("rdzv_conf", ""),
         help="KEY=VALUE,...: timeout (or join_timeout), seconds to wait for every node (default 600)")
     add("--standalone", action="store_true", default=_env_flag("standalone"),
         help="one node, a free local port, a random job id")
-    add("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=_env("max_restarts", 0),
-        help="restarts allowed: of the whole group, and with worker reboot of each rank (default 0)")
+    add("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=_env("max_restarts", None),
+        help="restarts allowed: of the whole group, and with worker reboot of each rank (default 0; 3 with "
+             "worker reboot, where 0 is refused)")
     add("--worker-reboot", "--worker_reboot", dest="worker_reboot", action="store_true",
         default=_env_flag("worker_reboot"), help="restart only a failed worker, not the whole group")
     add("--monitor-interval", "--monitor_interval", dest="monitor_interval", type=float,

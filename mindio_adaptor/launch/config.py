@@ -7,9 +7,10 @@ import shutil
 import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import List, Mapping, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from mindio_adaptor.core.ha_config import ENV_OVERRIDE, HighAvailabilityConfig, HighAvailabilityConfigError
+from mindio_adaptor.launch.slurm import SlurmError, SlurmPlace, slurm_place
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MULTI_NODE_PORT = 29500  # torchrun's default; one node picks a free port instead
@@ -17,6 +18,8 @@ DEFAULT_RDZV_TIMEOUT_S = 600.0  # torchrun's static rendezvous waits as long
 RDZV_BACKENDS = ("static", "c10d")
 RDZV_TIMEOUT_KEYS = ("timeout", "join_timeout")
 SCRIPT_REBOOT_FLAG = "--enable-worker-reboot"
+# Worker reboot without restarts would start no failed worker again; this many per rank unless told.
+DEFAULT_REBOOT_RESTARTS = 3
 
 
 class LaunchConfigError(ValueError):
@@ -39,6 +42,7 @@ class LaunchConfig:
     rdzv_timeout: float
     role: str
     command: List[str] = field(default_factory=list)
+    place_source: str = ""  # where the node's place came from when not from the flags (logged): "Slurm"
 
     @property
     def world_size(self) -> int:
@@ -50,22 +54,45 @@ class LaunchConfig:
 
 def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
     """From the parsed command line (an argparse namespace of args.add_arguments) to a LaunchConfig."""
-    nnodes = _nnodes(args.nnodes)
+    slurm = None if args.standalone else _slurm(environ)
+    nnodes = _nnodes(args.nnodes if args.nnodes is not None else slurm.nnodes if slurm else 1)
+    node_rank = args.node_rank if args.node_rank is not None else slurm.node_rank if slurm else 0
     if args.standalone and nnodes != 1:
         raise LaunchConfigError(f"--standalone is for one node, got --nnodes {args.nnodes}")
-    if not 0 <= args.node_rank < nnodes:
-        raise LaunchConfigError(f"--node-rank {args.node_rank} is out of range: with --nnodes {nnodes} it must "
+    if not 0 <= node_rank < nnodes:
+        raise LaunchConfigError(f"--node-rank {node_rank} is out of range: with --nnodes {nnodes} it must "
                                 f"be in 0..{nnodes - 1}")
-    addr, port = _master(args, nnodes)
+    addr, port = _master(args, nnodes, slurm)
     reboot, reason = _worker_reboot(args, environ)
     return LaunchConfig(
-        nnodes=nnodes, nproc_per_node=_nproc(args.nproc_per_node), node_rank=args.node_rank,
-        master_addr=addr, master_port=port, run_id=_run_id(args),
-        max_restarts=_at_least("--max-restarts", args.max_restarts, 0),
+        nnodes=nnodes, nproc_per_node=_nproc(args.nproc_per_node), node_rank=node_rank,
+        master_addr=addr, master_port=port, run_id=_run_id(args, slurm),
+        max_restarts=_max_restarts(args.max_restarts, reboot, reason),
         worker_reboot=reboot, worker_reboot_reason=reason,
         monitor_interval=_positive("--monitor-interval", args.monitor_interval),
         shutdown_timeout=_positive("--shutdown-timeout", args.shutdown_timeout),
-        rdzv_timeout=_rdzv_timeout(args.rdzv_conf), role=args.role, command=_command(args))
+        rdzv_timeout=_rdzv_timeout(args.rdzv_conf), role=args.role, command=_command(args),
+        place_source="Slurm" if slurm else "")
+
+
+def _slurm(environ: Mapping[str, str]):
+    try:
+        return slurm_place(environ)
+    except SlurmError as err:
+        raise LaunchConfigError(str(err)) from None
+
+
+def _max_restarts(given, reboot: bool, reason: str) -> int:
+    """Worker reboot needs restarts: without any, a failed worker is never started again and the
+    controller waits for a replacement that cannot come."""
+    if given is None:
+        return DEFAULT_REBOOT_RESTARTS if reboot else 0
+    restarts = _at_least("--max-restarts", int(given), 0)
+    if reboot and restarts == 0:
+        raise LaunchConfigError(f"--max-restarts 0 with worker reboot on ({reason}) would never start a failed "
+                                f"worker again: give --max-restarts N >= 1 (default with worker reboot: "
+                                f"{DEFAULT_REBOOT_RESTARTS}) or turn worker reboot off")
+    return restarts
 
 
 def _nnodes(text) -> int:
@@ -97,8 +124,9 @@ def _nproc(text) -> int:
     return _at_least("--nproc-per-node", int(text), 1)
 
 
-def _master(args, nnodes: int) -> Tuple[str, int]:
-    """Node 0's address and the port of the launchers' store, from exactly one way of saying it."""
+def _master(args, nnodes: int, slurm: Optional[SlurmPlace]) -> Tuple[str, int]:
+    """Node 0's address and the port of the launchers' store, from exactly one way of saying it (under
+    Slurm, node 0 is the step's first node unless a flag says otherwise)."""
     if args.rdzv_backend not in RDZV_BACKENDS:
         raise LaunchConfigError(f"--rdzv-backend {args.rdzv_backend!r} is not supported; use one of "
                                 f"{', '.join(RDZV_BACKENDS)} (node 0's launcher hosts the store)")
@@ -116,7 +144,7 @@ def _master(args, nnodes: int) -> Tuple[str, int]:
     port = default_port if args.master_port is None else args.master_port
     if not 0 <= port < 65536:
         raise LaunchConfigError(f"--master-port {port} is not a TCP port (0..65535)")
-    return args.master_addr or DEFAULT_MASTER_ADDR, port
+    return args.master_addr or (slurm.first_node if slurm else DEFAULT_MASTER_ADDR), port
 
 
 def parse_endpoint(endpoint: str) -> Tuple[str, int]:
@@ -145,9 +173,11 @@ def _rdzv_timeout(conf: str) -> float:
     return timeout
 
 
-def _run_id(args) -> str:
+def _run_id(args, slurm) -> str:
     if args.rdzv_id:
         return args.rdzv_id
+    if slurm is not None:
+        return slurm.job_id
     return uuid.uuid4().hex[:12] if args.standalone else "none"
 
 

@@ -21,8 +21,9 @@ def run(config: LaunchConfig) -> int:
     log = configure(config.node_rank)
     store = NodeStore(config)
     first, last = config.global_rank(0), config.global_rank(config.nproc_per_node - 1)
-    log.info("node %d of %d: ranks %d..%d of %d, job id %s, launchers' store at %s:%d, max restarts %d, "
-             "worker reboot %s; command: %s", config.node_rank, config.nnodes, first, last, config.world_size,
+    log.info("node %d of %d%s: ranks %d..%d of %d, job id %s, launchers' store at %s:%d, max restarts %d, "
+             "worker reboot %s; command: %s", config.node_rank, config.nnodes,
+             f" (from {config.place_source})" if config.place_source else "", first, last, config.world_size,
              config.run_id, config.master_addr, store.port, config.max_restarts,
              f"on ({config.worker_reboot_reason})" if config.worker_reboot else "off", " ".join(config.command))
     try:

@@ -1,13 +1,18 @@
 """The environment of one worker: torchrun's variables, plus MINDIO_RESTARTED for a process started again
-alone (process replacement)."""
+alone (process replacement) and MINDIO_FAILURE_DOMAIN, the node it runs on as the replica layout sees it."""
 from __future__ import annotations
 
 import os
+import socket
 from typing import Dict, Mapping
 
 from mindio_adaptor.launch.config import LaunchConfig
 
 ENV_RESTARTED = "MINDIO_RESTARTED"  # read by mindio_adaptor.ttp.processor (tft_is_reboot_node)
+# Read by patches/parallel_state: the holders of a shard are spread over domains. Each launcher is a
+# node, so its workers share one domain, also where several launchers play a cluster on one host.
+# A domain given to the launcher (a rack, say) is passed on as it is.
+ENV_FAILURE_DOMAIN = "MINDIO_FAILURE_DOMAIN"
 
 
 def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_count: int, restarted: bool,
@@ -36,6 +41,7 @@ def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         # Set in both cases: a launcher started from inside a restarted worker must not pass it on.
         ENV_RESTARTED: "1" if restarted else "0",
+        ENV_FAILURE_DOMAIN: base.get(ENV_FAILURE_DOMAIN) or f"{socket.gethostname()}/node{config.node_rank}",
     })
     if "OMP_NUM_THREADS" not in base and config.nproc_per_node > 1:
         env["OMP_NUM_THREADS"] = "1"  # torchrun's default: N workers of all cores each overload the node

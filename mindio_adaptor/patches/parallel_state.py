@@ -21,7 +21,8 @@ from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
 
-FAILURE_DOMAINS_ENV = "MINDIO_FAILURE_DOMAINS"  # comma list by global rank; default: host names
+FAILURE_DOMAINS_ENV = "MINDIO_FAILURE_DOMAINS"  # comma list by global rank, for every rank at once
+FAILURE_DOMAIN_ENV = "MINDIO_FAILURE_DOMAIN"  # this process's (mindio-adaptor launch sets it); default: host name
 LAYOUT_INPUTS = "layout_inputs"  # in the job's store, for a replacement process
 
 
@@ -50,7 +51,7 @@ def failure_domain(rank: int) -> str:
             raise ValueError(f"{FAILURE_DOMAINS_ENV} lists {len(domains)} domains for a world of "
                              f"{dist.get_world_size()} ranks")
         return domains[rank]
-    return socket.gethostname()
+    return os.environ.get(FAILURE_DOMAIN_ENV) or socket.gethostname()
 
 
 def build_layout(replica_cnt: int) -> ReplicaLayout:

@@ -153,6 +153,9 @@ def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
         == [("0", "2", "two-nodes"), ("1", "2", "two-nodes"), ("1", "2", "two-nodes")]
     assert len({s["env"]["MASTER_PORT"] for s in zero + one}) == 1  # node 0 hosts the workers' store
     assert one[1]["env"]["MINDIO_RESTARTED"] == "1"
+    # each launcher is its own failure domain, though both run on this host
+    domains = [s["env"]["MINDIO_FAILURE_DOMAIN"] for s in zero + one]
+    assert domains[0].endswith("/node0") and domains[1] == domains[2] and domains[1].endswith("/node1")
     assert [r["sum"] for rank in (0, 1) for r in events(tmp_path, rank, "epoch1")] == [1, 1]
     assert "worker reboot: rank 1 started again alone" in logs[0] and "node 1]" in logs[0]
 

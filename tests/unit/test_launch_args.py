@@ -8,6 +8,7 @@ from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
 from mindio_adaptor.launch.args import build_parser
 from mindio_adaptor.launch.config import LaunchConfigError, resolve
 from mindio_adaptor.launch.policy import Verdict, on_exit
+from mindio_adaptor.launch.slurm import first_host
 from mindio_adaptor.launch.worker_env import worker_env
 
 
@@ -21,7 +22,7 @@ def script(tmp_path):
 @pytest.fixture(autouse=True)
 def no_env_defaults(monkeypatch):
     for key in ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE",
-                "HIGH_AVAILABILITY"):
+                "PET_MAX_RESTARTS", "HIGH_AVAILABILITY", "MINDIO_FAILURE_DOMAIN"):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -86,6 +87,50 @@ def test_worker_reboot_detection(script):
     assert "unknown word" in error(script, environ={"HIGH_AVAILABILITY": "dump,fly"})
 
 
+def test_worker_reboot_gets_restarts_by_default_and_refuses_none(script):
+    assert config("--worker-reboot", script).max_restarts == 3
+    assert config(script, "--enable-worker-reboot").max_restarts == 3
+    assert config("--worker-reboot", "--max-restarts", "1", script).max_restarts == 1
+    assert config("--max-restarts", "0", script).max_restarts == 0  # torchrun mode: 0 is torchrun's default
+    message = error("--max-restarts", "0", script, "--enable-worker-reboot")
+    assert message.startswith("--max-restarts 0 with worker reboot on (the training script was given "
+                              "--enable-worker-reboot) would never start a failed worker again")
+
+
+SLURM = {"SLURM_JOB_ID": "4711", "SLURM_NODEID": "2", "SLURM_NNODES": "4", "SLURM_NTASKS": "4",
+         "SLURM_JOB_NODELIST": "gpu[07-09,12]", "SLURM_STEP_NODELIST": "gpu[08-09,12],gpu7"}
+
+
+def test_under_srun_the_place_comes_from_slurm_and_flags_still_win(script):
+    cfg = config("--nproc-per-node", "8", script, environ=SLURM)
+    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port, cfg.run_id, cfg.place_source) == (
+        4, 2, "gpu08", 29500, "4711", "Slurm")
+    assert [cfg.global_rank(lr) for lr in (0, 7)] == [16, 23]
+    cfg = config("--nnodes", "2", "--node-rank", "1", "--master-addr", "n0", "--rdzv-id", "x", script, environ=SLURM)
+    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.run_id) == (2, 1, "n0", "x")
+    assert config("--standalone", script, environ=SLURM).nnodes == 1  # one node, whatever Slurm says
+    assert config(script, environ={**SLURM, "SLURM_NNODES": "1", "SLURM_NTASKS": "1", "SLURM_NODEID": "0"}).nnodes == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"SLURM_NTASKS": "32"}, "SLURM_NTASKS=32 on SLURM_NNODES=4 nodes: start one launcher per node "
+                             "(srun --ntasks-per-node=1"),
+    ({"SLURM_NODEID": "x"}, "SLURM_NODEID='x': expected a number"),
+    ({"SLURM_NODEID": "4"}, "--node-rank 4 is out of range: with --nnodes 4 it must be in 0..3"),
+    ({"SLURM_STEP_NODELIST": "gpu[08"}, "node list 'gpu[08' is malformed"),
+    ({"SLURM_STEP_NODELIST": "", "SLURM_JOB_NODELIST": ""}, "cannot tell which node is node 0"),
+])
+def test_slurm_variables_that_cannot_run_are_named(script, change, message):
+    assert message in error(script, environ={**SLURM, **change})
+
+
+@pytest.mark.parametrize("nodelist, host", [
+    ("node[01-04,07],gpu5", "node01"), ("r[1-2]-n[3-4],x", "r1-n3"), ("gpu5,gpu6", "gpu5"), ("a[7]", "a7"),
+])
+def test_first_host_of_a_slurm_node_list(nodelist, host):
+    assert first_host(nodelist) == host
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--nnodes", "2", "--node-rank", "2"], "--node-rank 2 is out of range: with --nnodes 2 it must be in 0..1"),
     (["--node-rank", "-1"], "--node-rank -1 is out of range"),
@@ -138,6 +183,10 @@ def test_worker_env(script):
         "MASTER_ADDR": "n0", "MASTER_PORT": "4321", "TORCHELASTIC_RESTART_COUNT": "2",
         "TORCHELASTIC_RUN_ID": "j", "TORCHELASTIC_USE_AGENT_STORE": "True", "MINDIO_RESTARTED": "1",
         "OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    assert env["MINDIO_FAILURE_DOMAIN"].endswith("/node1")  # each launcher is a node
+    given = worker_env(cfg, 1, master_port=4321, restart_count=0, restarted=False,
+                       base={"MINDIO_FAILURE_DOMAIN": "rack3"})
+    assert given["MINDIO_FAILURE_DOMAIN"] == "rack3"
     assert worker_env(cfg, 0, 1, 0, False, base={"MINDIO_RESTARTED": "1"})["MINDIO_RESTARTED"] == "0"
 
 
