@@ -108,10 +108,30 @@ def test_out_of_range_fields_are_refused(message, body, reason):
         nat.decode_message(T[message], body)
 
 
+ACTION_HEAD = struct.pack("<HBqBBI", nat.ACTION_KINDS["repair"], 0, 1, 0, 0, 0)  # up to an empty error_ranks
+
+
+@pytest.mark.parametrize("message,body,reason", [
+    ("REPLICA_INFO", struct.pack("<iIBiiI", 0, 1, 2, 1, 0, 0),
+     r"ReplicaInfo\.groups\.optimizer_type: value 2 out of range 0\.\.1"),
+    ("ACTION", ACTION_HEAD + struct.pack("<IBB", 1, 0, 7) + bytes(16),
+     r"Action\.repair\.repair_type: value 7 out of range 0\.\.6"),
+    ("ACTION", ACTION_HEAD + struct.pack("<IIB", 0, 1, 2) + bytes(4),
+     r"Action\.save\.optimizer_type: value 2 out of range 0\.\.1"),
+    ("STATUS", struct.pack("<iqBBqBqqQ", 1, 5, 0, 0, -1, 1, -1, 0, 0), "RankStatus.section_ms: negative duration -1"),
+    ("STATUS", struct.pack("<iqBBqBqqQ", 1, 5, 0, 0, -1, 1, 0, -5, 0), "RankStatus.limit_ms: negative limit -5"),
+    ("REGISTER", struct.pack("<iiII", 0, 1, 0, 0) + bytes([2]), r"Register\.restarted: value 2 out of range 0\.\.1"),
+])
+def test_a_refusal_names_the_message_and_field(message, body, reason):
+    """A field inside a list's item is named Message.list.field."""
+    with pytest.raises(nat.ProtocolError, match=reason):
+        nat.decode_message(T[message], body)
+
+
 def test_action_with_unequal_src_dst_is_refused():
     sample = dict(SAMPLES["ACTION"], repair=[{"optimizer_type": 0, "repair_type": 0, "src": [1, 2],
                                                "dst": [3], "rank_list": []}])
-    with pytest.raises(nat.ProtocolError, match="src and dst"):
+    with pytest.raises(nat.ProtocolError, match="Action.repair: src and dst lists differ in length"):
         nat.decode_message(T["ACTION"], nat.encode_message(T["ACTION"], sample))
 
 
