@@ -74,7 +74,9 @@ private:
             uint64_t bits = static_cast<std::make_unsigned_t<T>>(v);  // little-endian, two's complement
             for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((bits >> (8 * i)) & 0xFF));
         } else if constexpr (std::is_same_v<T, std::string>) {
-            if (v.size() > kMaxString) throw ProtocolError("string field of " + std::to_string(v.size()) + " bytes is too long");
+            if (v.size() > kMaxString) {
+                throw ProtocolError("string field of " + std::to_string(v.size()) + " bytes is too long");
+            }
             put(static_cast<uint32_t>(v.size()));
             out += v;
         } else if constexpr (IsVector<T>::value) {
@@ -171,7 +173,9 @@ private:
             v = raw<T>(field);
         } else if constexpr (std::is_same_v<T, std::string>) {
             uint32_t n = raw<uint32_t>(field);
-            if (n > kMaxString) fail(field, "string length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
+            if (n > kMaxString) {
+                fail(field, "string length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
+            }
             need(field, n);
             v.assign(body_, pos_, n);
             pos_ += n;
@@ -212,7 +216,9 @@ private:
     template <typename T> T raw(const char* field) {
         need(field, sizeof(T));
         uint64_t bits = 0;
-        for (size_t i = 0; i < sizeof(T); ++i) bits |= static_cast<uint64_t>(static_cast<uint8_t>(body_[pos_ + i])) << (8 * i);
+        for (size_t i = 0; i < sizeof(T); ++i) {
+            bits |= static_cast<uint64_t>(static_cast<uint8_t>(body_[pos_ + i])) << (8 * i);
+        }
         pos_ += sizeof(T);
         return static_cast<T>(static_cast<std::make_unsigned_t<T>>(bits));
     }
