@@ -203,14 +203,9 @@ void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& fra
 }
 
 void Server::flush_locked(uint64_t id, Conn& c, std::vector<Closed>& closed) {
-    while (!c.out.empty()) {
-        ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-        if (n > 0) {
-            c.out.erase(0, static_cast<size_t>(n));
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-        drop_locked(id, std::string("send failed: ") + std::strerror(errno), closed);
+    std::string error;
+    if (send_pending(c.fd, c.out, &error) == SendResult::Failed) {
+        drop_locked(id, "send failed: " + error, closed);
         return;
     }
     if (c.out.size() > kMaxPendingOut) {

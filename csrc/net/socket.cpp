@@ -116,4 +116,18 @@ bool send_all(int fd, const std::string& data, int timeout_ms, std::string* erro
     return true;
 }
 
+SendResult send_pending(int fd, std::string& pending, std::string* error) {
+    while (!pending.empty()) {
+        ssize_t n = ::send(fd, pending.data(), pending.size(), MSG_NOSIGNAL);
+        if (n > 0) {
+            pending.erase(0, static_cast<size_t>(n));
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return SendResult::Blocked;
+        *error = std::strerror(errno);
+        return SendResult::Failed;
+    }
+    return SendResult::Done;
+}
+
 }  // namespace mindio

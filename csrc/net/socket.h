@@ -17,6 +17,12 @@ void set_nonblocking(int fd);
 void set_nodelay(int fd);
 // Writes all of `data` within timeout_ms on a blocking or non-blocking fd; false (and *error) on failure.
 bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error);
+
+enum class SendResult { Done, Blocked, Failed };
+// For an event loop's output buffer: sends the front of `pending` on a non-blocking fd until it is
+// empty (Done) or the socket is full (Blocked), erasing what went out. Failed: the connection is
+// unusable and *error says why (errno's text).
+SendResult send_pending(int fd, std::string& pending, std::string* error);
 void close_fd(int& fd);
 
 }  // namespace mindio

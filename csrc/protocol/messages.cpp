@@ -1,105 +1,13 @@
+// One generic codec driven by a field table per message (Schema<Msg>::fields, below): adding a field
+// to a message is one line in its table, read and written in the same order by construction.
 #include "protocol/messages.h"
+
+#include <type_traits>
 
 namespace mindio {
 namespace {
 
 constexpr uint32_t kMaxString = 64 * 1024;
-
-class Writer {
-public:
-    void u8(uint8_t v) { raw(v, 1); }
-    void u16(uint16_t v) { raw(v, 2); }
-    void u32(uint32_t v) { raw(v, 4); }
-    void i32(int32_t v) { raw(static_cast<uint32_t>(v), 4); }
-    void i64(int64_t v) { raw(static_cast<uint64_t>(v), 8); }
-    void u64(uint64_t v) { raw(v, 8); }
-    void str(const std::string& s) {
-        if (s.size() > kMaxString) throw ProtocolError("string field of " + std::to_string(s.size()) + " bytes is too long");
-        u32(static_cast<uint32_t>(s.size()));
-        out += s;
-    }
-    void ints(const std::vector<int32_t>& v) {
-        u32(static_cast<uint32_t>(v.size()));
-        for (int32_t x : v) i32(x);
-    }
-    std::string out;
-
-private:
-    void raw(uint64_t v, int n) {
-        for (int i = 0; i < n; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-    }
-};
-
-class Reader {
-public:
-    Reader(const std::string& body, const char* message) : body_(body), message_(message) {}
-    uint8_t u8(const char* field) { return static_cast<uint8_t>(raw(field, 1)); }
-    uint16_t u16(const char* field) { return static_cast<uint16_t>(raw(field, 2)); }
-    uint32_t u32(const char* field) { return static_cast<uint32_t>(raw(field, 4)); }
-    int32_t i32(const char* field) { return static_cast<int32_t>(static_cast<uint32_t>(raw(field, 4))); }
-    int64_t i64(const char* field) { return static_cast<int64_t>(raw(field, 8)); }
-    uint64_t u64(const char* field) { return raw(field, 8); }
-    std::string str(const char* field) {
-        uint32_t n = u32(field);
-        if (n > kMaxString) fail(field, "string length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
-        need(field, n);
-        std::string s = body_.substr(pos_, n);
-        pos_ += n;
-        return s;
-    }
-    std::vector<int32_t> ints(const char* field) {
-        uint32_t n = count(field, 4);
-        std::vector<int32_t> v(n);
-        for (auto& x : v) x = i32(field);
-        return v;
-    }
-    // A list count, refused when even the smallest items could not fit in the bytes left.
-    uint32_t count(const char* field, size_t min_item_size) {
-        uint32_t n = u32(field);
-        if (static_cast<uint64_t>(n) * min_item_size > body_.size() - pos_) {
-            fail(field, "count " + std::to_string(n) + " does not fit in the " + std::to_string(body_.size() - pos_) +
-                            " bytes left");
-        }
-        return n;
-    }
-    uint8_t enum_u8(const char* field, uint8_t max) {
-        uint8_t v = u8(field);
-        if (v > max) fail(field, "value " + std::to_string(v) + " out of range 0.." + std::to_string(max));
-        return v;
-    }
-    void finish() {
-        if (pos_ != body_.size()) fail("end", std::to_string(body_.size() - pos_) + " unexpected trailing bytes");
-    }
-    [[noreturn]] void fail(const char* field, const std::string& why) {
-        throw ProtocolError(std::string(message_) + "." + field + ": " + why);
-    }
-
-private:
-    void need(const char* field, size_t n) {
-        if (body_.size() - pos_ < n) {
-            fail(field, "needs " + std::to_string(n) + " bytes, " + std::to_string(body_.size() - pos_) + " left");
-        }
-    }
-    uint64_t raw(const char* field, int n) {
-        need(field, n);
-        uint64_t v = 0;
-        for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(body_[pos_ + i])) << (8 * i);
-        pos_ += n;
-        return v;
-    }
-    const std::string& body_;
-    const char* message_;
-    size_t pos_ = 0;
-};
-
-void write_bool(Writer& w, bool b) { w.u8(b ? 1 : 0); }
-bool read_bool(Reader& r, const char* field) { return r.enum_u8(field, 1) != 0; }
-
-ActionKind read_kind(Reader& r) {
-    uint16_t v = r.u16("kind");
-    if (v < 1 || v > kMaxActionKind) r.fail("kind", "unknown action kind " + std::to_string(v));
-    return static_cast<ActionKind>(v);
-}
 
 // Empty when `text` is at most `limit` bytes of printable ASCII, otherwise what is wrong with it.
 std::string check_printable(const std::string& text, size_t limit) {
@@ -109,6 +17,361 @@ std::string check_printable(const std::string& text, size_t limit) {
         if (c < 0x20 || c > 0x7E) return "byte " + std::to_string(c) + " at offset " + std::to_string(i) + " is not printable ASCII";
     }
     return "";
+}
+
+// What a table entry may add to its field's type. Plain: the type says it all.
+struct Plain {};
+// The values a decoded integer may take. `unknown` words the refusal ("unknown action kind 0");
+// without it the refusal states the range.
+struct Values {
+    uint64_t lo, hi;
+    const char* unknown = nullptr;
+};
+constexpr Values upto(uint64_t hi) { return {0, hi}; }
+// Logged text: at most `limit` bytes of printable ASCII. The sender refuses it too, so a bad text
+// fails where it was made instead of closing the connection.
+struct Printable {
+    size_t limit;
+};
+
+// The values of each enum (and bool) on the wire.
+template <typename E> constexpr Values values_of();
+template <> constexpr Values values_of<bool>() { return upto(1); }
+template <> constexpr Values values_of<RunStatus>() { return upto(kMaxRunStatus); }
+template <> constexpr Values values_of<DataStatus>() { return upto(kMaxDataStatus); }
+template <> constexpr Values values_of<Section>() { return upto(kMaxSection); }
+template <> constexpr Values values_of<Strategy>() { return upto(kMaxStrategy); }
+template <> constexpr Values values_of<ActionKind>() { return {1, kMaxActionKind, "unknown action kind"}; }
+
+template <typename T> struct IsVector : std::false_type {};
+template <typename T> struct IsVector<std::vector<T>> : std::true_type {};
+// A field that is itself a message with a table (a list item such as RepairInfoMsg).
+template <typename T>
+constexpr bool kNested = std::is_class_v<T> && !std::is_same_v<T, std::string> && !IsVector<T>::value;
+
+// Schema<Msg>: `name`, for errors, and `fields(m, visit)`, which calls visit(field name, member[, spec])
+// for each field in wire order; `m` is const when encoding. `check` runs after a decoded message's
+// fields, for rules across fields.
+template <typename Msg> struct Schema;
+class Decoder;
+struct NoCheck {
+    template <typename Msg> static void check(const Msg&, Decoder&) {}
+};
+
+class Encoder {
+public:
+    template <typename T, typename Spec = Plain>
+    void operator()(const char*, const T& value, Spec = {}) { put(value); }
+    std::string out;
+
+private:
+    template <typename T> void put(const T& v) {
+        if constexpr (std::is_same_v<T, bool>) {
+            put(static_cast<uint8_t>(v ? 1 : 0));
+        } else if constexpr (std::is_enum_v<T>) {
+            put(static_cast<std::underlying_type_t<T>>(v));
+        } else if constexpr (std::is_integral_v<T>) {
+            uint64_t bits = static_cast<std::make_unsigned_t<T>>(v);  // little-endian, two's complement
+            for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((bits >> (8 * i)) & 0xFF));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+            if (v.size() > kMaxString) {
+                throw ProtocolError("string field of " + std::to_string(v.size()) + " bytes is too long");
+            }
+            put(static_cast<uint32_t>(v.size()));
+            out += v;
+        } else if constexpr (IsVector<T>::value) {
+            put(static_cast<uint32_t>(v.size()));
+            for (const auto& item : v) put(item);
+        } else {
+            Schema<T>::fields(v, *this);
+        }
+    }
+};
+
+// Runs before the Encoder: a refused message writes nothing.
+class SendCheck {
+public:
+    explicit SendCheck(std::string where) : where_(std::move(where)) {}
+    template <typename T, typename Spec = Plain>
+    void operator()(const char* field, const T& value, Spec spec = {}) {
+        if constexpr (std::is_same_v<Spec, Printable>) {
+            std::string problem = check_printable(value, spec.limit);
+            if (!problem.empty()) throw ProtocolError(where_ + "." + field + ": " + problem);
+        } else if constexpr (IsVector<T>::value) {
+            if constexpr (kNested<typename T::value_type>) {
+                for (const auto& item : value) nested(field, item);
+            }
+        } else if constexpr (kNested<T>) {
+            nested(field, value);
+        }
+    }
+
+private:
+    template <typename T> void nested(const char* field, const T& item) {
+        SendCheck inner(where_ + "." + field);
+        Schema<T>::fields(item, inner);
+    }
+    std::string where_;
+};
+
+// Bytes a value takes at the least (an empty string or list is its count), so that a list count
+// that cannot fit in the body is refused before anything is allocated for it.
+template <typename T> size_t min_wire_size();
+struct SizeCount {
+    size_t total = 0;
+    template <typename T, typename Spec = Plain>
+    void operator()(const char*, const T&, Spec = {}) { total += min_wire_size<T>(); }
+};
+template <typename T> size_t min_wire_size() {
+    if constexpr (std::is_same_v<T, std::string> || IsVector<T>::value) {
+        return 4;
+    } else if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
+        return sizeof(T);
+    } else {
+        static const size_t size = [] {
+            T probe{};
+            SizeCount count;
+            Schema<T>::fields(probe, count);
+            return count.total;
+        }();
+        return size;
+    }
+}
+
+// Every read is checked against the bytes left; a refusal is a ProtocolError naming the field as
+// Message.field, or Message.list.field inside a list's item.
+class Decoder {
+public:
+    Decoder(const std::string& body, const char* message) : body_(body), where_(message) {}
+
+    template <typename T, typename Spec = Plain>
+    void operator()(const char* field, T& value, Spec spec = {}) {
+        get(field, value);
+        if constexpr (std::is_same_v<Spec, Values>) {
+            in_range(field, value, spec);
+        } else if constexpr (std::is_same_v<Spec, Printable>) {
+            std::string problem = check_printable(value, spec.limit);
+            if (!problem.empty()) fail(field, problem);
+        }
+    }
+    void finish() {
+        if (pos_ != body_.size()) fail("end", std::to_string(body_.size() - pos_) + " unexpected trailing bytes");
+    }
+    [[noreturn]] void fail(const char* field, const std::string& why) {
+        throw ProtocolError(where_ + "." + field + ": " + why);
+    }
+    // Refuses the message (or list item) being decoded as a whole.
+    [[noreturn]] void fail(const std::string& why) { throw ProtocolError(where_ + ": " + why); }
+
+private:
+    template <typename T> void get(const char* field, T& v) {
+        if constexpr (std::is_same_v<T, bool>) {
+            v = in_range(field, raw<uint8_t>(field), values_of<bool>()) != 0;
+        } else if constexpr (std::is_enum_v<T>) {
+            v = static_cast<T>(in_range(field, raw<std::underlying_type_t<T>>(field), values_of<T>()));
+        } else if constexpr (std::is_integral_v<T>) {
+            v = raw<T>(field);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+            uint32_t n = raw<uint32_t>(field);
+            if (n > kMaxString) {
+                fail(field, "string length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
+            }
+            need(field, n);
+            v.assign(body_, pos_, n);
+            pos_ += n;
+        } else if constexpr (IsVector<T>::value) {
+            v.resize(count(field, min_wire_size<typename T::value_type>()));
+            for (auto& item : v) get(field, item);
+        } else {
+            std::string outer = where_;
+            where_ += std::string(".") + field;
+            Schema<T>::fields(v, *this);
+            Schema<T>::check(v, *this);
+            where_ = std::move(outer);
+        }
+    }
+    template <typename T> T in_range(const char* field, T v, Values values) {
+        auto n = static_cast<uint64_t>(v);
+        if (n < values.lo || n > values.hi) {
+            fail(field, values.unknown ? std::string(values.unknown) + " " + std::to_string(n)
+                                       : "value " + std::to_string(n) + " out of range " + std::to_string(values.lo) +
+                                             ".." + std::to_string(values.hi));
+        }
+        return v;
+    }
+    // A list count, refused when even the smallest items could not fit in the bytes left.
+    uint32_t count(const char* field, size_t min_item_size) {
+        uint32_t n = raw<uint32_t>(field);
+        if (static_cast<uint64_t>(n) * min_item_size > body_.size() - pos_) {
+            fail(field, "count " + std::to_string(n) + " does not fit in the " + std::to_string(body_.size() - pos_) +
+                            " bytes left");
+        }
+        return n;
+    }
+    void need(const char* field, size_t n) {
+        if (body_.size() - pos_ < n) {
+            fail(field, "needs " + std::to_string(n) + " bytes, " + std::to_string(body_.size() - pos_) + " left");
+        }
+    }
+    template <typename T> T raw(const char* field) {
+        need(field, sizeof(T));
+        uint64_t bits = 0;
+        for (size_t i = 0; i < sizeof(T); ++i) {
+            bits |= static_cast<uint64_t>(static_cast<uint8_t>(body_[pos_ + i])) << (8 * i);
+        }
+        pos_ += sizeof(T);
+        return static_cast<T>(static_cast<std::make_unsigned_t<T>>(bits));
+    }
+
+    const std::string& body_;
+    std::string where_;
+    size_t pos_ = 0;
+};
+
+// The field tables, in wire order.
+
+template <> struct Schema<RegisterMsg> : NoCheck {
+    static constexpr const char* name = "Register";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("rank", m.rank);
+        v("world_size", m.world_size);
+        v("heartbeat_ms", m.heartbeat_ms);
+        v("token", m.token);
+        v("restarted", m.restarted);
+        v("pid", m.pid);
+        v("may_replace", m.may_replace);
+    }
+};
+
+template <> struct Schema<RegisterAckMsg> : NoCheck {
+    static constexpr const char* name = "RegisterAck";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("result", m.result);
+        v("message", m.message);
+        v("replacement", m.replacement);
+    }
+};
+
+template <> struct Schema<RankStatusMsg> {
+    static constexpr const char* name = "RankStatus";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("rank", m.rank);
+        v("step", m.step);
+        v("run_status", m.run_status);
+        v("data_status", m.data_status);
+        v("ckpt_step", m.ckpt_step);
+        v("section", m.section);
+        v("section_ms", m.section_ms);
+        v("limit_ms", m.limit_ms);
+        v("progress", m.progress);
+    }
+    static void check(const RankStatusMsg& m, Decoder& d) {
+        if (m.section_ms < 0) d.fail("section_ms", "negative duration " + std::to_string(m.section_ms));
+        if (m.limit_ms < 0) d.fail("limit_ms", "negative limit " + std::to_string(m.limit_ms));
+    }
+};
+
+template <> struct Schema<ReplicaGroupMsg> : NoCheck {
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("optimizer_type", m.optimizer_type, upto(1));
+        v("replica_cnt", m.replica_cnt);
+        v("replica_shift", m.replica_shift);
+        v("ranks", m.ranks);
+    }
+};
+
+template <> struct Schema<ReplicaInfoMsg> : NoCheck {
+    static constexpr const char* name = "ReplicaInfo";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("rank", m.rank);
+        v("groups", m.groups);
+    }
+};
+
+template <> struct Schema<ErrorReportMsg> : NoCheck {
+    static constexpr const char* name = "ErrorReport";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("rank", m.rank);
+        v("state", m.state, upto(8));  // ReportState::Unknown, the highest (controller/state_machine.h)
+        v("error_code", m.error_code, Printable{kMaxErrorCode});
+    }
+};
+
+template <> struct Schema<RepairInfoMsg> {
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("optimizer_type", m.optimizer_type, upto(1));
+        v("repair_type", m.repair_type, upto(kMaxRepairType));
+        v("src", m.src);
+        v("dst", m.dst);
+        v("rank_list", m.rank_list);
+    }
+    static void check(const RepairInfoMsg& m, Decoder& d) {
+        if (m.src.size() != m.dst.size()) d.fail("src and dst lists differ in length");
+    }
+};
+
+template <> struct Schema<SaveInfoMsg> : NoCheck {
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("optimizer_type", m.optimizer_type, upto(1));
+        v("ranks", m.ranks);
+    }
+};
+
+template <> struct Schema<ActionMsg> : NoCheck {
+    static constexpr const char* name = "Action";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("kind", m.kind);
+        v("strategy", m.strategy);
+        v("step", m.step);
+        v("need_rebuild", m.need_rebuild);
+        v("is_uce", m.is_uce);
+        v("error_ranks", m.error_ranks);
+        v("repair", m.repair);
+        v("save", m.save);
+    }
+};
+
+template <> struct Schema<ActionReplyMsg> : NoCheck {
+    static constexpr const char* name = "ActionReply";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("rank", m.rank);
+        v("kind", m.kind);
+        v("result", m.result);
+        v("message", m.message);
+    }
+};
+
+template <> struct Schema<GoodbyeMsg> : NoCheck {
+    static constexpr const char* name = "Goodbye";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("rank", m.rank);
+        v("reason", m.reason, Printable{kMaxGoodbyeReason});
+    }
+};
+
+template <> struct Schema<ProcessEndedMsg> : NoCheck {
+    static constexpr const char* name = "ProcessEnded";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("token", m.token);
+        v("rank", m.rank);
+        v("pid", m.pid);
+        v("how", m.how, Printable{kMaxGoodbyeReason});
+    }
+};
+
+template <typename Msg> std::string encode_message(const Msg& m) {
+    SendCheck check(Schema<Msg>::name);
+    Schema<Msg>::fields(m, check);
+    Encoder encoder;
+    Schema<Msg>::fields(m, encoder);
+    return std::move(encoder.out);
+}
+
+template <typename Msg> void decode_message(const std::string& body, Msg& m) {
+    Decoder decoder(body, Schema<Msg>::name);
+    Schema<Msg>::fields(m, decoder);
+    Schema<Msg>::check(m, decoder);
+    decoder.finish();
 }
 
 }  // namespace
@@ -161,227 +424,18 @@ const char* strategy_name(Strategy s) {
     return "unknown";
 }
 
-std::string encode(const RegisterMsg& m) {
-    Writer w;
-    w.i32(m.rank);
-    w.i32(m.world_size);
-    w.u32(m.heartbeat_ms);
-    w.str(m.token);
-    write_bool(w, m.restarted);
-    w.i32(m.pid);
-    write_bool(w, m.may_replace);
-    return w.out;
-}
-
-void decode(const std::string& body, RegisterMsg& m) {
-    Reader r(body, "Register");
-    m.rank = r.i32("rank");
-    m.world_size = r.i32("world_size");
-    m.heartbeat_ms = r.u32("heartbeat_ms");
-    m.token = r.str("token");
-    m.restarted = read_bool(r, "restarted");
-    m.pid = r.i32("pid");
-    m.may_replace = read_bool(r, "may_replace");
-    r.finish();
-}
-
-std::string encode(const RegisterAckMsg& m) {
-    Writer w;
-    w.i32(m.result);
-    w.str(m.message);
-    write_bool(w, m.replacement);
-    return w.out;
-}
-
-void decode(const std::string& body, RegisterAckMsg& m) {
-    Reader r(body, "RegisterAck");
-    m.result = r.i32("result");
-    m.message = r.str("message");
-    m.replacement = read_bool(r, "replacement");
-    r.finish();
-}
-
-std::string encode(const RankStatusMsg& m) {
-    Writer w;
-    w.i32(m.rank);
-    w.i64(m.step);
-    w.u8(static_cast<uint8_t>(m.run_status));
-    w.u8(static_cast<uint8_t>(m.data_status));
-    w.i64(m.ckpt_step);
-    w.u8(static_cast<uint8_t>(m.section));
-    w.i64(m.section_ms);
-    w.i64(m.limit_ms);
-    w.u64(m.progress);
-    return w.out;
-}
-
-void decode(const std::string& body, RankStatusMsg& m) {
-    Reader r(body, "RankStatus");
-    m.rank = r.i32("rank");
-    m.step = r.i64("step");
-    m.run_status = static_cast<RunStatus>(r.enum_u8("run_status", 4));
-    m.data_status = static_cast<DataStatus>(r.enum_u8("data_status", 2));
-    m.ckpt_step = r.i64("ckpt_step");
-    m.section = static_cast<Section>(r.enum_u8("section", kMaxSection));
-    m.section_ms = r.i64("section_ms");
-    m.limit_ms = r.i64("limit_ms");
-    m.progress = r.u64("progress");
-    if (m.section_ms < 0) r.fail("section_ms", "negative duration " + std::to_string(m.section_ms));
-    if (m.limit_ms < 0) r.fail("limit_ms", "negative limit " + std::to_string(m.limit_ms));
-    r.finish();
-}
-
-std::string encode(const ReplicaInfoMsg& m) {
-    Writer w;
-    w.i32(m.rank);
-    w.u32(static_cast<uint32_t>(m.groups.size()));
-    for (const auto& g : m.groups) {
-        w.u8(g.optimizer_type);
-        w.i32(g.replica_cnt);
-        w.i32(g.replica_shift);
-        w.ints(g.ranks);
-    }
-    return w.out;
-}
-
-void decode(const std::string& body, ReplicaInfoMsg& m) {
-    Reader r(body, "ReplicaInfo");
-    m.rank = r.i32("rank");
-    m.groups.resize(r.count("groups", 13));
-    for (auto& g : m.groups) {
-        g.optimizer_type = r.enum_u8("optimizer_type", 1);
-        g.replica_cnt = r.i32("replica_cnt");
-        g.replica_shift = r.i32("replica_shift");
-        g.ranks = r.ints("ranks");
-    }
-    r.finish();
-}
-
-std::string encode(const ErrorReportMsg& m) {
-    Writer w;
-    w.i32(m.rank);
-    w.u8(m.state);
-    std::string problem = check_error_code(m.error_code);
-    if (!problem.empty()) throw ProtocolError("ErrorReport.error_code: " + problem);
-    w.str(m.error_code);
-    return w.out;
-}
-
-void decode(const std::string& body, ErrorReportMsg& m) {
-    Reader r(body, "ErrorReport");
-    m.rank = r.i32("rank");
-    m.state = r.enum_u8("state", 8);
-    m.error_code = r.str("error_code");
-    std::string problem = check_error_code(m.error_code);
-    if (!problem.empty()) r.fail("error_code", problem);
-    r.finish();
-}
-
-std::string encode(const ActionMsg& m) {
-    Writer w;
-    w.u16(static_cast<uint16_t>(m.kind));
-    w.u8(static_cast<uint8_t>(m.strategy));
-    w.i64(m.step);
-    write_bool(w, m.need_rebuild);
-    write_bool(w, m.is_uce);
-    w.ints(m.error_ranks);
-    w.u32(static_cast<uint32_t>(m.repair.size()));
-    for (const auto& info : m.repair) {
-        w.u8(info.optimizer_type);
-        w.u8(info.repair_type);
-        w.ints(info.src);
-        w.ints(info.dst);
-        w.ints(info.rank_list);
-    }
-    w.u32(static_cast<uint32_t>(m.save.size()));
-    for (const auto& info : m.save) {
-        w.u8(info.optimizer_type);
-        w.ints(info.ranks);
-    }
-    return w.out;
-}
-
-void decode(const std::string& body, ActionMsg& m) {
-    Reader r(body, "Action");
-    m.kind = read_kind(r);
-    m.strategy = static_cast<Strategy>(r.enum_u8("strategy", 4));
-    m.step = r.i64("step");
-    m.need_rebuild = read_bool(r, "need_rebuild");
-    m.is_uce = read_bool(r, "is_uce");
-    m.error_ranks = r.ints("error_ranks");
-    m.repair.resize(r.count("repair", 14));
-    for (auto& info : m.repair) {
-        info.optimizer_type = r.enum_u8("repair.optimizer_type", 1);
-        info.repair_type = r.enum_u8("repair.repair_type", kMaxRepairType);
-        info.src = r.ints("repair.src");
-        info.dst = r.ints("repair.dst");
-        info.rank_list = r.ints("repair.rank_list");
-        if (info.src.size() != info.dst.size()) r.fail("repair", "src and dst lists differ in length");
-    }
-    m.save.resize(r.count("save", 5));
-    for (auto& info : m.save) {
-        info.optimizer_type = r.enum_u8("save.optimizer_type", 1);
-        info.ranks = r.ints("save.ranks");
-    }
-    r.finish();
-}
-
-std::string encode(const ActionReplyMsg& m) {
-    Writer w;
-    w.i32(m.rank);
-    w.u16(static_cast<uint16_t>(m.kind));
-    w.i32(m.result);
-    w.str(m.message);
-    return w.out;
-}
-
-void decode(const std::string& body, ActionReplyMsg& m) {
-    Reader r(body, "ActionReply");
-    m.rank = r.i32("rank");
-    m.kind = read_kind(r);
-    m.result = r.i32("result");
-    m.message = r.str("message");
-    r.finish();
-}
-
-std::string encode(const GoodbyeMsg& m) {
-    std::string problem = check_printable(m.reason, kMaxGoodbyeReason);
-    if (!problem.empty()) throw ProtocolError("Goodbye.reason: " + problem);
-    Writer w;
-    w.i32(m.rank);
-    w.str(m.reason);
-    return w.out;
-}
-
-void decode(const std::string& body, GoodbyeMsg& m) {
-    Reader r(body, "Goodbye");
-    m.rank = r.i32("rank");
-    m.reason = r.str("reason");
-    std::string problem = check_printable(m.reason, kMaxGoodbyeReason);
-    if (!problem.empty()) r.fail("reason", problem);
-    r.finish();
-}
-
-std::string encode(const ProcessEndedMsg& m) {
-    std::string problem = check_printable(m.how, kMaxGoodbyeReason);
-    if (!problem.empty()) throw ProtocolError("ProcessEnded.how: " + problem);
-    Writer w;
-    w.str(m.token);
-    w.i32(m.rank);
-    w.i32(m.pid);
-    w.str(m.how);
-    return w.out;
-}
-
-void decode(const std::string& body, ProcessEndedMsg& m) {
-    Reader r(body, "ProcessEnded");
-    m.token = r.str("token");
-    m.rank = r.i32("rank");
-    m.pid = r.i32("pid");
-    m.how = r.str("how");
-    std::string problem = check_printable(m.how, kMaxGoodbyeReason);
-    if (!problem.empty()) r.fail("how", problem);
-    r.finish();
-}
+#define MINDIO_MESSAGE_CODEC(Msg)                                        \
+    std::string encode(const Msg& m) { return encode_message(m); }       \
+    void decode(const std::string& body, Msg& m) { decode_message(body, m); }
+MINDIO_MESSAGE_CODEC(RegisterMsg)
+MINDIO_MESSAGE_CODEC(RegisterAckMsg)
+MINDIO_MESSAGE_CODEC(RankStatusMsg)
+MINDIO_MESSAGE_CODEC(ReplicaInfoMsg)
+MINDIO_MESSAGE_CODEC(ErrorReportMsg)
+MINDIO_MESSAGE_CODEC(ActionMsg)
+MINDIO_MESSAGE_CODEC(ActionReplyMsg)
+MINDIO_MESSAGE_CODEC(GoodbyeMsg)
+MINDIO_MESSAGE_CODEC(ProcessEndedMsg)
+#undef MINDIO_MESSAGE_CODEC
 
 }  // namespace mindio

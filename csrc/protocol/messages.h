@@ -1,6 +1,7 @@
 // Message bodies and their binary codec. Integers are little-endian; a string is u32 length + bytes;
 // a list is u32 count + items. Every read is bounds-checked against the bytes left, every enum against
 // its range, and a body must be consumed exactly: anything else is a ProtocolError naming the field.
+// Each message's fields are listed once, in the field tables of messages.cpp, which drive both directions.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -12,11 +13,14 @@
 namespace mindio {
 
 enum class DataStatus : uint8_t { Updated = 0, Updating = 1, Copying = 2 };
+constexpr uint8_t kMaxDataStatus = 2;
 // Finished: the rank's training is over (last step, final save and evaluation done): the job has
 // completed, and a fault reported after it is not acted on.
 enum class RunStatus : uint8_t { Running = 0, Faulted = 1, Stopped = 2, Paused = 3, Finished = 4 };
+constexpr uint8_t kMaxRunStatus = 4;
 // The controller's choice after a fault; also what tft_get_repair_type() reports.
 enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4 };
+constexpr uint8_t kMaxStrategy = 4;
 // What a rank's training thread is doing, timed against a limit the rank derives from its own history
 // (the hang rule): the controller judges a hang from these, not from a silent heartbeat alone.
 // Startup: from the processor's start to the train loop (model, optimizer, checkpoint load, data).

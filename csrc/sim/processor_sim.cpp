@@ -323,15 +323,8 @@ void ProcessorSim::send(int i, const std::string& bytes) {
 
 void ProcessorSim::flush(int i) {
     Conn& c = conns_[i];
-    while (!c.out.empty()) {
-        ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-        if (n > 0) {
-            c.out.erase(0, static_cast<size_t>(n));
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-        return close_conn(i, std::string("send: ") + std::strerror(errno));
-    }
+    std::string error;
+    if (send_pending(c.fd, c.out, &error) == SendResult::Failed) return close_conn(i, "send: " + error);
     bool want = !c.out.empty();
     if (want == c.want_out) return;
     epoll_event ev{};
