@@ -24,11 +24,11 @@ std::string encode_dict(MsgType type, const py::dict& d) {
             return encode(RegisterMsg{get<int32_t>(d, "rank", 0), get<int32_t>(d, "world_size", 0),
                                       get<uint32_t>(d, "heartbeat_ms", 0), get<std::string>(d, "token", ""),
                                       get<bool>(d, "restarted", false), get<int32_t>(d, "pid", 0),
-                                      get<bool>(d, "may_replace", false)});
+                                      get<bool>(d, "may_replace", false), get<uint64_t>(d, "term", 0)});
         case MsgType::RegisterAck:
         case MsgType::ProcessEndedAck:
             return encode(RegisterAckMsg{get<int32_t>(d, "result", 0), get<std::string>(d, "message", ""),
-                                         get<bool>(d, "replacement", false)});
+                                         get<bool>(d, "replacement", false), get<uint64_t>(d, "term", 1)});
         case MsgType::Heartbeat:
         case MsgType::Status:
             return encode(RankStatusMsg{get<int32_t>(d, "rank", 0), get<int64_t>(d, "step", -1),
@@ -39,7 +39,7 @@ std::string encode_dict(MsgType type, const py::dict& d) {
                                         get<int64_t>(d, "section_ms", 0), get<int64_t>(d, "limit_ms", 0),
                                         get<uint64_t>(d, "progress", 0)});
         case MsgType::ReplicaInfo: {
-            ReplicaInfoMsg m{get<int32_t>(d, "rank", 0), {}};
+            ReplicaInfoMsg m{get<int32_t>(d, "rank", 0), {}, get<std::string>(d, "domain", "")};
             for (auto item : get<py::list>(d, "groups", py::list())) {
                 auto g = item.cast<py::dict>();
                 m.groups.push_back({get<uint8_t>(g, "optimizer_type", 0), get<int32_t>(g, "replica_cnt", 1),
@@ -123,13 +123,13 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             auto m = decode_as<RegisterMsg>(body);
             d["rank"] = m.rank; d["world_size"] = m.world_size; d["heartbeat_ms"] = m.heartbeat_ms;
             d["token"] = m.token; d["restarted"] = m.restarted; d["pid"] = m.pid;
-            d["may_replace"] = m.may_replace;
+            d["may_replace"] = m.may_replace; d["term"] = m.term;
             break;
         }
         case MsgType::RegisterAck:
         case MsgType::ProcessEndedAck: {
             auto m = decode_as<RegisterAckMsg>(body);
-            d["result"] = m.result; d["message"] = m.message; d["replacement"] = m.replacement;
+            d["result"] = m.result; d["message"] = m.message; d["replacement"] = m.replacement; d["term"] = m.term;
             break;
         }
         case MsgType::Heartbeat:
@@ -151,7 +151,7 @@ py::dict decode_dict(MsgType type, const std::string& body) {
                 gd["replica_shift"] = g.replica_shift; gd["ranks"] = g.ranks;
                 groups.append(gd);
             }
-            d["rank"] = m.rank; d["groups"] = groups;
+            d["rank"] = m.rank; d["groups"] = groups; d["domain"] = m.domain;
             break;
         }
         case MsgType::ErrorReport: {

@@ -37,9 +37,10 @@ void call_cluster(const py::function& fn, const ClusterReport& r) {
     else fn(r.result, r.result == 0 ? "ok" : "failed", faults, r.strategy);
 }
 
-ReplicaInfoMsg replica_from_py(int rank, const py::list& groups) {
+ReplicaInfoMsg replica_from_py(int rank, const py::list& groups, const std::string& domain) {
     ReplicaInfoMsg info;
     info.rank = rank;
+    info.domain = domain;
     for (auto item : groups) {
         auto d = item.cast<py::dict>();
         ReplicaGroupMsg g;
@@ -170,11 +171,18 @@ void bind_runtime(py::module_& m) {
             }
         }, release())
         .def("stop", &Processor::stop, release())
-        .def("set_replica", [](Processor& p, int rank, const py::list& groups) {
-            ReplicaInfoMsg info = replica_from_py(rank, groups);
-            py::gil_scoped_release nogil;
-            p.set_replica(info);
-        })
+        .def("set_replica", [](Processor& p, int rank, const py::list& groups, const std::string& domain) {
+            ReplicaInfoMsg info = replica_from_py(rank, groups, domain);
+            try {
+                py::gil_scoped_release nogil;
+                p.set_replica(info);
+            } catch (const ProtocolError& e) {  // a layout the wire refuses: the caller's mistake
+                throw py::value_error(e.what());
+            }
+        }, py::arg("rank"), py::arg("groups"), py::arg("domain") = "",
+           "the replica layout and this rank's failure domain (its node; '': not said)")
+        .def("controller_term", &Processor::controller_term,
+             "the term of the controller this rank last registered with (0: none yet)")
         .def("start_updating", &Processor::start_updating, release())
         .def("end_updating", &Processor::end_updating, release())
         .def("start_copy", &Processor::start_copy, release())

@@ -100,6 +100,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         std::lock_guard<std::mutex> lock(mu_);
         reg.restarted = joining_;
         reg.may_replace = allow_replacement_ && !registered_once_;
+        reg.term = term_;
     }
     if (!send_all(fd, encode_frame(MsgType::Register, 0, encode(reg)), cfg_.io_timeout_ms, error)) {
         close_fd(fd);
@@ -128,6 +129,13 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
             throw ProtocolError("the controller refused registration: " + reply.message);
         }
         std::lock_guard<std::mutex> lock(mu_);
+        if (reply.term < term_) {
+            // A controller that was replaced came back: only the one that took over may act.
+            throw ProtocolError("the controller at " + host_ + ":" + std::to_string(port_) + " has term " +
+                                std::to_string(reply.term) + ", older than term " + std::to_string(term_) +
+                                " this rank registered under: it was replaced, and is refused");
+        }
+        term_ = reply.term;
         registered_once_ = true;
         if (reply.replacement) {
             joining_ = true;  // a reconnect before the repair completes registers as the replacement again
@@ -387,11 +395,12 @@ void Processor::worker_loop() {
 }
 
 void Processor::set_replica(const ReplicaInfoMsg& info) {
+    std::string frame = encode_frame(MsgType::ReplicaInfo, 0, encode(info));  // refuses a bad layout here, once
     {
         std::lock_guard<std::mutex> lock(mu_);
         replica_ = info;
     }
-    send_frame(encode_frame(MsgType::ReplicaInfo, 0, encode(info)));
+    send_frame(frame);
 }
 
 void Processor::start_updating(int64_t) {
@@ -534,6 +543,11 @@ int64_t Processor::prelock_step() const {
 int64_t Processor::repair_step() const {
     std::lock_guard<std::mutex> lock(mu_);
     return repair_step_;
+}
+
+uint64_t Processor::controller_term() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return term_;
 }
 
 Strategy Processor::repair_type() const {

@@ -75,6 +75,7 @@ public:
     void report_error(uint8_t report_state, const std::string& error_code);
     NextAction wait_next_action(int timeout_ms);
     int64_t repair_step() const;
+    uint64_t controller_term() const;  // of the controller this rank last registered with; 0: none yet
     Strategy repair_type() const;
     bool paused() const;
     // Started again for a dead rank (MINDIO_RESTARTED=1); stays true for the life of the process.
@@ -137,6 +138,7 @@ private:
     std::atomic<bool> allow_replacement_{false};
     std::atomic<bool> accepted_as_replacement_{false};
     bool registered_once_ = false;
+    uint64_t term_ = 0;  // the highest controller term registered under: an older one is refused
     std::optional<NextAction> next_action_;
     uint64_t last_seq_ = 0;
     std::string cached_reply_;  // reply frame for last_seq_, empty while it still runs

@@ -19,8 +19,9 @@
 namespace mindio {
 
 constexpr uint32_t kMagic = 0x414F494D;  // "MIOA" in little-endian bytes
-constexpr uint16_t kVersion = 4;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
-                                  // 4: Register's may_replace, RegisterAck's replacement
+constexpr uint16_t kVersion = 5;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
+                                  // 4: Register's may_replace, RegisterAck's replacement;
+                                  // 5: the controller's term in Register and RegisterAck, ReplicaInfo's domain
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxBody = 10u * 1024u * 1024u;
 

@@ -240,6 +240,7 @@ template <> struct Schema<RegisterMsg> : NoCheck {
         v("restarted", m.restarted);
         v("pid", m.pid);
         v("may_replace", m.may_replace);
+        v("term", m.term);
     }
 };
 
@@ -249,6 +250,7 @@ template <> struct Schema<RegisterAckMsg> : NoCheck {
         v("result", m.result);
         v("message", m.message);
         v("replacement", m.replacement);
+        v("term", m.term);
     }
 };
 
@@ -285,6 +287,7 @@ template <> struct Schema<ReplicaInfoMsg> : NoCheck {
     template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
         v("rank", m.rank);
         v("groups", m.groups);
+        v("domain", m.domain, Printable{kMaxDomain});
     }
 };
 

@@ -55,12 +55,17 @@ struct RegisterMsg {
     // launcher's marker: the controller decides, and says so in the reply, as the reference's controller
     // tells a rebooted process (tft_is_reboot_node).
     bool may_replace = false;
+    // The highest controller term this processor has registered under (0: none yet). A controller that
+    // took over has a higher term than the one it replaced; one that sees a higher term than its own
+    // has been replaced, and must not act.
+    uint64_t term = 0;
 };
 
 struct RegisterAckMsg {
     int32_t result = 0;  // 0 accepted; otherwise refused and `message` says why
     std::string message;
     bool replacement = false;  // accepted in place of a dead rank (ARF)
+    uint64_t term = 1;  // the controller's term: 1 for the first, one more for each takeover
 };
 
 // Heartbeat and Status share this body.
@@ -86,7 +91,11 @@ struct ReplicaGroupMsg {
 struct ReplicaInfoMsg {
     int32_t rank = 0;
     std::vector<ReplicaGroupMsg> groups;
+    // The reporting rank's failure domain (its node), so that the controller knows which holders of a
+    // shard share one; empty: not said. Logged and shown, so short printable ASCII.
+    std::string domain;
 };
+constexpr size_t kMaxDomain = 256;
 
 struct ErrorReportMsg {
     int32_t rank = 0;

@@ -117,10 +117,11 @@ class ProcessorLink:
         """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason."""
         self.native.start(host, int(port))
 
-    def report_layout(self, rank: int, replica_info: List[dict]) -> None:
+    def report_layout(self, rank: int, replica_info: List[dict], domain: str = "") -> None:
         """The replica layout in the reference's form: one dict per optimizer type, {"rank_list",
         "replica_cnt", "replica_shift"}; the list position is the optimizer type unless a dict names
-        "optimizer_type"."""
+        "optimizer_type". `domain`: this rank's failure domain (its node), so that the controller can
+        say which holders of a shard share one."""
         groups = []
         for position, info in enumerate(replica_info):
             missing = {"rank_list", "replica_cnt"} - set(info)
@@ -129,7 +130,7 @@ class ProcessorLink:
             groups.append({"optimizer_type": int(info.get("optimizer_type", position)),
                            "replica_cnt": int(info["replica_cnt"]), "replica_shift": int(info.get("replica_shift", 0)),
                            "rank_list": [int(r) for r in info["rank_list"]]})
-        self.native.set_replica(rank, groups)
+        self.native.set_replica(rank, groups, domain)
 
     def update_started(self, backup_step: int) -> None:
         """An optimizer update starts; `backup_step` is the last step whose state is complete meanwhile."""
@@ -200,6 +201,11 @@ class ProcessorLink:
         if closed:
             return f"rank {self.rank}: the controller closed ({closed})"
         return f"rank {self.rank}: the controller is unreachable (gave up after TTP_RETRY_TIMES)"
+
+    def controller_term(self) -> int:
+        """The term of the controller this rank registered with last (0: none yet). A controller that
+        takes over has a higher term; one of an older term is refused."""
+        return self.native.controller_term()
 
     def connected(self) -> bool:
         """Whether the link is up now (False while the processor reconnects)."""

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from mindio_adaptor.core import inherited_sockets, job_store, processor_link
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
 from mindio_adaptor.core.env_values import seconds_from_env
-from mindio_adaptor.patches import exception_loop, interrupted_save, megatron_job, recovery
+from mindio_adaptor.patches import exception_loop, interrupted_save, megatron_job, parallel_state, recovery
 from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
@@ -50,7 +50,7 @@ def connect():
     link = processor_link.open_link(rank, world, allow_replacement=config.enable_worker_reboot)
     link.start(*address)
     if SESSION.job.layout is not None:
-        link.report_layout(rank, SESSION.job.layout.to_reference())
+        link.report_layout(rank, SESSION.job.layout.to_reference(), parallel_state.failure_domain(rank))
     # The bracket opens right before the in-place update (after the gradient-norm collective) and
     # closes when the step's state is final (scheduler stepped too), only after the step's snapshot
     # exists: every step the controller believes complete can be dumped or repaired from.

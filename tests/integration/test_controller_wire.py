@@ -88,7 +88,7 @@ def test_fuzzed_frames_are_rejected_while_processors_keep_working(tmp_path, monk
             _, _, body = nat.decode_frame(reply)
             assert nat.decode_message(T["REGISTER_ACK"], body) == {"result": 1,
                                                                    "message": "wrong token (MINDIO_TOKEN differs)",
-                                                                   "replacement": False}
+                                                                   "replacement": False, "term": 1}
         for s in stalled:
             closed_by_peer(s, timeout=3)
             s.close()

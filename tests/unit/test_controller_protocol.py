@@ -17,15 +17,16 @@ def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version
 
 SAMPLES = {
     "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True,
-                 "pid": 2 ** 31 - 1, "may_replace": True},
-    "REGISTER_ACK": {"result": 1, "message": "bad token", "replacement": False},
+                 "pid": 2 ** 31 - 1, "may_replace": True, "term": 3},
+    "REGISTER_ACK": {"result": 1, "message": "bad token", "replacement": False, "term": 2},
     "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000,
                   "section": nat.SECTIONS["save"], "section_ms": 61234, "limit_ms": 600000, "progress": 2 ** 40},
     "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0, "ckpt_step": -1, "section": 0,
                "section_ms": 0, "limit_ms": 0, "progress": 0},
     "REPLICA_INFO": {"rank": 5, "groups": [
         {"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0, "ranks": [1, 3, 5, 7]},
-        {"optimizer_type": 1, "replica_cnt": 4, "replica_shift": 0, "ranks": list(range(8))}]},
+        {"optimizer_type": 1, "replica_cnt": 4, "replica_shift": 0, "ranks": list(range(8))}],
+        "domain": "host-a/node1"},
     "ERROR_REPORT": {"rank": 2, "state": 2, "error_code": "UCE ERROR at 0xdead"},
     "ACTION": {"kind": nat.ACTION_KINDS["repair"], "strategy": 1, "step": 42, "need_rebuild": True,
                "is_uce": True, "error_ranks": [3, 5],
@@ -35,7 +36,7 @@ SAMPLES = {
     "ACTION_REPLY": {"rank": 4, "kind": nat.ACTION_KINDS["clean"], "result": 2, "message": "ok\u00e9"},
     "GOODBYE": {"rank": -1, "reason": "controller destroyed"},
     "PROCESS_ENDED": {"token": "s3cret", "rank": 12, "pid": 4242, "how": "signal SIGKILL"},
-    "PROCESS_ENDED_ACK": {"result": 0, "message": "rank 12 declared dead", "replacement": False},
+    "PROCESS_ENDED_ACK": {"result": 0, "message": "rank 12 declared dead", "replacement": False, "term": 1},
 }
 
 
@@ -205,14 +206,15 @@ WIRE_SAMPLES = dict({name: (name, msg) for name, msg in SAMPLES.items()}, **{
                    {"optimizer_type": 0, "repair_type": 3, "src": [], "dst": [], "rank_list": [9]}],
         "save": [{"optimizer_type": 0, "ranks": []}, {"optimizer_type": 1, "ranks": [5]}]}),
     "REPLICA_INFO_EMPTY": ("REPLICA_INFO", {"rank": -7, "groups": [
-        {"optimizer_type": 1, "replica_cnt": -1, "replica_shift": 3, "ranks": []}]}),
+        {"optimizer_type": 1, "replica_cnt": -1, "replica_shift": 3, "ranks": []}], "domain": ""}),
     "HEARTBEAT_EXTREMES": ("HEARTBEAT", {"rank": -2 ** 31, "step": -2 ** 63, "run_status": 4, "data_status": 2,
                                          "ckpt_step": 2 ** 63 - 1, "section": 4, "section_ms": 2 ** 63 - 1,
                                          "limit_ms": 1, "progress": 2 ** 64 - 1}),
 })
 
-# The bytes of WIRE_SAMPLES as the hand-written codec (before the table-driven one) wrote them: the
-# wire format must not change under a peer built from an older version.
+# The bytes of WIRE_SAMPLES as the hand-written codec (before the table-driven one) wrote them, with
+# what frame version 5 appended (the controller's term in Register and RegisterAck, ReplicaInfo's
+# domain) added by hand: the wire format must not change unnoticed.
 WIRE_BYTES = {
     "ACTION": ("0300012a000000000000000101020000000300000005000000010000000001010000000700000001"
                "00000003000000020000000300000007000000010000000103000000000000000100000002000000"),
@@ -228,13 +230,13 @@ WIRE_BYTES = {
     "HEARTBEAT_EXTREMES": ("0000008000000000000000800402ffffffffffffff7f04ffffffffffffff7f0100000000000000ff"
                            "ffffffffffffff"),
     "PROCESS_ENDED": "060000007333637265740c000000921000000e0000007369676e616c205349474b494c4c",
-    "PROCESS_ENDED_ACK": "000000001500000072616e6b203132206465636c61726564206465616400",
-    "REGISTER": "0700000010000000d00700000600000073336372657401ffffff7f01",
-    "REGISTER_ACK": "010000000900000062616420746f6b656e00",
+    "PROCESS_ENDED_ACK": "000000001500000072616e6b203132206465636c617265642064656164000100000000000000",
+    "REGISTER": "0700000010000000d00700000600000073336372657401ffffff7f010300000000000000",
+    "REGISTER_ACK": "010000000900000062616420746f6b656e000200000000000000",
     "REPLICA_INFO": ("05000000020000000002000000000000000400000001000000030000000500000007000000010400"
                      "00000000000008000000000000000100000002000000030000000400000005000000060000000700"
-                     "0000"),
-    "REPLICA_INFO_EMPTY": "f9ffffff0100000001ffffffff0300000000000000",
+                     "0000" "0c000000686f73742d612f6e6f646531"),
+    "REPLICA_INFO_EMPTY": "f9ffffff0100000001ffffffff030000000000000000000000",
     "STATUS": "00000000ffffffffffffffff0000ffffffffffffffff00000000000000000000000000000000000000000000000000",
 }
 
@@ -245,3 +247,16 @@ def test_messages_keep_their_wire_bytes(name):
     body = nat.encode_message(T[type_name], message)
     assert body.hex() == WIRE_BYTES[name]
     assert nat.decode_message(T[type_name], body) == message
+
+
+def test_a_failure_domain_is_short_printable_text_refused_at_the_call():
+    layout = [{"optimizer_type": 0, "replica_cnt": 2, "rank_list": [0, 1]}]
+    processor = nat.Processor(0, 2)
+    processor.set_replica(0, layout, "rack3/node1")  # kept, sent once connected
+    with pytest.raises(ValueError, match="ReplicaInfo.domain"):
+        processor.set_replica(0, layout, "node\n1")
+    with pytest.raises(ValueError, match="ReplicaInfo.domain"):
+        processor.set_replica(0, layout, "n" * 257)
+    with pytest.raises(ValueError, match="ReplicaInfo.domain"):
+        nat.decode_message(T["REPLICA_INFO"], struct.pack("<iII", 0, 0, 3) + b"a\x00b")
+    assert processor.controller_term() == 0  # registered with no controller yet
