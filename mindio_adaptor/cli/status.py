@@ -34,10 +34,12 @@ def fetch_status(address: str, token: str) -> dict:
 
 def status_table(status: dict) -> str:
     health = ", ".join(f"{n} {h}" for h, n in status["health"].items() if n)
-    lines = [f"controller {status['state']}, {len(status['ranks'])} ranks ({health}), "
-             f"last event at +{status['last_event_s']:.1f} s", "", f"{'rank':>4}  {'health':<12}  {'step':>6}  {'heard':>8}  flags"]
-    lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {_heard(r):>8}  {', '.join(r['flags'])}"
-              for r in status["ranks"]]
+    lines = [f"controller {status['state']} (term {status['term']}), {len(status['ranks'])} ranks ({health}), "
+             f"last event at +{status['last_event_s']:.1f} s", "",
+             f"{'rank':>4}  {'health':<12}  {'step':>6}  {'heard':>8}  {'node':<16}  flags"]
+    lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {_heard(r):>8}  {r['domain'] or '-':<16}  "
+              f"{', '.join(r['flags'])}" for r in status["ranks"]]
+    lines += ["", *layout_lines(status["shards"])]
     lines += ["", "recoveries:" if status["recoveries"] else "recoveries: none"]
     for r in status["recoveries"]:
         took = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f} s"
@@ -47,6 +49,22 @@ def status_table(status: dict) -> str:
     decisions = ", ".join(f"{k} {n}" for k, n in sorted(status["decisions_by_strategy"].items())) or "none"
     lines += [f"faults: {faults}", f"decisions: {decisions}"]
     return "\n".join(lines)
+
+
+def layout_lines(shards: list) -> list:
+    """The replica layout in a few lines: how many shards, and only the shards that need a look (a node
+    holding more than one copy, a copy lost)."""
+    if not shards:
+        return ["replica layout: not reported"]
+    lines = [f"replica layout: {len(shards)} shards, {len(shards[0]['holders'])} copies each"]
+    for shard in shards:
+        notes = [f"node {d} holds several copies" for d in shard["shared_domains"]]
+        if len(shard["live_holders"]) < len(shard["holders"]):
+            notes.append(f"{len(shard['live_holders'])} of {len(shard['holders'])} copies alive")
+        if notes:
+            lines.append(f"  optimizer {shard['optimizer_type']} list {shard['group']} shard {shard['shard']} "
+                         f"(holders {shard['holders']}): {'; '.join(notes)}")
+    return lines
 
 
 def _heard(rank: dict) -> str:

@@ -1,8 +1,10 @@
-"""What an operator wants to know about a running job, from what the controller keeps: its state, each
-rank's health and last step, the faults it saw, what it decided, and each recovery with its duration.
+"""What an operator wants to know about a running job, from what the controller keeps: its state and
+term, each rank's health, last step and node, the replica layout (which holders of a shard share a
+node), the faults it saw, what it decided, and each recovery with its duration.
 
-A pure function of the controller's views (state, rank table, event log, counters), so the status page,
-the metrics and the terminal table all say the same thing, and a test can feed it a recorded event log.
+A pure function of the controller's views (state, rank table, layout, event log, counters), so the
+status page, the metrics and the terminal table all say the same thing, and a test can feed it a
+recorded event log.
 """
 import re
 from dataclasses import asdict, dataclass, field
@@ -22,6 +24,18 @@ class RankStatus:
     flags: List[str]
     heartbeat_lag_s: Optional[float] = None  # since the controller last heard from it; None: not connected
     heartbeat_period_s: Optional[float] = None  # the period it beats at
+    domain: str = ""  # its failure domain (node), as it reported it; "": not said
+
+
+@dataclass
+class ShardStatus:
+    """One optimizer shard and the ranks that hold a copy of it (the controller's replica layout)."""
+    optimizer_type: int
+    group: int  # which rank list of that optimizer type
+    shard: int
+    holders: List[int]
+    live_holders: List[int]  # holders neither dead nor gone
+    shared_domains: List[str]  # nodes that hold more than one copy: losing one loses those copies
 
 
 @dataclass
@@ -47,6 +61,8 @@ class JobStatus:
     recoveries: List[Recovery]
     counters: Dict[str, int]
     last_event_s: float  # controller time (s since it started) of its latest event
+    term: int = 1  # the controller's term: 1 for the first, one more for each takeover
+    shards: List[ShardStatus] = field(default_factory=list)
 
     def health_counts(self) -> Dict[str, int]:
         counts = {health: 0 for health in HEALTH_ORDER}
@@ -62,20 +78,42 @@ class JobStatus:
         return out
 
 
-def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], counters: Dict[str, int]) -> JobStatus:
+def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], counters: Dict[str, int],
+               layout: Sequence[dict] = (), term: int = 1) -> JobStatus:
     """ranks: the controller's rank table as controller_ranks() gives it ({"step", "flags", "silent_ms",
-    "heartbeat_ms"} per rank)."""
-    return JobStatus(state=state, ranks=[_rank_status(r, entry) for r, entry in enumerate(ranks)],
+    "heartbeat_ms", "domain"} per rank); layout: its replica sets as controller_layout() gives them
+    ({"optimizer_type", "group", "replica_cnt", "ranks"} each)."""
+    rank_statuses = [_rank_status(r, entry) for r, entry in enumerate(ranks)]
+    return JobStatus(state=state, ranks=rank_statuses,
                      faults_by_kind=_count(kind for _, kind in _faults(events)),
                      decisions_by_strategy=_count(d.split(":")[0] for _, k, d in events if k == "decision"),
                      recoveries=recoveries(events), counters=dict(counters),
-                     last_event_s=events[-1][0] if events else 0.0)
+                     last_event_s=events[-1][0] if events else 0.0, term=term,
+                     shards=[shard for replica_set in layout for shard in _shards(replica_set, rank_statuses)])
+
+
+def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]:
+    """The holders of each shard of one rank list: with g = len(list) / replica_cnt shards, shard j is
+    held by list[j], list[j + g], ... (core/replica_layout.py, csrc/controller/replica_manager.h)."""
+    members, copies = list(replica_set["ranks"]), int(replica_set["replica_cnt"])
+    count = len(members) // copies if copies > 0 else 0
+    by_rank = {r.rank: r for r in ranks}
+    out = []
+    for shard in range(count):
+        holders = members[shard::count]
+        live = [h for h in holders if h in by_rank and by_rank[h].health not in ("dead", "left", "unregistered")]
+        domains = [by_rank[h].domain for h in holders if h in by_rank and by_rank[h].domain]
+        shared = sorted({d for d in domains if domains.count(d) > 1})
+        out.append(ShardStatus(int(replica_set["optimizer_type"]), int(replica_set.get("group", 0)), shard, holders,
+                               live, shared))
+    return out
 
 
 def _rank_status(rank: int, entry: dict) -> RankStatus:
     silent_ms, period_ms = entry.get("silent_ms", -1), entry.get("heartbeat_ms", 0)
     return RankStatus(rank, _health(entry["flags"]), entry["step"], list(entry["flags"]),
-                      silent_ms / 1000.0 if silent_ms >= 0 else None, period_ms / 1000.0 if period_ms else None)
+                      silent_ms / 1000.0 if silent_ms >= 0 else None, period_ms / 1000.0 if period_ms else None,
+                      entry.get("domain", ""))
 
 
 def _health(flags: Sequence[str]) -> str:

@@ -24,6 +24,9 @@ class JobCollector:
     def collect(self):
         status = self.source()
         yield _state(status)
+        yield GaugeMetricFamily("mindio_controller_term", "the controller's term: 1 for the first, one more for "
+                                "each takeover", value=status.term)
+        yield from _layout(status)
         yield _ranks(status)
         yield _steps(status)
         yield _heartbeat_lags(status)
@@ -40,6 +43,20 @@ def _state(status: JobStatus) -> GaugeMetricFamily:
     family = GaugeMetricFamily("mindio_controller_state", "1 for the controller's current state", labels=["state"])
     family.add_metric([status.state], 1)
     return family
+
+
+def _layout(status: JobStatus):
+    by_copies = GaugeMetricFamily("mindio_shards", "optimizer shards by how many of their copies are alive",
+                                  labels=["live_copies"])
+    counts = {}
+    for shard in status.shards:
+        counts[len(shard.live_holders)] = counts.get(len(shard.live_holders), 0) + 1
+    for live, count in sorted(counts.items()):
+        by_copies.add_metric([str(live)], count)
+    yield by_copies
+    yield GaugeMetricFamily("mindio_shards_sharing_a_node", "optimizer shards with more than one copy on one node "
+                            "(losing that node loses those copies)", value=sum(1 for s in status.shards
+                                                                                if s.shared_domains))
 
 
 def _ranks(status: JobStatus) -> GaugeMetricFamily:

@@ -23,9 +23,10 @@ def status_page(status: JobStatus, token: Optional[str]) -> str:
         "<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
         f"<meta http-equiv='refresh' content='{escape(refresh)}'>",
         "<title>mindio_adaptor: job status</title>", f"<style>{_STYLE}</style></head><body>",
-        f"<h1>Controller {escape(status.state)} &middot; {len(status.ranks)} ranks &middot; last event at "
-        f"+{status.last_event_s:.1f} s</h1>",
-        _health_pills(status), "<h2>Ranks</h2>", _rank_table(status), "<h2>Recoveries</h2>",
+        f"<h1>Controller {escape(status.state)} (term {status.term}) &middot; {len(status.ranks)} ranks &middot; "
+        f"last event at +{status.last_event_s:.1f} s</h1>",
+        _health_pills(status), "<h2>Ranks</h2>", _rank_table(status), "<h2>Replica layout</h2>",
+        _layout_table(status), "<h2>Recoveries</h2>",
         _recovery_table(status), "<h2>Faults and decisions</h2>", _counts_table(status),
         "</body></html>"])
 
@@ -41,8 +42,26 @@ def _health_pills(status: JobStatus) -> str:
 
 def _rank_table(status: JobStatus) -> str:
     rows = [f"<tr><td>{r.rank}</td><td>{_pill(r.health, r.health)}</td><td>{r.step}</td><td>{_lag(r)}</td>"
-            f"<td>{escape(', '.join(r.flags))}</td></tr>" for r in status.ranks]
-    return ("<table><tr><th>rank</th><th>health</th><th>last step</th><th>last heard</th><th>flags</th></tr>"
+            f"<td>{escape(r.domain or '-')}</td><td>{escape(', '.join(r.flags))}</td></tr>" for r in status.ranks]
+    return ("<table><tr><th>rank</th><th>health</th><th>last step</th><th>last heard</th><th>node</th>"
+            "<th>flags</th></tr>" + "".join(rows) + "</table>")
+
+
+def _layout_table(status: JobStatus) -> str:
+    """Every shard with its holders and their nodes; a node holding several copies of one shard is
+    named, since losing it loses them all."""
+    if not status.shards:
+        return "<p>not reported</p>"
+    domain = {r.rank: r.domain for r in status.ranks}
+    rows = []
+    for shard in status.shards:
+        holders = ", ".join(f"{h} ({escape(domain.get(h) or '?')})" for h in shard.holders)
+        note = "; ".join([f"node {escape(d)} holds several copies" for d in shard.shared_domains] +
+                         ([f"{len(shard.live_holders)} of {len(shard.holders)} copies alive"]
+                          if len(shard.live_holders) < len(shard.holders) else []))
+        rows.append(f"<tr><td>{shard.optimizer_type}</td><td>{shard.group}</td><td>{shard.shard}</td>"
+                    f"<td>{holders}</td><td>{note or 'spread'}</td></tr>")
+    return ("<table><tr><th>optimizer</th><th>list</th><th>shard</th><th>holders (node)</th><th>note</th></tr>"
             + "".join(rows) + "</table>")
 
 

@@ -46,3 +46,19 @@ def test_a_recovery_in_progress_has_no_duration_yet():
 def test_a_fault_after_the_job_finished_starts_no_recovery():
     events = [(0.5, "state", "INIT->NORMAL"), (9.0, "state", "NORMAL->FINAL"), (9.5, "fault", "rank 0 node: lost")]
     assert recoveries(events) == []
+
+
+def test_the_layout_names_each_shards_holders_and_a_node_holding_several_copies():
+    nodes = ["h/node0", "h/node1", "h/node0", "h/node0", ""]
+    ranks = [dict(entry, domain=node) for entry, node in zip(RANKS, nodes)]
+    # dp4 R=2: shard 0 on ranks 0 and 2 (both node0), shard 1 on ranks 1 and 3 (rank 3 unregistered)
+    layout = [{"optimizer_type": 0, "group": 0, "replica_cnt": 2, "ranks": [0, 1, 2, 3]}]
+    status = job_status("NORMAL", ranks, [], {}, layout=layout, term=3)
+    assert status.term == 3 and [r.domain for r in status.ranks] == nodes
+    assert [(s.shard, s.holders, s.live_holders, s.shared_domains) for s in status.shards] == [
+        (0, [0, 2], [0], ["h/node0"]), (1, [1, 3], [1], [])]  # rank 2 is dead, rank 3 never registered
+    assert status.to_json()["shards"][0]["shared_domains"] == ["h/node0"]
+
+
+def test_without_a_reported_layout_there_are_no_shards():
+    assert job_status("INIT", RANKS, [], {}).shards == []
