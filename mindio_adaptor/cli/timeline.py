@@ -1,5 +1,6 @@
 """`mindio-adaptor timeline LOGS... -o timeline.svg|png`: each recovery of a run as a picture, one lane per
-rank and one bar per phase, from the logs the job wrote (status/timeline_picture)."""
+rank and one bar per phase, from the logs the job wrote (status/timeline_picture), and its critical path
+printed (status/critical_path): which milestone waited for which rank, and how long."""
 from pathlib import Path
 
 FORMATS = (".svg", ".png")
@@ -13,6 +14,7 @@ def register(subparsers):
 
 
 def run(args) -> int:
+    from mindio_adaptor.status.critical_path import describe
     from mindio_adaptor.status.timeline_picture import NoRecoveries, draw, read_recoveries
 
     if args.output.suffix.lower() not in FORMATS:
@@ -27,4 +29,6 @@ def run(args) -> int:
         raise SystemExit(f"{err}: nothing to draw") from None
     lanes = sum(len(ranks) for ranks in recoveries.values())
     print(f"{args.output}: {len(recoveries)} recovery(ies), {lanes} rank lane(s)")
+    for number, ranks in sorted(recoveries.items()):
+        print(describe(number, ranks))
     return 0

@@ -77,3 +77,22 @@ def test_logs_without_a_recovery_say_so(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "timeline", "empty.log", "-o", "t.svg"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "no recovery line" in done.stderr and not (tmp_path / "t.svg").exists()
+
+
+def test_the_critical_path_names_the_last_rank_at_each_milestone_and_the_longest_wait(logs, tmp_path):
+    from mindio_adaptor.status.critical_path import critical_path, describe
+
+    ranks = read_recoveries(logs)[1]
+    path = critical_path(ranks)  # rank 0 detected 0.12 s after rank 1 (wall clock of its line)
+    assert [(m.event, m.rank) for m in path] == [
+        ("detected", 0), ("stopped", 0), ("groups rebuilt", 0), ("shard received", 1), ("rolled back", 0),
+        ("resumed", 0), ("first step done", 0)]
+    assert [m.at_s for m in path] == pytest.approx([0.12, 0.24, 0.82, 0.95, 1.22, 1.32, 1.62])
+    assert [m.waited_s for m in path] == pytest.approx([0.12, 0.12, 0.58, 0.13, 0.27, 0.10, 0.30])
+    text = describe(1, ranks)
+    assert text.startswith("recovery 1 at step 4: 1.62 s from the first detection to the last first step done")
+    assert re.search(r"groups rebuilt\s+\+\s*0\.82 s\s+rank 0\s+waited\s+0\.58 s  <- longest wait", text)
+    done = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "timeline", *map(str, logs), "-o",
+                           str(tmp_path / "t.svg")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "<- longest wait" in done.stdout and "shard received" in done.stdout
