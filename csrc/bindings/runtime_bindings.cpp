@@ -170,6 +170,17 @@ void bind_runtime(py::module_& m) {
                 throw py::value_error(e.what());
             }
         }, release())
+        .def("start_with", [](Processor& p, const std::vector<Endpoint>& controllers) {
+            try {
+                p.start(controllers);
+            } catch (const std::exception& e) {
+                throw py::value_error(e.what());
+            }
+        }, py::arg("controllers"), release(),
+           "connect to the first of [(host, port), ...] that registers this rank: the active controller, "
+           "then its backups in takeover order")
+        .def("controller_address", &Processor::controller_address,
+             "host:port of the controller it registers with now")
         .def("stop", &Processor::stop, release())
         .def("set_replica", [](Processor& p, int rank, const py::list& groups, const std::string& domain) {
             ReplicaInfoMsg info = replica_from_py(rank, groups, domain);

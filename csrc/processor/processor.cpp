@@ -43,22 +43,30 @@ void Processor::set_dispatcher(Dispatcher d) {
     dispatcher_ = std::move(d);
 }
 
-void Processor::start(const std::string& host, int port) {
+void Processor::start(const std::vector<Endpoint>& controllers) {
     if (running_) throw std::logic_error("processor already started");
-    host_ = host;
-    port_ = port;
+    if (controllers.empty()) throw std::invalid_argument("no controller address given");
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        controllers_ = controllers;
+        current_ = 0;
+    }
     std::string error;
     bool fatal = false;
-    for (int attempt = 0; attempt < cfg_.retry_times; ++attempt) {
+    const int attempts = cfg_.retry_times * static_cast<int>(controllers.size());
+    for (int attempt = 0; attempt < attempts; ++attempt) {
         if (connect_and_register(&error, &fatal)) break;
         if (fatal) throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": " + error);
-        if (attempt + 1 == cfg_.retry_times) {
+        if (attempt + 1 == attempts) {
             throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": could not register with the controller at " +
-                                     host + ":" + std::to_string(port) + " after " + std::to_string(cfg_.retry_times) +
-                                     " attempts: " + error);
+                                     controller_address() + " after " + std::to_string(attempts) + " attempts: " + error);
         }
         LOG_WARN(kLog, cfg_.rank, "registration attempt " << attempt + 1 << " failed: " << error);
-        std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms(attempt, cfg_.backoff_base_ms)));
+        // One back-off per round: the next controller of the list is tried at once.
+        if (try_next_controller(error)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(
+                backoff_ms(attempt / static_cast<int>(controllers.size()), cfg_.backoff_base_ms)));
+        }
     }
     running_ = true;
     net_thread_ = std::thread([this] { net_loop(); });
@@ -87,10 +95,32 @@ void Processor::stop() {
     close_fd(fd_);
 }
 
+Endpoint Processor::controller_now() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return controllers_.at(current_);
+}
+
+std::string Processor::controller_address() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (controllers_.empty()) return "";
+    return controllers_[current_].first + ":" + std::to_string(controllers_[current_].second);
+}
+
+bool Processor::try_next_controller(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (controllers_.size() < 2) return true;
+    current_ = (current_ + 1) % controllers_.size();
+    LOG_WARN(kLog, cfg_.rank, "trying the next controller of the list, " << controllers_[current_].first << ":"
+                                  << controllers_[current_].second << (current_ == 0 ? " (the first)" : " (a backup)")
+                                  << ", after: " << why);
+    return current_ == 0;
+}
+
 bool Processor::connect_and_register(std::string* error, bool* fatal) {
+    const auto [host, port] = controller_now();
     int fd;
     try {
-        fd = connect_tcp(host_, port_, cfg_.io_timeout_ms);
+        fd = connect_tcp(host, port, cfg_.io_timeout_ms);
     } catch (const NetError& e) {
         *error = e.what();
         return false;
@@ -131,7 +161,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         std::lock_guard<std::mutex> lock(mu_);
         if (reply.term < term_) {
             // A controller that was replaced came back: only the one that took over may act.
-            throw ProtocolError("the controller at " + host_ + ":" + std::to_string(port_) + " has term " +
+            throw ProtocolError("the controller at " + host + ":" + std::to_string(port) + " has term " +
                                 std::to_string(reply.term) + ", older than term " + std::to_string(term_) +
                                 " this rank registered under: it was replaced, and is refused");
         }
@@ -163,7 +193,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
     if (replica) send_frame(encode_frame(MsgType::ReplicaInfo, 0, encode(*replica)));
     send_frame(status_frame(MsgType::Status));
     if (unsent) send_frame(encode_frame(MsgType::ErrorReport, 0, encode(*unsent)));
-    LOG_INFO(kLog, cfg_.rank, "registered with the controller at " << host_ << ":" << port_);
+    LOG_INFO(kLog, cfg_.rank, "registered with the controller at " << host << ":" << port << " (term " << term_ << ")");
     return true;
 }
 
@@ -211,7 +241,7 @@ void Processor::net_loop() {
                 last_beat_ = {};  // the time spent reconnecting is no late beat
                 continue;
             }
-            if (fatal || ++attempt >= cfg_.retry_times) {
+            if (fatal || ++attempt >= cfg_.retry_times * static_cast<int>(controllers_.size())) {
                 LOG_ERROR(kLog, cfg_.rank, "giving up on the controller after " << attempt << " attempts: " << error
                                                    << "; training goes on unsupervised, and a fault from now on ends this "
                                                       "rank with no recovery and no dying-gasp checkpoint");
@@ -220,8 +250,10 @@ void Processor::net_loop() {
                 cv_.notify_all();
                 return;
             }
+            if (!try_next_controller(error)) continue;  // one back-off per round of the list
             std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms(attempt - 1, cfg_.backoff_base_ms)),
+            cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms((attempt - 1) / static_cast<int>(controllers_.size()),
+                                                                    cfg_.backoff_base_ms)),
                          [&] { return !running_; });
             continue;
         }

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "protocol/frame.h"
 #include "protocol/messages.h"
@@ -37,6 +38,8 @@ struct ProcessorConfig {
 
 enum class NextAction : int { Retry = 0, Exit = 1, Timeout = -1, ControllerLost = -2 };
 
+using Endpoint = std::pair<std::string, int>;  // a controller's host and port
+
 class Processor : public std::enable_shared_from_this<Processor> {
 public:
     // Runs one action; returns (result code, message). Called on the worker thread.
@@ -46,7 +49,11 @@ public:
     ~Processor();
     void set_dispatcher(Dispatcher d);
     // Connects and registers, retrying with back-off; throws with the reason when it cannot.
-    void start(const std::string& host, int port);
+    // `controllers`: the active controller, then its backups in takeover order; each attempt that
+    // fails moves to the next, round after round (TTP_RETRY_TIMES rounds).
+    void start(const std::vector<Endpoint>& controllers);
+    void start(const std::string& host, int port) { start(std::vector<Endpoint>{{host, port}}); }
+    std::string controller_address() const;  // "host:port" of the controller it registers with now
     void stop();
 
     void set_replica(const ReplicaInfoMsg& info);
@@ -97,6 +104,8 @@ private:
     };
 
     bool connect_and_register(std::string* error, bool* fatal);
+    Endpoint controller_now() const;
+    bool try_next_controller(const std::string& why);  // true when the list starts over (or has one entry)
     void net_loop();
     void worker_loop();
     void on_action(uint64_t seq, const std::string& body);
@@ -108,8 +117,10 @@ private:
     void note_late_beat(Clock::time_point now);
 
     const ProcessorConfig cfg_;
-    std::string host_;
-    int port_ = 0;
+    // The active controller first, then its backups in the order they take over; the processor
+    // registers with one at a time, and moves to the next when the one it has cannot be reached.
+    std::vector<Endpoint> controllers_;
+    size_t current_ = 0;  // guarded by mu_
     mutable std::mutex mu_;
     std::condition_variable cv_;
     mutable std::mutex send_mu_;

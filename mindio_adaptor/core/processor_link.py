@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 from mindio_adaptor import _native
 from mindio_adaptor.core.enums import Action, RepairType, ReportState
@@ -113,9 +113,15 @@ class ProcessorLink:
         self.answers: Collection[str] = ()  # the actions the handler acts on (the rest it only acknowledges)
         self.native.set_dispatcher(self._dispatch)
 
-    def start(self, host: str, port: int) -> None:
-        """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason."""
-        self.native.start(host, int(port))
+    def start(self, host: str, port: int, backups: Sequence[Tuple[str, int]] = ()) -> None:
+        """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason.
+        `backups`: the controllers that take over from this one, in order; when the one this rank
+        registered with cannot be reached, the next of the list is tried."""
+        self.native.start_with([(host, int(port)), *((h, int(p)) for h, p in backups)])
+
+    def controller_address(self) -> str:
+        """host:port of the controller this rank registers with now."""
+        return self.native.controller_address()
 
     def report_layout(self, rank: int, replica_info: List[dict], domain: str = "") -> None:
         """The replica layout in the reference's form: one dict per optimizer type, {"rank_list",

@@ -18,7 +18,7 @@ import time
 import torch.distributed as dist
 
 from mindio_adaptor.core import inherited_sockets, job_store, processor_link
-from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
+from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.patches import exception_loop, interrupted_save, megatron_job, parallel_state, recovery
 from mindio_adaptor.patches.arguments import config_from_args
@@ -44,11 +44,10 @@ def connect():
     rank, world = dist.get_rank(), dist.get_world_size()
     margs = megatron_job.args()
     config = config_from_args(margs)
-    address = controller_address()
-    if address is None:
-        address = _start_in_job_controller(rank, world, controller, config)
+    addresses = controller_addresses() or [_start_in_job_controller(rank, world, controller, config)]
+    address = addresses[0]
     link = processor_link.open_link(rank, world, allow_replacement=config.enable_worker_reboot)
-    link.start(*address)
+    link.start(*address, backups=addresses[1:])
     if SESSION.job.layout is not None:
         link.report_layout(rank, SESSION.job.layout.to_reference(), parallel_state.failure_domain(rank))
     # The bracket opens right before the in-place update (after the gradient-norm collective) and

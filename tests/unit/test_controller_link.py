@@ -1,6 +1,6 @@
 import pytest
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_address
+from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_address, controller_addresses
 
 
 def test_no_external_controller_means_in_job():
@@ -13,7 +13,15 @@ def test_external_controller_address():
     assert controller_address({ENV_CONTROLLER: "ctl.example:1"}) == ("ctl.example", 1)
 
 
-@pytest.mark.parametrize("value", ["ctl", "ctl:", ":9601", "ctl:port", "ctl:0", "ctl:65536", "ctl:-1"])
+def test_backup_controllers_follow_the_active_one_in_takeover_order():
+    value = "a.example:9601, b.example:9602,c:9603"
+    assert controller_addresses({ENV_CONTROLLER: value}) == [("a.example", 9601), ("b.example", 9602), ("c", 9603)]
+    assert controller_address({ENV_CONTROLLER: value}) == ("a.example", 9601)
+    assert controller_addresses({}) is None
+
+
+@pytest.mark.parametrize("value", ["ctl", "ctl:", ":9601", "ctl:port", "ctl:0", "ctl:65536", "ctl:-1", "a:1,",
+                                   "a:1,b"])
 def test_bad_external_controller_address_names_the_variable(value):
     with pytest.raises(ValueError, match=f"{ENV_CONTROLLER}=.*expected host:port"):
         controller_address({ENV_CONTROLLER: value})

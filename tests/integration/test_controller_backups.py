@@ -1,0 +1,72 @@
+"""Processors that know the controller's backups: when the controller they registered with is lost
+(SIGKILL of its process: no goodbye), each moves to the next controller of the list and registers there,
+with its rank's state, while training goes on. Real controllers in their own processes, real sockets."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from controller_harness import wait_until
+from mindio_adaptor.core.processor_link import ProcessorLink
+
+TOKEN = "backup-test-token"
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for key, value in {"MINDIO_TOKEN": TOKEN, "MINDIO_HEARTBEAT_INTERVAL": "0.2", "TTP_RETRY_TIMES": "5"}.items():
+        monkeypatch.setenv(key, value)
+    return dict(os.environ)
+
+
+def start_controller(env, world_size):
+    process = subprocess.Popen([sys.executable, "-m", "mindio_adaptor.cli", "controller", "--world-size",
+                                str(world_size), "--port", "0", "--host", "127.0.0.1"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+    assert match, (line, process.stderr.read() if process.poll() is not None else "")
+    return process, int(match.group(1))
+
+
+def test_a_lost_controller_is_followed_by_the_next_of_the_list(env, capfd):
+    (active, active_port), (backup, backup_port) = start_controller(env, 2), start_controller(env, 2)
+    links = [ProcessorLink(rank, 2) for rank in (0, 1)]
+    try:
+        for link in links:
+            link.start("127.0.0.1", active_port, backups=[("127.0.0.1", backup_port)])
+            link.report_layout(link.rank, [{"rank_list": [0, 1], "replica_cnt": 2}], f"host/node{link.rank}")
+            link.update_ended(3)
+        assert [link.controller_address() for link in links] == [f"127.0.0.1:{active_port}"] * 2
+        assert [link.controller_term() for link in links] == [1, 1]
+        active.send_signal(signal.SIGKILL)
+        active.wait(timeout=10)
+        wait_until(lambda: all(link.controller_address() == f"127.0.0.1:{backup_port}" and link.connected()
+                               for link in links), 30, "both ranks registered with the backup")
+        assert [link.controller_term() for link in links] == [1, 1]
+        for link in links:  # the backup hears the ranks' progress from now on
+            link.update_started(3)
+            link.update_ended(4)
+        err = capfd.readouterr().err
+        assert f"trying the next controller of the list, 127.0.0.1:{backup_port} (a backup)" in err
+        assert f"registered with the controller at 127.0.0.1:{backup_port} (term 1)" in err
+    finally:
+        for link in links:
+            link.native.stop()
+        for process in (active, backup):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
+
+
+def test_a_list_that_names_no_live_controller_is_an_error_naming_the_last_one_tried(env):
+    links = ProcessorLink(0, 1)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"could not register with the controller at 127\.0\.0\.1:\d+ after 10 "
+                                         r"attempts"):
+        links.start("127.0.0.1", 1, backups=[("127.0.0.1", 2)])
+    assert time.monotonic() - started < 60
