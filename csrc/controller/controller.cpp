@@ -23,7 +23,9 @@ bool tokens_equal(const std::string& a, const std::string& b) {
 }  // namespace
 
 Controller::Controller(ControllerConfig config)
-    : cfg_(std::move(config)), server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms) {
+    : cfg_(std::move(config)),
+      server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms),
+      actions_(server_, mu_, cv_, *this, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
     if (cfg_.world_size < 1) throw std::invalid_argument("world_size must be >= 1");
     ranks_.resize(cfg_.world_size);
     started_ = Clock::now();
@@ -33,6 +35,18 @@ Controller::Controller(ControllerConfig config)
 }
 
 Controller::~Controller() { stop(); }
+
+ActionEngine::Hooks Controller::engine_hooks() {
+    return {[this](const std::string& kind, const std::string& detail) { event_locked(kind, detail); },
+            [this](bool interruptible) { return stopping_ || (interruptible && second_fault_); },
+            [this] { detect_dead_locked(); }};
+}
+
+const char* Controller::gone(int rank) const {
+    const RankEntry& r = ranks_[rank];
+    if (r.dead) return "rank died before replying";
+    return r.left ? "rank left before replying" : nullptr;
+}
 
 int Controller::start(const std::string& host, int port) {
     int bound = server_.start(host, port);
@@ -389,21 +403,7 @@ void Controller::handle_error(const ErrorReportMsg& m) {
 void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
     heard_from_locked(m.rank);
-    if (!pending_ || pending_->seq != seq || !pending_->waiting.count(m.rank)) {
-        LOG_DEBUG(kLog, cfg_.rank, "ignored stale reply of rank " << m.rank << " to sn " << seq);
-        return;
-    }
-    if (m.kind != pending_->kind) {
-        pending_->errors[m.rank] = std::string("replied to ") + action_name(m.kind) + " for sn " + std::to_string(seq) +
-                                   " which is " + action_name(pending_->kind);
-    } else if (m.result != 0 && !(m.kind == ActionKind::Clean && m.result == 2)) {
-        pending_->errors[m.rank] = m.message.empty() ? "handler failed with code " + std::to_string(m.result) : m.message;
-    }
-    pending_->results[m.rank] = m.result;
-    pending_->waiting.erase(m.rank);
-    // Only the last reply wakes the engine: each wake-up walks the whole waiting set, so waking it
-    // per reply cost O(N^2) per action at N ranks. Errors are collected when the action ends.
-    if (pending_->waiting.empty()) cv_.notify_all();
+    actions_.on_reply_locked(seq, m);
 }
 
 void Controller::handle_goodbye(const GoodbyeMsg& m) {
@@ -611,7 +611,7 @@ void Controller::run() {
             event_locked("error", e.what());
         }
         if (!lock.owns_lock()) lock.lock();
-        release_prelock_locked();  // a flow that ended before its first action still locks
+        actions_.release_prelock_locked();  // a flow that ended before its first action still locks
         flow_active_ = false;
         second_fault_ = false;
     }
@@ -675,7 +675,7 @@ void Controller::handle_fault() {
     event_locked("decision", std::string(strategy_name(own)) + ": " + plan.why);
     LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << plan.why);
     // A policy or the cluster manager may take a while to answer: the lock must hold meanwhile.
-    if (policy_ || !cluster_.empty()) release_prelock_locked();
+    if (policy_ || !cluster_.empty()) actions_.release_prelock_locked();
     lock.unlock();
     Strategy chosen = own;
     if (auto asked = consult_policy(ctx)) {
@@ -775,11 +775,11 @@ int64_t Controller::prelock(const Faults& faults) {
         // FORCE STOP; the processors run it before the STOP that follows (sequence order). It is held
         // back until that next action (or a wait of the decision, see handle_fault) and leaves with it.
         std::lock_guard<std::mutex> lock(mu_);
-        held_prelock_ = HeldFrame{plan.live, untracked_frame_locked(plan.live, msg)};
+        actions_.hold_prelock_locked(plan.live, msg);
         return step;
     }
     // Not interruptible: a fault during the lock is gathered with the first ones, not a second fault.
-    run_action_all(ActionKind::Prelock, plan.live, msg, false);
+    actions_.run_all(ActionKind::Prelock, plan.live, msg, false);
     std::unique_lock<std::mutex> lock(mu_);
     // Faults reported during the wait count as well: a newly faulty rank is not waited for.
     auto laggards = [&] { return prelock_laggards(snapshot_locked(), plan, faulty_locked(faults)); };
@@ -827,16 +827,16 @@ void Controller::online_repair(FaultContext& ctx) {
                                                   : std::string("online repair (retry)"));
         live = live_ranks_locked();
     }
-    ActionOutcome out = run_action_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Retry), true);
+    ActionOutcome out = actions_.run_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Retry), true);
     ctx.stopped = true;
     if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during repair");
     report_cluster(ClusterReport{"report_stop_complete"});
-    out = run_action_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
+    out = actions_.run_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
     if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during repair");
     transition(State::Repair, "environment clean");
     ActionGroups repair_msgs = reload ? reload_messages(ctx, live) : repair_messages(ctx, Strategy::Retry, out.results);
     if (!repair_msgs.empty()) {
-        out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
+        out = actions_.run(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
         if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
     }
     if (!roll_back_and_resume(ctx, live, Strategy::Retry, "repair")) return;
@@ -854,12 +854,12 @@ void Controller::online_repair(FaultContext& ctx) {
 // are then running again. On a failure the flow falls back to the dump and false is returned.
 bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s,
                                       const std::string& during) {
-    ActionOutcome out = run_action_all(ActionKind::Rollback, ranks, base_action(ActionKind::Rollback, ctx, s), true);
+    ActionOutcome out = actions_.run_all(ActionKind::Rollback, ranks, base_action(ActionKind::Rollback, ctx, s), true);
     if (!out.ok()) {
         dump(ctx, "rollback failed or a new fault arrived during " + during);
         return false;
     }
-    out = run_action_all(ActionKind::Normal, ranks, base_action(ActionKind::Normal, ctx, s), true);
+    out = actions_.run_all(ActionKind::Normal, ranks, base_action(ActionKind::Normal, ctx, s), true);
     if (!out.ok()) {
         dump(ctx, "resuming failed");
         return false;
@@ -871,7 +871,7 @@ bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ra
 
 // The REPAIR action of every rank taking part (plan_repair): each rank its own message, since the
 // ranks' repair types differ.
-Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
+ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
                                                     const std::map<int, int>& clean_results) {
     std::lock_guard<std::mutex> lock(mu_);
     RepairAssignment assignment = plan_repair(replicas_.repair_pairs(ctx.unavailable), ctx, clean_results);
@@ -890,7 +890,7 @@ Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, St
 
 // LOAD_CKPT: no live replica holds some shard, so every rank loads the last periodic checkpoint
 // again; ROLLBACK then takes every rank to that step.
-Controller::ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
+ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
     ActionMsg msg = base_action(ActionKind::Repair, ctx, Strategy::Retry);
     msg.repair.push_back(reload_info(ranks));
     return {{ranks, msg}};
@@ -909,11 +909,11 @@ void Controller::recover(FaultContext& ctx) {
         survivors = live_ranks_locked();
         for (int r : ctx.replace) survivors.erase(r);
     }
-    ActionOutcome out = run_action_all(ActionKind::Stop, survivors, base_action(ActionKind::Stop, ctx, Strategy::Recover), true);
+    ActionOutcome out = actions_.run_all(ActionKind::Stop, survivors, base_action(ActionKind::Stop, ctx, Strategy::Recover), true);
     ctx.stopped = true;
     if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during process replacement");
     report_cluster(ClusterReport{"report_stop_complete"});
-    out = run_action_all(ActionKind::Clean, survivors, base_action(ActionKind::Clean, ctx, Strategy::Recover), true);
+    out = actions_.run_all(ActionKind::Clean, survivors, base_action(ActionKind::Clean, ctx, Strategy::Recover), true);
     if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during process replacement");
     std::map<int, int> clean_results = out.results;
     {
@@ -927,10 +927,10 @@ void Controller::recover(FaultContext& ctx) {
     all.insert(ctx.replace.begin(), ctx.replace.end());
     ActionMsg rebuild = base_action(ActionKind::RebuildGroup, ctx, Strategy::Recover);
     rebuild.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());  // the handler's fault_ranks
-    out = run_action_all(ActionKind::RebuildGroup, all, rebuild, true);
+    out = actions_.run_all(ActionKind::RebuildGroup, all, rebuild, true);
     if (!out.ok()) return dump(ctx, "rebuilding the communication groups failed or a new fault arrived");
     ActionGroups repair_msgs = repair_messages(ctx, Strategy::Recover, clean_results);
-    out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
+    out = actions_.run(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
     if (!out.ok()) return dump(ctx, "repairing the replacements failed or a new fault arrived");
     if (!roll_back_and_resume(ctx, all, Strategy::Recover, "process replacement")) return;
     {
@@ -956,7 +956,7 @@ void Controller::take_offline_locked(const std::set<int>& ranks) {
         // Still running (a fault the cluster manager or a policy named): told to exit, then cut off.
         FaultContext none;
         none.repair_step = repair_step_;
-        send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::Recover));
+        actions_.send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::Recover));
         server_.close(r.conn, "rank taken offline for process replacement (ARF)");
     }
     LOG_INFO(kLog, cfg_.rank, "ranks " << list_text(ranks) << " offline; waiting up to " << cfg_.arf_wait_ms
@@ -1006,7 +1006,7 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         live = live_ranks_locked();
     }
     if (!ctx.stopped) {
-        run_action_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Dump), false);
+        actions_.run_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Dump), false);
         ctx.stopped = true;
     }
     SaverPlan plan;
@@ -1028,9 +1028,9 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         event_locked("savers", "type " + std::to_string(type) + " step " + std::to_string(ctx.repair_step) + " " +
                                    list_text(ranks));
     }
-    ActionOutcome out = run_action_all(ActionKind::SaveCkpt, savers, save, false);
+    ActionOutcome out = actions_.run_all(ActionKind::SaveCkpt, savers, save, false);
     if (!out.ok()) return exit_all("saving the checkpoint failed on ranks " + list_text(out.failed), 499);
-    out = run_action_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
+    out = actions_.run_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
     if (!out.ok()) return exit_all("renaming the checkpoint failed", 499);
     exit_all("dump of step " + std::to_string(ctx.repair_step) + " complete", 0);
 }
@@ -1051,7 +1051,7 @@ void Controller::exit_all(const std::string& why, int result) {
         std::lock_guard<std::mutex> lock(mu_);
         none.repair_step = repair_step_;
     }
-    run_action_all(ActionKind::Exit, live, base_action(ActionKind::Exit, none, Strategy::Exit), false,
+    actions_.run_all(ActionKind::Exit, live, base_action(ActionKind::Exit, none, Strategy::Exit), false,
                    cfg_.exit_timeout_ms);
     ClusterReport report{"report_result"};
     report.result = result;
@@ -1073,7 +1073,7 @@ void Controller::pause_flow() {
     FaultContext ctx;
     ctx.repair_step = repair_step_;
     ActionKind kind = pausing ? ActionKind::Pause : ActionKind::Continue;
-    ActionOutcome out = run_action_all(kind, live, base_action(kind, ctx, Strategy::None), true);
+    ActionOutcome out = actions_.run_all(kind, live, base_action(kind, ctx, Strategy::None), true);
     if (!out.ok()) {
         FaultContext now;
         {
@@ -1083,140 +1083,6 @@ void Controller::pause_flow() {
         return dump(now, std::string(action_name(kind)) + " failed");
     }
     if (!pausing) transition(State::Normal, "training continues");
-}
-
-// ---- action engine -----------------------------------------------------------------------------
-
-// An action no reply is waited for: its own sequence number, so that the processors run it in order
-// with the tracked ones, and a late reply is dropped as stale. Returns its frame, to send or hold.
-std::string Controller::untracked_frame_locked(const std::set<int>& ranks, const ActionMsg& msg) {
-    uint64_t seq = ++seq_;
-    std::string who = list_text(ranks);
-    event_locked("action", std::string(action_name(msg.kind)) + " sn=" + std::to_string(seq) + " untracked ranks=" + who);
-    LOG_INFO(kLog, cfg_.rank, "action " << action_name(msg.kind) << " sn " << seq << " to " << who << " (no reply awaited)");
-    return encode_frame(MsgType::Action, seq, encode(msg));
-}
-
-void Controller::send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg) {
-    send_batch_locked({outgoing_locked(ranks, untracked_frame_locked(ranks, msg))});
-}
-
-// `bytes` for the connections of those of `ranks` that are connected now.
-Server::Outgoing Controller::outgoing_locked(const std::set<int>& ranks, std::string bytes) const {
-    Server::Outgoing out{{}, std::move(bytes)};
-    out.conns.reserve(ranks.size());
-    for (int r : ranks) {
-        if (ranks_[r].connected) out.conns.push_back(ranks_[r].conn);
-    }
-    return out;
-}
-
-// Everything the state machine sends goes through here: one server call per action, behind the
-// held-back PRELOCK when there is one (same sequence order, same writes).
-void Controller::send_batch_locked(std::vector<Server::Outgoing> batch) {
-    if (held_prelock_) {
-        batch.insert(batch.begin(), outgoing_locked(held_prelock_->ranks, std::move(held_prelock_->frame)));
-        held_prelock_.reset();
-    }
-    server_.send(batch);
-}
-
-void Controller::release_prelock_locked() {
-    if (held_prelock_) send_batch_locked({});
-}
-
-// (Re)sends the pending action to `ranks`, each its group's frame, as one batch.
-void Controller::send_pending_locked(const std::vector<int>& ranks) {
-    std::vector<Server::Outgoing> batch;
-    for (const auto& frame : pending_->frames) batch.push_back({{}, frame});
-    for (int r : ranks) {
-        const RankEntry& e = ranks_[r];
-        if (e.connected) batch[pending_->frame_of[r]].conns.push_back(e.conn);
-        pending_->sent_generation[r] = e.generation;
-    }
-    send_batch_locked(std::move(batch));
-}
-
-Controller::ActionOutcome Controller::run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
-                                                     bool interruptible, int timeout_ms) {
-    return run_action(kind, {{ranks, msg}}, interruptible, timeout_ms < 0 ? cfg_.action_timeout_ms : timeout_ms);
-}
-
-Controller::ActionOutcome Controller::run_action(ActionKind kind, const ActionGroups& groups, bool interruptible,
-                                                 int timeout_ms) {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto queue_start = Clock::now();
-    Pending p;
-    p.seq = ++seq_;
-    p.kind = kind;
-    p.frame_of.resize(ranks_.size());
-    p.sent_generation.resize(ranks_.size());
-    for (const auto& [ranks, msg] : groups) {
-        if (ranks.empty()) continue;
-        p.frames.push_back(encode_frame(MsgType::Action, p.seq, encode(msg)));
-        for (int r : ranks) {
-            p.frame_of[r] = p.frames.size() - 1;
-            p.waiting.insert(r);
-        }
-    }
-    pending_ = std::move(p);
-    std::vector<int> targets(pending_->waiting.begin(), pending_->waiting.end());
-    send_pending_locked(targets);
-    double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queue_start).count();
-    std::string who = list_text(targets);
-    event_locked("action", std::string(action_name(kind)) + " sn=" + std::to_string(pending_->seq) + " ranks=" + who);
-    LOG_INFO(kLog, cfg_.rank, "action " << action_name(kind) << " sn " << pending_->seq << " to " << who << " (queued in "
-                                        << queue_ms << " ms)");
-    auto start = Clock::now();
-    auto deadline = start + std::chrono::milliseconds(timeout_ms);
-    auto resend_at = start + std::chrono::milliseconds(timeout_ms / 2);
-    ActionOutcome outcome;
-    while (true) {
-        for (auto it = pending_->waiting.begin(); it != pending_->waiting.end();) {
-            if (ranks_[*it].dead || ranks_[*it].left) {
-                pending_->errors[*it] = ranks_[*it].dead ? "rank died before replying" : "rank left before replying";
-                it = pending_->waiting.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        if (pending_->waiting.empty()) break;
-        if (stopping_ || (interruptible && second_fault_)) {
-            outcome.interrupted = true;
-            break;
-        }
-        auto now = Clock::now();
-        // A reply can only be lost with its connection; resend when the rank comes back, and once
-        // half-way to the deadline in case a reply was dropped with a connection we never saw die.
-        bool resend_all = now >= resend_at;
-        if (resend_all) resend_at = deadline + std::chrono::hours(1);
-        std::vector<int> resend;
-        for (int r : pending_->waiting) {
-            if (resend_all || (ranks_[r].connected && ranks_[r].generation != pending_->sent_generation[r])) {
-                resend.push_back(r);
-            }
-        }
-        if (!resend.empty()) send_pending_locked(resend);
-        if (now >= deadline) {
-            for (int r : pending_->waiting) {
-                pending_->errors[r] = std::string("no reply to ") + action_name(kind) + " within " +
-                                      std::to_string(timeout_ms) + " ms (handler time limit exceeded)";
-            }
-            pending_->waiting.clear();
-            break;
-        }
-        cv_.wait_until(lock, std::min({deadline, resend_at, now + kTick}));
-        detect_dead_locked();
-    }
-    outcome.results = pending_->results;
-    for (const auto& [rank, error] : pending_->errors) {
-        outcome.failed.insert(rank);
-        ranks_[rank].excluded = true;
-        event_locked("action_failed", std::string(action_name(kind)) + " rank " + std::to_string(rank) + ": " + error);
-        LOG_ERROR(kLog, cfg_.rank, "action " << action_name(kind) << " failed on rank " << rank << ": " << error);
-    }
-    pending_.reset();
-    return outcome;
 }
 
 }  // namespace mindio

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller/action_engine.h"
 #include "controller/consultation.h"
 #include "controller/liveness.h"
 #include "controller/planner.h"
@@ -55,7 +56,7 @@ struct ControllerEvent {
     std::string detail;
 };
 
-class Controller : private Server::Listener {
+class Controller : private Server::Listener, private RankLinks {
 public:
     explicit Controller(ControllerConfig config);
     ~Controller() override;
@@ -112,25 +113,6 @@ private:
         bool hang_reported = false;  // named by the hang rule; again only after it reported progress
         bool finished = false;       // its training is over (RunStatus::Finished)
     };
-    struct ActionOutcome {
-        std::set<int> failed;
-        std::map<int, int> results;
-        bool interrupted = false;
-        bool ok() const { return failed.empty() && !interrupted; }
-    };
-    // Ranks that get the same message of an action: it is encoded once for all of them.
-    using ActionGroups = std::vector<std::pair<std::set<int>, ActionMsg>>;
-    struct Pending {
-        uint64_t seq = 0;
-        ActionKind kind{};
-        std::vector<std::string> frames;  // one per group of the action, usually a single one for every rank
-        std::vector<size_t> frame_of;          // by rank: its frame (valid for the action's targets)
-        std::vector<uint64_t> sent_generation;  // by rank: its registration generation when last sent
-        std::set<int> waiting;
-        std::map<int, int> results;
-        std::map<int, std::string> errors;
-    };
-
     void on_frame(uint64_t conn, Frame&& frame) override;
     void on_closed(uint64_t conn, const std::string& reason) override;
     void handle_register(uint64_t conn, const std::string& body);
@@ -185,15 +167,15 @@ private:
 
     std::set<int> live_ranks_locked() const;
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
-    ActionOutcome run_action(ActionKind kind, const ActionGroups& groups, bool interruptible, int timeout_ms);
-    ActionOutcome run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
-                                 bool interruptible, int timeout_ms = -1);
-    void send_pending_locked(const std::vector<int>& ranks);
-    std::string untracked_frame_locked(const std::set<int>& ranks, const ActionMsg& msg);
-    void send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg);
-    Server::Outgoing outgoing_locked(const std::set<int>& ranks, std::string bytes) const;
-    void send_batch_locked(std::vector<Server::Outgoing> batch);
-    void release_prelock_locked();
+
+    ActionEngine::Hooks engine_hooks();
+    // RankLinks: what the action engine reads and marks of the rank table.
+    size_t rank_count() const override { return ranks_.size(); }
+    bool connected(int rank) const override { return ranks_[rank].connected; }
+    uint64_t conn(int rank) const override { return ranks_[rank].conn; }
+    uint64_t generation(int rank) const override { return ranks_[rank].generation; }
+    const char* gone(int rank) const override;
+    void exclude(int rank) override { ranks_[rank].excluded = true; }
 
     ControllerConfig cfg_;
     Server server_;
@@ -208,16 +190,7 @@ private:
     Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
-    std::optional<Pending> pending_;
-    // A PRELOCK sent without waiting for its replies is held back until the next action leaves, so
-    // that both reach a rank in one write (at 16k ranks a broadcast of its own took as long as the
-    // STOP's), or until the decision may wait (a policy or the cluster manager is consulted).
-    struct HeldFrame {
-        std::set<int> ranks;
-        std::string frame;
-    };
-    std::optional<HeldFrame> held_prelock_;
-    uint64_t seq_ = 0;
+    ActionEngine actions_;
     int64_t repair_step_ = -1;
     std::vector<ControllerEvent> events_;
     ClusterCallbacks cluster_;
