@@ -17,24 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "controller/rank_links.h"
 #include "net/server.h"
 #include "protocol/messages.h"
 
 namespace mindio {
-
-// What the engine reads and marks of the rank table; called with the controller's lock held.
-class RankLinks {
-public:
-    virtual size_t rank_count() const = 0;
-    virtual bool connected(int rank) const = 0;
-    virtual uint64_t conn(int rank) const = 0;
-    virtual uint64_t generation(int rank) const = 0;  // bumps on every (re-)registration
-    virtual const char* gone(int rank) const = 0;     // why it will never reply (dead, left); null otherwise
-    virtual void exclude(int rank) = 0;               // it failed an action: out of the job
-
-protected:
-    ~RankLinks() = default;
-};
 
 struct ActionOutcome {
     std::set<int> failed;

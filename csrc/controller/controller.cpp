@@ -20,14 +20,19 @@ bool tokens_equal(const std::string& a, const std::string& b) {
     return diff == 0;
 }
 
+int valid_world_size(int world_size) {
+    if (world_size < 1) throw std::invalid_argument("world_size must be >= 1");
+    return world_size;
+}
+
 }  // namespace
 
 Controller::Controller(ControllerConfig config)
     : cfg_(std::move(config)),
       server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms),
-      actions_(server_, mu_, cv_, *this, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
-    if (cfg_.world_size < 1) throw std::invalid_argument("world_size must be >= 1");
-    ranks_.resize(cfg_.world_size);
+      ranks_(valid_world_size(cfg_.world_size), cfg_.caps.recover,
+             LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}),
+      actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
     started_ = Clock::now();
     if (cfg_.token.empty()) {
         LOG_WARN(kLog, cfg_.rank, "MINDIO_TOKEN is not set: any client that reaches the port can register");
@@ -40,12 +45,6 @@ ActionEngine::Hooks Controller::engine_hooks() {
     return {[this](const std::string& kind, const std::string& detail) { event_locked(kind, detail); },
             [this](bool interruptible) { return stopping_ || (interruptible && second_fault_); },
             [this] { detect_dead_locked(); }};
-}
-
-const char* Controller::gone(int rank) const {
-    const RankEntry& r = ranks_[rank];
-    if (r.dead) return "rank died before replying";
-    return r.left ? "rank left before replying" : nullptr;
 }
 
 int Controller::start(const std::string& host, int port) {
@@ -144,7 +143,7 @@ void Controller::on_frame(uint64_t conn, Frame&& frame) {
         int rank;
         {
             std::lock_guard<std::mutex> lock(mu_);
-            rank = rank_of_conn_locked(conn);
+            rank = ranks_.rank_of_conn(conn);
         }
         if (rank < 0) {
             server_.close(conn, "expected Register first, got message type " + std::to_string(int(frame.type)));
@@ -206,8 +205,8 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (refusal.empty() && takes_a_dead_ranks_place_locked(m)) m.restarted = true;
-    if (refusal.empty()) refusal = arf_refusal_locked(m);
+    if (refusal.empty() && ranks_.takes_a_dead_ranks_place(m)) m.restarted = true;
+    if (refusal.empty()) refusal = ranks_.arf_refusal(m, state_);
     if (!refusal.empty()) {
         ++registrations_refused_;
         event_locked("register_refused", "rank " + std::to_string(m.rank) + ": " + refusal);
@@ -217,20 +216,9 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         return;
     }
     bool replacing = accept_replacement_locked(m);
-    RankEntry& r = ranks_[m.rank];
+    const RankEntry& r = ranks_[m.rank];
     if (r.connected && r.conn != conn) server_.close(r.conn, "rank re-registered on a new connection");
-    if (r.conn) conn_rank_.erase(r.conn);
-    bool again = r.registered;
-    r.conn = conn;
-    r.registered = r.connected = true;
-    r.left = false;
-    ++r.generation;
-    r.heartbeat_ms = m.heartbeat_ms;
-    r.pid = m.pid;
-    r.last_seen = Clock::now();
-    r.suspect = r.hang_reported = false;
-    r.section = Section::None;
-    conn_rank_[conn] = m.rank;
+    bool again = ranks_.register_conn(conn, m);
     server_.authenticate(conn);
     server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok", replacing})));
     const char* kind = replacing ? "replacement" : again ? "reregister" : "register";
@@ -281,86 +269,28 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
     return who + " declared dead";
 }
 
-// The reference's rule for a rebooted process: the controller, not the process, knows that a rank is
-// waiting for a new process. A process registering for the first time (and allowed to replace) for a
-// rank that is dead, joining, or whose connection is gone is that rank's replacement, whether or not a
-// launcher marked it restarted. A rank that left on purpose is not waiting for one.
-bool Controller::takes_a_dead_ranks_place_locked(const RegisterMsg& m) const {
-    if (!m.may_replace || !cfg_.caps.recover) return false;
-    const RankEntry& r = ranks_[m.rank];
-    return r.dead || r.joining || (r.registered && !r.connected && !r.left);
-}
-
-// Which registrations ARF refuses. A dead rank comes back only as a restarted process, and a restarted
-// process only replaces a rank that is dead (or whose connection is gone: the replacement is the proof
-// the old process died), while the controller can still use it.
-std::string Controller::arf_refusal_locked(const RegisterMsg& m) const {
-    const RankEntry& r = ranks_[m.rank];
-    std::string who = "rank " + std::to_string(m.rank);
-    if (!m.restarted) {
-        if (!r.dead) return "";
-        return who + " was declared dead; only a restarted process may take its place: one started with " +
-               "tft_init_processor(..., enable_arf=True), or marked MINDIO_RESTARTED=1 by the launcher" + (cfg_.caps.recover ? "" : ", and process replacement (ARF) is not enabled");
-    }
-    if (!cfg_.caps.recover) {
-        return "a restarted process registered as " + who + ", but process replacement (ARF) is not enabled on the "
-               "controller (tft_init_controller(..., enable_arf=True))";
-    }
-    if (state_ == State::Dump || state_ == State::Exit || state_ == State::Final) {
-        return "a restarted process registered as " + who + " while the controller is in state " + state_name(state_) +
-               ", where no process is replaced";
-    }
-    if (r.registered && r.connected && !r.dead && !r.joining) {
-        return who + " is alive and connected: a restarted process may only replace a dead rank";
-    }
-    return "";
-}
-
 // Marks `m.rank` as joining when `m` is a restarted process taking a dead rank's place; returns whether
 // it is. A rank whose connection closed but that was not yet declared dead is declared dead now.
 bool Controller::accept_replacement_locked(const RegisterMsg& m) {
-    RankEntry& r = ranks_[m.rank];
-    bool replacing = m.restarted && (r.dead || r.joining || (r.registered && !r.connected));
-    if (!replacing) return false;
+    if (!ranks_.is_replacement(m)) return false;
+    const RankEntry& r = ranks_[m.rank];
     if (!r.dead && !r.joining) {
         declare_dead_locked(m.rank, "connection lost and a restarted process registered in its place");
     }
-    if (!r.joining) r.ready = false;  // a fresh replacement; a reconnecting one keeps its report
-    r.joining = true;
-    r.dead = false;
-    r.excluded = false;
-    r.step = -1;
-    r.data = DataStatus::Updated;
+    ranks_.mark_joining(m.rank);
     return true;
-}
-
-int Controller::rank_of_conn_locked(uint64_t conn) const {
-    auto it = conn_rank_.find(conn);
-    return it == conn_rank_.end() ? -1 : it->second;
 }
 
 void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     std::lock_guard<std::mutex> lock(mu_);
     heard_from_locked(m.rank);
-    RankEntry& r = ranks_[m.rank];
-    if (m.section != r.section || m.progress != r.progress || m.step != r.step) r.hang_reported = false;
-    r.section = m.section;
-    if (m.section != Section::None) r.last_section = m.section;
-    r.section_ms = m.section_ms;
-    r.limit_ms = m.limit_ms;
-    r.progress = m.progress;
-    r.step = m.step;
-    r.ckpt_step = m.ckpt_step;
-    r.data = m.data_status;
-    r.run = m.run_status;
-    if (m.run_status == RunStatus::Finished && !r.finished) note_finished_locked(m.rank);
+    if (ranks_.apply_status(m)) note_finished_locked(m.rank);
     if (heartbeat) ++heartbeats_;
     else cv_.notify_all();
 }
 
 // The first rank to finish means every collective of the training is done: the job has completed.
 void Controller::note_finished_locked(int rank) {
-    ranks_[rank].finished = true;
     if (finished_rank_ >= 0) return;
     finished_rank_ = rank;
     event_locked("finished", "rank " + std::to_string(rank));
@@ -408,9 +338,7 @@ void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
 
 void Controller::handle_goodbye(const GoodbyeMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    RankEntry& r = ranks_[m.rank];
-    if (r.left) return;
-    r.left = true;
+    if (!ranks_.mark_left(m.rank)) return;
     event_locked("left", "rank " + std::to_string(m.rank) + ": " + m.reason);
     LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " left: " << m.reason);
     cv_.notify_all();  // an action waiting for its reply stops waiting
@@ -418,17 +346,13 @@ void Controller::handle_goodbye(const GoodbyeMsg& m) {
 
 void Controller::on_closed(uint64_t conn, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
-    int rank = rank_of_conn_locked(conn);
+    int rank = ranks_.rank_of_conn(conn);
     if (rank < 0) {
         if (reason != "connection closed by peer") LOG_WARN(kLog, cfg_.rank, "connection " << conn << " closed: " << reason);
         return;
     }
-    conn_rank_.erase(conn);
-    RankEntry& r = ranks_[rank];
-    if (r.conn != conn) return;
-    r.connected = false;
-    r.disconnected_at = Clock::now();
-    if (!r.left && state_ != State::Exit && state_ != State::Final) {
+    if (!ranks_.disconnect(conn)) return;
+    if (!ranks_[rank].left && state_ != State::Exit && state_ != State::Final) {
         LOG_WARN(kLog, cfg_.rank, "lost the connection of rank " << rank << ": " << reason);
     }
     cv_.notify_all();
@@ -485,12 +409,8 @@ void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& w
 // Death is a closed connection that no processor re-registered within one heartbeat period. Silence
 // with the connection open is judged by judge_liveness_locked.
 void Controller::detect_dead_locked() {
-    auto now = Clock::now();
-    for (size_t rank = 0; rank < ranks_.size(); ++rank) {
-        const RankEntry& r = ranks_[rank];
-        if (!r.registered || r.dead || r.left || r.connected) continue;
-        if (now - r.disconnected_at <= std::chrono::milliseconds(r.heartbeat_ms)) continue;
-        declare_dead_locked(static_cast<int>(rank), "connection lost and not re-registered within one heartbeat period");
+    for (int rank : ranks_.lost_connections()) {
+        declare_dead_locked(rank, "connection lost and not re-registered within one heartbeat period");
     }
 }
 
@@ -503,77 +423,37 @@ void Controller::declare_dead_locked(int rank, const std::string& why) {
 }
 
 void Controller::heard_from_locked(int rank) {
-    RankEntry& r = ranks_[rank];
-    auto now = Clock::now();
-    if (r.suspect) {
-        auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
-        r.suspect = false;
-        event_locked("suspect_cleared", "rank " + std::to_string(rank) + " after " + std::to_string(silent) + " ms");
-        LOG_INFO(kLog, cfg_.rank, "rank " << rank << " heard again after " << silent << " ms of silence: not a fault");
+    if (auto silent = ranks_.heard_from(rank)) {
+        event_locked("suspect_cleared", "rank " + std::to_string(rank) + " after " + std::to_string(*silent) + " ms");
+        LOG_INFO(kLog, cfg_.rank, "rank " << rank << " heard again after " << *silent << " ms of silence: not a fault");
     }
-    r.last_seen = now;
 }
 
 // Suspects are logged once per silence; a hang found while training runs normally is a fault of the
 // ranks the rule names (reported once until they show progress), handled like an unknown error.
 void Controller::judge_liveness_locked() {
-    auto now = Clock::now();
-    std::vector<RankSighting> sightings(ranks_.size());
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-        const RankEntry& r = ranks_[i];
-        RankSighting& s = sightings[i];
-        s.watched = r.registered && r.connected && !r.dead && !r.left && !r.joining;
-        s.silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
-        s.heartbeat_ms = r.heartbeat_ms;
-        s.step = r.step;
-        s.section = r.section;
-        s.section_ms = r.section_ms;
-        s.limit_ms = r.limit_ms;
-        s.section_progress = r.progress;
-    }
-    LivenessRules rules{cfg_.heartbeat_misses, cfg_.silence_limit_ms};
-    LivenessVerdict verdict = judge_liveness(sightings, rules);
-    for (int rank : verdict.suspects) {
-        RankEntry& r = ranks_[rank];
-        if (r.suspect) continue;
-        r.suspect = true;
-        std::string detail = "rank " + std::to_string(rank) + " silent for " + std::to_string(sightings[rank].silent_ms) +
-                             " ms with its connection open (last in section " + section_name(r.section) + ")";
+    LivenessNews news = ranks_.judge_liveness();
+    for (const auto& [rank, detail] : news.suspects) {
         event_locked("suspect", detail);
         LOG_WARN(kLog, cfg_.rank, detail << ": a suspect, not dead; the hang rule decides");
     }
-    if (verdict.hung.empty() || state_ != State::Normal) return;
-    std::set<int> fresh;
-    for (int rank : verdict.hung) {
-        if (!ranks_[rank].hang_reported) fresh.insert(rank);
-    }
+    if (news.hung.empty() || state_ != State::Normal) return;
+    std::set<int> fresh = ranks_.take_unreported(news.hung);
     if (fresh.empty()) return;
-    event_locked("hang", verdict.why);
-    LOG_ERROR(kLog, cfg_.rank, "hang: " << verdict.why);
+    event_locked("hang", news.why);
+    LOG_ERROR(kLog, cfg_.rank, "hang: " << news.why);
     for (int rank : fresh) {
-        RankEntry& r = ranks_[rank];
-        r.hang_reported = true;
-        if (!r.suspect) {
+        if (!ranks_[rank].suspect) {
             // It answers but its training thread is stuck. With process replacement on it is replaced
             // like a lost process (take_offline_locked tells it to exit, and a hung process ends itself
             // on EXIT); otherwise an unknown fault, whose STOP it cannot obey, so it never saves.
-            if (cfg_.caps.recover) add_fault_locked(rank, FaultKind::Node, "hung, to be replaced: " + verdict.why);
-            else add_fault_locked(rank, FaultKind::Unknown, "hung: " + verdict.why);
+            if (cfg_.caps.recover) add_fault_locked(rank, FaultKind::Node, "hung, to be replaced: " + news.why);
+            else add_fault_locked(rank, FaultKind::Unknown, "hung: " + news.why);
             continue;
         }
         // Silent as well: its process does not run, so it can answer no action; it is treated as lost.
-        declare_dead_locked(rank, "silent and hung: " + verdict.why);
+        declare_dead_locked(rank, "silent and hung: " + news.why);
     }
-}
-
-Controller::Clock::time_point Controller::connection_losses_settled_locked() const {
-    Clock::time_point latest = Clock::time_point::min();
-    for (const RankEntry& r : ranks_) {
-        if (r.registered && !r.connected && !r.dead && !r.left) {
-            latest = std::max(latest, r.disconnected_at + std::chrono::milliseconds(r.heartbeat_ms) + kTick);
-        }
-    }
-    return latest;
 }
 
 void Controller::run() {
@@ -583,8 +463,7 @@ void Controller::run() {
         if (stopping_) break;
         detect_dead_locked();
         judge_liveness_locked();
-        if (state_ == State::Init &&
-            std::all_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.registered; })) {
+        if (state_ == State::Init && ranks_.all_registered()) {
             transition_locked(State::Normal, "all " + std::to_string(cfg_.world_size) + " ranks registered");
         }
         bool idle = state_ == State::Init || state_ == State::Normal || state_ == State::Pause;
@@ -617,18 +496,6 @@ void Controller::run() {
     }
 }
 
-std::set<int> Controller::live_ranks_locked() const {
-    std::set<int> live;
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (ranks_[i].live()) live.insert(static_cast<int>(i));
-    }
-    return live;
-}
-
-RankSnapshots Controller::snapshot_locked() const {
-    return RankSnapshots(ranks_.begin(), ranks_.end());
-}
-
 std::set<int> Controller::faulty_locked(const Faults& faults) const {
     std::set<int> faulty;
     for (const auto& entry : faults) faulty.insert(entry.first);
@@ -637,7 +504,7 @@ std::set<int> Controller::faulty_locked(const Faults& faults) const {
 }
 
 FaultContext Controller::assess_locked(Faults faults, int64_t lock_step) {
-    FaultContext ctx = assess(snapshot_locked(), std::move(faults), lock_step);
+    FaultContext ctx = assess(ranks_.snapshot(), std::move(faults), lock_step);
     repair_step_ = ctx.repair_step;
     return ctx;
 }
@@ -652,7 +519,7 @@ void Controller::handle_fault() {
     // communication error is often the first sign of a dead rank, and deciding before that judgement
     // would repair or dump around a process that should be replaced.
     auto until = Clock::now() + std::chrono::milliseconds(cfg_.collect_ms);
-    while (!stopping_ && Clock::now() < std::max(until, connection_losses_settled_locked())) {
+    while (!stopping_ && Clock::now() < std::max(until, ranks_.connection_losses_settled(kTick))) {
         cv_.wait_until(lock, Clock::now() + kTick);
         detect_dead_locked();
         judge_liveness_locked();
@@ -668,7 +535,7 @@ void Controller::handle_fault() {
     for (auto& [rank, f] : pending_faults_) faults.try_emplace(rank, std::move(f));
     pending_faults_.clear();
     second_fault_ = false;
-    Plan plan = plan_fault(snapshot_locked(), replicas_, cfg_.caps, std::move(faults), lock_step);
+    Plan plan = plan_fault(ranks_.snapshot(), replicas_, cfg_.caps, std::move(faults), lock_step);
     repair_step_ = plan.ctx.repair_step;
     FaultContext& ctx = plan.ctx;
     const Strategy own = plan.strategy;
@@ -705,7 +572,7 @@ void Controller::handle_fault() {
 void Controller::await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults) {
     auto saving = [&] {
         std::set<int> ranks;
-        for (int r : live_ranks_locked()) {
+        for (int r : ranks_.live()) {
             if (ranks_[r].connected && ranks_[r].section == Section::Save && !faults.count(r)) ranks.insert(r);
         }
         return ranks;
@@ -755,7 +622,7 @@ int64_t Controller::prelock(const Faults& faults) {
     PrelockPlan plan;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        plan = plan_prelock(snapshot_locked(), replicas_, faulty_locked(faults));
+        plan = plan_prelock(ranks_.snapshot(), replicas_, faulty_locked(faults));
         if (!plan.blocked.empty()) {
             event_locked("prelock_skip", "step " + std::to_string(plan.step) + " blocked " + list_text(plan.blocked));
             LOG_INFO(kLog, cfg_.rank, "prelock at step " << plan.step << ": not waiting for ranks " << list_text(plan.blocked)
@@ -782,7 +649,7 @@ int64_t Controller::prelock(const Faults& faults) {
     actions_.run_all(ActionKind::Prelock, plan.live, msg, false);
     std::unique_lock<std::mutex> lock(mu_);
     // Faults reported during the wait count as well: a newly faulty rank is not waited for.
-    auto laggards = [&] { return prelock_laggards(snapshot_locked(), plan, faulty_locked(faults)); };
+    auto laggards = [&] { return prelock_laggards(ranks_.snapshot(), plan, faulty_locked(faults)); };
     std::set<int> behind = laggards();
     if (behind.empty()) return step;
     event_locked("prelock_wait", "step " + std::to_string(step) + " laggards " + list_text(behind));
@@ -825,7 +692,7 @@ void Controller::online_repair(FaultContext& ctx) {
         transition_locked(State::EnvClear, reload ? "online reload of the checkpoint of step " +
                                                         std::to_string(ctx.reload_step) + " (retry, load_ckpt)"
                                                   : std::string("online repair (retry)"));
-        live = live_ranks_locked();
+        live = ranks_.live();
     }
     ActionOutcome out = actions_.run_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Retry), true);
     ctx.stopped = true;
@@ -906,7 +773,7 @@ void Controller::recover(FaultContext& ctx) {
     {
         std::lock_guard<std::mutex> lock(mu_);
         transition_locked(State::EnvClear, "process replacement (recover) of ranks " + list_text(ctx.replace));
-        survivors = live_ranks_locked();
+        survivors = ranks_.live();
         for (int r : ctx.replace) survivors.erase(r);
     }
     ActionOutcome out = actions_.run_all(ActionKind::Stop, survivors, base_action(ActionKind::Stop, ctx, Strategy::Recover), true);
@@ -1003,7 +870,7 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         std::lock_guard<std::mutex> lock(mu_);
         transition_locked(State::Dump, why);
         event_locked("dump", why);
-        live = live_ranks_locked();
+        live = ranks_.live();
     }
     if (!ctx.stopped) {
         actions_.run_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Dump), false);
@@ -1013,10 +880,10 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
     std::string refusal;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        exclude_untrusted_savers(snapshot_locked(), pending_faults_, ctx.unavailable);
+        exclude_untrusted_savers(ranks_.snapshot(), pending_faults_, ctx.unavailable);
         plan = replicas_.savers(ctx.unavailable);
         refusal = dump_refusal(replicas_, plan);
-        live = live_ranks_locked();
+        live = ranks_.live();
     }
     if (!refusal.empty()) return exit_all(refusal, 499);
     ActionMsg save = base_action(ActionKind::SaveCkpt, ctx, Strategy::Dump);
@@ -1067,7 +934,7 @@ void Controller::pause_flow() {
         pausing = state_ == State::Normal;
         pause_requested_ = continue_requested_ = false;
         flow_active_ = true;
-        live = live_ranks_locked();
+        live = ranks_.live();
         if (pausing) transition_locked(State::Pause, "pause requested");
     }
     FaultContext ctx;

@@ -1,8 +1,9 @@
-// The controller: the rank table fed by the server thread, and the state-machine thread that turns
-// faults into an ordered sequence of actions (the action engine: one action at a time, a sequence
-// number per action, a reply deadline, resend when a rank reconnects). What to do after a fault is
-// the pure planner's answer (planner.h) on a snapshot of the rank table taken under the lock; the
-// consultations of a fault policy and the cluster manager are in controller_consultation.cpp.
+// The controller: the rank table (rank_table.h) fed by the server thread, and the state-machine
+// thread that turns faults into an ordered sequence of actions, run by the action engine
+// (action_engine.h: one action at a time, a sequence number per action, a reply deadline, resend when
+// a rank reconnects). What to do after a fault is the pure planner's answer (planner.h) on a snapshot
+// of the rank table taken under the lock; the consultations of a fault policy and the cluster manager
+// are in controller_consultation.cpp. One mutex guards all of it.
 //
 // Security: a processor must present the shared token (MINDIO_TOKEN) at registration; the comparison
 // is constant-time. TLS is not implemented: the link is plaintext, so the token only keeps other jobs
@@ -24,6 +25,7 @@
 #include "controller/consultation.h"
 #include "controller/liveness.h"
 #include "controller/planner.h"
+#include "controller/rank_table.h"
 #include "controller/replica_manager.h"
 #include "controller/state_machine.h"
 #include "net/server.h"
@@ -56,7 +58,7 @@ struct ControllerEvent {
     std::string detail;
 };
 
-class Controller : private Server::Listener, private RankLinks {
+class Controller : private Server::Listener {
 public:
     explicit Controller(ControllerConfig config);
     ~Controller() override;
@@ -92,32 +94,9 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    // What the planner reads of a rank (RankSnapshot: registered, dead, excluded, joining, left, step,
-    // ckpt_step, data) and what only the rank table and the action engine need.
-    struct RankEntry : RankSnapshot {
-        uint64_t conn = 0;
-        uint64_t generation = 0;  // bumps on every (re-)registration, so the engine knows to resend
-        bool connected = false;
-        // ARF: a restarted process registered for this dead rank is `joining` (kept out of the job: no
-        // STOP/CLEAN, never a saver or source) until repaired; ready once it reported PREREPAIR_FINISH.
-        bool ready = false;
-        Clock::time_point last_seen, disconnected_at;
-        uint32_t heartbeat_ms = 2000;
-        int32_t pid = 0;  // of the registered process, as it said (0: not given)
-        RunStatus run = RunStatus::Running;
-        Section section = Section::None;
-        Section last_section = Section::None;  // the latest section it entered, kept after it ended
-        int64_t section_ms = 0, limit_ms = 0;
-        uint64_t progress = 0;
-        bool suspect = false;  // silent for heartbeat_misses periods with its connection open
-        bool hang_reported = false;  // named by the hang rule; again only after it reported progress
-        bool finished = false;       // its training is over (RunStatus::Finished)
-    };
     void on_frame(uint64_t conn, Frame&& frame) override;
     void on_closed(uint64_t conn, const std::string& reason) override;
     void handle_register(uint64_t conn, const std::string& body);
-    bool takes_a_dead_ranks_place_locked(const RegisterMsg& m) const;
-    std::string arf_refusal_locked(const RegisterMsg& m) const;
     bool accept_replacement_locked(const RegisterMsg& m);
     void handle_status(const RankStatusMsg& m, bool heartbeat);
     void handle_replica(const ReplicaInfoMsg& m);
@@ -127,7 +106,6 @@ private:
     void handle_process_ended(uint64_t conn, const std::string& body);
     std::string process_ended_locked(const ProcessEndedMsg& m);
     void say_goodbye();
-    int rank_of_conn_locked(uint64_t conn) const;
 
     void run();
     void detect_dead_locked();
@@ -136,15 +114,12 @@ private:
     void note_finished_locked(int rank);
     void judge_liveness_locked();
     void await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults);
-    Clock::time_point connection_losses_settled_locked() const;
     void add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded = nullptr);
     void transition_locked(State to, const std::string& why);
     void transition(State to, const std::string& why);
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
-    // The planner's inputs, copied under the lock.
-    RankSnapshots snapshot_locked() const;
     std::set<int> faulty_locked(const Faults& faults) const;  // ranks of `faults` and of the pending ones
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
     FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
@@ -165,17 +140,9 @@ private:
     void exit_all(const std::string& why, int result);
     void pause_flow();
 
-    std::set<int> live_ranks_locked() const;
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
 
     ActionEngine::Hooks engine_hooks();
-    // RankLinks: what the action engine reads and marks of the rank table.
-    size_t rank_count() const override { return ranks_.size(); }
-    bool connected(int rank) const override { return ranks_[rank].connected; }
-    uint64_t conn(int rank) const override { return ranks_[rank].conn; }
-    uint64_t generation(int rank) const override { return ranks_[rank].generation; }
-    const char* gone(int rank) const override;
-    void exclude(int rank) override { ranks_[rank].excluded = true; }
 
     ControllerConfig cfg_;
     Server server_;
@@ -184,8 +151,7 @@ private:
     std::condition_variable cv_;
     bool stopping_ = false;
     State state_ = State::Init;
-    std::vector<RankEntry> ranks_;
-    std::map<uint64_t, int> conn_rank_;
+    RankTable ranks_;
     ReplicaManager replicas_;
     Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
