@@ -557,8 +557,8 @@ void Controller::handle_fault() {
     chosen = consult_cluster(ctx, chosen, cluster_offer(plan, cfg_.caps, chosen));
     if (chosen == Strategy::Recover && ctx.replace.empty()) replace_faulty(ctx);
     switch (chosen) {
-        case Strategy::Retry: return online_repair(ctx);
-        case Strategy::Recover: return recover(ctx);
+        case Strategy::Retry:
+        case Strategy::Recover: return run_flow(flow_for(chosen), ctx);
         case Strategy::Dump: return dump(ctx, "decided after " + plan.why);
         default: return exit_all("no recovery possible: " + exit_reason(plan), 499);
     }
@@ -683,57 +683,91 @@ ActionMsg Controller::base_action(ActionKind kind, const FaultContext& ctx, Stra
     return m;
 }
 
-void Controller::online_repair(FaultContext& ctx) {
-    std::set<int> live;
-    const bool reload = ctx.reload_step >= 0;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reload) ctx.repair_step = repair_step_ = ctx.reload_step;  // every action names the step to load
-        transition_locked(State::EnvClear, reload ? "online reload of the checkpoint of step " +
-                                                        std::to_string(ctx.reload_step) + " (retry, load_ckpt)"
-                                                  : std::string("online repair (retry)"));
-        live = ranks_.live();
+// ---- the recovery flows (flows.h) --------------------------------------------------------------
+
+// Runs `flow`'s steps in order; the first that fails falls back to the dump.
+void Controller::run_flow(const Flow& flow, FaultContext& ctx) {
+    FlowRun run;
+    for (const FlowStep& step : flow.steps) {
+        std::string why = run_step(flow, step, ctx, run);
+        if (!why.empty()) return dump(ctx, why);
     }
-    ActionOutcome out = actions_.run_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Retry), true);
-    ctx.stopped = true;
-    if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during repair");
-    report_cluster(ClusterReport{"report_stop_complete"});
-    out = actions_.run_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
-    if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during repair");
-    transition(State::Repair, "environment clean");
-    ActionGroups repair_msgs = reload ? reload_messages(ctx, live) : repair_messages(ctx, Strategy::Retry, out.results);
-    if (!repair_msgs.empty()) {
-        out = actions_.run(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
-        if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
-    }
-    if (!roll_back_and_resume(ctx, live, Strategy::Retry, "repair")) return;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::Normal, std::string(reload ? "online reload" : "online repair") + " finished at step " +
-                                             std::to_string(ctx.repair_step));
-    }
-    ClusterReport result{"report_result"};
-    result.strategy = "retry";
-    report_cluster(result);
 }
 
-// The end shared by online repair and process replacement: ROLLBACK then NORMAL on `ranks`, which
-// are then running again. On a failure the flow falls back to the dump and false is returned.
-bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s,
-                                      const std::string& during) {
-    ActionOutcome out = actions_.run_all(ActionKind::Rollback, ranks, base_action(ActionKind::Rollback, ctx, s), true);
-    if (!out.ok()) {
-        dump(ctx, "rollback failed or a new fault arrived during " + during);
-        return false;
+// One step of a flow; returns why the flow cannot go on, empty when it can.
+std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
+    switch (step.op) {
+        case FlowOp::Begin: return begin_flow(flow, ctx, run);
+        case FlowOp::Act: return run_flow_action(flow, step, ctx, run) ? "" : step.failure;
+        case FlowOp::ReportStopComplete: report_cluster(ClusterReport{"report_stop_complete"}); return "";
+        case FlowOp::TakeOffline: {
+            std::lock_guard<std::mutex> lock(mu_);
+            take_offline_locked(ctx.replace);
+            return "";
+        }
+        case FlowOp::AwaitReplacements: {
+            std::string why;
+            await_replacements(ctx.replace, &why);
+            return why;
+        }
+        case FlowOp::EnterRepair:
+            transition(State::Repair, flow.repair_why(ctx));
+            if (flow.replaces) run.targets.insert(ctx.replace.begin(), ctx.replace.end());
+            return "";
+        case FlowOp::Finish: finish_flow(flow, ctx); return "";
     }
-    out = actions_.run_all(ActionKind::Normal, ranks, base_action(ActionKind::Normal, ctx, s), true);
-    if (!out.ok()) {
-        dump(ctx, "resuming failed");
-        return false;
-    }
+    return "";
+}
+
+std::string Controller::begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int r : ranks) ranks_[r].run = RunStatus::Running;
+    // Every action names the step to load.
+    if (flow.may_reload && ctx.reload_step >= 0) ctx.repair_step = repair_step_ = ctx.reload_step;
+    transition_locked(State::EnvClear, flow.begin_why(ctx));
+    run.targets = ranks_.live();
+    if (flow.replaces) {
+        for (int r : ctx.replace) run.targets.erase(r);
+    }
+    return "";
+}
+
+// Runs one action of a flow on its targets; false when it failed or was interrupted.
+bool Controller::run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
+    const ActionKind kind = step.action;
+    ActionOutcome out;
+    if (kind == ActionKind::Repair) {
+        const bool reload = flow.may_reload && ctx.reload_step >= 0;
+        ActionGroups groups = reload ? reload_messages(ctx, run.targets)
+                                     : repair_messages(ctx, flow.strategy, run.clean_results);
+        if (groups.empty() && step.skip_if_none) return true;
+        out = actions_.run(ActionKind::Repair, groups, true, cfg_.action_timeout_ms);
+    } else {
+        ActionMsg msg = base_action(kind, ctx, flow.strategy);
+        // The handler's fault_ranks.
+        if (kind == ActionKind::RebuildGroup) msg.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());
+        out = actions_.run_all(kind, run.targets, msg, true);
+    }
+    if (kind == ActionKind::Stop) ctx.stopped = true;
+    if (kind == ActionKind::Clean) run.clean_results = out.results;
+    if (!out.ok()) return false;
+    if (kind == ActionKind::Normal) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int r : run.targets) ranks_[r].run = RunStatus::Running;
+    }
     return true;
+}
+
+void Controller::finish_flow(const Flow& flow, const FaultContext& ctx) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (flow.replaces) {
+            for (int r : ctx.replace) ranks_[r].joining = ranks_[r].ready = false;
+        }
+        transition_locked(State::Normal, flow.finish_why(ctx));
+    }
+    ClusterReport result{"report_result"};
+    result.strategy = flow.result;
+    report_cluster(result);
 }
 
 // The REPAIR action of every rank taking part (plan_repair): each rank its own message, since the
@@ -764,52 +798,6 @@ ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set
 }
 
 // ---- process replacement (ARF) -----------------------------------------------------------------
-
-// As the reference: STOP and CLEAN the survivors, take the dead ranks offline, wait for a restarted
-// process of each to register and report ready, then REBUILD_GROUP on all, REPAIR the replacements
-// from live replica peers, ROLLBACK and NORMAL on all. Anything going wrong on the way dumps.
-void Controller::recover(FaultContext& ctx) {
-    std::set<int> survivors;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::EnvClear, "process replacement (recover) of ranks " + list_text(ctx.replace));
-        survivors = ranks_.live();
-        for (int r : ctx.replace) survivors.erase(r);
-    }
-    ActionOutcome out = actions_.run_all(ActionKind::Stop, survivors, base_action(ActionKind::Stop, ctx, Strategy::Recover), true);
-    ctx.stopped = true;
-    if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during process replacement");
-    report_cluster(ClusterReport{"report_stop_complete"});
-    out = actions_.run_all(ActionKind::Clean, survivors, base_action(ActionKind::Clean, ctx, Strategy::Recover), true);
-    if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during process replacement");
-    std::map<int, int> clean_results = out.results;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        take_offline_locked(ctx.replace);
-    }
-    std::string why;
-    if (!await_replacements(ctx.replace, &why)) return dump(ctx, why);
-    transition(State::Repair, "replacements of ranks " + list_text(ctx.replace) + " ready");
-    std::set<int> all = survivors;
-    all.insert(ctx.replace.begin(), ctx.replace.end());
-    ActionMsg rebuild = base_action(ActionKind::RebuildGroup, ctx, Strategy::Recover);
-    rebuild.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());  // the handler's fault_ranks
-    out = actions_.run_all(ActionKind::RebuildGroup, all, rebuild, true);
-    if (!out.ok()) return dump(ctx, "rebuilding the communication groups failed or a new fault arrived");
-    ActionGroups repair_msgs = repair_messages(ctx, Strategy::Recover, clean_results);
-    out = actions_.run(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
-    if (!out.ok()) return dump(ctx, "repairing the replacements failed or a new fault arrived");
-    if (!roll_back_and_resume(ctx, all, Strategy::Recover, "process replacement")) return;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (int r : ctx.replace) ranks_[r].joining = ranks_[r].ready = false;
-        transition_locked(State::Normal, "ranks " + list_text(ctx.replace) + " replaced, training resumes at step " +
-                                             std::to_string(ctx.repair_step));
-    }
-    ClusterReport result{"report_result"};
-    result.strategy = "recover";
-    report_cluster(result);
-}
 
 // The old processes of ranks with a process/node fault are not used again: a rank still connected
 // (a fault reported by the cluster manager) is cut off, so only its restarted process can come back.

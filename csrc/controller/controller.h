@@ -2,8 +2,9 @@
 // thread that turns faults into an ordered sequence of actions, run by the action engine
 // (action_engine.h: one action at a time, a sequence number per action, a reply deadline, resend when
 // a rank reconnects). What to do after a fault is the pure planner's answer (planner.h) on a snapshot
-// of the rank table taken under the lock; the consultations of a fault policy and the cluster manager
-// are in controller_consultation.cpp. One mutex guards all of it.
+// of the rank table taken under the lock; the recovery flows are data (flows.h) run by one loop
+// (run_flow). The consultations of a fault policy and the cluster manager are in
+// controller_consultation.cpp. One mutex guards all of it.
 //
 // Security: a processor must present the shared token (MINDIO_TOKEN) at registration; the comparison
 // is constant-time. TLS is not implemented: the link is plaintext, so the token only keeps other jobs
@@ -23,6 +24,7 @@
 
 #include "controller/action_engine.h"
 #include "controller/consultation.h"
+#include "controller/flows.h"
 #include "controller/liveness.h"
 #include "controller/planner.h"
 #include "controller/rank_table.h"
@@ -130,9 +132,16 @@ private:
     // offer: the strategies the cluster manager may pick (cluster_offer).
     Strategy consult_cluster(const FaultContext& ctx, Strategy own, const std::vector<std::string>& offer);
     void report_cluster(const ClusterReport& report);
-    void online_repair(FaultContext& ctx);
-    void recover(FaultContext& ctx);
-    bool roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s, const std::string& during);
+    // What a flow carries from step to step.
+    struct FlowRun {
+        std::set<int> targets;
+        std::map<int, int> clean_results;  // the CLEAN replies, which the repair plan reads
+    };
+    void run_flow(const Flow& flow, FaultContext& ctx);
+    std::string run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
+    std::string begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run);
+    bool run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
+    void finish_flow(const Flow& flow, const FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
     bool await_replacements(const std::set<int>& ranks, std::string* why);
     ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
