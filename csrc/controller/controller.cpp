@@ -697,7 +697,7 @@ void Controller::run_flow(const Flow& flow, FaultContext& ctx) {
 // One step of a flow; returns why the flow cannot go on, empty when it can.
 std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
     switch (step.op) {
-        case FlowOp::Begin: return begin_flow(flow, ctx, run);
+        case FlowOp::Begin: begin_flow(flow, ctx, run); return "";
         case FlowOp::Act: return run_flow_action(flow, step, ctx, run) ? "" : step.failure;
         case FlowOp::ReportStopComplete: report_cluster(ClusterReport{"report_stop_complete"}); return "";
         case FlowOp::TakeOffline: {
@@ -719,7 +719,7 @@ std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultCo
     return "";
 }
 
-std::string Controller::begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run) {
+void Controller::begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run) {
     std::lock_guard<std::mutex> lock(mu_);
     // Every action names the step to load.
     if (flow.may_reload && ctx.reload_step >= 0) ctx.repair_step = repair_step_ = ctx.reload_step;
@@ -728,7 +728,6 @@ std::string Controller::begin_flow(const Flow& flow, FaultContext& ctx, FlowRun&
     if (flow.replaces) {
         for (int r : ctx.replace) run.targets.erase(r);
     }
-    return "";
 }
 
 // Runs one action of a flow on its targets; false when it failed or was interrupted.

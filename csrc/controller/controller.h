@@ -139,7 +139,7 @@ private:
     };
     void run_flow(const Flow& flow, FaultContext& ctx);
     std::string run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
-    std::string begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run);
+    void begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run);
     bool run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
     void finish_flow(const Flow& flow, const FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
@@ -165,7 +165,7 @@ private:
     Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
-    ActionEngine actions_;
+    ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
     int64_t repair_step_ = -1;
     std::vector<ControllerEvent> events_;
     ClusterCallbacks cluster_;
