@@ -20,12 +20,19 @@ bool tokens_equal(const std::string& a, const std::string& b) {
     return diff == 0;
 }
 
+int valid_world_size(int world_size) {
+    if (world_size < 1) throw std::invalid_argument("world_size must be >= 1");
+    return world_size;
+}
+
 }  // namespace
 
 Controller::Controller(ControllerConfig config)
-    : cfg_(std::move(config)), server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms) {
-    if (cfg_.world_size < 1) throw std::invalid_argument("world_size must be >= 1");
-    ranks_.resize(cfg_.world_size);
+    : cfg_(std::move(config)),
+      server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms),
+      ranks_(valid_world_size(cfg_.world_size), cfg_.caps.recover,
+             LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}),
+      actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
     started_ = Clock::now();
     if (cfg_.token.empty()) {
         LOG_WARN(kLog, cfg_.rank, "MINDIO_TOKEN is not set: any client that reaches the port can register");
@@ -33,6 +40,12 @@ Controller::Controller(ControllerConfig config)
 }
 
 Controller::~Controller() { stop(); }
+
+ActionEngine::Hooks Controller::engine_hooks() {
+    return {[this](const std::string& kind, const std::string& detail) { event_locked(kind, detail); },
+            [this](bool interruptible) { return stopping_ || (interruptible && second_fault_); },
+            [this] { detect_dead_locked(); }};
+}
 
 int Controller::start(const std::string& host, int port) {
     int bound = server_.start(host, port);
@@ -130,7 +143,7 @@ void Controller::on_frame(uint64_t conn, Frame&& frame) {
         int rank;
         {
             std::lock_guard<std::mutex> lock(mu_);
-            rank = rank_of_conn_locked(conn);
+            rank = ranks_.rank_of_conn(conn);
         }
         if (rank < 0) {
             server_.close(conn, "expected Register first, got message type " + std::to_string(int(frame.type)));
@@ -192,8 +205,8 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (refusal.empty() && takes_a_dead_ranks_place_locked(m)) m.restarted = true;
-    if (refusal.empty()) refusal = arf_refusal_locked(m);
+    if (refusal.empty() && ranks_.takes_a_dead_ranks_place(m)) m.restarted = true;
+    if (refusal.empty()) refusal = ranks_.arf_refusal(m, state_);
     if (!refusal.empty()) {
         ++registrations_refused_;
         event_locked("register_refused", "rank " + std::to_string(m.rank) + ": " + refusal);
@@ -203,20 +216,9 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         return;
     }
     bool replacing = accept_replacement_locked(m);
-    RankEntry& r = ranks_[m.rank];
+    const RankEntry& r = ranks_[m.rank];
     if (r.connected && r.conn != conn) server_.close(r.conn, "rank re-registered on a new connection");
-    if (r.conn) conn_rank_.erase(r.conn);
-    bool again = r.registered;
-    r.conn = conn;
-    r.registered = r.connected = true;
-    r.left = false;
-    ++r.generation;
-    r.heartbeat_ms = m.heartbeat_ms;
-    r.pid = m.pid;
-    r.last_seen = Clock::now();
-    r.suspect = r.hang_reported = false;
-    r.section = Section::None;
-    conn_rank_[conn] = m.rank;
+    bool again = ranks_.register_conn(conn, m);
     server_.authenticate(conn);
     server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok", replacing})));
     const char* kind = replacing ? "replacement" : again ? "reregister" : "register";
@@ -267,86 +269,28 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
     return who + " declared dead";
 }
 
-// The reference's rule for a rebooted process: the controller, not the process, knows that a rank is
-// waiting for a new process. A process registering for the first time (and allowed to replace) for a
-// rank that is dead, joining, or whose connection is gone is that rank's replacement, whether or not a
-// launcher marked it restarted. A rank that left on purpose is not waiting for one.
-bool Controller::takes_a_dead_ranks_place_locked(const RegisterMsg& m) const {
-    if (!m.may_replace || !cfg_.caps.recover) return false;
-    const RankEntry& r = ranks_[m.rank];
-    return r.dead || r.joining || (r.registered && !r.connected && !r.left);
-}
-
-// Which registrations ARF refuses. A dead rank comes back only as a restarted process, and a restarted
-// process only replaces a rank that is dead (or whose connection is gone: the replacement is the proof
-// the old process died), while the controller can still use it.
-std::string Controller::arf_refusal_locked(const RegisterMsg& m) const {
-    const RankEntry& r = ranks_[m.rank];
-    std::string who = "rank " + std::to_string(m.rank);
-    if (!m.restarted) {
-        if (!r.dead) return "";
-        return who + " was declared dead; only a restarted process may take its place: one started with " +
-               "tft_init_processor(..., enable_arf=True), or marked MINDIO_RESTARTED=1 by the launcher" + (cfg_.caps.recover ? "" : ", and process replacement (ARF) is not enabled");
-    }
-    if (!cfg_.caps.recover) {
-        return "a restarted process registered as " + who + ", but process replacement (ARF) is not enabled on the "
-               "controller (tft_init_controller(..., enable_arf=True))";
-    }
-    if (state_ == State::Dump || state_ == State::Exit || state_ == State::Final) {
-        return "a restarted process registered as " + who + " while the controller is in state " + state_name(state_) +
-               ", where no process is replaced";
-    }
-    if (r.registered && r.connected && !r.dead && !r.joining) {
-        return who + " is alive and connected: a restarted process may only replace a dead rank";
-    }
-    return "";
-}
-
 // Marks `m.rank` as joining when `m` is a restarted process taking a dead rank's place; returns whether
 // it is. A rank whose connection closed but that was not yet declared dead is declared dead now.
 bool Controller::accept_replacement_locked(const RegisterMsg& m) {
-    RankEntry& r = ranks_[m.rank];
-    bool replacing = m.restarted && (r.dead || r.joining || (r.registered && !r.connected));
-    if (!replacing) return false;
+    if (!ranks_.is_replacement(m)) return false;
+    const RankEntry& r = ranks_[m.rank];
     if (!r.dead && !r.joining) {
         declare_dead_locked(m.rank, "connection lost and a restarted process registered in its place");
     }
-    if (!r.joining) r.ready = false;  // a fresh replacement; a reconnecting one keeps its report
-    r.joining = true;
-    r.dead = false;
-    r.excluded = false;
-    r.step = -1;
-    r.data = DataStatus::Updated;
+    ranks_.mark_joining(m.rank);
     return true;
-}
-
-int Controller::rank_of_conn_locked(uint64_t conn) const {
-    auto it = conn_rank_.find(conn);
-    return it == conn_rank_.end() ? -1 : it->second;
 }
 
 void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     std::lock_guard<std::mutex> lock(mu_);
     heard_from_locked(m.rank);
-    RankEntry& r = ranks_[m.rank];
-    if (m.section != r.section || m.progress != r.progress || m.step != r.step) r.hang_reported = false;
-    r.section = m.section;
-    if (m.section != Section::None) r.last_section = m.section;
-    r.section_ms = m.section_ms;
-    r.limit_ms = m.limit_ms;
-    r.progress = m.progress;
-    r.step = m.step;
-    r.ckpt_step = m.ckpt_step;
-    r.data = m.data_status;
-    r.run = m.run_status;
-    if (m.run_status == RunStatus::Finished && !r.finished) note_finished_locked(m.rank);
+    if (ranks_.apply_status(m)) note_finished_locked(m.rank);
     if (heartbeat) ++heartbeats_;
     else cv_.notify_all();
 }
 
 // The first rank to finish means every collective of the training is done: the job has completed.
 void Controller::note_finished_locked(int rank) {
-    ranks_[rank].finished = true;
     if (finished_rank_ >= 0) return;
     finished_rank_ = rank;
     event_locked("finished", "rank " + std::to_string(rank));
@@ -389,28 +333,12 @@ void Controller::handle_error(const ErrorReportMsg& m) {
 void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
     heard_from_locked(m.rank);
-    if (!pending_ || pending_->seq != seq || !pending_->waiting.count(m.rank)) {
-        LOG_DEBUG(kLog, cfg_.rank, "ignored stale reply of rank " << m.rank << " to sn " << seq);
-        return;
-    }
-    if (m.kind != pending_->kind) {
-        pending_->errors[m.rank] = std::string("replied to ") + action_name(m.kind) + " for sn " + std::to_string(seq) +
-                                   " which is " + action_name(pending_->kind);
-    } else if (m.result != 0 && !(m.kind == ActionKind::Clean && m.result == 2)) {
-        pending_->errors[m.rank] = m.message.empty() ? "handler failed with code " + std::to_string(m.result) : m.message;
-    }
-    pending_->results[m.rank] = m.result;
-    pending_->waiting.erase(m.rank);
-    // Only the last reply wakes the engine: each wake-up walks the whole waiting set, so waking it
-    // per reply cost O(N^2) per action at N ranks. Errors are collected when the action ends.
-    if (pending_->waiting.empty()) cv_.notify_all();
+    actions_.on_reply_locked(seq, m);
 }
 
 void Controller::handle_goodbye(const GoodbyeMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    RankEntry& r = ranks_[m.rank];
-    if (r.left) return;
-    r.left = true;
+    if (!ranks_.mark_left(m.rank)) return;
     event_locked("left", "rank " + std::to_string(m.rank) + ": " + m.reason);
     LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " left: " << m.reason);
     cv_.notify_all();  // an action waiting for its reply stops waiting
@@ -418,17 +346,13 @@ void Controller::handle_goodbye(const GoodbyeMsg& m) {
 
 void Controller::on_closed(uint64_t conn, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
-    int rank = rank_of_conn_locked(conn);
+    int rank = ranks_.rank_of_conn(conn);
     if (rank < 0) {
         if (reason != "connection closed by peer") LOG_WARN(kLog, cfg_.rank, "connection " << conn << " closed: " << reason);
         return;
     }
-    conn_rank_.erase(conn);
-    RankEntry& r = ranks_[rank];
-    if (r.conn != conn) return;
-    r.connected = false;
-    r.disconnected_at = Clock::now();
-    if (!r.left && state_ != State::Exit && state_ != State::Final) {
+    if (!ranks_.disconnect(conn)) return;
+    if (!ranks_[rank].left && state_ != State::Exit && state_ != State::Final) {
         LOG_WARN(kLog, cfg_.rank, "lost the connection of rank " << rank << ": " << reason);
     }
     cv_.notify_all();
@@ -485,12 +409,8 @@ void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& w
 // Death is a closed connection that no processor re-registered within one heartbeat period. Silence
 // with the connection open is judged by judge_liveness_locked.
 void Controller::detect_dead_locked() {
-    auto now = Clock::now();
-    for (size_t rank = 0; rank < ranks_.size(); ++rank) {
-        const RankEntry& r = ranks_[rank];
-        if (!r.registered || r.dead || r.left || r.connected) continue;
-        if (now - r.disconnected_at <= std::chrono::milliseconds(r.heartbeat_ms)) continue;
-        declare_dead_locked(static_cast<int>(rank), "connection lost and not re-registered within one heartbeat period");
+    for (int rank : ranks_.lost_connections()) {
+        declare_dead_locked(rank, "connection lost and not re-registered within one heartbeat period");
     }
 }
 
@@ -503,77 +423,37 @@ void Controller::declare_dead_locked(int rank, const std::string& why) {
 }
 
 void Controller::heard_from_locked(int rank) {
-    RankEntry& r = ranks_[rank];
-    auto now = Clock::now();
-    if (r.suspect) {
-        auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
-        r.suspect = false;
-        event_locked("suspect_cleared", "rank " + std::to_string(rank) + " after " + std::to_string(silent) + " ms");
-        LOG_INFO(kLog, cfg_.rank, "rank " << rank << " heard again after " << silent << " ms of silence: not a fault");
+    if (auto silent = ranks_.heard_from(rank)) {
+        event_locked("suspect_cleared", "rank " + std::to_string(rank) + " after " + std::to_string(*silent) + " ms");
+        LOG_INFO(kLog, cfg_.rank, "rank " << rank << " heard again after " << *silent << " ms of silence: not a fault");
     }
-    r.last_seen = now;
 }
 
 // Suspects are logged once per silence; a hang found while training runs normally is a fault of the
 // ranks the rule names (reported once until they show progress), handled like an unknown error.
 void Controller::judge_liveness_locked() {
-    auto now = Clock::now();
-    std::vector<RankSighting> sightings(ranks_.size());
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-        const RankEntry& r = ranks_[i];
-        RankSighting& s = sightings[i];
-        s.watched = r.registered && r.connected && !r.dead && !r.left && !r.joining;
-        s.silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
-        s.heartbeat_ms = r.heartbeat_ms;
-        s.step = r.step;
-        s.section = r.section;
-        s.section_ms = r.section_ms;
-        s.limit_ms = r.limit_ms;
-        s.section_progress = r.progress;
-    }
-    LivenessRules rules{cfg_.heartbeat_misses, cfg_.silence_limit_ms};
-    LivenessVerdict verdict = judge_liveness(sightings, rules);
-    for (int rank : verdict.suspects) {
-        RankEntry& r = ranks_[rank];
-        if (r.suspect) continue;
-        r.suspect = true;
-        std::string detail = "rank " + std::to_string(rank) + " silent for " + std::to_string(sightings[rank].silent_ms) +
-                             " ms with its connection open (last in section " + section_name(r.section) + ")";
+    LivenessNews news = ranks_.judge_liveness();
+    for (const auto& [rank, detail] : news.suspects) {
         event_locked("suspect", detail);
         LOG_WARN(kLog, cfg_.rank, detail << ": a suspect, not dead; the hang rule decides");
     }
-    if (verdict.hung.empty() || state_ != State::Normal) return;
-    std::set<int> fresh;
-    for (int rank : verdict.hung) {
-        if (!ranks_[rank].hang_reported) fresh.insert(rank);
-    }
+    if (news.hung.empty() || state_ != State::Normal) return;
+    std::set<int> fresh = ranks_.take_unreported(news.hung);
     if (fresh.empty()) return;
-    event_locked("hang", verdict.why);
-    LOG_ERROR(kLog, cfg_.rank, "hang: " << verdict.why);
+    event_locked("hang", news.why);
+    LOG_ERROR(kLog, cfg_.rank, "hang: " << news.why);
     for (int rank : fresh) {
-        RankEntry& r = ranks_[rank];
-        r.hang_reported = true;
-        if (!r.suspect) {
+        if (!ranks_[rank].suspect) {
             // It answers but its training thread is stuck. With process replacement on it is replaced
             // like a lost process (take_offline_locked tells it to exit, and a hung process ends itself
             // on EXIT); otherwise an unknown fault, whose STOP it cannot obey, so it never saves.
-            if (cfg_.caps.recover) add_fault_locked(rank, FaultKind::Node, "hung, to be replaced: " + verdict.why);
-            else add_fault_locked(rank, FaultKind::Unknown, "hung: " + verdict.why);
+            if (cfg_.caps.recover) add_fault_locked(rank, FaultKind::Node, "hung, to be replaced: " + news.why);
+            else add_fault_locked(rank, FaultKind::Unknown, "hung: " + news.why);
             continue;
         }
         // Silent as well: its process does not run, so it can answer no action; it is treated as lost.
-        declare_dead_locked(rank, "silent and hung: " + verdict.why);
+        declare_dead_locked(rank, "silent and hung: " + news.why);
     }
-}
-
-Controller::Clock::time_point Controller::connection_losses_settled_locked() const {
-    Clock::time_point latest = Clock::time_point::min();
-    for (const RankEntry& r : ranks_) {
-        if (r.registered && !r.connected && !r.dead && !r.left) {
-            latest = std::max(latest, r.disconnected_at + std::chrono::milliseconds(r.heartbeat_ms) + kTick);
-        }
-    }
-    return latest;
 }
 
 void Controller::run() {
@@ -583,8 +463,7 @@ void Controller::run() {
         if (stopping_) break;
         detect_dead_locked();
         judge_liveness_locked();
-        if (state_ == State::Init &&
-            std::all_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.registered; })) {
+        if (state_ == State::Init && ranks_.all_registered()) {
             transition_locked(State::Normal, "all " + std::to_string(cfg_.world_size) + " ranks registered");
         }
         bool idle = state_ == State::Init || state_ == State::Normal || state_ == State::Pause;
@@ -611,22 +490,10 @@ void Controller::run() {
             event_locked("error", e.what());
         }
         if (!lock.owns_lock()) lock.lock();
-        release_prelock_locked();  // a flow that ended before its first action still locks
+        actions_.release_prelock_locked();  // a flow that ended before its first action still locks
         flow_active_ = false;
         second_fault_ = false;
     }
-}
-
-std::set<int> Controller::live_ranks_locked() const {
-    std::set<int> live;
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (ranks_[i].live()) live.insert(static_cast<int>(i));
-    }
-    return live;
-}
-
-RankSnapshots Controller::snapshot_locked() const {
-    return RankSnapshots(ranks_.begin(), ranks_.end());
 }
 
 std::set<int> Controller::faulty_locked(const Faults& faults) const {
@@ -637,7 +504,7 @@ std::set<int> Controller::faulty_locked(const Faults& faults) const {
 }
 
 FaultContext Controller::assess_locked(Faults faults, int64_t lock_step) {
-    FaultContext ctx = assess(snapshot_locked(), std::move(faults), lock_step);
+    FaultContext ctx = assess(ranks_.snapshot(), std::move(faults), lock_step);
     repair_step_ = ctx.repair_step;
     return ctx;
 }
@@ -652,7 +519,7 @@ void Controller::handle_fault() {
     // communication error is often the first sign of a dead rank, and deciding before that judgement
     // would repair or dump around a process that should be replaced.
     auto until = Clock::now() + std::chrono::milliseconds(cfg_.collect_ms);
-    while (!stopping_ && Clock::now() < std::max(until, connection_losses_settled_locked())) {
+    while (!stopping_ && Clock::now() < std::max(until, ranks_.connection_losses_settled(kTick))) {
         cv_.wait_until(lock, Clock::now() + kTick);
         detect_dead_locked();
         judge_liveness_locked();
@@ -668,14 +535,14 @@ void Controller::handle_fault() {
     for (auto& [rank, f] : pending_faults_) faults.try_emplace(rank, std::move(f));
     pending_faults_.clear();
     second_fault_ = false;
-    Plan plan = plan_fault(snapshot_locked(), replicas_, cfg_.caps, std::move(faults), lock_step);
+    Plan plan = plan_fault(ranks_.snapshot(), replicas_, cfg_.caps, std::move(faults), lock_step);
     repair_step_ = plan.ctx.repair_step;
     FaultContext& ctx = plan.ctx;
     const Strategy own = plan.strategy;
     event_locked("decision", std::string(strategy_name(own)) + ": " + plan.why);
     LOG_INFO(kLog, cfg_.rank, "decision " << strategy_name(own) << ": " << plan.why);
     // A policy or the cluster manager may take a while to answer: the lock must hold meanwhile.
-    if (policy_ || !cluster_.empty()) release_prelock_locked();
+    if (policy_ || !cluster_.empty()) actions_.release_prelock_locked();
     lock.unlock();
     Strategy chosen = own;
     if (auto asked = consult_policy(ctx)) {
@@ -690,8 +557,8 @@ void Controller::handle_fault() {
     chosen = consult_cluster(ctx, chosen, cluster_offer(plan, cfg_.caps, chosen));
     if (chosen == Strategy::Recover && ctx.replace.empty()) replace_faulty(ctx);
     switch (chosen) {
-        case Strategy::Retry: return online_repair(ctx);
-        case Strategy::Recover: return recover(ctx);
+        case Strategy::Retry:
+        case Strategy::Recover: return run_flow(flow_for(chosen), ctx);
         case Strategy::Dump: return dump(ctx, "decided after " + plan.why);
         default: return exit_all("no recovery possible: " + exit_reason(plan), 499);
     }
@@ -705,7 +572,7 @@ void Controller::handle_fault() {
 void Controller::await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults) {
     auto saving = [&] {
         std::set<int> ranks;
-        for (int r : live_ranks_locked()) {
+        for (int r : ranks_.live()) {
             if (ranks_[r].connected && ranks_[r].section == Section::Save && !faults.count(r)) ranks.insert(r);
         }
         return ranks;
@@ -755,7 +622,7 @@ int64_t Controller::prelock(const Faults& faults) {
     PrelockPlan plan;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        plan = plan_prelock(snapshot_locked(), replicas_, faulty_locked(faults));
+        plan = plan_prelock(ranks_.snapshot(), replicas_, faulty_locked(faults));
         if (!plan.blocked.empty()) {
             event_locked("prelock_skip", "step " + std::to_string(plan.step) + " blocked " + list_text(plan.blocked));
             LOG_INFO(kLog, cfg_.rank, "prelock at step " << plan.step << ": not waiting for ranks " << list_text(plan.blocked)
@@ -775,14 +642,14 @@ int64_t Controller::prelock(const Faults& faults) {
         // FORCE STOP; the processors run it before the STOP that follows (sequence order). It is held
         // back until that next action (or a wait of the decision, see handle_fault) and leaves with it.
         std::lock_guard<std::mutex> lock(mu_);
-        held_prelock_ = HeldFrame{plan.live, untracked_frame_locked(plan.live, msg)};
+        actions_.hold_prelock_locked(plan.live, msg);
         return step;
     }
     // Not interruptible: a fault during the lock is gathered with the first ones, not a second fault.
-    run_action_all(ActionKind::Prelock, plan.live, msg, false);
+    actions_.run_all(ActionKind::Prelock, plan.live, msg, false);
     std::unique_lock<std::mutex> lock(mu_);
     // Faults reported during the wait count as well: a newly faulty rank is not waited for.
-    auto laggards = [&] { return prelock_laggards(snapshot_locked(), plan, faulty_locked(faults)); };
+    auto laggards = [&] { return prelock_laggards(ranks_.snapshot(), plan, faulty_locked(faults)); };
     std::set<int> behind = laggards();
     if (behind.empty()) return step;
     event_locked("prelock_wait", "step " + std::to_string(step) + " laggards " + list_text(behind));
@@ -816,62 +683,95 @@ ActionMsg Controller::base_action(ActionKind kind, const FaultContext& ctx, Stra
     return m;
 }
 
-void Controller::online_repair(FaultContext& ctx) {
-    std::set<int> live;
-    const bool reload = ctx.reload_step >= 0;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reload) ctx.repair_step = repair_step_ = ctx.reload_step;  // every action names the step to load
-        transition_locked(State::EnvClear, reload ? "online reload of the checkpoint of step " +
-                                                        std::to_string(ctx.reload_step) + " (retry, load_ckpt)"
-                                                  : std::string("online repair (retry)"));
-        live = live_ranks_locked();
+// ---- the recovery flows (flows.h) --------------------------------------------------------------
+
+// Runs `flow`'s steps in order; the first that fails falls back to the dump.
+void Controller::run_flow(const Flow& flow, FaultContext& ctx) {
+    FlowRun run;
+    for (const FlowStep& step : flow.steps) {
+        std::string why = run_step(flow, step, ctx, run);
+        if (!why.empty()) return dump(ctx, why);
     }
-    ActionOutcome out = run_action_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Retry), true);
-    ctx.stopped = true;
-    if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during repair");
-    report_cluster(ClusterReport{"report_stop_complete"});
-    out = run_action_all(ActionKind::Clean, live, base_action(ActionKind::Clean, ctx, Strategy::Retry), true);
-    if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during repair");
-    transition(State::Repair, "environment clean");
-    ActionGroups repair_msgs = reload ? reload_messages(ctx, live) : repair_messages(ctx, Strategy::Retry, out.results);
-    if (!repair_msgs.empty()) {
-        out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
-        if (!out.ok()) return dump(ctx, "repair failed or a new fault arrived during repair");
-    }
-    if (!roll_back_and_resume(ctx, live, Strategy::Retry, "repair")) return;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::Normal, std::string(reload ? "online reload" : "online repair") + " finished at step " +
-                                             std::to_string(ctx.repair_step));
-    }
-    ClusterReport result{"report_result"};
-    result.strategy = "retry";
-    report_cluster(result);
 }
 
-// The end shared by online repair and process replacement: ROLLBACK then NORMAL on `ranks`, which
-// are then running again. On a failure the flow falls back to the dump and false is returned.
-bool Controller::roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s,
-                                      const std::string& during) {
-    ActionOutcome out = run_action_all(ActionKind::Rollback, ranks, base_action(ActionKind::Rollback, ctx, s), true);
-    if (!out.ok()) {
-        dump(ctx, "rollback failed or a new fault arrived during " + during);
-        return false;
+// One step of a flow; returns why the flow cannot go on, empty when it can.
+std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
+    switch (step.op) {
+        case FlowOp::Begin: begin_flow(flow, ctx, run); return "";
+        case FlowOp::Act: return run_flow_action(flow, step, ctx, run) ? "" : step.failure;
+        case FlowOp::ReportStopComplete: report_cluster(ClusterReport{"report_stop_complete"}); return "";
+        case FlowOp::TakeOffline: {
+            std::lock_guard<std::mutex> lock(mu_);
+            take_offline_locked(ctx.replace);
+            return "";
+        }
+        case FlowOp::AwaitReplacements: {
+            std::string why;
+            await_replacements(ctx.replace, &why);
+            return why;
+        }
+        case FlowOp::EnterRepair:
+            transition(State::Repair, flow.repair_why(ctx));
+            if (flow.replaces) run.targets.insert(ctx.replace.begin(), ctx.replace.end());
+            return "";
+        case FlowOp::Finish: finish_flow(flow, ctx); return "";
     }
-    out = run_action_all(ActionKind::Normal, ranks, base_action(ActionKind::Normal, ctx, s), true);
-    if (!out.ok()) {
-        dump(ctx, "resuming failed");
-        return false;
-    }
+    return "";
+}
+
+void Controller::begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int r : ranks) ranks_[r].run = RunStatus::Running;
+    // Every action names the step to load.
+    if (flow.may_reload && ctx.reload_step >= 0) ctx.repair_step = repair_step_ = ctx.reload_step;
+    transition_locked(State::EnvClear, flow.begin_why(ctx));
+    run.targets = ranks_.live();
+    if (flow.replaces) {
+        for (int r : ctx.replace) run.targets.erase(r);
+    }
+}
+
+// Runs one action of a flow on its targets; false when it failed or was interrupted.
+bool Controller::run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
+    const ActionKind kind = step.action;
+    ActionOutcome out;
+    if (kind == ActionKind::Repair) {
+        const bool reload = flow.may_reload && ctx.reload_step >= 0;
+        ActionGroups groups = reload ? reload_messages(ctx, run.targets)
+                                     : repair_messages(ctx, flow.strategy, run.clean_results);
+        if (groups.empty() && step.skip_if_none) return true;
+        out = actions_.run(ActionKind::Repair, groups, true, cfg_.action_timeout_ms);
+    } else {
+        ActionMsg msg = base_action(kind, ctx, flow.strategy);
+        // The handler's fault_ranks.
+        if (kind == ActionKind::RebuildGroup) msg.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());
+        out = actions_.run_all(kind, run.targets, msg, true);
+    }
+    if (kind == ActionKind::Stop) ctx.stopped = true;
+    if (kind == ActionKind::Clean) run.clean_results = out.results;
+    if (!out.ok()) return false;
+    if (kind == ActionKind::Normal) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int r : run.targets) ranks_[r].run = RunStatus::Running;
+    }
     return true;
+}
+
+void Controller::finish_flow(const Flow& flow, const FaultContext& ctx) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (flow.replaces) {
+            for (int r : ctx.replace) ranks_[r].joining = ranks_[r].ready = false;
+        }
+        transition_locked(State::Normal, flow.finish_why(ctx));
+    }
+    ClusterReport result{"report_result"};
+    result.strategy = flow.result;
+    report_cluster(result);
 }
 
 // The REPAIR action of every rank taking part (plan_repair): each rank its own message, since the
 // ranks' repair types differ.
-Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
+ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
                                                     const std::map<int, int>& clean_results) {
     std::lock_guard<std::mutex> lock(mu_);
     RepairAssignment assignment = plan_repair(replicas_.repair_pairs(ctx.unavailable), ctx, clean_results);
@@ -890,59 +790,13 @@ Controller::ActionGroups Controller::repair_messages(const FaultContext& ctx, St
 
 // LOAD_CKPT: no live replica holds some shard, so every rank loads the last periodic checkpoint
 // again; ROLLBACK then takes every rank to that step.
-Controller::ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
+ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
     ActionMsg msg = base_action(ActionKind::Repair, ctx, Strategy::Retry);
     msg.repair.push_back(reload_info(ranks));
     return {{ranks, msg}};
 }
 
 // ---- process replacement (ARF) -----------------------------------------------------------------
-
-// As the reference: STOP and CLEAN the survivors, take the dead ranks offline, wait for a restarted
-// process of each to register and report ready, then REBUILD_GROUP on all, REPAIR the replacements
-// from live replica peers, ROLLBACK and NORMAL on all. Anything going wrong on the way dumps.
-void Controller::recover(FaultContext& ctx) {
-    std::set<int> survivors;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::EnvClear, "process replacement (recover) of ranks " + list_text(ctx.replace));
-        survivors = live_ranks_locked();
-        for (int r : ctx.replace) survivors.erase(r);
-    }
-    ActionOutcome out = run_action_all(ActionKind::Stop, survivors, base_action(ActionKind::Stop, ctx, Strategy::Recover), true);
-    ctx.stopped = true;
-    if (!out.ok()) return dump(ctx, "stop failed or a new fault arrived during process replacement");
-    report_cluster(ClusterReport{"report_stop_complete"});
-    out = run_action_all(ActionKind::Clean, survivors, base_action(ActionKind::Clean, ctx, Strategy::Recover), true);
-    if (!out.ok()) return dump(ctx, "clean failed or a new fault arrived during process replacement");
-    std::map<int, int> clean_results = out.results;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        take_offline_locked(ctx.replace);
-    }
-    std::string why;
-    if (!await_replacements(ctx.replace, &why)) return dump(ctx, why);
-    transition(State::Repair, "replacements of ranks " + list_text(ctx.replace) + " ready");
-    std::set<int> all = survivors;
-    all.insert(ctx.replace.begin(), ctx.replace.end());
-    ActionMsg rebuild = base_action(ActionKind::RebuildGroup, ctx, Strategy::Recover);
-    rebuild.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());  // the handler's fault_ranks
-    out = run_action_all(ActionKind::RebuildGroup, all, rebuild, true);
-    if (!out.ok()) return dump(ctx, "rebuilding the communication groups failed or a new fault arrived");
-    ActionGroups repair_msgs = repair_messages(ctx, Strategy::Recover, clean_results);
-    out = run_action(ActionKind::Repair, repair_msgs, true, cfg_.action_timeout_ms);
-    if (!out.ok()) return dump(ctx, "repairing the replacements failed or a new fault arrived");
-    if (!roll_back_and_resume(ctx, all, Strategy::Recover, "process replacement")) return;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (int r : ctx.replace) ranks_[r].joining = ranks_[r].ready = false;
-        transition_locked(State::Normal, "ranks " + list_text(ctx.replace) + " replaced, training resumes at step " +
-                                             std::to_string(ctx.repair_step));
-    }
-    ClusterReport result{"report_result"};
-    result.strategy = "recover";
-    report_cluster(result);
-}
 
 // The old processes of ranks with a process/node fault are not used again: a rank still connected
 // (a fault reported by the cluster manager) is cut off, so only its restarted process can come back.
@@ -956,7 +810,7 @@ void Controller::take_offline_locked(const std::set<int>& ranks) {
         // Still running (a fault the cluster manager or a policy named): told to exit, then cut off.
         FaultContext none;
         none.repair_step = repair_step_;
-        send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::Recover));
+        actions_.send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::Recover));
         server_.close(r.conn, "rank taken offline for process replacement (ARF)");
     }
     LOG_INFO(kLog, cfg_.rank, "ranks " << list_text(ranks) << " offline; waiting up to " << cfg_.arf_wait_ms
@@ -1003,20 +857,20 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         std::lock_guard<std::mutex> lock(mu_);
         transition_locked(State::Dump, why);
         event_locked("dump", why);
-        live = live_ranks_locked();
+        live = ranks_.live();
     }
     if (!ctx.stopped) {
-        run_action_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Dump), false);
+        actions_.run_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Dump), false);
         ctx.stopped = true;
     }
     SaverPlan plan;
     std::string refusal;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        exclude_untrusted_savers(snapshot_locked(), pending_faults_, ctx.unavailable);
+        exclude_untrusted_savers(ranks_.snapshot(), pending_faults_, ctx.unavailable);
         plan = replicas_.savers(ctx.unavailable);
         refusal = dump_refusal(replicas_, plan);
-        live = live_ranks_locked();
+        live = ranks_.live();
     }
     if (!refusal.empty()) return exit_all(refusal, 499);
     ActionMsg save = base_action(ActionKind::SaveCkpt, ctx, Strategy::Dump);
@@ -1028,9 +882,9 @@ void Controller::dump(FaultContext& ctx, const std::string& why) {
         event_locked("savers", "type " + std::to_string(type) + " step " + std::to_string(ctx.repair_step) + " " +
                                    list_text(ranks));
     }
-    ActionOutcome out = run_action_all(ActionKind::SaveCkpt, savers, save, false);
+    ActionOutcome out = actions_.run_all(ActionKind::SaveCkpt, savers, save, false);
     if (!out.ok()) return exit_all("saving the checkpoint failed on ranks " + list_text(out.failed), 499);
-    out = run_action_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
+    out = actions_.run_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
     if (!out.ok()) return exit_all("renaming the checkpoint failed", 499);
     exit_all("dump of step " + std::to_string(ctx.repair_step) + " complete", 0);
 }
@@ -1051,7 +905,7 @@ void Controller::exit_all(const std::string& why, int result) {
         std::lock_guard<std::mutex> lock(mu_);
         none.repair_step = repair_step_;
     }
-    run_action_all(ActionKind::Exit, live, base_action(ActionKind::Exit, none, Strategy::Exit), false,
+    actions_.run_all(ActionKind::Exit, live, base_action(ActionKind::Exit, none, Strategy::Exit), false,
                    cfg_.exit_timeout_ms);
     ClusterReport report{"report_result"};
     report.result = result;
@@ -1067,13 +921,13 @@ void Controller::pause_flow() {
         pausing = state_ == State::Normal;
         pause_requested_ = continue_requested_ = false;
         flow_active_ = true;
-        live = live_ranks_locked();
+        live = ranks_.live();
         if (pausing) transition_locked(State::Pause, "pause requested");
     }
     FaultContext ctx;
     ctx.repair_step = repair_step_;
     ActionKind kind = pausing ? ActionKind::Pause : ActionKind::Continue;
-    ActionOutcome out = run_action_all(kind, live, base_action(kind, ctx, Strategy::None), true);
+    ActionOutcome out = actions_.run_all(kind, live, base_action(kind, ctx, Strategy::None), true);
     if (!out.ok()) {
         FaultContext now;
         {
@@ -1083,140 +937,6 @@ void Controller::pause_flow() {
         return dump(now, std::string(action_name(kind)) + " failed");
     }
     if (!pausing) transition(State::Normal, "training continues");
-}
-
-// ---- action engine -----------------------------------------------------------------------------
-
-// An action no reply is waited for: its own sequence number, so that the processors run it in order
-// with the tracked ones, and a late reply is dropped as stale. Returns its frame, to send or hold.
-std::string Controller::untracked_frame_locked(const std::set<int>& ranks, const ActionMsg& msg) {
-    uint64_t seq = ++seq_;
-    std::string who = list_text(ranks);
-    event_locked("action", std::string(action_name(msg.kind)) + " sn=" + std::to_string(seq) + " untracked ranks=" + who);
-    LOG_INFO(kLog, cfg_.rank, "action " << action_name(msg.kind) << " sn " << seq << " to " << who << " (no reply awaited)");
-    return encode_frame(MsgType::Action, seq, encode(msg));
-}
-
-void Controller::send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg) {
-    send_batch_locked({outgoing_locked(ranks, untracked_frame_locked(ranks, msg))});
-}
-
-// `bytes` for the connections of those of `ranks` that are connected now.
-Server::Outgoing Controller::outgoing_locked(const std::set<int>& ranks, std::string bytes) const {
-    Server::Outgoing out{{}, std::move(bytes)};
-    out.conns.reserve(ranks.size());
-    for (int r : ranks) {
-        if (ranks_[r].connected) out.conns.push_back(ranks_[r].conn);
-    }
-    return out;
-}
-
-// Everything the state machine sends goes through here: one server call per action, behind the
-// held-back PRELOCK when there is one (same sequence order, same writes).
-void Controller::send_batch_locked(std::vector<Server::Outgoing> batch) {
-    if (held_prelock_) {
-        batch.insert(batch.begin(), outgoing_locked(held_prelock_->ranks, std::move(held_prelock_->frame)));
-        held_prelock_.reset();
-    }
-    server_.send(batch);
-}
-
-void Controller::release_prelock_locked() {
-    if (held_prelock_) send_batch_locked({});
-}
-
-// (Re)sends the pending action to `ranks`, each its group's frame, as one batch.
-void Controller::send_pending_locked(const std::vector<int>& ranks) {
-    std::vector<Server::Outgoing> batch;
-    for (const auto& frame : pending_->frames) batch.push_back({{}, frame});
-    for (int r : ranks) {
-        const RankEntry& e = ranks_[r];
-        if (e.connected) batch[pending_->frame_of[r]].conns.push_back(e.conn);
-        pending_->sent_generation[r] = e.generation;
-    }
-    send_batch_locked(std::move(batch));
-}
-
-Controller::ActionOutcome Controller::run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
-                                                     bool interruptible, int timeout_ms) {
-    return run_action(kind, {{ranks, msg}}, interruptible, timeout_ms < 0 ? cfg_.action_timeout_ms : timeout_ms);
-}
-
-Controller::ActionOutcome Controller::run_action(ActionKind kind, const ActionGroups& groups, bool interruptible,
-                                                 int timeout_ms) {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto queue_start = Clock::now();
-    Pending p;
-    p.seq = ++seq_;
-    p.kind = kind;
-    p.frame_of.resize(ranks_.size());
-    p.sent_generation.resize(ranks_.size());
-    for (const auto& [ranks, msg] : groups) {
-        if (ranks.empty()) continue;
-        p.frames.push_back(encode_frame(MsgType::Action, p.seq, encode(msg)));
-        for (int r : ranks) {
-            p.frame_of[r] = p.frames.size() - 1;
-            p.waiting.insert(r);
-        }
-    }
-    pending_ = std::move(p);
-    std::vector<int> targets(pending_->waiting.begin(), pending_->waiting.end());
-    send_pending_locked(targets);
-    double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queue_start).count();
-    std::string who = list_text(targets);
-    event_locked("action", std::string(action_name(kind)) + " sn=" + std::to_string(pending_->seq) + " ranks=" + who);
-    LOG_INFO(kLog, cfg_.rank, "action " << action_name(kind) << " sn " << pending_->seq << " to " << who << " (queued in "
-                                        << queue_ms << " ms)");
-    auto start = Clock::now();
-    auto deadline = start + std::chrono::milliseconds(timeout_ms);
-    auto resend_at = start + std::chrono::milliseconds(timeout_ms / 2);
-    ActionOutcome outcome;
-    while (true) {
-        for (auto it = pending_->waiting.begin(); it != pending_->waiting.end();) {
-            if (ranks_[*it].dead || ranks_[*it].left) {
-                pending_->errors[*it] = ranks_[*it].dead ? "rank died before replying" : "rank left before replying";
-                it = pending_->waiting.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        if (pending_->waiting.empty()) break;
-        if (stopping_ || (interruptible && second_fault_)) {
-            outcome.interrupted = true;
-            break;
-        }
-        auto now = Clock::now();
-        // A reply can only be lost with its connection; resend when the rank comes back, and once
-        // half-way to the deadline in case a reply was dropped with a connection we never saw die.
-        bool resend_all = now >= resend_at;
-        if (resend_all) resend_at = deadline + std::chrono::hours(1);
-        std::vector<int> resend;
-        for (int r : pending_->waiting) {
-            if (resend_all || (ranks_[r].connected && ranks_[r].generation != pending_->sent_generation[r])) {
-                resend.push_back(r);
-            }
-        }
-        if (!resend.empty()) send_pending_locked(resend);
-        if (now >= deadline) {
-            for (int r : pending_->waiting) {
-                pending_->errors[r] = std::string("no reply to ") + action_name(kind) + " within " +
-                                      std::to_string(timeout_ms) + " ms (handler time limit exceeded)";
-            }
-            pending_->waiting.clear();
-            break;
-        }
-        cv_.wait_until(lock, std::min({deadline, resend_at, now + kTick}));
-        detect_dead_locked();
-    }
-    outcome.results = pending_->results;
-    for (const auto& [rank, error] : pending_->errors) {
-        outcome.failed.insert(rank);
-        ranks_[rank].excluded = true;
-        event_locked("action_failed", std::string(action_name(kind)) + " rank " + std::to_string(rank) + ": " + error);
-        LOG_ERROR(kLog, cfg_.rank, "action " << action_name(kind) << " failed on rank " << rank << ": " << error);
-    }
-    pending_.reset();
-    return outcome;
 }
 
 }  // namespace mindio

@@ -1,8 +1,10 @@
-// The controller: the rank table fed by the server thread, and the state-machine thread that turns
-// faults into an ordered sequence of actions (the action engine: one action at a time, a sequence
-// number per action, a reply deadline, resend when a rank reconnects). What to do after a fault is
-// the pure planner's answer (planner.h) on a snapshot of the rank table taken under the lock; the
-// consultations of a fault policy and the cluster manager are in controller_consultation.cpp.
+// The controller: the rank table (rank_table.h) fed by the server thread, and the state-machine
+// thread that turns faults into an ordered sequence of actions, run by the action engine
+// (action_engine.h: one action at a time, a sequence number per action, a reply deadline, resend when
+// a rank reconnects). What to do after a fault is the pure planner's answer (planner.h) on a snapshot
+// of the rank table taken under the lock; the recovery flows are data (flows.h) run by one loop
+// (run_flow). The consultations of a fault policy and the cluster manager are in
+// controller_consultation.cpp. One mutex guards all of it.
 //
 // Security: a processor must present the shared token (MINDIO_TOKEN) at registration; the comparison
 // is constant-time. TLS is not implemented: the link is plaintext, so the token only keeps other jobs
@@ -20,9 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "controller/action_engine.h"
 #include "controller/consultation.h"
+#include "controller/flows.h"
 #include "controller/liveness.h"
 #include "controller/planner.h"
+#include "controller/rank_table.h"
 #include "controller/replica_manager.h"
 #include "controller/state_machine.h"
 #include "net/server.h"
@@ -91,51 +96,9 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    // What the planner reads of a rank (RankSnapshot: registered, dead, excluded, joining, left, step,
-    // ckpt_step, data) and what only the rank table and the action engine need.
-    struct RankEntry : RankSnapshot {
-        uint64_t conn = 0;
-        uint64_t generation = 0;  // bumps on every (re-)registration, so the engine knows to resend
-        bool connected = false;
-        // ARF: a restarted process registered for this dead rank is `joining` (kept out of the job: no
-        // STOP/CLEAN, never a saver or source) until repaired; ready once it reported PREREPAIR_FINISH.
-        bool ready = false;
-        Clock::time_point last_seen, disconnected_at;
-        uint32_t heartbeat_ms = 2000;
-        int32_t pid = 0;  // of the registered process, as it said (0: not given)
-        RunStatus run = RunStatus::Running;
-        Section section = Section::None;
-        Section last_section = Section::None;  // the latest section it entered, kept after it ended
-        int64_t section_ms = 0, limit_ms = 0;
-        uint64_t progress = 0;
-        bool suspect = false;  // silent for heartbeat_misses periods with its connection open
-        bool hang_reported = false;  // named by the hang rule; again only after it reported progress
-        bool finished = false;       // its training is over (RunStatus::Finished)
-    };
-    struct ActionOutcome {
-        std::set<int> failed;
-        std::map<int, int> results;
-        bool interrupted = false;
-        bool ok() const { return failed.empty() && !interrupted; }
-    };
-    // Ranks that get the same message of an action: it is encoded once for all of them.
-    using ActionGroups = std::vector<std::pair<std::set<int>, ActionMsg>>;
-    struct Pending {
-        uint64_t seq = 0;
-        ActionKind kind{};
-        std::vector<std::string> frames;  // one per group of the action, usually a single one for every rank
-        std::vector<size_t> frame_of;          // by rank: its frame (valid for the action's targets)
-        std::vector<uint64_t> sent_generation;  // by rank: its registration generation when last sent
-        std::set<int> waiting;
-        std::map<int, int> results;
-        std::map<int, std::string> errors;
-    };
-
     void on_frame(uint64_t conn, Frame&& frame) override;
     void on_closed(uint64_t conn, const std::string& reason) override;
     void handle_register(uint64_t conn, const std::string& body);
-    bool takes_a_dead_ranks_place_locked(const RegisterMsg& m) const;
-    std::string arf_refusal_locked(const RegisterMsg& m) const;
     bool accept_replacement_locked(const RegisterMsg& m);
     void handle_status(const RankStatusMsg& m, bool heartbeat);
     void handle_replica(const ReplicaInfoMsg& m);
@@ -145,7 +108,6 @@ private:
     void handle_process_ended(uint64_t conn, const std::string& body);
     std::string process_ended_locked(const ProcessEndedMsg& m);
     void say_goodbye();
-    int rank_of_conn_locked(uint64_t conn) const;
 
     void run();
     void detect_dead_locked();
@@ -154,15 +116,12 @@ private:
     void note_finished_locked(int rank);
     void judge_liveness_locked();
     void await_saves(std::unique_lock<std::mutex>& lock, const Faults& faults);
-    Clock::time_point connection_losses_settled_locked() const;
     void add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded = nullptr);
     void transition_locked(State to, const std::string& why);
     void transition(State to, const std::string& why);
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
-    // The planner's inputs, copied under the lock.
-    RankSnapshots snapshot_locked() const;
     std::set<int> faulty_locked(const Faults& faults) const;  // ranks of `faults` and of the pending ones
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
     FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
@@ -173,9 +132,16 @@ private:
     // offer: the strategies the cluster manager may pick (cluster_offer).
     Strategy consult_cluster(const FaultContext& ctx, Strategy own, const std::vector<std::string>& offer);
     void report_cluster(const ClusterReport& report);
-    void online_repair(FaultContext& ctx);
-    void recover(FaultContext& ctx);
-    bool roll_back_and_resume(FaultContext& ctx, const std::set<int>& ranks, Strategy s, const std::string& during);
+    // What a flow carries from step to step.
+    struct FlowRun {
+        std::set<int> targets;
+        std::map<int, int> clean_results;  // the CLEAN replies, which the repair plan reads
+    };
+    void run_flow(const Flow& flow, FaultContext& ctx);
+    std::string run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
+    void begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run);
+    bool run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
+    void finish_flow(const Flow& flow, const FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
     bool await_replacements(const std::set<int>& ranks, std::string* why);
     ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
@@ -183,17 +149,9 @@ private:
     void exit_all(const std::string& why, int result);
     void pause_flow();
 
-    std::set<int> live_ranks_locked() const;
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
-    ActionOutcome run_action(ActionKind kind, const ActionGroups& groups, bool interruptible, int timeout_ms);
-    ActionOutcome run_action_all(ActionKind kind, const std::set<int>& ranks, const ActionMsg& msg,
-                                 bool interruptible, int timeout_ms = -1);
-    void send_pending_locked(const std::vector<int>& ranks);
-    std::string untracked_frame_locked(const std::set<int>& ranks, const ActionMsg& msg);
-    void send_untracked_locked(const std::set<int>& ranks, const ActionMsg& msg);
-    Server::Outgoing outgoing_locked(const std::set<int>& ranks, std::string bytes) const;
-    void send_batch_locked(std::vector<Server::Outgoing> batch);
-    void release_prelock_locked();
+
+    ActionEngine::Hooks engine_hooks();
 
     ControllerConfig cfg_;
     Server server_;
@@ -202,22 +160,12 @@ private:
     std::condition_variable cv_;
     bool stopping_ = false;
     State state_ = State::Init;
-    std::vector<RankEntry> ranks_;
-    std::map<uint64_t, int> conn_rank_;
+    RankTable ranks_;
     ReplicaManager replicas_;
     Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
-    std::optional<Pending> pending_;
-    // A PRELOCK sent without waiting for its replies is held back until the next action leaves, so
-    // that both reach a rank in one write (at 16k ranks a broadcast of its own took as long as the
-    // STOP's), or until the decision may wait (a policy or the cluster manager is consulted).
-    struct HeldFrame {
-        std::set<int> ranks;
-        std::string frame;
-    };
-    std::optional<HeldFrame> held_prelock_;
-    uint64_t seq_ = 0;
+    ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
     int64_t repair_step_ = -1;
     std::vector<ControllerEvent> events_;
     ClusterCallbacks cluster_;
