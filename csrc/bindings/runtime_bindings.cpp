@@ -86,15 +86,30 @@ void bind_runtime(py::module_& m) {
           "The handler time limit from TTP_NORMAL_ACTION_TIME_LIMIT (or MINDIO_TEST_ACTION_TIME_LIMIT).");
 
     py::class_<Controller>(m, "Controller")
-        .def(py::init([](int rank, int world_size, bool retry, bool recover) {
+        .def(py::init([](int rank, int world_size, bool retry, bool recover, uint64_t term) {
                  return translate_errors([&] {
                      ControllerConfig cfg = controller_config_from_env(rank, world_size);
                      cfg.caps.retry = retry;
                      cfg.caps.recover = recover;
+                     cfg.term = term;
                      return std::make_unique<Controller>(cfg);
                  });
              }),
-             py::arg("rank"), py::arg("world_size"), py::arg("retry") = true, py::arg("recover") = false)
+             py::arg("rank"), py::arg("world_size"), py::arg("retry") = true, py::arg("recover") = false,
+             py::arg("term") = 1, "term 0: a backup, which takes over when ranks register with it")
+        .def("term", &Controller::term, "1 for the first controller, one more for each takeover; 0: an idle backup")
+        .def("layout", [](const Controller& c) {
+            py::list out;
+            for (const auto& s : c.layout()) {
+                py::dict d;
+                d["optimizer_type"] = s.optimizer_type;
+                d["group"] = s.group_index;
+                d["replica_cnt"] = s.replica_cnt;
+                d["ranks"] = s.ranks;
+                out.append(d);
+            }
+            return out;
+        }, "[{'optimizer_type', 'group', 'replica_cnt', 'ranks'}] per rank list the ranks reported")
         .def("start", &Controller::start, py::arg("host"), py::arg("port"), release(), "-> the bound port")
         .def("stop", &Controller::stop, release())
         .def("state", [](const Controller& c) { return std::string(state_name(c.state())); })
@@ -115,10 +130,11 @@ void bind_runtime(py::module_& m) {
                 d["flags"] = v.flags;
                 d["silent_ms"] = v.silent_ms;
                 d["heartbeat_ms"] = v.heartbeat_ms;
+                d["domain"] = v.domain;
                 out.append(d);
             }
             return out;
-        }, "[{'step', 'data', 'flags', 'silent_ms', 'heartbeat_ms'}] per rank, as the controller knows them "
+        }, "[{'step', 'data', 'flags', 'silent_ms', 'heartbeat_ms', 'domain'}] per rank, as the controller knows them "
            "(silent_ms: since it last heard from the rank, -1 while not connected)")
         .def("set_cluster_callback", [](Controller& c, const std::string& action, py::function fn) {
             auto held = hold(std::move(fn));

@@ -34,6 +34,7 @@ Controller::Controller(ControllerConfig config)
              LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}),
       actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
     started_ = Clock::now();
+    term_ = cfg_.term;
     if (cfg_.token.empty()) {
         LOG_WARN(kLog, cfg_.rank, "MINDIO_TOKEN is not set: any client that reaches the port can register");
     }
@@ -98,6 +99,16 @@ int64_t Controller::repair_step() const {
     return repair_step_;
 }
 
+uint64_t Controller::term() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return term_;
+}
+
+std::vector<ReplicaSetInfo> Controller::layout() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return replicas_.sets();
+}
+
 std::vector<Controller::RankView> Controller::ranks() const {
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = Clock::now();
@@ -115,6 +126,7 @@ std::vector<Controller::RankView> Controller::ranks() const {
             v.silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
         }
         v.heartbeat_ms = r.registered ? r.heartbeat_ms : 0;
+        v.domain = r.domain;
         out.push_back(std::move(v));
     }
     return out;
@@ -205,13 +217,18 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
     }
     std::lock_guard<std::mutex> lock(mu_);
+    int32_t result = 1;
+    if (refusal.empty()) {
+        refusal = term_refusal_locked(m);
+        if (!refusal.empty()) result = kNotTheLeader;
+    }
     if (refusal.empty() && ranks_.takes_a_dead_ranks_place(m)) m.restarted = true;
     if (refusal.empty()) refusal = ranks_.arf_refusal(m, state_);
     if (!refusal.empty()) {
         ++registrations_refused_;
         event_locked("register_refused", "rank " + std::to_string(m.rank) + ": " + refusal);
         LOG_WARN(kLog, cfg_.rank, "refused registration of rank " << m.rank << " on connection " << conn << ": " << refusal);
-        server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{1, refusal})));
+        server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{result, refusal, false, term_})));
         server_.close(conn, "registration refused: " + refusal);
         return;
     }
@@ -220,11 +237,42 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     if (r.connected && r.conn != conn) server_.close(r.conn, "rank re-registered on a new connection");
     bool again = ranks_.register_conn(conn, m);
     server_.authenticate(conn);
-    server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok", replacing})));
+    server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok", replacing, term_})));
     const char* kind = replacing ? "replacement" : again ? "reregister" : "register";
     event_locked(kind, "rank " + std::to_string(m.rank));
     LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " " << (replacing ? "replaced by a restarted process" : again ? "re-registered" : "registered"));
     cv_.notify_all();
+}
+
+std::string Controller::term_refusal_locked(const RegisterMsg& m) {
+    if (superseded_) return "this controller (term " + std::to_string(term_) + ") was replaced by a newer one";
+    if (term_ == 0) {
+        term_ = m.term + 1;
+        event_locked("term", std::to_string(term_) + ": taking over from term " + std::to_string(m.term) + " (rank " +
+                                 std::to_string(m.rank) + " registered)");
+        LOG_WARN(kLog, cfg_.rank, "backup controller taking over as term " << term_ << ": rank " << m.rank
+                                      << " registered, last under term " << m.term);
+        return "";
+    }
+    if (m.term > term_) {
+        supersede_locked(m.term);
+        return "this controller (term " + std::to_string(term_) + ") was replaced by one of term " +
+               std::to_string(m.term);
+    }
+    return "";
+}
+
+// A rank registered under a newer term: another controller took over. This one must not act on any
+// rank again; its connections close, and their processors move on to the next controller of their list.
+void Controller::supersede_locked(uint64_t newer) {
+    superseded_ = true;
+    event_locked("superseded", "term " + std::to_string(term_) + " replaced by term " + std::to_string(newer));
+    LOG_ERROR(kLog, cfg_.rank, "this controller (term " << term_ << ") was replaced by a controller of term " << newer
+                                   << ": it no longer acts, and closes its connections");
+    for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+        if (ranks_[rank].connected) server_.close(ranks_[rank].conn, "controller replaced by a newer term");
+    }
+    pending_faults_.clear();
 }
 
 // A launcher's report that a rank's process ended, answered on its own connection, which then closes.
@@ -300,6 +348,7 @@ void Controller::note_finished_locked(int rank) {
 void Controller::handle_replica(const ReplicaInfoMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
     heard_from_locked(m.rank);
+    ranks_[m.rank].domain = m.domain;
     for (const auto& g : m.groups) {
         std::vector<int> ranks(g.ranks.begin(), g.ranks.end());
         try {
@@ -461,6 +510,7 @@ void Controller::run() {
     while (!stopping_) {
         cv_.wait_for(lock, kTick);
         if (stopping_) break;
+        if (superseded_) continue;  // another controller leads the job
         detect_dead_locked();
         judge_liveness_locked();
         if (state_ == State::Init && ranks_.all_registered()) {

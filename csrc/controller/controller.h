@@ -52,6 +52,9 @@ struct ControllerConfig {
     int save_wait_ms = 120000;       // MINDIO_SAVE_WAIT_S: a fault waits this long for a save to finish
     int arf_wait_ms = 600000;        // MINDIO_ARF_WAIT_S: wait for restarted processes to register and be ready
     std::string token;
+    // 1 for the first controller of a job. 0: a backup, whose term is decided by the first rank that
+    // registers with it: one more than the term that rank registered under last (a takeover).
+    uint64_t term = 1;
 };
 
 struct ControllerEvent {
@@ -71,6 +74,9 @@ public:
     std::vector<ControllerEvent> events() const;
     std::map<std::string, uint64_t> stats() const;
     int64_t repair_step() const;
+    uint64_t term() const;  // 0: a backup nobody has registered with yet
+    // The replica layout the ranks reported: (optimizer type, list index, replica count, ranks) per list.
+    std::vector<ReplicaSetInfo> layout() const;
     // What the controller knows of each rank, for tools, tests and the status page: (step, data status,
     // flags) where flags are "registered", "connected", "suspect", "dead", "joining", "left", "finished";
     // and how long since the controller last heard from it (-1 while it is not connected).
@@ -80,6 +86,7 @@ public:
         std::vector<std::string> flags;
         int64_t silent_ms = -1;
         uint32_t heartbeat_ms = 0;  // the period the rank said it beats at
+        std::string domain;         // its failure domain (node), as it reported it
     };
     std::vector<RankView> ranks() const;
 
@@ -99,6 +106,9 @@ private:
     void on_frame(uint64_t conn, Frame&& frame) override;
     void on_closed(uint64_t conn, const std::string& reason) override;
     void handle_register(uint64_t conn, const std::string& body);
+    // Empty, or why a registration is refused for the controller's term; a backup takes its term here.
+    std::string term_refusal_locked(const RegisterMsg& m);
+    void supersede_locked(uint64_t newer);
     bool accept_replacement_locked(const RegisterMsg& m);
     void handle_status(const RankStatusMsg& m, bool heartbeat);
     void handle_replica(const ReplicaInfoMsg& m);
@@ -164,6 +174,8 @@ private:
     ReplicaManager replicas_;
     Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
+    uint64_t term_ = 1;        // see ControllerConfig::term
+    bool superseded_ = false;  // a controller of a higher term took over: this one no longer acts
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
     int64_t repair_step_ = -1;

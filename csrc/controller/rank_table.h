@@ -42,6 +42,7 @@ struct RankEntry : RankSnapshot {
     bool suspect = false;  // silent for heartbeat_misses periods with its connection open
     bool hang_reported = false;  // named by the hang rule; again only after it reported progress
     bool finished = false;       // its training is over (RunStatus::Finished)
+    std::string domain;          // its failure domain (node), from its ReplicaInfo; empty: not said
 };
 
 // What a liveness judgement found: ranks newly suspect (with what to log of each) and the ranks the

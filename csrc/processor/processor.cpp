@@ -154,6 +154,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         }
         if (ack.type != MsgType::RegisterAck) throw ProtocolError("expected a registration reply");
         auto reply = decode_as<RegisterAckMsg>(ack.body);
+        if (reply.result == kNotTheLeader) throw ProtocolError("the controller is not the job's: " + reply.message);
         if (reply.result != 0) {
             *fatal = true;
             throw ProtocolError("the controller refused registration: " + reply.message);

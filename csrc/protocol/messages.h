@@ -61,6 +61,10 @@ struct RegisterMsg {
     uint64_t term = 0;
 };
 
+// RegisterAck results besides 0 (accepted) and 1 (refused: the processor gives up, e.g. a wrong token):
+// this controller does not lead the job (it was replaced); the processor tries the next of its list.
+constexpr int32_t kNotTheLeader = 2;
+
 struct RegisterAckMsg {
     int32_t result = 0;  // 0 accepted; otherwise refused and `message` says why
     std::string message;

@@ -13,6 +13,10 @@ def register(subparsers):
     p.add_argument("--port", type=int, required=True, help="TCP port (0 picks a free one)")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default all)")
     p.add_argument("--no-uce", action="store_true", help="never repair online; dump instead")
+    p.add_argument("--backup", action="store_true",
+                   help="a backup controller: idle until ranks that lost their controller register with it, "
+                        "then it leads the job under the next term (list it after the active one in "
+                        "MINDIO_CONTROLLER_ADDR)")
     p.add_argument("--status-port", type=int, default=None,
                    help="serve the status page and /metrics on this port (default: MINDIO_STATUS_PORT, else none); "
                         "requests need the job's token (MINDIO_TOKEN)")
@@ -27,14 +31,15 @@ def run(args) -> int:
 
     if args.world_size < 1:
         raise SystemExit(f"--world-size must be >= 1, got {args.world_size}")
-    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce)
+    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce, backup=args.backup)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     status = None
     try:
         port = ctl.tft_start_controller(args.host, args.port, enable_tls=False)
-        print(f"controller listening on {args.host}:{port} for {args.world_size} ranks", flush=True)
+        print(f"{'backup ' if args.backup else ''}controller listening on {args.host}:{port} for {args.world_size} "
+              f"ranks", flush=True)
         status = start_if_asked(args.status_port, args.status_host)
         if status is not None:
             print("status page on http://%s:%d/" % status.address, flush=True)

@@ -34,7 +34,7 @@ def fetch_status(address: str, token: str) -> dict:
 
 def status_table(status: dict) -> str:
     health = ", ".join(f"{n} {h}" for h, n in status["health"].items() if n)
-    lines = [f"controller {status['state']} (term {status['term']}), {len(status['ranks'])} ranks ({health}), "
+    lines = [f"controller {status['state']}, {len(status['ranks'])} ranks ({health}), term {status['term']}, "
              f"last event at +{status['last_event_s']:.1f} s", "",
              f"{'rank':>4}  {'health':<12}  {'step':>6}  {'heard':>8}  {'node':<16}  flags"]
     lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {_heard(r):>8}  {r['domain'] or '-':<16}  "

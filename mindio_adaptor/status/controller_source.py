@@ -12,7 +12,7 @@ def controller_status() -> JobStatus:
     from mindio_adaptor.ttp import controller
 
     return job_status(controller.controller_state(), controller.controller_ranks(), controller.controller_events(),
-                      controller.controller_stats())
+                      controller.controller_stats(), controller.controller_layout(), controller.controller_term())
 
 
 def status_port_from_env() -> Optional[int]:

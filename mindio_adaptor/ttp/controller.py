@@ -28,9 +28,11 @@ def _require() -> "_native.Controller":
 
 
 def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = False, enable_arf: bool = False,
-                        enable_zit: bool = False, *, enable_uce: bool = True, fault_policy: PolicySpec = None) -> None:
+                        enable_zit: bool = False, *, enable_uce: bool = True, fault_policy: PolicySpec = None,
+                        backup: bool = False) -> None:
     """Create the controller (rank -1: standalone). `enable_uce` (ours) turns online repair off;
-    `fault_policy` (ours) is passed to tft_set_fault_policy.
+    `fault_policy` (ours) is passed to tft_set_fault_policy. `backup` (ours): a backup controller, idle
+    until ranks that lost their controller register with it; it then leads the job under the next term.
 
     `enable_arf`: a dead process (or a process/node fault) is replaced instead of dumping: the survivors
     are stopped and cleaned, and the controller waits up to MINDIO_ARF_WAIT_S seconds (default 600) for
@@ -47,7 +49,8 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
     with _lock:
         if _controller is not None:
             raise RuntimeError("a controller already exists in this process; call tft_destroy_controller() first")
-        _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=bool(enable_arf))
+        _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=bool(enable_arf),
+                                         term=0 if backup else 1)
         for action, func in _cluster_callbacks.items():
             _controller.set_cluster_callback(action, func)
     if fault_policy is not None:
@@ -211,5 +214,16 @@ def controller_stats():
 
 
 def controller_ranks():
-    """Per rank: {"step": last completed step, "data": "updated"|"updating"|"copying", "flags": [...]}."""
+    """Per rank: {"step": last completed step, "data": "updated"|"updating"|"copying", "flags": [...],
+    "silent_ms", "heartbeat_ms", "domain": its node}."""
     return _require().ranks()
+
+
+def controller_layout():
+    """Ours: the replica layout the ranks reported, [{"optimizer_type", "group", "replica_cnt", "ranks"}]."""
+    return _require().layout()
+
+
+def controller_term() -> int:
+    """Ours: 1 for the job's first controller, one more for each takeover; 0 for a backup not yet leading."""
+    return _require().term()

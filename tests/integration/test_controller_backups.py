@@ -1,6 +1,8 @@
 """Processors that know the controller's backups: when the controller they registered with is lost
 (SIGKILL of its process: no goodbye), each moves to the next controller of the list and registers there,
-with its rank's state, while training goes on. Real controllers in their own processes, real sockets."""
+with its rank's state, while training goes on; a backup that ranks register with leads the job under the
+next term, and a controller of an older term that comes back is refused and stands down. Real
+controllers in their own processes, real sockets."""
 import os
 import re
 import signal
@@ -23,10 +25,10 @@ def env(monkeypatch):
     return dict(os.environ)
 
 
-def start_controller(env, world_size):
+def start_controller(env, world_size, *flags, port=0, log=None):
     process = subprocess.Popen([sys.executable, "-m", "mindio_adaptor.cli", "controller", "--world-size",
-                                str(world_size), "--port", "0", "--host", "127.0.0.1"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                str(world_size), "--port", str(port), "--host", "127.0.0.1", *flags], env=env,
+                               stdout=subprocess.PIPE, stderr=log or subprocess.PIPE, text=True)
     line = process.stdout.readline()
     match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
     assert match, (line, process.stderr.read() if process.poll() is not None else "")
@@ -34,7 +36,7 @@ def start_controller(env, world_size):
 
 
 def test_a_lost_controller_is_followed_by_the_next_of_the_list(env, capfd):
-    (active, active_port), (backup, backup_port) = start_controller(env, 2), start_controller(env, 2)
+    (active, active_port), (backup, backup_port) = start_controller(env, 2), start_controller(env, 2, "--backup")
     links = [ProcessorLink(rank, 2) for rank in (0, 1)]
     try:
         for link in links:
@@ -47,20 +49,47 @@ def test_a_lost_controller_is_followed_by_the_next_of_the_list(env, capfd):
         active.wait(timeout=10)
         wait_until(lambda: all(link.controller_address() == f"127.0.0.1:{backup_port}" and link.connected()
                                for link in links), 30, "both ranks registered with the backup")
-        assert [link.controller_term() for link in links] == [1, 1]
+        assert [link.controller_term() for link in links] == [2, 2]  # the backup took over
         for link in links:  # the backup hears the ranks' progress from now on
             link.update_started(3)
             link.update_ended(4)
         err = capfd.readouterr().err
         assert f"trying the next controller of the list, 127.0.0.1:{backup_port} (a backup)" in err
-        assert f"registered with the controller at 127.0.0.1:{backup_port} (term 1)" in err
+        assert f"registered with the controller at 127.0.0.1:{backup_port} (term 2)" in err
     finally:
-        for link in links:
-            link.native.stop()
-        for process in (active, backup):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                process.wait(timeout=30)
+        stop(links, active, backup)
+
+
+def stop(links, *processes):
+    for link in links:
+        link.native.stop()
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+
+
+def test_a_controller_of_an_older_term_that_comes_back_is_refused_and_stands_down(env, tmp_path, capfd):
+    (first, first_port), (backup, backup_port) = start_controller(env, 1), start_controller(env, 1, "--backup")
+    link = ProcessorLink(0, 1)
+    returned = None
+    try:
+        link.start("127.0.0.1", first_port, backups=[("127.0.0.1", backup_port)])
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        wait_until(lambda: link.controller_term() == 2 and link.connected(), 30, "the backup leading as term 2")
+        with open(tmp_path / "returned.log", "w") as log:  # the first controller again, at its address
+            returned, _ = start_controller(env, 1, port=first_port, log=log)
+        backup.send_signal(signal.SIGKILL)  # the rank's only way back is the returned term-1 controller
+        backup.wait(timeout=10)
+        wait_until(lambda: "was replaced by a controller of term 2" in (tmp_path / "returned.log").read_text(), 30,
+                   "the returned controller standing down")
+        assert "it no longer acts, and closes its connections" in (tmp_path / "returned.log").read_text()
+        assert link.controller_term() == 2
+        err = capfd.readouterr().err
+        assert "the controller is not the job's: this controller (term 1) was replaced by one of term 2" in err
+    finally:
+        stop([link], first, backup, *([returned] if returned is not None else []))
 
 
 def test_a_list_that_names_no_live_controller_is_an_error_naming_the_last_one_tried(env):

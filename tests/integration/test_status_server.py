@@ -52,6 +52,9 @@ def test_status_page_and_metrics_follow_a_repaired_fault(job):
         assert before[("mindio_controller_state", (("state", "NORMAL"),))] == 1
         assert not [k for k in before if k[0].startswith("mindio_recoveries")]
         assert before[("mindio_controller_heartbeats_total", ())] >= 0
+        assert before[("mindio_controller_term", ())] == 1
+        assert before[("mindio_shards", (("live_copies", "2"),))] == 2  # dp4, 2 copies: shards {0, 2}, {1, 3}
+        assert before[("mindio_shards_sharing_a_node", ())] == 0  # no rank said its node
         lags = [before[("mindio_rank_heartbeat_lag_seconds", (("rank", str(r)),))] for r in range(4)]
         assert all(0 <= lag < 5 for lag in lags), lags  # heard from within a few of its 0.2 s periods
         job.fire()
@@ -70,7 +73,8 @@ def test_status_page_and_metrics_follow_a_repaired_fault(job):
         assert not [k for k in after if k[0] == "mindio_rank_heartbeat_lag_seconds"]  # none connected any more
 
         status = json.loads(get(server, "/status.json")[2])
-        assert status["state"] == "NORMAL" and status["health"]["left"] == 4
+        assert status["state"] == "NORMAL" and status["health"]["left"] == 4 and status["term"] == 1
+        assert [shard["holders"] for shard in status["shards"]] == [[0, 2], [1, 3]]
         assert [(r["number"], r["strategy"], r["outcome"], r["faults"]) for r in status["recoveries"]] == \
             [(1, "retry", "training goes on", ["rank 1 memory"])]
 
@@ -81,7 +85,9 @@ def test_status_page_and_metrics_follow_a_repaired_fault(job):
         table = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "status", "--controller",
                                 "%s:%d" % server.address, "--token", TOKEN], capture_output=True, text=True, timeout=60)
         assert table.returncode == 0, table.stderr
-        assert "controller NORMAL, 4 ranks (4 left)" in table.stdout
+        assert "controller NORMAL, 4 ranks (4 left), term 1," in table.stdout
+        assert "replica layout: 2 shards, 2 copies each" in table.stdout
+        assert "shard 1 (holders [1, 3]): 0 of 2 copies alive" in table.stdout  # every rank has left
         assert "#1 retry at +" in table.stdout and "training goes on (rank 1 memory)" in table.stdout
     except AssertionError:
         print(job.worker_logs())
