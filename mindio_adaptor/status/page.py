@@ -7,6 +7,7 @@ from urllib.parse import quote
 from mindio_adaptor.status.job_status import JobStatus
 
 REFRESH_S = 3
+MAX_SHARD_ROWS = 64  # beyond this many shards, the layout table lists only those that need a look
 _COLOURS = {"healthy": "#2e7d32", "suspect": "#ef6c00", "disconnected": "#ef6c00", "joining": "#1565c0",
             "dead": "#c62828", "left": "#616161", "finished": "#616161", "unregistered": "#9e9e9e"}
 _STYLE = """
@@ -48,21 +49,28 @@ def _rank_table(status: JobStatus) -> str:
 
 
 def _layout_table(status: JobStatus) -> str:
-    """Every shard with its holders and their nodes; a node holding several copies of one shard is
-    named, since losing it loses them all."""
+    """Each shard with its holders and their nodes; a node holding several copies of one shard is
+    named, since losing it loses them all. A large job lists only the shards that need a look."""
     if not status.shards:
         return "<p>not reported</p>"
     domain = {r.rank: r.domain for r in status.ranks}
+    noted = [(shard, _layout_note(shard)) for shard in status.shards]
+    shown = noted if len(noted) <= MAX_SHARD_ROWS else [(shard, note) for shard, note in noted if note]
     rows = []
-    for shard in status.shards:
+    for shard, note in shown:
         holders = ", ".join(f"{h} ({escape(domain.get(h) or '?')})" for h in shard.holders)
-        note = "; ".join([f"node {escape(d)} holds several copies" for d in shard.shared_domains] +
-                         ([f"{len(shard.live_holders)} of {len(shard.holders)} copies alive"]
-                          if len(shard.live_holders) < len(shard.holders) else []))
         rows.append(f"<tr><td>{shard.optimizer_type}</td><td>{shard.group}</td><td>{shard.shard}</td>"
-                    f"<td>{holders}</td><td>{note or 'spread'}</td></tr>")
+                    f"<td>{holders}</td><td>{escape(note) or 'spread'}</td></tr>")
+    hidden = len(noted) - len(shown)
+    more = f"<p>{hidden} more shards: copies on distinct nodes, every copy alive</p>" if hidden else ""
     return ("<table><tr><th>optimizer</th><th>list</th><th>shard</th><th>holders (node)</th><th>note</th></tr>"
-            + "".join(rows) + "</table>")
+            + "".join(rows) + "</table>" + more)
+
+
+def _layout_note(shard) -> str:
+    return "; ".join([f"node {d} holds several copies" for d in shard.shared_domains] +
+                     ([f"{len(shard.live_holders)} of {len(shard.holders)} copies alive"]
+                      if len(shard.live_holders) < len(shard.holders) else []))
 
 
 def _lag(rank) -> str:
