@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mindio_adaptor.status.critical_path import critical_path
 from mindio_adaptor.status.timeline_picture import draw, read_recoveries
 from mindio_adaptor.tiny_job import process_ids, run_training
 
@@ -87,6 +88,9 @@ def assert_status_followed_the_repair(status):
     assert [(r["strategy"], r["outcome"]) for r in repaired] == [("retry", "training goes on")]
     assert "rank 1 memory" in repaired[0]["faults"] and 0 < repaired[0]["duration_s"] < 60
     assert max(r["step"] for r in after[-1]["ranks"]) > max(r["step"] for r in before[-1]["ranks"])
+    # the layout the ranks reported: dp4, 2 copies; every rank said its node (here the one host)
+    assert after[-1]["term"] == 1 and [s["holders"] for s in after[-1]["shards"]] == [[0, 2], [1, 3]]
+    assert all(r["domain"] for r in after[-1]["ranks"])
     last = status.metrics[-1]
     assert last[("mindio_recoveries_total", (("outcome", "training goes on"), ("strategy", "retry")))] == 1
     assert last[("mindio_decisions_total", (("strategy", "retry"),))] == 1
@@ -102,6 +106,10 @@ def assert_timeline_drawn_from_the_logs(output, tmp_path):
     for bar in ("rank1-stopped", "rank1-groups_rebuilt", "rank1-shard_received", "rank3-shard_sent",
                 "rank0-rolled_back", "rank1-first_step_done"):
         assert f'id="{bar}"' in svg, bar
+    path = critical_path(read_recoveries([log])[1])  # which milestone waited for which rank
+    assert path[0].event == "detected" and path[-1].event == "first step done"
+    assert [m.rank for m in path if m.event == "shard received"] == [1]
+    assert abs(sum(m.waited_s for m in path) - path[-1].at_s) < 1e-6
 
 
 def test_uce_error_mid_update_is_repaired_at_the_last_completed_step(tmp_path, reference_runs):
