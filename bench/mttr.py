@@ -13,7 +13,13 @@ says the fault fired to the line that logs the first step completed after it:
 Prints each phase, the ratios a/c, b/c and d/c and the completed steps lost (recomputed) in each case, then
 the shard transfer's throughput against plain send/recv of the same bytes (bench/shard_transfer.py).
 
-    python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10]
+With --sweep H1,H2,...: (a) again at each hidden size (same processes, layers and steps), printing the
+repaired rank's shard bytes, the time its repair stage took (manifest, step state and shard from the
+peer), plain gloo send/recv of the same bytes between two processes of this machine (median of rounds),
+the fraction of that bandwidth the repair achieved, and the rest of the repair (fault to the recomputed
+step, less the repair stage): the overhead that should not grow with the shard.
+
+    python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10] [--sweep 64,256,512]
 """
 import argparse
 import re
@@ -48,20 +54,53 @@ class Clock:
         return self.seen[b] - self.seen[a]
 
 
-def online_repair(args, tmp: Path):
+RECEIVED = re.compile(r"received my optimizer shard \((\d+) tensors, (\d+) bytes\) from rank \d+ in ([\d.]+) s")
+
+
+def online_repair(args, tmp: Path, size_flags=(), tag="a"):
     clock = Clock()
     env = {"MINDIO_FAULT_INJECT": f"raise:rank=1,step={args.fault_step},msg=UCE ERROR bench",
-           "MINDIO_FAULT_STATE_DIR": str(tmp / "faults_a")}
+           "MINDIO_FAULT_STATE_DIR": str(tmp / f"faults_{tag}")}
     marks = {"fault": r"fault injection: firing", "decision": r"\] decision retry",
              "clean": r"communicators rebuilt", "sent": r"INFO repair of step",
              "normal": r"online repair finished", "done": rf"iteration\s+{args.fault_step}/"}
-    run = run_training(["--enable-high-availability", "--enable-hbmfault-repair"], train_iters=args.iters,
-                       env=env, on_line=clock.watch(marks), timeout=900)
+    run = run_training(["--enable-high-availability", "--enable-hbmfault-repair", *size_flags], train_iters=args.iters,
+                       env=env, on_line=clock.watch(marks), timeout=1800)
     run.require_success()
     phases = [("detected and decided", "fault", "decision"), ("stopped, groups rebuilt", "decision", "clean"),
               ("shard sent", "clean", "sent"), ("rolled back", "sent", "normal"),
               ("step recomputed", "normal", "done")]
-    return clock.between("fault", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0
+    received = RECEIVED.search(run.output)
+    shard = (int(received.group(2)), float(received.group(3))) if received else None
+    return clock.between("fault", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0, shard
+
+
+def plain_send_seconds(nbytes: int, rounds: int = 7) -> float:
+    """Median time of one gloo send/recv of `nbytes` between two fresh processes of this machine."""
+    code = ("import sys; sys.path.insert(0, %r); from shard_transfer import plain_transfer_seconds; "
+            "print(plain_transfer_seconds(%d, %d))" % (str(Path(__file__).parent), nbytes, rounds))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    return float(done.stdout.split()[-1])
+
+
+def size_sweep(args, tmp: Path):
+    print("\nsize sweep: (a) online repair at each hidden size; the repaired rank's shard against plain "
+          "send/recv of its bytes", flush=True)
+    rows = []
+    for hidden in args.sweep:
+        flags = ["--hidden-size", str(hidden), "--ffn-hidden-size", str(4 * hidden)]
+        total, _, _, shard = online_repair(args, tmp, flags, tag=f"h{hidden}")
+        if shard is None:
+            sys.exit(f"mttr: hidden {hidden}: no 'received my optimizer shard' line in the output")
+        nbytes, repair_s = shard
+        rows.append((hidden, nbytes, repair_s, plain_send_seconds(nbytes), total))
+    print(f"  {'hidden':>6} {'shard MB':>9} {'repair stage s':>15} {'plain s':>8} {'fraction':>9} "
+          f"{'fault->step s':>14} {'rest s':>7}")
+    for hidden, nbytes, repair_s, plain_s, total in rows:
+        print(f"  {hidden:>6} {nbytes / 1e6:>9.2f} {repair_s:>15.3f} {plain_s:>8.3f} {plain_s / repair_s:>9.2f} "
+              f"{total:>14.2f} {total - repair_s:>7.2f}")
+    print("  fraction: plain send/recv time over the repair stage's time for the same bytes (goal >= 0.8 from "
+          "10 MB up); rest: the repair's time outside its transfer stage")
 
 
 def process_replacement(args, tmp: Path):
@@ -131,11 +170,17 @@ def main():
     parser.add_argument("--fault-step", type=int, default=8)
     parser.add_argument("--save-interval", type=int, default=5)
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--sweep", type=lambda text: [int(h) for h in text.split(",")], default=None,
+                        help="hidden sizes, e.g. 64,256,512: only the online repair, at each size")
     args = parser.parse_args()
     if not args.save_interval < args.fault_step <= args.iters:
         sys.exit("mttr: need save-interval < fault-step <= iters")
+    if args.sweep:
+        with tempfile.TemporaryDirectory(prefix="mttr_") as tmp:
+            size_sweep(args, Path(tmp))
+        return
     with tempfile.TemporaryDirectory(prefix="mttr_") as tmp:
-        a, a_phases, a_lost = online_repair(args, Path(tmp))
+        a, a_phases, a_lost, _ = online_repair(args, Path(tmp))
         b, b_phases, b_lost = process_replacement(args, Path(tmp))
         c, c_phases, c_lost = baseline(args, Path(tmp))
         d, d_phases, d_lost = online_reload(args, Path(tmp))

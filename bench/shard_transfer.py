@@ -14,6 +14,7 @@ and the ratios shard/plain (goal >= 0.8).
 """
 import argparse
 import os
+import socket
 import statistics
 import time
 
@@ -66,16 +67,48 @@ def worker(rank, args, port, out):
     dist.destroy_process_group()
 
 
+def _plain_worker(rank, nbytes, rounds, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    flat = torch.empty((nbytes + 3) // 4, dtype=torch.float32)
+    times = []
+    for _ in range(rounds):
+        dist.barrier()
+        started = time.perf_counter()
+        plain(flat, rank)
+        dist.barrier()
+        times.append(time.perf_counter() - started)
+    if rank == 1:
+        out.put(statistics.median(times))
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def plain_transfer_seconds(nbytes: int, rounds: int = 7) -> float:
+    """Median time of one plain gloo send/recv of `nbytes` between two fresh processes (bench/mttr.py)."""
+    port, ctx = _free_port(), mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_plain_worker, args=(rank, nbytes, rounds, port, out)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    seconds = out.get(timeout=600)
+    for p in procs:
+        p.join(60)
+    return seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=worker, args=(rank, args, port, out)) for rank in range(2)]
