@@ -36,9 +36,11 @@ def repair_from_peer(session, megatron, action) -> int:
             sent = send_shard(tensors, dst)
             session.timeline.mark("shard sent", f"{sent} bytes to rank {dst} in {time.monotonic() - started:.2f} s")
         elif me == dst:
+            shard_started = time.monotonic()
             moved = recv_shard(tensors, src)
             logger.info("repair of step %d: received my optimizer shard (%d tensors, %d bytes) from rank %d "
-                        "in %.2f s", step, len(tensors), moved, src, time.monotonic() - started)
+                        "in %.3f s (the shard itself %.3f s)", step, len(tensors), moved, src,
+                        time.monotonic() - started, time.monotonic() - shard_started)
             session.timeline.mark("shard received", f"{moved} bytes from rank {src} in "
                                   f"{time.monotonic() - started:.2f} s")
     return 0
