@@ -162,9 +162,11 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         std::lock_guard<std::mutex> lock(mu_);
         if (reply.term < term_) {
             // A controller that was replaced came back: only the one that took over may act.
-            throw ProtocolError("the controller at " + host + ":" + std::to_string(port) + " has term " +
-                                std::to_string(reply.term) + ", older than term " + std::to_string(term_) +
-                                " this rank registered under: it was replaced, and is refused");
+            std::string why = "the controller at " + host + ":" + std::to_string(port) + " has term " +
+                              std::to_string(reply.term) + ", older than term " + std::to_string(term_) +
+                              " this rank registered under: it was replaced, and is refused";
+            LOG_WARN(kLog, cfg_.rank, why);
+            throw ProtocolError(why);
         }
         term_ = reply.term;
         registered_once_ = true;

@@ -6,8 +6,10 @@ controllers in their own processes, real sockets."""
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -99,3 +101,55 @@ def test_a_list_that_names_no_live_controller_is_an_error_naming_the_last_one_tr
                                          r"attempts"):
         links.start("127.0.0.1", 1, backups=[("127.0.0.1", 2)])
     assert time.monotonic() - started < 60
+
+
+class ScriptedController:
+    """A listener that answers each registration with a RegisterAck of the next term of `terms` (a
+    controller of another build, say, that does not fence itself), then closes the connection."""
+
+    def __init__(self, terms):
+        from mindio_adaptor import _native as nat
+
+        self.nat, self.terms, self.registers = nat, list(terms), []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        nat, types = self.nat, self.nat.MSG_TYPES
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                header = conn.recv(24, socket.MSG_WAITALL)
+                length = int.from_bytes(header[16:20], "little")
+                body = conn.recv(length, socket.MSG_WAITALL) if length else b""
+                _, _, register = nat.decode_frame(header + body)
+                self.registers.append(nat.decode_message(types["REGISTER"], register))
+                term = self.terms[min(len(self.registers), len(self.terms)) - 1]
+                ack = {"result": 0, "message": "ok", "replacement": False, "term": term}
+                conn.sendall(nat.encode_frame(types["REGISTER_ACK"], 0, nat.encode_message(types["REGISTER_ACK"], ack)))
+                time.sleep(0.3)
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_processor_refuses_a_controller_older_than_one_it_registered_under(env, capfd):
+    controller = ScriptedController(terms=[2, 1])  # a takeover, then the replaced controller answers
+    link = ProcessorLink(0, 1)
+    try:
+        link.start("127.0.0.1", controller.port)
+        assert link.controller_term() == 2
+        wait_until(lambda: len(controller.registers) >= 3, 30, "the processor retrying after the refusal")
+        assert [r["term"] for r in controller.registers[:3]] == [0, 2, 2]  # it says the term it knows
+        assert link.controller_term() == 2
+        err = capfd.readouterr().err
+        assert (f"the controller at 127.0.0.1:{controller.port} has term 1, older than term 2 this rank registered "
+                f"under: it was replaced, and is refused") in err
+    finally:
+        link.native.stop()
+        controller.close()
