@@ -233,6 +233,15 @@ void bind_planner(py::module_& m) {
        "A read-only view of the flow of 'retry', 'recover' or 'dump' (flows.h): its steps (op; for an action "
        "its name, failure reason, targets and flags) and its fallback.");
 
+    m.attr("COINCIDENT_REPORTS_MS") = kCoincidentReportsMs;
+    m.def("collection_can_close", [](const py::list& ranks, const std::map<int, std::string>& faults, int64_t open_ms,
+                                     bool connection_losses_pending, bool policy_set) {
+        return collection_can_close(snapshots(ranks), faults_of(faults), open_ms, connection_losses_pending,
+                                    policy_set);
+    }, py::arg("ranks"), py::arg("faults"), py::arg("open_ms"), py::arg("connection_losses_pending") = false,
+       py::arg("policy_set") = false,
+       "The rule by which the fault-collection window closes before its time, or None while it stays open.");
+
     m.def("reload_info", [](const std::set<int>& ranks) { return repair_tuple(reload_info(ranks)); });
 
     m.def("plan_dump", [](const py::list& ranks, const Layout& layout, std::set<int> unavailable,

@@ -564,16 +564,7 @@ void Controller::handle_fault() {
     flow_active_ = true;
     second_fault_ = false;
     transition_locked(State::Abnormal, "fault reported");
-    // Faults rarely come alone (a dead rank makes its peers' collectives fail): gather for a moment.
-    // A lost connection is judged one heartbeat period later (a processor may reconnect): a peer's
-    // communication error is often the first sign of a dead rank, and deciding before that judgement
-    // would repair or dump around a process that should be replaced.
-    auto until = Clock::now() + std::chrono::milliseconds(cfg_.collect_ms);
-    while (!stopping_ && Clock::now() < std::max(until, ranks_.connection_losses_settled(kTick))) {
-        cv_.wait_until(lock, Clock::now() + kTick);
-        detect_dead_locked();
-        judge_liveness_locked();
-    }
+    collect_faults(lock);
     await_saves(lock, pending_faults_);
     second_fault_ = false;
     Faults faults = std::move(pending_faults_);
@@ -612,6 +603,31 @@ void Controller::handle_fault() {
         case Strategy::Dump: return run_flow(flow_for(Strategy::Dump), ctx, "decided after " + plan.why);
         default: return exit_all("no recovery possible: " + exit_reason(plan), 499);
     }
+}
+
+// Faults rarely come alone (a dead rank makes its peers' collectives fail): gather for a moment, unless
+// no later fault can change the decision (collection_can_close).
+// A lost connection is judged one heartbeat period later (a processor may reconnect): a peer's
+// communication error is often the first sign of a dead rank, and deciding before that judgement
+// would repair or dump around a process that should be replaced.
+void Controller::collect_faults(std::unique_lock<std::mutex>& lock) {
+    const auto opened = Clock::now();
+    const auto until = opened + std::chrono::milliseconds(cfg_.collect_ms);
+    std::optional<std::string> rule;
+    auto open_ms = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - opened).count(); };
+    while (!stopping_ && Clock::now() < std::max(until, ranks_.connection_losses_settled(kTick))) {
+        const bool losses_pending = ranks_.connection_losses_settled(kTick) != Clock::time_point::min();
+        rule = collection_can_close(ranks_.snapshot(), pending_faults_, open_ms(), losses_pending, bool(policy_));
+        if (rule) break;
+        cv_.wait_until(lock, Clock::now() + kTick);
+        detect_dead_locked();
+        judge_liveness_locked();
+    }
+    const auto waited = open_ms();
+    std::string detail = rule ? "closed early after " + std::to_string(waited) + " ms: " + *rule
+                              : "full window, " + std::to_string(waited) + " ms";
+    event_locked("collect", detail);
+    LOG_INFO(kLog, cfg_.rank, "collect: " << detail);
 }
 
 // No STOP into a checkpoint save: while healthy ranks are saving, the save may still complete, so the

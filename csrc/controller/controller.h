@@ -132,6 +132,7 @@ private:
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
+    void collect_faults(std::unique_lock<std::mutex>& lock);
     std::set<int> faulty_locked(const Faults& faults) const;  // ranks of `faults` and of the pending ones
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
     FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
