@@ -23,7 +23,9 @@ Per N it prints:
   frame. A client thread plays thousands of ranks, so that adds the simulation's own queueing (a
   real processor has a thread per rank); the gap between the two columns is that queueing.
   The latency includes the controller's fault-collection window (MINDIO_FAULT_COLLECT_TIME, default
-  0.5 s: it waits that long for related faults before deciding), printed beside it.
+  0.5 s: it waits that long for related faults before deciding), printed beside it. A lone UCE with
+  every other rank healthy closes the window early (after COINCIDENT_REPORTS_MS, 100 ms; see
+  collection_can_close in csrc/controller/planner.h), so "-collect" is then negative.
 
 Everything runs on 127.0.0.1; every wait has a timeout. The clients share the machine's cores with
 the controller, so on a small machine the numbers are an upper bound of what the controller costs

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "controller/flows.h"
 #include "controller/planner.h"
 
 namespace py = pybind11;
@@ -109,6 +110,33 @@ py::tuple repair_tuple(const RepairInfoMsg& r) {
     return py::make_tuple(r.optimizer_type, r.repair_type, r.src, r.dst, r.rank_list);
 }
 
+py::dict step_dict(const FlowStep& step) {
+    py::dict d;
+    d["op"] = flow_op_name(step.op);
+    if (step.op != FlowOp::Act) return d;
+    d["action"] = action_name(step.action);
+    d["failure"] = step.failure;
+    d["targets"] = flow_targets_name(step.targets);
+    d["interruptible"] = step.interruptible;
+    d["skip_if_none"] = step.skip_if_none;
+    d["unless_stopped"] = step.unless_stopped;
+    d["names_failed"] = step.names_failed;
+    return d;
+}
+
+py::dict flow_dict(const Flow& flow) {
+    py::dict d;
+    d["strategy"] = strategy_name(flow.strategy);
+    d["result"] = flow.result;
+    d["replaces"] = flow.replaces;
+    d["may_reload"] = flow.may_reload;
+    d["fallback"] = strategy_name(flow.fallback);
+    py::list steps;
+    for (const FlowStep& step : flow.steps) steps.append(step_dict(step));
+    d["steps"] = steps;
+    return d;
+}
+
 py::dict plan_dict(const Plan& p, const Capabilities& caps, const std::optional<std::string>& policy) {
     py::dict d = context_dict(p.ctx);
     d["strategy"] = strategy_name(p.strategy);
@@ -194,6 +222,25 @@ void bind_planner(py::module_& m) {
        py::arg("lock_step") = -1, py::arg("escalated") = false,
        "The REPAIR of a fault context: by_type [(type, src, dst, rank_list)], by_rank {rank: [(type, repair_type, "
        "src, dst, rank_list)]}; escalated: a policy turned the faults into replacements (replace_faulty).");
+
+    m.def("flow_table", [](const std::string& name) {
+        try {
+            return flow_dict(flow_for(strategy(name)));
+        } catch (const std::invalid_argument& e) {
+            throw py::value_error(e.what());
+        }
+    }, py::arg("strategy"),
+       "A read-only view of the flow of 'retry', 'recover' or 'dump' (flows.h): its steps (op; for an action "
+       "its name, failure reason, targets and flags) and its fallback.");
+
+    m.attr("COINCIDENT_REPORTS_MS") = kCoincidentReportsMs;
+    m.def("collection_can_close", [](const py::list& ranks, const std::map<int, std::string>& faults, int64_t open_ms,
+                                     bool connection_losses_pending, bool policy_set) {
+        return collection_can_close(snapshots(ranks), faults_of(faults), open_ms, connection_losses_pending,
+                                    policy_set);
+    }, py::arg("ranks"), py::arg("faults"), py::arg("open_ms"), py::arg("connection_losses_pending") = false,
+       py::arg("policy_set") = false,
+       "The rule by which the fault-collection window closes before its time, or None while it stays open.");
 
     m.def("reload_info", [](const std::set<int>& ranks) { return repair_tuple(reload_info(ranks)); });
 

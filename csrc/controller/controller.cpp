@@ -527,7 +527,7 @@ void Controller::run() {
                 flow_active_ = true;
                 FaultContext ctx = assess_locked({});
                 lock.unlock();
-                dump(ctx, "requested by the cluster manager");
+                run_flow(flow_for(Strategy::Dump), ctx, "requested by the cluster manager");
             } else if ((pause_requested_ && state_ == State::Normal) || (continue_requested_ && state_ == State::Pause)) {
                 lock.unlock();
                 pause_flow();
@@ -564,16 +564,7 @@ void Controller::handle_fault() {
     flow_active_ = true;
     second_fault_ = false;
     transition_locked(State::Abnormal, "fault reported");
-    // Faults rarely come alone (a dead rank makes its peers' collectives fail): gather for a moment.
-    // A lost connection is judged one heartbeat period later (a processor may reconnect): a peer's
-    // communication error is often the first sign of a dead rank, and deciding before that judgement
-    // would repair or dump around a process that should be replaced.
-    auto until = Clock::now() + std::chrono::milliseconds(cfg_.collect_ms);
-    while (!stopping_ && Clock::now() < std::max(until, ranks_.connection_losses_settled(kTick))) {
-        cv_.wait_until(lock, Clock::now() + kTick);
-        detect_dead_locked();
-        judge_liveness_locked();
-    }
+    collect_faults(lock);
     await_saves(lock, pending_faults_);
     second_fault_ = false;
     Faults faults = std::move(pending_faults_);
@@ -609,9 +600,34 @@ void Controller::handle_fault() {
     switch (chosen) {
         case Strategy::Retry:
         case Strategy::Recover: return run_flow(flow_for(chosen), ctx);
-        case Strategy::Dump: return dump(ctx, "decided after " + plan.why);
+        case Strategy::Dump: return run_flow(flow_for(Strategy::Dump), ctx, "decided after " + plan.why);
         default: return exit_all("no recovery possible: " + exit_reason(plan), 499);
     }
+}
+
+// Faults rarely come alone (a dead rank makes its peers' collectives fail): gather for a moment, unless
+// no later fault can change the decision (collection_can_close).
+// A lost connection is judged one heartbeat period later (a processor may reconnect): a peer's
+// communication error is often the first sign of a dead rank, and deciding before that judgement
+// would repair or dump around a process that should be replaced.
+void Controller::collect_faults(std::unique_lock<std::mutex>& lock) {
+    const auto opened = Clock::now();
+    const auto until = opened + std::chrono::milliseconds(cfg_.collect_ms);
+    std::optional<std::string> rule;
+    auto open_ms = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - opened).count(); };
+    while (!stopping_ && Clock::now() < std::max(until, ranks_.connection_losses_settled(kTick))) {
+        const bool losses_pending = ranks_.connection_losses_settled(kTick) != Clock::time_point::min();
+        rule = collection_can_close(ranks_.snapshot(), pending_faults_, open_ms(), losses_pending, bool(policy_));
+        if (rule) break;
+        cv_.wait_until(lock, Clock::now() + kTick);
+        detect_dead_locked();
+        judge_liveness_locked();
+    }
+    const auto waited = open_ms();
+    std::string detail = rule ? "closed early after " + std::to_string(waited) + " ms: " + *rule
+                              : "full window, " + std::to_string(waited) + " ms";
+    event_locked("collect", detail);
+    LOG_INFO(kLog, cfg_.rank, "collect: " << detail);
 }
 
 // No STOP into a checkpoint save: while healthy ranks are saving, the save may still complete, so the
@@ -735,12 +751,15 @@ ActionMsg Controller::base_action(ActionKind kind, const FaultContext& ctx, Stra
 
 // ---- the recovery flows (flows.h) --------------------------------------------------------------
 
-// Runs `flow`'s steps in order; the first that fails falls back to the dump.
-void Controller::run_flow(const Flow& flow, FaultContext& ctx) {
+// Runs `flow`'s steps in order; the first that fails hands its reason to the flow's fallback.
+void Controller::run_flow(const Flow& flow, FaultContext& ctx, const std::string& reason) {
     FlowRun run;
+    run.reason = reason;
     for (const FlowStep& step : flow.steps) {
         std::string why = run_step(flow, step, ctx, run);
-        if (!why.empty()) return dump(ctx, why);
+        if (why.empty()) continue;
+        if (flow.fallback == Strategy::Dump) return run_flow(flow_for(Strategy::Dump), ctx, why);
+        return exit_all(why, 499);
     }
 }
 
@@ -748,7 +767,7 @@ void Controller::run_flow(const Flow& flow, FaultContext& ctx) {
 std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
     switch (step.op) {
         case FlowOp::Begin: begin_flow(flow, ctx, run); return "";
-        case FlowOp::Act: return run_flow_action(flow, step, ctx, run) ? "" : step.failure;
+        case FlowOp::Act: return run_flow_action(flow, step, ctx, run);
         case FlowOp::ReportStopComplete: report_cluster(ClusterReport{"report_stop_complete"}); return "";
         case FlowOp::TakeOffline: {
             std::lock_guard<std::mutex> lock(mu_);
@@ -765,6 +784,9 @@ std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultCo
             if (flow.replaces) run.targets.insert(ctx.replace.begin(), ctx.replace.end());
             return "";
         case FlowOp::Finish: finish_flow(flow, ctx); return "";
+        case FlowOp::BeginDump: begin_dump(run); return "";
+        case FlowOp::PickSavers: return pick_savers(ctx, run);
+        case FlowOp::FinishByExit: exit_all(flow.finish_why(ctx), 0); return "";
     }
     return "";
 }
@@ -780,30 +802,65 @@ void Controller::begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run) {
     }
 }
 
-// Runs one action of a flow on its targets; false when it failed or was interrupted.
-bool Controller::run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
+void Controller::begin_dump(FlowRun& run) {
+    std::lock_guard<std::mutex> lock(mu_);
+    transition_locked(State::Dump, run.reason);
+    event_locked("dump", run.reason);
+    run.targets = ranks_.live();
+}
+
+// The dump's savers, from what is known now (ranks may have died or faulted since the decision);
+// empty when they hold a complete replica, otherwise why no dump is possible.
+std::string Controller::pick_savers(FaultContext& ctx, FlowRun& run) {
+    std::lock_guard<std::mutex> lock(mu_);
+    exclude_untrusted_savers(ranks_.snapshot(), pending_faults_, ctx.unavailable);
+    SaverPlan plan = replicas_.savers(ctx.unavailable);
+    std::string refusal = dump_refusal(replicas_, plan);
+    if (!refusal.empty()) return refusal;
+    for (const auto& [type, ranks] : plan.ranks_by_type()) {
+        run.save.push_back({static_cast<uint8_t>(type), std::vector<int32_t>(ranks.begin(), ranks.end())});
+        run.savers.insert(ranks.begin(), ranks.end());
+        event_locked("savers", "type " + std::to_string(type) + " step " + std::to_string(ctx.repair_step) + " " +
+                                   list_text(ranks));
+    }
+    return "";
+}
+
+std::set<int> Controller::step_targets(const FlowStep& step, const FlowRun& run) {
+    switch (step.targets) {
+        case FlowTargets::Flow: return run.targets;
+        case FlowTargets::Savers: return run.savers;
+        case FlowTargets::OneSaver: return {*run.savers.begin()};
+    }
+    return {};
+}
+
+// Runs one action of a flow on its targets; why the flow cannot go on, empty when it can.
+std::string Controller::run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run) {
     const ActionKind kind = step.action;
+    if (step.unless_stopped && ctx.stopped) return "";
     ActionOutcome out;
     if (kind == ActionKind::Repair) {
         const bool reload = flow.may_reload && ctx.reload_step >= 0;
         ActionGroups groups = reload ? reload_messages(ctx, run.targets)
                                      : repair_messages(ctx, flow.strategy, run.clean_results);
-        if (groups.empty() && step.skip_if_none) return true;
-        out = actions_.run(ActionKind::Repair, groups, true, cfg_.action_timeout_ms);
+        if (groups.empty() && step.skip_if_none) return "";
+        out = actions_.run(ActionKind::Repair, groups, step.interruptible, cfg_.action_timeout_ms);
     } else {
         ActionMsg msg = base_action(kind, ctx, flow.strategy);
         // The handler's fault_ranks.
         if (kind == ActionKind::RebuildGroup) msg.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());
-        out = actions_.run_all(kind, run.targets, msg, true);
+        if (kind == ActionKind::SaveCkpt) msg.save = run.save;
+        out = actions_.run_all(kind, step_targets(step, run), msg, step.interruptible);
     }
     if (kind == ActionKind::Stop) ctx.stopped = true;
     if (kind == ActionKind::Clean) run.clean_results = out.results;
-    if (!out.ok()) return false;
+    if (!out.ok()) return step.names_failed ? step.failure + (" " + list_text(out.failed)) : step.failure;
     if (kind == ActionKind::Normal) {
         std::lock_guard<std::mutex> lock(mu_);
         for (int r : run.targets) ranks_[r].run = RunStatus::Running;
     }
-    return true;
+    return "";
 }
 
 void Controller::finish_flow(const Flow& flow, const FaultContext& ctx) {
@@ -901,44 +958,6 @@ bool Controller::await_replacements(const std::set<int>& ranks, std::string* why
     }
 }
 
-void Controller::dump(FaultContext& ctx, const std::string& why) {
-    std::set<int> live;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        transition_locked(State::Dump, why);
-        event_locked("dump", why);
-        live = ranks_.live();
-    }
-    if (!ctx.stopped) {
-        actions_.run_all(ActionKind::Stop, live, base_action(ActionKind::Stop, ctx, Strategy::Dump), false);
-        ctx.stopped = true;
-    }
-    SaverPlan plan;
-    std::string refusal;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        exclude_untrusted_savers(ranks_.snapshot(), pending_faults_, ctx.unavailable);
-        plan = replicas_.savers(ctx.unavailable);
-        refusal = dump_refusal(replicas_, plan);
-        live = ranks_.live();
-    }
-    if (!refusal.empty()) return exit_all(refusal, 499);
-    ActionMsg save = base_action(ActionKind::SaveCkpt, ctx, Strategy::Dump);
-    std::set<int> savers;
-    for (const auto& [type, ranks] : plan.ranks_by_type()) {
-        save.save.push_back({static_cast<uint8_t>(type), std::vector<int32_t>(ranks.begin(), ranks.end())});
-        savers.insert(ranks.begin(), ranks.end());
-        std::lock_guard<std::mutex> lock(mu_);
-        event_locked("savers", "type " + std::to_string(type) + " step " + std::to_string(ctx.repair_step) + " " +
-                                   list_text(ranks));
-    }
-    ActionOutcome out = actions_.run_all(ActionKind::SaveCkpt, savers, save, false);
-    if (!out.ok()) return exit_all("saving the checkpoint failed on ranks " + list_text(out.failed), 499);
-    out = actions_.run_all(ActionKind::Rename, {*savers.begin()}, base_action(ActionKind::Rename, ctx, Strategy::Dump), false);
-    if (!out.ok()) return exit_all("renaming the checkpoint failed", 499);
-    exit_all("dump of step " + std::to_string(ctx.repair_step) + " complete", 0);
-}
-
 void Controller::exit_all(const std::string& why, int result) {
     std::set<int> live;
     {
@@ -984,7 +1003,7 @@ void Controller::pause_flow() {
             std::lock_guard<std::mutex> lock(mu_);
             now = assess_locked(pending_faults_);
         }
-        return dump(now, std::string(action_name(kind)) + " failed");
+        return run_flow(flow_for(Strategy::Dump), now, std::string(action_name(kind)) + " failed");
     }
     if (!pausing) transition(State::Normal, "training continues");
 }

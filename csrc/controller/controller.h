@@ -132,6 +132,7 @@ private:
     void event_locked(const std::string& kind, const std::string& detail);
 
     void handle_fault();
+    void collect_faults(std::unique_lock<std::mutex>& lock);
     std::set<int> faulty_locked(const Faults& faults) const;  // ranks of `faults` and of the pending ones
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
     FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
@@ -144,18 +145,24 @@ private:
     void report_cluster(const ClusterReport& report);
     // What a flow carries from step to step.
     struct FlowRun {
+        std::string reason;  // why the flow was started (the dump's)
         std::set<int> targets;
         std::map<int, int> clean_results;  // the CLEAN replies, which the repair plan reads
+        std::set<int> savers;               // the dump's, by PickSavers
+        std::vector<SaveInfoMsg> save;      // what SAVE_CKPT tells them
     };
-    void run_flow(const Flow& flow, FaultContext& ctx);
+    // reason: why the flow runs; the dump states it, the recoveries give their own (Flow::begin_why).
+    void run_flow(const Flow& flow, FaultContext& ctx, const std::string& reason = "");
     std::string run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
     void begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run);
-    bool run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
+    void begin_dump(FlowRun& run);
+    std::string pick_savers(FaultContext& ctx, FlowRun& run);
+    std::string run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
+    static std::set<int> step_targets(const FlowStep& step, const FlowRun& run);
     void finish_flow(const Flow& flow, const FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
     bool await_replacements(const std::set<int>& ranks, std::string* why);
     ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
-    void dump(FaultContext& ctx, const std::string& why);
     void exit_all(const std::string& why, int result);
     void pause_flow();
 

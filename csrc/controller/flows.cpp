@@ -27,6 +27,7 @@ const Flow kRetry{
         {FlowOp::Act, ActionKind::Normal, "resuming failed"},
         {FlowOp::Finish},
     },
+    Strategy::Dump,
     [](const FaultContext& ctx) {
         return reloads(ctx) ? "online reload of the checkpoint of step " + std::to_string(ctx.reload_step) +
                                   " (retry, load_ckpt)"
@@ -61,6 +62,7 @@ const Flow kRecover{
         {FlowOp::Act, ActionKind::Normal, "resuming failed"},
         {FlowOp::Finish},
     },
+    Strategy::Dump,
     [](const FaultContext& ctx) { return "process replacement (recover) of ranks " + list_text(ctx.replace); },
     [](const FaultContext& ctx) { return "replacements of ranks " + list_text(ctx.replace) + " ready"; },
     [](const FaultContext& ctx) {
@@ -69,11 +71,61 @@ const Flow kRecover{
     },
 };
 
+// The dump: STOP the live ranks (unless a flow that fell back stopped them; a rank that fails it is
+// left to the savers' choice), SAVE_CKPT on one complete replica, RENAME on one saver, EXIT everyone.
+// Not interruptible: a second fault can only make it exit, which it does anyway.
+const Flow kDump{
+    Strategy::Dump,
+    "dump",
+    /*replaces=*/false,
+    /*may_reload=*/false,
+    {
+        {FlowOp::BeginDump},
+        // op, action, failure, skip_if_none, targets, interruptible, unless_stopped, names_failed
+        {FlowOp::Act, ActionKind::Stop, "", false, FlowTargets::Flow, false, true},
+        {FlowOp::PickSavers},
+        {FlowOp::Act, ActionKind::SaveCkpt, "saving the checkpoint failed on ranks", false, FlowTargets::Savers, false,
+         false, true},
+        {FlowOp::Act, ActionKind::Rename, "renaming the checkpoint failed", false, FlowTargets::OneSaver, false},
+        {FlowOp::FinishByExit},
+    },
+    Strategy::Exit,
+    nullptr,
+    nullptr,
+    [](const FaultContext& ctx) { return "dump of step " + std::to_string(ctx.repair_step) + " complete"; },
+};
+
 }  // namespace
+
+const char* flow_op_name(FlowOp op) {
+    switch (op) {
+        case FlowOp::Begin: return "begin";
+        case FlowOp::Act: return "act";
+        case FlowOp::ReportStopComplete: return "report_stop_complete";
+        case FlowOp::TakeOffline: return "take_offline";
+        case FlowOp::AwaitReplacements: return "await_replacements";
+        case FlowOp::EnterRepair: return "enter_repair";
+        case FlowOp::Finish: return "finish";
+        case FlowOp::BeginDump: return "begin_dump";
+        case FlowOp::PickSavers: return "pick_savers";
+        case FlowOp::FinishByExit: return "finish_by_exit";
+    }
+    return "?";
+}
+
+const char* flow_targets_name(FlowTargets t) {
+    switch (t) {
+        case FlowTargets::Flow: return "flow";
+        case FlowTargets::Savers: return "savers";
+        case FlowTargets::OneSaver: return "one_saver";
+    }
+    return "?";
+}
 
 const Flow& flow_for(Strategy s) {
     if (s == Strategy::Retry) return kRetry;
     if (s == Strategy::Recover) return kRecover;
+    if (s == Strategy::Dump) return kDump;
     throw std::invalid_argument(std::string("no recovery flow for strategy ") + strategy_name(s));
 }
 

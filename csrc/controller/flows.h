@@ -1,7 +1,8 @@
 // The recovery flows as data: online repair (Strategy::Retry) and process replacement
 // (Strategy::Recover) share one skeleton (stop, clean, [take offline, await the replacements, rebuild
-// the groups,] repair, rollback, normal), so each is a list of steps run by one loop
-// (Controller::run_flow). A step that fails falls back to the dump with the step's reason.
+// the groups,] repair, rollback, normal), and the dump (Strategy::Dump) is stop, pick the savers,
+// save, rename, exit; each is a list of steps run by one loop (Controller::run_flow). A step that
+// fails hands its reason to the flow's fallback: the dump for a recovery, the exit for the dump.
 #pragma once
 #include <string>
 #include <vector>
@@ -19,13 +20,29 @@ enum class FlowOp {
     AwaitReplacements,   // their restarted processes register and report ready
     EnterRepair,         // Repair; the replacements join the targets
     Finish,              // Normal; the result goes to the cluster manager
+    BeginDump,           // Dump, for the reason the flow was started with; the targets are the live ranks
+    PickSavers,          // the savers from the replica layout; fails when no complete replica is left
+    FinishByExit,        // EXIT everyone: the dump is complete (result 0)
 };
+const char* flow_op_name(FlowOp op);
+
+// Whom an Act step's action goes to.
+enum class FlowTargets {
+    Flow,      // the flow's targets (Begin, EnterRepair)
+    Savers,    // the ranks PickSavers chose
+    OneSaver,  // the first of them
+};
+const char* flow_targets_name(FlowTargets t);
 
 struct FlowStep {
     FlowOp op;
     ActionKind action = ActionKind::Stop;  // for Act
-    const char* failure = "";              // for Act: why the flow dumps when the action fails
+    const char* failure = "";              // for Act: why the flow falls back; empty: a failure is ignored
     bool skip_if_none = false;             // for Act: a REPAIR nobody needs is not sent
+    FlowTargets targets = FlowTargets::Flow;
+    bool interruptible = true;     // a second fault ends the action
+    bool unless_stopped = false;   // skipped when the ranks were stopped already (a flow that fell back)
+    bool names_failed = false;     // the failure reason is followed by the ranks that failed
 };
 
 struct Flow {
@@ -34,13 +51,14 @@ struct Flow {
     bool replaces;       // ctx.replace sits out until its replacements join, and is repaired then
     bool may_reload;     // with ctx.reload_step set, the REPAIR is LOAD_CKPT of that step
     std::vector<FlowStep> steps;
-    // The reasons given for the state transitions.
+    Strategy fallback;  // Dump or Exit: what a failed step leads to
+    // The reasons given for the state transitions (BeginDump takes the reason the flow was started with).
     std::string (*begin_why)(const FaultContext& ctx);
     std::string (*repair_why)(const FaultContext& ctx);
     std::string (*finish_why)(const FaultContext& ctx);
 };
 
-// The flow of Strategy::Retry or Strategy::Recover.
+// The flow of Strategy::Retry, Strategy::Recover or Strategy::Dump.
 const Flow& flow_for(Strategy s);
 
 }  // namespace mindio

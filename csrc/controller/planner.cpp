@@ -34,6 +34,22 @@ std::string decision_text(const Plan& p) {
     return why.str();
 }
 
+bool every_live_rank_reported(const RankSnapshots& ranks, const Faults& faults) {
+    std::set<int> live = live_ranks(ranks);
+    return std::all_of(live.begin(), live.end(), [&](int r) { return faults.count(r) > 0; });
+}
+
+// One rank's memory error, its data intact or mid-update (so its replica peers or a reload repair it),
+// and every rank in the job: a further fault could only come from a dying rank, whose lost connection
+// the window waits for anyway.
+bool lone_memory_error(const RankSnapshots& ranks, const Faults& faults) {
+    if (faults.size() != 1) return false;
+    const auto& [rank, fault] = *faults.begin();
+    if (fault.kind != FaultKind::Memory || rank < 0 || rank >= static_cast<int>(ranks.size())) return false;
+    if (ranks[rank].data == DataStatus::Copying) return false;
+    return std::all_of(ranks.begin(), ranks.end(), [](const RankSnapshot& r) { return r.live(); });
+}
+
 RepairType receiver_type(int rank, const FaultContext& ctx, const std::map<int, int>& clean_results) {
     if (ctx.replace.count(rank)) return RepairType::RecvRepair;
     auto clean = clean_results.find(rank);
@@ -83,6 +99,16 @@ std::set<int> prelock_laggards(const RankSnapshots& ranks, const PrelockPlan& pl
         if (e.step < plan.step) behind.insert(r);
     }
     return behind;
+}
+
+std::optional<std::string> collection_can_close(const RankSnapshots& ranks, const Faults& faults, int64_t open_ms,
+                                                bool connection_losses_pending, bool policy_set) {
+    if (faults.empty() || connection_losses_pending || policy_set) return std::nullopt;
+    if (every_live_rank_reported(ranks, faults)) return "every live rank reported";
+    if (open_ms >= kCoincidentReportsMs && lone_memory_error(ranks, faults)) {
+        return "a lone memory error, every other rank healthy";
+    }
+    return std::nullopt;
 }
 
 FaultContext assess(const RankSnapshots& ranks, Faults faults, int64_t lock_step) {

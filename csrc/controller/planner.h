@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -71,6 +72,19 @@ std::set<int> blocked_by_faults(const RankSnapshots& ranks, const ReplicaManager
 PrelockPlan plan_prelock(const RankSnapshots& ranks, const ReplicaManager& replicas, const std::set<int>& faulty);
 // The ranks the lock still waits for: healthy, not blocked, behind the step.
 std::set<int> prelock_laggards(const RankSnapshots& ranks, const PrelockPlan& plan, const std::set<int>& faulty);
+
+// ---- the fault-collection window ---------------------------------------------------------------
+
+// After the first fault the controller gathers related ones (MINDIO_FAULT_COLLECT_TIME) before it
+// decides. The name of the rule by which it may decide at once, or nothing while a later fault could
+// still change the decision: a lost connection not judged yet, a fault policy (it counts reports),
+// and any fault but a lone memory error while some live rank has not reported. open_ms: how long the
+// window has been open.
+std::optional<std::string> collection_can_close(const RankSnapshots& ranks, const Faults& faults, int64_t open_ms,
+                                                bool connection_losses_pending, bool policy_set);
+// Reports of one event (several ranks hit at once) arrive within this of each other: a memory error
+// is taken as lone only once the window has been open this long.
+constexpr int64_t kCoincidentReportsMs = 100;
 
 // ---- the decision -----------------------------------------------------------------------------
 

@@ -275,3 +275,66 @@ def test_faults_found_at_once_are_decided_together_by_the_most_severe():
     p = nat.plan_fault([5, {"step": 5, "dead": True}, 5, 5], {0: "communication", 1: "node", 2: "memory"}, DP4_R2)
     assert p["strategy"] == "dump"
     assert p["why"].startswith("faults 0:communication 1:node 2:memory ")
+
+
+
+# ---- the fault-collection window (issue 18) ---------------------------------------------------
+
+LONE_UCE = "a lone memory error, every other rank healthy"
+ALL_REPORTED = "every live rank reported"
+LATER = nat.COINCIDENT_REPORTS_MS  # the window open long enough for reports of one event to arrive
+COMM = "communication"
+
+
+def test_collection_closes_once_every_live_rank_reported():
+    everyone = {0: COMM, 1: COMM, 2: "unknown", 3: "memory"}
+    assert nat.collection_can_close(AT_5, everyone, 0) == ALL_REPORTED
+    # A dead rank cannot report: the live ones are enough.
+    ranks = [5, 5, 5, {"step": 5, "dead": True}]
+    assert nat.collection_can_close(ranks, {0: COMM, 1: COMM, 2: COMM, 3: "node"}, 0) == ALL_REPORTED
+
+
+def test_collection_stays_open_while_a_live_rank_has_not_reported():
+    assert nat.collection_can_close(AT_5, {0: COMM, 1: COMM, 2: COMM}, LATER) is None
+    assert nat.collection_can_close(AT_5, {1: COMM}, LATER) is None
+    assert nat.collection_can_close(AT_5, {1: "unknown"}, LATER) is None
+
+
+def test_a_lone_memory_error_closes_the_collection():
+    assert nat.collection_can_close(AT_5, {1: "memory"}, LATER) == LONE_UCE
+    ranks = [5, {"step": 4, "data": "updating"}, 5, 5]
+    assert nat.collection_can_close(ranks, {1: "memory"}, LATER) == LONE_UCE
+
+
+def test_a_memory_error_is_not_lone_before_the_reports_of_one_event_arrived():
+    assert nat.collection_can_close(AT_5, {1: "memory"}, LATER - 1) is None
+
+
+def test_one_more_fault_inside_the_window_keeps_it_open():
+    assert nat.collection_can_close(AT_5, {1: "memory", 3: "memory"}, LATER) is None
+    assert nat.collection_can_close(AT_5, {1: "memory", 3: COMM}, LATER) is None
+
+
+def test_a_lost_connection_keeps_the_collection_open():
+    assert nat.collection_can_close(AT_5, {1: "memory"}, LATER, connection_losses_pending=True) is None
+    everyone = {r: COMM for r in range(4)}
+    assert nat.collection_can_close(AT_5, everyone, LATER, connection_losses_pending=True) is None
+
+
+def test_a_fault_policy_keeps_the_collection_open():
+    # It counts reports: a further one may change its answer.
+    assert nat.collection_can_close(AT_5, {1: "memory"}, LATER, policy_set=True) is None
+    assert nat.collection_can_close(AT_5, {r: COMM for r in range(4)}, LATER, policy_set=True) is None
+
+
+@pytest.mark.parametrize("ranks", [
+    [5, {"step": 5, "data": "copying"}, 5, 5],  # its data half copied: not repaired alone
+    [5, 5, 5, {"step": 5, "dead": True}],       # another rank is gone
+    [5, 5, 5, {"step": 5, "registered": False}],
+])
+def test_a_memory_error_is_not_lone_unless_the_rest_is_healthy(ranks):
+    assert nat.collection_can_close(ranks, {1: "memory"}, LATER) is None
+
+
+def test_no_fault_no_early_close():
+    assert nat.collection_can_close(AT_5, {}, LATER) is None

@@ -1,0 +1,89 @@
+"""The controller's flows as data (csrc/controller/flows.h), through a read-only view of their tables:
+every step of online repair (retry), process replacement (recover) and the dump, and what each falls
+back to. Written from the behaviour before the dump became a flow (issue 14); the flows seen from the
+wire are in tests/integration/test_controller_*.py."""
+import pytest
+
+from mindio_adaptor import _native as nat
+
+
+def act(action, failure, targets="flow", interruptible=True, skip_if_none=False, unless_stopped=False,
+        names_failed=False):
+    return {"op": "act", "action": action, "failure": failure, "targets": targets, "interruptible": interruptible,
+            "skip_if_none": skip_if_none, "unless_stopped": unless_stopped, "names_failed": names_failed}
+
+
+def op(name):
+    return {"op": name}
+
+
+RETRY_FAILS = " failed or a new fault arrived during repair"
+RECOVER_FAILS = " failed or a new fault arrived during process replacement"
+
+
+def test_retry_stops_cleans_repairs_rolls_back_and_resumes_or_dumps():
+    f = nat.flow_table("retry")
+    assert (f["strategy"], f["result"], f["replaces"], f["may_reload"]) == ("retry", "retry", False, True)
+    assert f["fallback"] == "dump"
+    assert f["steps"] == [
+        op("begin"),
+        act("stop", "stop" + RETRY_FAILS),
+        op("report_stop_complete"),
+        act("clean", "clean" + RETRY_FAILS),
+        op("enter_repair"),
+        act("repair", "repair" + RETRY_FAILS, skip_if_none=True),
+        act("rollback", "rollback" + RETRY_FAILS),
+        act("normal", "resuming failed"),
+        op("finish"),
+    ]
+
+
+def test_recover_waits_for_the_replacements_and_rebuilds_the_groups_or_dumps():
+    f = nat.flow_table("recover")
+    assert (f["strategy"], f["result"], f["replaces"], f["may_reload"]) == ("recover", "recover", True, False)
+    assert f["fallback"] == "dump"
+    assert f["steps"] == [
+        op("begin"),
+        act("stop", "stop" + RECOVER_FAILS),
+        op("report_stop_complete"),
+        act("clean", "clean" + RECOVER_FAILS),
+        op("take_offline"),
+        op("await_replacements"),
+        op("enter_repair"),
+        act("rebuild_group", "rebuilding the communication groups failed or a new fault arrived"),
+        act("repair", "repairing the replacements failed or a new fault arrived"),
+        act("rollback", "rollback" + RECOVER_FAILS),
+        act("normal", "resuming failed"),
+        op("finish"),
+    ]
+
+
+def test_dump_stops_unless_stopped_saves_on_the_savers_renames_on_one_and_exits():
+    f = nat.flow_table("dump")
+    assert (f["strategy"], f["result"], f["replaces"], f["may_reload"]) == ("dump", "dump", False, False)
+    assert f["fallback"] == "exit"
+    assert f["steps"] == [
+        op("begin_dump"),
+        # A rank that fails the STOP does not end the dump: the savers are picked from what is left.
+        act("stop", "", interruptible=False, unless_stopped=True),
+        op("pick_savers"),
+        act("save_ckpt", "saving the checkpoint failed on ranks", targets="savers", interruptible=False,
+            names_failed=True),
+        act("rename", "renaming the checkpoint failed", targets="one_saver", interruptible=False),
+        op("finish_by_exit"),
+    ]
+
+
+def test_every_flow_falls_back_towards_the_exit():
+    seen, flow = [], "retry"
+    while flow != "exit":
+        seen.append(flow)
+        flow = nat.flow_table(flow)["fallback"]
+    assert seen == ["retry", "dump"]
+    assert nat.flow_table("recover")["fallback"] == "dump"
+
+
+@pytest.mark.parametrize("name", ["exit", "none"])
+def test_exit_and_none_have_no_flow(name):
+    with pytest.raises(ValueError, match="no recovery flow"):
+        nat.flow_table(name)
