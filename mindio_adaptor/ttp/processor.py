@@ -166,15 +166,15 @@ def tft_wait_next_action(timeout: Optional[float] = None) -> Action:
 
 def controller_connected() -> bool:
     """Whether the link to the controller is up now (ours; False while the processor reconnects)."""
-    return _require().connected()
+    return processor_link.current().connected()
 
 
 def tft_get_repair_step() -> int:
-    return _require().repair_step()
+    return processor_link.current().repair_step()
 
 
 def tft_get_repair_type() -> str:
-    return _require().repair_type()
+    return processor_link.current().strategy()
 
 
 def tft_is_reboot_node() -> bool:
@@ -459,8 +459,7 @@ def _needs_rebuild(repair_type: int) -> bool:
 
 def _dispatch(wire: dict) -> Tuple[int, str]:
     """One action as the wire carries it (a dict), run through the registered handlers."""
-    return _run_handlers(ControllerAction.from_wire(wire, processor_link.current().strategy()
-                                                    if processor_link.current_or_none() else "none"))
+    return _run_handlers(ControllerAction.from_wire(wire))
 
 
 def _run_handlers(action: ControllerAction) -> Tuple[int, str]:
