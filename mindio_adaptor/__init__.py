@@ -8,11 +8,12 @@ __version__ = "0.1.0"
 
 def patch_all():
     """Install every Megatron patch (idempotent). Safe before or after `import megatron`."""
-    from mindio_adaptor.core import orphan_guard
+    from mindio_adaptor.core import child_reaper, orphan_guard
     from mindio_adaptor.patches import registry
 
     orphan_guard.arm()  # in a helper process spawned by a rank: it must not outlive the rank
     orphan_guard.install_for_children()  # helpers forked or forkserver-started by this process end with it
+    child_reaper.install()  # and its exit never waits without end for a daemonic child
     registry.patch_all()
 
 
