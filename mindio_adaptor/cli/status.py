@@ -58,12 +58,9 @@ def layout_lines(shards: list) -> list:
         return ["replica layout: not reported"]
     lines = [f"replica layout: {len(shards)} shards, {len(shards[0]['holders'])} copies each"]
     for shard in shards:
-        notes = [f"node {d} holds several copies" for d in shard["shared_domains"]]
-        if len(shard["live_holders"]) < len(shard["holders"]):
-            notes.append(f"{len(shard['live_holders'])} of {len(shard['holders'])} copies alive")
-        if notes:
+        if shard["notes"]:
             lines.append(f"  optimizer {shard['optimizer_type']} list {shard['group']} shard {shard['shard']} "
-                         f"(holders {shard['holders']}): {'; '.join(notes)}")
+                         f"(holders {shard['holders']}): {'; '.join(shard['notes'])}")
     return lines
 
 

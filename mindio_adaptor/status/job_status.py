@@ -37,6 +37,12 @@ class ShardStatus:
     live_holders: List[int]  # holders neither dead nor gone
     shared_domains: List[str]  # nodes that hold more than one copy: losing one loses those copies
 
+    def notes(self) -> List[str]:
+        """What needs a look: a node holding several copies, copies lost; empty when spread and whole."""
+        lost = len(self.live_holders) < len(self.holders)
+        return ([f"node {d} holds several copies" for d in self.shared_domains] +
+                ([f"{len(self.live_holders)} of {len(self.holders)} copies alive"] if lost else []))
+
 
 @dataclass
 class Recovery:
@@ -73,6 +79,8 @@ class JobStatus:
     def to_json(self) -> dict:
         out = asdict(self)
         out["health"] = self.health_counts()
+        for shard, raw in zip(self.shards, out["shards"]):
+            raw["notes"] = shard.notes()
         for recovery, raw in zip(self.recoveries, out["recoveries"]):
             raw["duration_s"] = recovery.duration_s
         return out

@@ -54,7 +54,7 @@ def _layout_table(status: JobStatus) -> str:
     if not status.shards:
         return "<p>not reported</p>"
     domain = {r.rank: r.domain for r in status.ranks}
-    noted = [(shard, _layout_note(shard)) for shard in status.shards]
+    noted = [(shard, "; ".join(shard.notes())) for shard in status.shards]
     shown = noted if len(noted) <= MAX_SHARD_ROWS else [(shard, note) for shard, note in noted if note]
     rows = []
     for shard, note in shown:
@@ -66,11 +66,6 @@ def _layout_table(status: JobStatus) -> str:
     return ("<table><tr><th>optimizer</th><th>list</th><th>shard</th><th>holders (node)</th><th>note</th></tr>"
             + "".join(rows) + "</table>" + more)
 
-
-def _layout_note(shard) -> str:
-    return "; ".join([f"node {d} holds several copies" for d in shard.shared_domains] +
-                     ([f"{len(shard.live_holders)} of {len(shard.holders)} copies alive"]
-                      if len(shard.live_holders) < len(shard.holders) else []))
 
 
 def _lag(rank) -> str:
