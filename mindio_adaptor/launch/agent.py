@@ -15,6 +15,7 @@ from torch.distributed import DistError
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controller, report_process_ended
+from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
 from mindio_adaptor.launch.worker import Worker, stop_all
@@ -38,6 +39,8 @@ class NodeAgent:
         self.ended = False  # the recovery controller ended the job: restart nothing
         self.signalled: Optional[int] = None
         self._reported: set = set()  # pids whose exit was already answered
+        self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
+        self.fenced = False  # another launcher took this node rank: leave the job to it
 
     # --- the run ---------------------------------------------------------------------------------------
 
@@ -48,6 +51,8 @@ class NodeAgent:
         self.log.info("summary: %s; exit code %d; group restarts %d; restarts per rank: %s", outcome.what,
                       outcome.code, self.generation,
                       ", ".join(f"rank {w.rank}: {w.starts - 1}" for w in self.workers))
+        if self.fenced:
+            return outcome.code
         try:
             if not self.store.leave():
                 self.log.info("stopped waiting for the other nodes to finish after %.0f s", EXIT_BARRIER_S)
@@ -60,11 +65,12 @@ class NodeAgent:
 
     def _watch(self) -> Outcome:
         try:
-            self._start_generation(self.store.generation())
+            self._start_generation(self.store.generation(), replacing=self.store.replacing)
             while True:
                 # The other nodes first: a worker that just died of their group restart must follow it,
                 # not be rebooted into the old generation.
-                outcome = self._check_signal() or self._check_other_nodes() or self._check_workers()
+                outcome = (self._check_signal() or self._check_ownership() or self._check_other_nodes()
+                           or self._check_workers())
                 if outcome:
                     return outcome
                 if not any(w.running() for w in self.workers):
@@ -82,12 +88,13 @@ class NodeAgent:
 
     # --- starting ----------------------------------------------------------------------------------------
 
-    def _start_generation(self, generation: int) -> None:
+    def _start_generation(self, generation: int, replacing: bool = False) -> None:
         self.generation = generation
         self.master_port = self.store.open_generation(generation)
-        pids = [self._start(w, restarted=False) for w in self.workers]
-        self.log.info("generation %d: started ranks %s as pids %s; workers' store at %s:%d", generation,
-                      [w.rank for w in self.workers], pids, self.config.master_addr, self.master_port)
+        pids = [self._start(w, restarted=replacing) for w in self.workers]
+        self.log.info("generation %d: started ranks %s as pids %s%s; workers' store at %s:%d", generation,
+                      [w.rank for w in self.workers], pids, " to replace the lost node's" if replacing else "",
+                      self.config.master_addr, self.master_port)
 
     def _start(self, worker: Worker, restarted: bool) -> int:
         env = worker_env(self.config, worker.local_rank, self.master_port,
@@ -105,6 +112,21 @@ class NodeAgent:
         self._stop(self.signalled, f"received {name}")
         self._publish_end(f"node {self.config.node_rank}'s launcher received {name}")
         return Outcome(128 + self.signalled, f"stopped by {name}")
+
+    def _check_ownership(self) -> Optional[Outcome]:
+        """A launcher silent for longer than --node-lost-after (a stalled host) may have been replaced: then
+        its workers are stopped at once, as the replacement's take their ranks."""
+        now = time.monotonic()
+        if now - self._owner_checked < beat_period(self.config.node_lost_after):
+            return None
+        self._owner_checked = now
+        if self.store.still_owner():
+            return None
+        self.fenced = True
+        self.log.info("another launcher took node rank %d (this one was silent for more than %g s): stopping "
+                      "this node's workers", self.config.node_rank, self.config.node_lost_after)
+        self._stop(signal.SIGKILL, "node rank taken over")
+        return Outcome(1, f"node rank {self.config.node_rank} was taken over by another launcher")
 
     def _check_other_nodes(self) -> Optional[Outcome]:
         """What the other launchers decided: the job ends, the controller ended it, or a group restart."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from mindio_adaptor.launch.config import LaunchConfig, LaunchConfigError, resolve
+from mindio_adaptor.launch.config import DEFAULT_LOST_AFTER_S, LaunchConfig, LaunchConfigError, resolve
 
 PROG = "mindio-adaptor launch"
 DESCRIPTION = (
@@ -62,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--shutdown-timeout", "--shutdown_timeout", dest="shutdown_timeout", type=float,
         default=_env("shutdown_timeout", 30.0),
         help="seconds a stopped worker gets after SIGTERM before SIGKILL (default 30)")
+    add("--node-lost-after", "--node_lost_after", dest="node_lost_after", type=float,
+        default=_env("node_lost_after", DEFAULT_LOST_AFTER_S),
+        help="seconds without a launcher's beat before its node counts as lost: then a new launcher started "
+             "with its --node-rank, or a --standby, takes its place (default 10)")
+    add("--standby", action="store_true", default=_env_flag("standby"),
+        help="a spare node: start no workers until a node (not node 0) is lost, then take its rank; "
+             "--node-rank is ignored")
     add("--role", default=_env("role", "default"), help="ROLE_NAME of the workers (default 'default')")
     add("-m", "--module", action="store_true", default=_env_flag("module"),
         help="run the script as a Python module (python -m)")

@@ -20,6 +20,9 @@ RDZV_TIMEOUT_KEYS = ("timeout", "join_timeout")
 SCRIPT_REBOOT_FLAG = "--enable-worker-reboot"
 # Worker reboot without restarts would start no failed worker again; this many per rank unless told.
 DEFAULT_REBOOT_RESTARTS = 3
+# A launcher's beat stopped this long: its node is lost (launch/node_liveness). Longer than the stalls of a
+# busy host, shorter than a scheduler's restart of a pod.
+DEFAULT_LOST_AFTER_S = 10.0
 
 
 class LaunchConfigError(ValueError):
@@ -43,6 +46,8 @@ class LaunchConfig:
     role: str
     command: List[str] = field(default_factory=list)
     place_source: str = ""  # where the node's place came from when not from the flags (logged): "Slurm"
+    node_lost_after: float = DEFAULT_LOST_AFTER_S  # seconds without a launcher's beat before its node counts as lost
+    standby: bool = False  # a spare node: takes the rank of the first node lost (node_rank is set then)
 
     @property
     def world_size(self) -> int:
@@ -72,7 +77,18 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         monitor_interval=_positive("--monitor-interval", args.monitor_interval),
         shutdown_timeout=_positive("--shutdown-timeout", args.shutdown_timeout),
         rdzv_timeout=_rdzv_timeout(args.rdzv_conf), role=args.role, command=_command(args),
-        place_source="Slurm" if slurm else "")
+        place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
+        standby=_standby(args.standby, nnodes, reboot))
+
+
+def _standby(standby: bool, nnodes: int, reboot: bool) -> bool:
+    if standby and nnodes < 2:
+        raise LaunchConfigError("--standby needs --nnodes 2 or more: a standby takes the place of a lost node "
+                                "other than node 0, which hosts the stores")
+    if standby and not reboot:
+        raise LaunchConfigError("--standby needs worker reboot (--worker-reboot, or the script's "
+                                "--enable-worker-reboot): the standby's workers replace the lost node's ranks")
+    return standby
 
 
 def _slurm(environ: Mapping[str, str]):

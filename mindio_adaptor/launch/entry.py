@@ -18,17 +18,33 @@ def run(config: LaunchConfig) -> int:
     from mindio_adaptor.launch.agent import NodeAgent
     from mindio_adaptor.launch.node_store import NodeStore, NodeStoreError
 
-    log = configure(config.node_rank)
+    log = configure("standby" if config.standby else config.node_rank)
     store = NodeStore(config)
+    try:
+        if config.standby:
+            log.info("standby for a job of %d nodes of %d workers, job id %s, launchers' store at %s:%d; "
+                     "command: %s", config.nnodes, config.nproc_per_node, config.run_id, config.master_addr,
+                     store.port, " ".join(config.command))
+            if store.join_as_standby(log) is None:
+                log.info("summary: the job ended without losing a node; this standby was not needed; exit code 0")
+                return 0
+            log = configure(config.node_rank)
+        else:
+            _log_place(config, store, log)
+            store.join()
+    except NodeStoreError as err:
+        log.info("error: %s", err)
+        return 1
+    if store.replacing:
+        log.info("node %d was lost: this launcher takes its place in the running job (incarnation %d); its "
+                 "workers start as replacements", config.node_rank, store.incarnation)
+    return NodeAgent(config, store, log).run()
+
+
+def _log_place(config: LaunchConfig, store, log) -> None:
     first, last = config.global_rank(0), config.global_rank(config.nproc_per_node - 1)
     log.info("node %d of %d%s: ranks %d..%d of %d, job id %s, launchers' store at %s:%d, max restarts %d, "
              "worker reboot %s; command: %s", config.node_rank, config.nnodes,
              f" (from {config.place_source})" if config.place_source else "", first, last, config.world_size,
              config.run_id, config.master_addr, store.port, config.max_restarts,
              f"on ({config.worker_reboot_reason})" if config.worker_reboot else "off", " ".join(config.command))
-    try:
-        store.join()
-    except NodeStoreError as err:
-        log.info("error: %s", err)
-        return 1
-    return NodeAgent(config, store, log).run()

@@ -6,8 +6,8 @@ import sys
 LOGGER_NAME = "mindio_adaptor.launch"
 
 
-def configure(node_rank: int) -> logging.Logger:
-    """`[mindio-launch HH:MM:SS.mmm node R] message`; configured once per process (the last node rank wins,
+def configure(node_rank) -> logging.Logger:
+    """`[mindio-launch HH:MM:SS.mmm node R] message` (`node standby` for a spare yet to take a node); configured once per process (the last node rank wins,
     which matters only in tests that run several launchers in one process)."""
     logger = logging.getLogger(LOGGER_NAME)
     if not logger.handlers:

@@ -26,6 +26,7 @@ from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCP
 from torch.distributed.elastic.utils.distributed import get_free_port
 
 from mindio_adaptor.core.comm import host_store
+from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
@@ -34,7 +35,13 @@ POLL_S = 0.05
 GENERATION = "generation"  # counter: the generation the job is in
 END = "end"  # why the job ends (a node gave up, or was signalled); every launcher stops its workers
 CONTROLLER_END = "controller_end"  # a worker exited ENDED_BY_CONTROLLER: nothing is restarted any more
-DONE = "done"  # counter: launchers that finished
+
+
+STANDBYS, STANDBYS_LEFT = "standbys", "standbys_left"  # counters: standby launchers that joined, that left
+
+
+def _key_done(node: int) -> str:
+    return f"node/{node}/done"
 
 
 class NodeStoreError(RuntimeError):
@@ -51,29 +58,94 @@ class NodeStore:
         self.store: Optional[Store] = None
         self.port = config.master_port or get_free_port()  # 0 (one node): any free port, as torchrun's --standalone
         self._worker_stores: Dict[int, TCPStore] = {}  # node 0: generation -> the store it hosts
+        self.incarnation = 0  # which launcher of this node rank this is (1: the first; more: replacements)
+        self._beat: Optional[node_liveness.NodeBeat] = None
+
+    @property
+    def replacing(self) -> bool:
+        """This launcher took the place of a lost node in a running job: its workers start as replacements."""
+        return self.incarnation > 1
 
     @property
     def hosting(self) -> bool:
         return self.config.node_rank == 0
 
     def join(self) -> None:
-        """Meet the other launchers (bounded by --rdzv-conf timeout) and check that they agree."""
+        """Meet the other launchers (bounded by --rdzv-conf timeout), check that they agree, and own this
+        node rank (taking a lost node's place in a running job)."""
+        self.store = self._rendezvous(self.config.node_rank)
+        self._check_members()
+        self._own(self.config.node_rank, first=self.store.add(f"node/{self.config.node_rank}", 1) == 1)
+
+    def _rendezvous(self, rank: int) -> Store:
         cfg = self.config
-        rendezvous = StaticTCPRendezvous(cfg.master_addr, self.port, cfg.node_rank, cfg.nnodes, cfg.run_id,
+        rendezvous = StaticTCPRendezvous(cfg.master_addr, self.port, rank, cfg.nnodes, cfg.run_id,
                                          max(1, round(cfg.rdzv_timeout)))  # whole seconds there
         try:
-            self.store = rendezvous.next_rendezvous().store
+            return rendezvous.next_rendezvous().store
         except (RuntimeError, TimeoutError) as err:
-            where = "host" if self.hosting else "reach node 0's"
+            where = "host" if rank == 0 else "reach node 0's"
             raise NodeStoreError(f"could not {where} launchers' store at {cfg.master_addr}:{self.port} with all "
                                  f"{cfg.nnodes} nodes within {cfg.rdzv_timeout:.0f} s: {err}") from None
-        self._check_members()
+
+    def _own(self, node: int, first: bool) -> None:
+        cfg, store = self.config, self.store
+        seen = node_liveness.owner(store, node)
+        if not first and not node_liveness.lost_nodes(store, [node], cfg.node_lost_after):
+            raise NodeStoreError(f"node rank {node} is held by a running launcher (its beat moved within "
+                                 f"{cfg.node_lost_after:g} s); a launcher takes a node rank only from a lost node")
+        if not first and not cfg.worker_reboot:
+            raise NodeStoreError(f"node rank {node} was lost and this launcher would replace it in the running "
+                                 f"job, which needs worker reboot (--worker-reboot, or the script's "
+                                 f"--enable-worker-reboot): its workers must replace the lost ranks")
+        incarnation = node_liveness.take_over(store, node, seen)
+        if incarnation is None:
+            raise NodeStoreError(f"another launcher took node rank {node}'s place first")
+        self.incarnation = incarnation
+        self._beat = node_liveness.NodeBeat(cfg.master_addr, self.port, cfg.run_id, node, cfg.node_lost_after)
+        self._beat.start()
+
+    def join_as_standby(self, log) -> Optional[int]:
+        """A standby launcher: wait for a node (other than node 0, which hosts the stores) to be lost and
+        take its rank; the node rank taken, or None when the job ended without needing this one."""
+        cfg = self.config
+        self.store = self._rendezvous(rank=cfg.nnodes)  # any rank but 0: a client of node 0's store
+        self.store.add(STANDBYS, 1)
+        try:
+            return self._wait_for_a_lost_node(log)
+        finally:
+            self.store.add(STANDBYS_LEFT, 1)  # as a node now, or not needed: node 0 need not wait for it
+
+    def _wait_for_a_lost_node(self, log) -> Optional[int]:
+        cfg = self.config
+        nodes = range(1, cfg.nnodes)
+        log.info("standby: watching nodes %s; a node silent for %g s is taken over", list(nodes),
+                 cfg.node_lost_after)
+        while not self._job_over():
+            started = [node for node in nodes if node_liveness.owner(self.store, node)]
+            for node in node_liveness.lost_nodes(self.store, started, cfg.node_lost_after, self._job_over):
+                try:
+                    self._own(node, first=False)
+                except NodeStoreError as err:
+                    log.info("standby: node %d: %s", node, err)
+                    continue
+                self.config.node_rank = node
+                return node
+            time.sleep(POLL_S)
+        return None
+
+    def _job_over(self) -> bool:
+        nodes = range(self.config.nnodes)
+        return (self.end_reason() is not None or self.controller_ended()
+                or self.store.check([_key_done(node) for node in nodes]))
+
+    def still_owner(self) -> bool:
+        """False once another launcher took this node rank (this one was silent too long)."""
+        return node_liveness.owner(self.store, self.config.node_rank) == self.incarnation
 
     def _check_members(self) -> None:
         """One launcher per node rank, and the same number of workers on each (ranks are node-major)."""
         cfg, store = self.config, self.store
-        if store.add(f"node/{cfg.node_rank}", 1) != 1:
-            raise NodeStoreError(f"another launcher already joined as --node-rank {cfg.node_rank}")
         mine = {"nproc_per_node": cfg.nproc_per_node, "nnodes": cfg.nnodes}
         store.set(f"node/{cfg.node_rank}/config", json.dumps(mine))
         for node in range(cfg.nnodes):
@@ -114,15 +186,30 @@ class NodeStore:
         return self.store.check([CONTROLLER_END])
 
     def leave(self, timeout: float = EXIT_BARRIER_S) -> bool:
-        """Say this node is done; node 0 then keeps the stores up until every node said so (bounded).
-        Returns False when node 0 stopped waiting before every node was done."""
+        """Say this node is done; node 0 then keeps the stores up until every node said so or is lost
+        (bounded). Returns False when node 0 stopped waiting before that."""
+        if self._beat is not None:
+            self._beat.stop()
         if self.store is None:
             return True
-        count = int(self.store.add(DONE, 1))
+        self.store.set(_key_done(self.config.node_rank), "1")
         if not self.hosting:
             return True
         deadline = time.monotonic() + timeout
-        while count < self.config.nnodes and time.monotonic() < deadline:
+        watch = node_liveness.BeatWatch(self.store, range(self.config.nnodes))
+        while time.monotonic() < deadline:
+            pending = [node for node in range(self.config.nnodes) if not self.store.check([_key_done(node)])]
+            if not pending or set(pending) <= set(watch.lost(self.config.node_lost_after)):
+                return self._standbys_left(deadline)
             time.sleep(POLL_S)
-            count = int(self.store.add(DONE, 0))
-        return count >= self.config.nnodes
+        return False
+
+    def _standbys_left(self, deadline: float) -> bool:
+        """Standbys that were not needed see the job end before node 0 takes the store down (a killed one
+        never says so: bounded by --node-lost-after)."""
+        deadline = min(deadline, time.monotonic() + self.config.node_lost_after)
+        while self.store.add(STANDBYS_LEFT, 0) < self.store.add(STANDBYS, 0):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True

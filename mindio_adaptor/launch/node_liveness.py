@@ -1,0 +1,112 @@
+"""Which launchers are alive, and who owns a node rank: what lets a new launcher (a rescheduled pod, a
+requeued Slurm step, a standby) take the place of a lost node while the others keep running.
+
+- **The beat.** Every launcher adds 1 to `node/<R>/beat` in the launchers' store every `lost_after / 5`
+  seconds, from a thread with its own store connection, so a launcher busy stopping workers still beats.
+  A counter, not a time: the nodes' clocks need not agree. A node is lost when its beat does not move
+  for `lost_after` seconds as seen by whoever watches.
+- **The owner.** `node/<R>/owner` holds the incarnation that owns node rank R (1 for the first launcher).
+  A launcher takes a lost node's rank by moving the owner from the incarnation it saw to the next one
+  (compare-and-set: of several candidates, one wins). A launcher that was only stalled past `lost_after`
+  (a busy host) finds on waking that it no longer owns its node: it stops its workers and exits, so two
+  launchers never run the same ranks.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Callable, Iterable, List, Optional
+
+from torch.distributed import DistError, PrefixStore, Store, TCPStore
+
+POLL_S = 0.1
+
+
+def beat_key(node: int) -> str:
+    return f"node/{node}/beat"
+
+
+def owner_key(node: int) -> str:
+    return f"node/{node}/owner"
+
+
+def beat_period(lost_after: float) -> float:
+    return max(0.05, lost_after / 5)
+
+
+class NodeBeat:
+    """This launcher's beat, on a connection of its own (a TCPStore client serialises its calls, and the
+    main loop may sit in a bounded wait on the shared one)."""
+
+    def __init__(self, addr: str, port: int, run_id: str, node: int, lost_after: float):
+        self._key, self._period = beat_key(node), beat_period(lost_after)
+        self._addr, self._port, self._run_id = addr, port, run_id
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        store = PrefixStore(self._run_id, TCPStore(self._addr, self._port, is_master=False,
+                                                    timeout=timedelta(seconds=30), wait_for_workers=False))
+        store.add(self._key, 1)
+        self._thread = threading.Thread(target=self._run, args=(store,), name="node-beat", daemon=True)
+        self._thread.start()
+
+    def _run(self, store: Store) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                store.add(self._key, 1)
+            except (DistError, RuntimeError):  # node 0 is gone; the main loop finds out and ends
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class BeatWatch:
+    """Watches the beats of some nodes from the moment it is made: a node is lost once its beat has not
+    moved for `lost_after` seconds of watching."""
+
+    def __init__(self, store: Store, nodes: Iterable[int]):
+        self._store = store
+        now = time.monotonic()
+        self._seen = {node: (_beat(store, node), now) for node in nodes}
+
+    def lost(self, lost_after: float) -> List[int]:
+        now, lost = time.monotonic(), []
+        for node, (beat, since) in self._seen.items():
+            current = _beat(self._store, node)
+            if current != beat:
+                self._seen[node] = (current, now)
+            elif now - since >= lost_after:
+                lost.append(node)
+        return lost
+
+
+def lost_nodes(store: Store, nodes: Iterable[int], lost_after: float,
+               stop: Callable[[], bool] = lambda: False) -> List[int]:
+    """The nodes among `nodes` whose beat does not move for `lost_after` seconds from now (returns early,
+    with none, when `stop()` says so)."""
+    watch = BeatWatch(store, nodes)
+    deadline = time.monotonic() + lost_after
+    while time.monotonic() < deadline:
+        if stop():
+            return []
+        time.sleep(POLL_S)
+    return watch.lost(lost_after)
+
+
+def _beat(store: Store, node: int) -> int:
+    return int(store.add(beat_key(node), 0))
+
+
+def owner(store: Store, node: int) -> int:
+    return int(store.get(owner_key(node))) if store.check([owner_key(node)]) else 0
+
+
+def take_over(store: Store, node: int, seen: int) -> Optional[int]:
+    """Become the owner of `node` after incarnation `seen`; the new incarnation, or None when another
+    launcher moved it first."""
+    desired = str(seen + 1)
+    now = store.compare_set(owner_key(node), str(seen) if seen else "", desired)
+    return seen + 1 if now.decode() == desired else None

@@ -1,0 +1,130 @@
+"""A lost node's place taken by a new launcher, under `mindio-adaptor launch` with real processes: every
+process of node 1 (its launcher and its workers) is SIGKILLed; a launcher started again with node rank 1,
+or a standby already waiting, takes its place in the running job and starts its workers as replacements
+(MINDIO_RESTARTED=1, the same workers' store); node 0's workers keep their processes. A launcher cannot
+take the rank of a node that is alive, and node 0 does not wait for a lost node at the end.
+The workers are shell loops (no torch) that record their start and wait for a file."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent.parent
+LAUNCH = [sys.executable, "-m", "mindio_adaptor.launch"]
+LOST_AFTER_S = 1.0
+TIMEOUT_S = 60
+# Each start appends "rank restarted workers'-store-port pid"; then waits (bounded) for OUT/finish.
+WORKER = ['--no-python', 'sh', '-c', 'echo "$RANK $MINDIO_RESTARTED $MASTER_PORT $$" >> "$OUT/starts"; i=0; '
+          'while [ ! -e "$OUT/finish" ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done']
+
+
+class Cluster:
+    def __init__(self, tmp_path):
+        with __import__("socket").socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.out = tmp_path
+        self.env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=os.pathsep.join(
+            p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
+        self.common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                       "--rdzv-id", "node-loss", "--worker-reboot", "--node-lost-after", str(LOST_AFTER_S)]
+        self.launchers = []
+
+    def start(self, *flags):
+        proc = subprocess.Popen([*LAUNCH, *self.common, *flags, *WORKER], env=self.env, stderr=subprocess.PIPE,
+                                text=True)
+        self.launchers.append(proc)
+        return proc
+
+    def starts(self):
+        path = self.out / "starts"
+        rows = [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+        return [(int(rank), restarted, port, int(pid)) for rank, restarted, port, pid in rows]
+
+    def wait_starts(self, count, *running):
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(self.starts()) < count:
+            assert time.monotonic() < deadline, f"only {self.starts()} started"
+            assert all(p.poll() is None for p in running), [p.poll() for p in self.launchers]
+            time.sleep(0.1)
+        return self.starts()
+
+    def lose_node(self, launcher):
+        """SIGKILL a launcher and every worker it started (each leads its own process group)."""
+        workers = psutil.Process(launcher.pid).children()
+        launcher.send_signal(signal.SIGKILL)
+        for worker in workers:
+            os.killpg(worker.pid, signal.SIGKILL)
+        launcher.wait(timeout=10)
+
+    def finish(self, *launchers):
+        (self.out / "finish").touch()
+        return [(p.wait(timeout=TIMEOUT_S), p.stderr.read()) for p in launchers]
+
+    def stop(self):
+        for proc in self.launchers:
+            if proc.poll() is None:
+                for child in psutil.Process(proc.pid).children():
+                    os.killpg(child.pid, signal.SIGKILL)
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.stop()
+
+
+def test_a_new_launcher_takes_a_lost_nodes_place_and_only_its_workers_change(cluster):
+    node0, node1 = cluster.start("--node-rank", "0"), cluster.start("--node-rank", "1")
+    first = cluster.wait_starts(4, node0, node1)
+    twin = cluster.start("--node-rank", "1")  # node 1 is alive: its rank cannot be taken
+    code, err = twin.wait(timeout=TIMEOUT_S), twin.stderr.read()
+    assert code == 1 and "node rank 1 is held by a running launcher (its beat moved within 1 s)" in err, err
+    cluster.lose_node(node1)
+    replacement = cluster.start("--node-rank", "1")
+    after = cluster.wait_starts(6, node0, replacement)[4:]
+    assert sorted(rank for rank, *_ in after) == [2, 3]
+    assert {(restarted, port) for _, restarted, port, _ in after} == {("1", first[0][2])}  # same workers' store
+    (code0, err0), (code1, err1) = cluster.finish(node0, replacement)
+    assert (code0, code1) == (0, 0), (err0, err1)
+    assert "node 1 was lost: this launcher takes its place in the running job (incarnation 2)" in err1
+    assert "to replace the lost node's" in err1
+    assert "summary: 2 local workers exited 0" in err0  # node 0's two original workers, never restarted
+    assert [row for row in cluster.starts() if row[0] in (0, 1)] == [row for row in first if row[0] in (0, 1)]
+
+
+def test_a_standby_takes_the_lost_nodes_place_and_a_second_one_is_not_needed(cluster):
+    node0, node1 = cluster.start("--node-rank", "0"), cluster.start("--node-rank", "1")
+    cluster.wait_starts(4, node0, node1)
+    standbys = [cluster.start("--standby"), cluster.start("--standby")]
+    time.sleep(2 * LOST_AFTER_S)  # the standbys watch live nodes and take nothing
+    assert len(cluster.starts()) == 4
+    cluster.lose_node(node1)
+    after = cluster.wait_starts(6, node0, *standbys)[4:]
+    assert sorted((rank, restarted) for rank, restarted, *_ in after) == [(2, "1"), (3, "1")]
+    results = cluster.finish(node0, *standbys)
+    assert [code for code, _ in results] == [0, 0, 0], results
+    logs = [err for _, err in results[1:]]
+    took = [log for log in logs if "node 1 was lost: this launcher takes its place" in log]
+    idle = [log for log in logs if "this standby was not needed; exit code 0" in log]
+    assert len(took) == 1 and len(idle) == 1, logs
+
+
+def test_node_0_does_not_wait_for_a_lost_node_at_the_end(cluster):
+    node0, node1 = cluster.start("--node-rank", "0"), cluster.start("--node-rank", "1")
+    cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node1)
+    began = time.monotonic()
+    [(code, err)] = cluster.finish(node0)
+    assert code == 0, err
+    assert time.monotonic() - began < 15, err  # not the 300 s exit barrier
