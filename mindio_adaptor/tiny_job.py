@@ -178,3 +178,84 @@ def load_params(directory: str, nproc: int = 4) -> List[dict]:
     import torch
 
     return [torch.load(os.path.join(directory, f"params_rank{r}.pt")) for r in range(nproc)]
+
+
+class LocalCluster:
+    """Several `mindio-adaptor launch` processes on this machine playing the nodes of one job (each launcher
+    is a node: its own failure domain), with the tiny GPT flags plus `flags`. Nodes are started, lost (the
+    launcher and its workers SIGKILLed) and started again by the caller; `wait` gives the merged output.
+    `on_line` sees every line of every launcher."""
+
+    def __init__(self, flags: Sequence[str], nnodes: int = 2, nproc_per_node: int = 2, train_iters: int = 8,
+                 env: Optional[Dict[str, str]] = None, launch_flags: Sequence[str] = (),
+                 on_line: Optional[Callable[[str], None]] = None):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.run_id = uuid.uuid4().hex
+        self.common = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
+                       "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", self.run_id[:12], *launch_flags]
+        self.script = [str(EXAMPLE), *TINY_GPT_FLAGS, "--train-iters", str(train_iters), *flags]
+        self.env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1",
+                    "PYTHONUNBUFFERED": "1", RUN_ID_ENV: self.run_id, **(env or {})}
+        self.on_line = on_line
+        self.lines: List[str] = []
+        self.launchers: List[subprocess.Popen] = []
+        self.lost: List[subprocess.Popen] = []
+        self._readers: List[threading.Thread] = []
+
+    def start_node(self, *node_flags: str) -> subprocess.Popen:
+        """A launcher: `start_node("--node-rank", "1")`, or `start_node("--standby")`."""
+        proc = subprocess.Popen([sys.executable, "-m", "mindio_adaptor.launch", *self.common, *node_flags,
+                                 *self.script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=self.env, start_new_session=True)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, self.lines, self.on_line), daemon=True)
+        reader.start()
+        self.launchers.append(proc)
+        self._readers.append(reader)
+        return proc
+
+    def lose_node(self, launcher: subprocess.Popen) -> List[int]:
+        """SIGKILL a launcher and everything it started (each worker leads its own process group), as a
+        node that is powered off; returns the pids killed."""
+        import psutil
+
+        try:
+            workers = psutil.Process(launcher.pid).children()
+        except psutil.NoSuchProcess:
+            workers = []
+        launcher.send_signal(signal.SIGKILL)
+        for worker in workers:
+            try:
+                os.killpg(worker.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        launcher.wait(timeout=10)
+        self.lost.append(launcher)
+        return [launcher.pid, *(w.pid for w in workers)]
+
+    def wait(self, timeout: float = 400) -> RunResult:
+        """Wait for every launcher not lost; the first non-zero exit code among them is the run's."""
+        deadline = time.monotonic() + timeout
+        running = [p for p in self.launchers if p not in self.lost]
+        try:
+            codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in running]
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the cluster did not finish within {timeout} s; last output:\n"
+                                 f"{''.join(self.lines)[-6000:]}")
+        for reader in self._readers:
+            reader.join(30)
+        result = parse_output(next((c for c in codes if c), 0), "".join(self.lines))
+        result.leftover = processes_left(self.run_id)
+        LEFTOVERS.extend(f"cluster {' '.join(self.script[-6:])[:120]}: {p}" for p in result.leftover)
+        return result
+
+    def kill(self) -> None:
+        for proc in self.launchers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        processes_left(self.run_id, grace_s=0)

@@ -1,0 +1,108 @@
+"""A whole node lost, on the real megatron.training (dp4, R=2, gloo, --enable-worker-reboot): two
+`mindio-adaptor launch` processes play two nodes of two ranks each, and a shard's two holders sit on
+different nodes. Losing a node is SIGKILLing every process of it (its launcher and both workers).
+
+One run loses node 1 twice: after step 3 a standby launcher already waiting takes its place (nothing is
+started by the test), after step 6 a new launcher started with node rank 1 does (what a rescheduled pod or
+a requeued Slurm step does). Each time the new node's workers join the running job and receive their
+shards from node 0's ranks, and the run ends bit-identical to the uninterrupted one while node 0's
+processes never change. Another run loses node 1 with no replacement: the survivors write the dying-gasp
+checkpoint once the controller stops waiting, and its resume ends bit-identical."""
+import re
+import threading
+
+import pytest
+
+from mindio_adaptor.tiny_job import LocalCluster, process_ids, run_training
+
+pytestmark = pytest.mark.e2e
+FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]
+LOST_AFTER = ["--node-lost-after", "3"]
+STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
+ARF_WAIT_S = "20"  # how long the controller waits for a lost rank's replacement before the dump
+
+
+class StepWatch:
+    """Events set when Megatron's log line of a step first appears (printed by the last rank, on node 1)."""
+
+    def __init__(self, *steps):
+        self.events = {step: threading.Event() for step in steps}
+
+    def __call__(self, line):
+        match = STEP_LOGGED.search(line)
+        if match and int(match.group(1)) in self.events:
+            self.events[int(match.group(1))].set()
+
+    def wait(self, step, cluster):
+        if not self.events[step].wait(300):
+            cluster.kill()
+            raise AssertionError(f"step {step} never logged:\n" + "".join(cluster.lines)[-6000:])
+
+
+@pytest.fixture(scope="module")
+def node_1_lost_twice():
+    """Node 1 lost after step 3 (a standby takes over) and after step 6 (a new launcher does)."""
+    steps = StepWatch(3, 6)
+    cluster = LocalCluster(FLAGS, launch_flags=LOST_AFTER, on_line=steps)
+    cluster.start_node("--node-rank", "0")
+    node_1 = cluster.start_node("--node-rank", "1")
+    standby = cluster.start_node("--standby")
+    steps.wait(3, cluster)
+    lost = cluster.lose_node(node_1)
+    steps.wait(6, cluster)
+    lost += cluster.lose_node(standby)  # node 1 now
+    cluster.start_node("--node-rank", "1")
+    return cluster.wait(), lost
+
+
+def test_node_1_lost_twice_and_replaced_ends_bit_identical(node_1_lost_twice, reference_runs):
+    run, _ = node_1_lost_twice
+    run.require_success()
+    reference, _ = reference_runs("ha")
+    assert run.losses == reference.losses
+    assert run.digest == reference.digest
+
+
+def test_only_the_lost_nodes_processes_change(node_1_lost_twice):
+    run, lost = node_1_lost_twice
+    seen = process_ids(run.output)
+    for rank in (0, 1):  # node 0: one process from start to end
+        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+    for rank in (2, 3):  # node 1: two processes lost, the third finished the run
+        *gone, last = seen[rank]["starting"]
+        assert len(gone) == 2 and set(gone) <= set(lost) and seen[rank]["done"] == [last], (seen, lost)
+
+
+def test_the_new_nodes_are_named_and_repaired_from_node_0(node_1_lost_twice):
+    run, _ = node_1_lost_twice
+    assert re.search(r"standby\] standby: watching nodes \[1\]", run.output)
+    for incarnation in (2, 3):
+        assert re.search(rf"node 1\] node 1 was lost: this launcher takes its place in the running job "
+                         rf"\(incarnation {incarnation}\)", run.output)
+    assert len(re.findall(r"decision recover: faults [^\n]*\b[23]:node", run.output)) == 2
+    for rank, source in ((2, 0), (3, 1)):  # a shard's other holder is on the other node
+        received = rf"rank {rank}\] INFO repair of step \d+: received my optimizer shard \(\d+ tensors, " \
+                   rf"\d+ bytes\) from rank {source}"
+        assert len(re.findall(received, run.output)) == 2
+    assert len(re.findall(r"ranks \[2,3\] replaced, training resumes at step \d+", run.output)) == 2
+
+
+def test_no_replacement_in_time_dumps_and_the_resume_ends_bit_identical(tmp_path, reference_runs):
+    steps, ckpt = StepWatch(4), tmp_path / "ckpt"
+    cluster = LocalCluster([*FLAGS, "--save", str(ckpt), "--save-interval", "1000"], launch_flags=LOST_AFTER,
+                           env={"MINDIO_ARF_WAIT_S": ARF_WAIT_S}, on_line=steps)
+    cluster.start_node("--node-rank", "0")
+    node_1 = cluster.start_node("--node-rank", "1")
+    steps.wait(4, cluster)
+    cluster.lose_node(node_1)
+    run = cluster.wait()
+    assert run.returncode != 0
+    dumped = re.search(r"dump of step (\d+) published", run.output)
+    assert dumped, run.output[-6000:]
+    step = int(dumped.group(1))
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
+    resumed = run_training(["--load", str(ckpt), "--enable-high-availability"]).require_success()
+    reference, _ = reference_runs("ha")
+    assert sorted(resumed.losses) == list(range(step + 1, 9))
+    assert resumed.losses[step + 1] == reference.losses[step + 1]
+    assert resumed.digest == reference.digest
