@@ -152,9 +152,18 @@ def test_first_host_of_a_slurm_node_list(nodelist, host):
     (["--rdzv-conf", "read_timeout=5"], "only timeout or join_timeout=SECONDS"),
     (["--rdzv-conf", "timeout=soon"], "--rdzv-conf 'timeout=soon': expected a number of seconds"),
     (["--rdzv-conf", "timeout=-1"], "--rdzv-conf timeout must be > 0"),
+    (["--node-lost-after", "0"], "--node-lost-after must be > 0"),
+    (["--standby", "--worker-reboot"], "--standby needs --nnodes 2 or more"),
+    (["--standby", "--nnodes", "2"], "--standby needs worker reboot"),
 ])
 def test_errors_name_the_flag(script, argv, message):
     assert message in error(*argv, script)
+
+
+def test_a_standby_and_the_lost_node_timer(script):
+    cfg = config("--nnodes", "3", "--standby", "--node-lost-after", "4.5", script, "--enable-worker-reboot")
+    assert cfg.standby and cfg.node_lost_after == 4.5
+    assert config(script).node_lost_after == 10.0 and not config(script).standby
 
 
 def test_missing_script_and_program():
