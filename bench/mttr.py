@@ -10,7 +10,13 @@ says the fault fired to the line that logs the first step completed after it:
                       job; it is relaunched, loads its last periodic checkpoint and recomputes up to F.
   (d) online reload   no replica (--distributed-optimizer-no-replica), the same checkpoints as (c): the
                       same processes load the last periodic checkpoint again and recompute up to F.
-Prints each phase, the ratios a/c, b/c and d/c and the completed steps lost (recomputed) in each case, then
+  (e) node lost        two launchers of two ranks play two nodes; every process of node 1 is SIGKILLed
+                      during step F (timed from the kill) and a new launcher is started at once with its
+                      node rank: it waits --node-lost-after, then its workers start cold and replace ranks 2, 3.
+  (g) standby          the same, with a --standby launcher whose workers wait warm (Python, torch, Megatron
+                      imported): no scheduler, no interpreter start.
+  (h) warm spare       (b) with --spare-workers 1: a warm worker takes the killed rank's place.
+Prints each phase, the ratios to c and the completed steps lost (recomputed) in each case, then
 the shard transfer's throughput against plain send/recv of the same bytes (bench/shard_transfer.py).
 
 With --sweep H1,H2,...: (a) again at each hidden size (same processes, layers and steps), printing the
@@ -27,10 +33,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny_job import LocalCluster, run_training
 
 ITERATION = re.compile(r"iteration\s+(\d+)/")
 
@@ -111,23 +118,81 @@ def size_sweep(args, tmp: Path):
           "much); fixed s: fault to recomputed step, less the stage and the step")
 
 
-def process_replacement(args, tmp: Path):
+def process_replacement(args, tmp: Path, spare_workers: int = 0):
+    """(b) the killed rank's process started again by the launcher; (h) a warm spare worker takes its place."""
     clock = Clock()
     env = {"MINDIO_FAULT_INJECT": f"kill:rank=2,step={args.fault_step}",
-           "MINDIO_FAULT_STATE_DIR": str(tmp / "faults_b")}
+           "MINDIO_FAULT_STATE_DIR": str(tmp / f"faults_b{spare_workers}")}
     marks = {"fault": r"fault injection: firing", "decision": r"\] decision recover",
              "started": r"replacement process of rank", "ready": r"replacement process ready",
              "rebuilt": r"communicators rebuilt", "sent": r"INFO repair of step",
              "normal": r"replaced, training resumes", "done": rf"iteration\s+{args.fault_step}/"}
     run = run_training(["--enable-high-availability", "--enable-worker-reboot"], train_iters=args.iters,
                        env=env, on_line=clock.watch(marks), timeout=900,
-                       launcher=("mindio_adaptor.launch", "--max-restarts", "1"))
+                       launcher=("mindio_adaptor.launch", "--max-restarts", "1", "--spare-workers", str(spare_workers)))
     run.require_success()
     phases = [("death detected and decided", "fault", "decision"),
               ("new process started", "decision", "started"), ("its Megatron start-up", "started", "ready"),
               ("groups rebuilt", "ready", "rebuilt"), ("shard and state sent", "rebuilt", "sent"),
               ("rolled back", "sent", "normal"), ("step recomputed", "normal", "done")]
     return clock.between("fault", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0
+
+
+class AfterLoss:
+    """Arrival times of lines, each pattern counted only after the node was lost (a step line printed by
+    the lost process before it died must not count as the recomputed step)."""
+
+    def __init__(self, marks):
+        self.marks, self.seen, self.lost_at = marks, {}, None
+
+    def __call__(self, line):
+        now = time.monotonic()
+        if self.lost_at is None:
+            return
+        for name, pattern in self.marks.items():
+            if name not in self.seen and re.search(pattern, line):
+                self.seen[name] = now
+
+    def between(self, a, b):
+        seen = {"lost": self.lost_at, **self.seen}
+        if a not in seen or b not in seen:
+            sys.exit(f"mttr: did not see {a!r} and {b!r} after the node was lost")
+        return seen[b] - seen[a]
+
+
+def node_lost(args, standby: bool):
+    """(e) node 1 (launcher and workers) SIGKILLed during step F, a new launcher started at once with its
+    node rank (cold: a new interpreter, torch and Megatron); (g) the same, a --standby waiting warm."""
+    step_before = threading.Event()
+    marks = {"decision": r"\] decision recover", "claimed": r"node 1 was lost: this launcher takes its place",
+             "ready": r"replacement process ready", "normal": r"replaced, training resumes",
+             "done": rf"iteration\s+{args.fault_step}/"}
+    clock = AfterLoss(marks)
+
+    def on_line(line):
+        if re.search(rf"iteration\s+{args.fault_step - 1}/", line):
+            step_before.set()
+        clock(line)
+
+    cluster = LocalCluster(["--enable-high-availability", "--enable-worker-reboot"], train_iters=args.iters,
+                           launch_flags=["--node-lost-after", str(args.node_lost_after)], on_line=on_line)
+    cluster.start_node("--node-rank", "0")
+    node_1 = cluster.start_node("--node-rank", "1")
+    if standby:
+        cluster.start_node("--standby")
+    if not step_before.wait(600):
+        cluster.kill()
+        sys.exit(f"mttr: step {args.fault_step - 1} never logged")
+    clock.lost_at = time.monotonic()
+    cluster.lose_node(node_1)
+    if not standby:
+        cluster.start_node("--node-rank", "1")
+    cluster.wait(timeout=900).require_success()
+    phases = [("loss detected and decided", "lost", "decision"),
+              (f"node rank taken (after {args.node_lost_after:g} s silent)", "lost", "claimed"),
+              ("its workers' start-up", "claimed", "ready"), ("groups, shards, roll back", "ready", "normal"),
+              ("step recomputed", "normal", "done")]
+    return clock.between("lost", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0
 
 
 def online_reload(args, tmp: Path):
@@ -180,6 +245,8 @@ def main():
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--sweep", type=lambda text: [int(h) for h in text.split(",")], default=None,
                         help="hidden sizes, e.g. 64,256,512: only the online repair, at each size")
+    parser.add_argument("--node-lost-after", type=float, default=3.0,
+                        help="the launchers' --node-lost-after in (e) and (g) (default 3 s)")
     args = parser.parse_args()
     if not args.save_interval < args.fault_step <= args.iters:
         sys.exit("mttr: need save-interval < fault-step <= iters")
@@ -192,6 +259,9 @@ def main():
         b, b_phases, b_lost = process_replacement(args, Path(tmp))
         c, c_phases, c_lost = baseline(args, Path(tmp))
         d, d_phases, d_lost = online_reload(args, Path(tmp))
+        e, e_phases, e_lost = node_lost(args, standby=False)
+        g, g_phases, g_lost = node_lost(args, standby=True)
+        h, h_phases, h_lost = process_replacement(args, Path(tmp), spare_workers=1)
     print(f"\nfault during step {args.fault_step}; baseline checkpoint every {args.save_interval} steps")
     print(f"(a) online repair: {a:.2f} s to step {args.fault_step} done; completed steps lost {a_lost}")
     for name, seconds in a_phases:
@@ -205,7 +275,14 @@ def main():
     print(f"(d) online reload, no replica: {d:.2f} s to step {args.fault_step} done; completed steps lost {d_lost}")
     for name, seconds in d_phases:
         print(f"      {name:<28} {seconds:6.2f} s")
-    print(f"ratio a/c {a / c:.2f} (goal <= 0.10), b/c {b / c:.2f} (goal <= 0.5), d/c {d / c:.2f}")
+    for tag, title, seconds, phases, lost in (
+            ("e", "node lost, new launcher", e, e_phases, e_lost), ("g", "node lost, warm standby", g, g_phases, g_lost),
+            ("h", "killed rank, warm spare worker", h, h_phases, h_lost)):
+        print(f"({tag}) {title}: {seconds:.2f} s to step {args.fault_step} done; completed steps lost {lost}")
+        for name, phase_s in phases:
+            print(f"      {name:<28} {phase_s:6.2f} s")
+    print(f"ratio a/c {a / c:.2f} (goal <= 0.10), b/c {b / c:.2f} (goal <= 0.5), d/c {d / c:.2f}, e/c {e / c:.2f}, "
+          f"g/c {g / c:.2f} (goal <= 0.2), h/c {h / c:.2f} (goal <= 0.15)")
     print("\nshard transfer against plain send/recv of the same bytes (bench/shard_transfer.py):", flush=True)
     subprocess.run([sys.executable, str(Path(__file__).with_name("shard_transfer.py")), "--rounds", "11"],
                    check=True, timeout=600)

@@ -7,6 +7,19 @@ LOGGER_NAME = "mindio_adaptor"
 _configured = False
 
 
+class _RankFormatter(logging.Formatter):
+    """The rank is read when a line is written, not when logging is set up: a warm worker
+    (launch/warm_worker.py) sets up logging before it knows which rank it will be."""
+
+    def __init__(self, rank):
+        super().__init__("[mindio %(asctime)s.%(msecs)03d rank %(rank)s] %(levelname)s %(message)s", "%H:%M:%S")
+        self._rank = rank
+
+    def format(self, record):
+        record.rank = os.environ.get("RANK", "?") if self._rank is None else self._rank
+        return super().format(record)
+
+
 def configure(rank=None):
     """Send the adaptor's logs to stderr as `[mindio HH:MM:SS.mmm rank R] LEVEL message`, once per process.
     Level from MINDIO_LOG_LEVEL (default INFO)."""
@@ -14,10 +27,8 @@ def configure(rank=None):
     if _configured:
         return
     _configured = True
-    rank = os.environ.get("RANK", "?") if rank is None else rank
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        f"[mindio %(asctime)s.%(msecs)03d rank {rank}] %(levelname)s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(_RankFormatter(rank))
     root = logging.getLogger(LOGGER_NAME)
     root.addHandler(handler)
     root.setLevel(os.environ.get("MINDIO_LOG_LEVEL", "INFO").upper())

@@ -18,6 +18,7 @@ from mindio_adaptor.launch.controller_report import ControllerReportError, find_
 from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
+from mindio_adaptor.launch.warm_pool import WarmPool, script_argv
 from mindio_adaptor.launch.worker import Worker, stop_all
 from mindio_adaptor.launch.worker_env import worker_env
 
@@ -31,8 +32,8 @@ class Outcome:
 
 
 class NodeAgent:
-    def __init__(self, config: LaunchConfig, store: NodeStore, log):
-        self.config, self.store, self.log = config, store, log
+    def __init__(self, config: LaunchConfig, store: NodeStore, log, warm: WarmPool):
+        self.config, self.store, self.log, self.warm = config, store, log, warm
         self.workers = [Worker(lr, config.global_rank(lr)) for lr in range(config.nproc_per_node)]
         self.generation = 0
         self.master_port = 0
@@ -47,7 +48,10 @@ class NodeAgent:
     def run(self) -> int:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self._on_signal)
-        outcome = self._watch()
+        try:
+            outcome = self._watch()
+        finally:
+            self.warm.close()
         self.log.info("summary: %s; exit code %d; group restarts %d; restarts per rank: %s", outcome.what,
                       outcome.code, self.generation,
                       ", ".join(f"rank {w.rank}: {w.starts - 1}" for w in self.workers))
@@ -92,13 +96,27 @@ class NodeAgent:
         self.generation = generation
         self.master_port = self.store.open_generation(generation)
         pids = [self._start(w, restarted=replacing) for w in self.workers]
-        self.log.info("generation %d: started ranks %s as pids %s%s; workers' store at %s:%d", generation,
+        warm = sum(w.warm for w in self.workers)
+        self.log.info("generation %d: started ranks %s as pids %s%s%s; workers' store at %s:%d", generation,
                       [w.rank for w in self.workers], pids, " to replace the lost node's" if replacing else "",
-                      self.config.master_addr, self.master_port)
+                      f" ({warm} warm)" if warm else "", self.config.master_addr, self.master_port)
+        self._refill_warm()
+
+    def _refill_warm(self) -> None:
+        spares = self.warm.fill()
+        if spares:
+            self.log.info("warm spare workers started: pids %s", spares)
 
     def _start(self, worker: Worker, restarted: bool) -> int:
+        """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
         env = worker_env(self.config, worker.local_rank, self.master_port,
                          restart_count=self.generation + worker.reboots, restarted=restarted)
+        warm = self.warm.take() if restarted else None
+        if warm is not None:
+            try:
+                return worker.hand_to(warm, env, script_argv(self.config))
+            except OSError:  # it died since it was started: a new process then
+                pass
         return worker.start(self.config.command, env)
 
     # --- watching ----------------------------------------------------------------------------------------
@@ -210,8 +228,10 @@ class NodeAgent:
     def _reboot(self, worker: Worker, what: str) -> None:
         worker.reboots += 1
         pid = self._start(worker, restarted=True)
-        self.log.info("%s; worker reboot: rank %d started again alone as pid %d (MINDIO_RESTARTED=1, restart %d "
-                      "of %d for this rank)", what, worker.rank, pid, worker.reboots, self.config.max_restarts)
+        self.log.info("%s; worker reboot: rank %d started again alone as pid %d%s (MINDIO_RESTARTED=1, restart %d "
+                      "of %d for this rank)", what, worker.rank, pid, ", a warm spare" if worker.warm else "",
+                      worker.reboots, self.config.max_restarts)
+        self._refill_warm()
 
     def _give_up(self, what: str) -> Outcome:
         limit = f"--max-restarts {self.config.max_restarts}"

@@ -10,6 +10,7 @@ import argparse
 import os
 
 from mindio_adaptor.launch.config import DEFAULT_LOST_AFTER_S, LaunchConfig, LaunchConfigError, resolve
+from mindio_adaptor.launch.warm_worker import DEFAULT_PRELOAD
 
 PROG = "mindio-adaptor launch"
 DESCRIPTION = (
@@ -69,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--standby", action="store_true", default=_env_flag("standby"),
         help="a spare node: start no workers until a node (not node 0) is lost, then take its rank; "
              "--node-rank is ignored")
+    add("--spare-workers", "--spare_workers", dest="spare_workers", type=int, default=_env("spare_workers", 0),
+        help="warm workers kept on this node (Python, torch and the preloaded modules imported, rank not yet "
+             "known) to replace a dead local rank at once (default 0; needs worker reboot)")
+    add("--warm-preload", "--warm_preload", dest="warm_preload", default=_env("warm_preload", DEFAULT_PRELOAD),
+        help="what a warm worker imports before it is needed: comma-separated modules, module:function to "
+             f"call one (default {DEFAULT_PRELOAD})")
     add("--role", default=_env("role", "default"), help="ROLE_NAME of the workers (default 'default')")
     add("-m", "--module", action="store_true", default=_env_flag("module"),
         help="run the script as a Python module (python -m)")

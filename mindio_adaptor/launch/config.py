@@ -48,6 +48,8 @@ class LaunchConfig:
     place_source: str = ""  # where the node's place came from when not from the flags (logged): "Slurm"
     node_lost_after: float = DEFAULT_LOST_AFTER_S  # seconds without a launcher's beat before its node counts as lost
     standby: bool = False  # a spare node: takes the rank of the first node lost (node_rank is set then)
+    spare_workers: int = 0  # warm workers kept ready to replace a dead local rank (launch/warm_worker)
+    warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
 
     @property
     def world_size(self) -> int:
@@ -78,7 +80,8 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         shutdown_timeout=_positive("--shutdown-timeout", args.shutdown_timeout),
         rdzv_timeout=_rdzv_timeout(args.rdzv_conf), role=args.role, command=_command(args),
         place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
-        standby=_standby(args.standby, nnodes, reboot))
+        standby=_standby(args.standby, nnodes, reboot), spare_workers=_spare_workers(args.spare_workers, reboot),
+        warm_preload=args.warm_preload)
 
 
 def _standby(standby: bool, nnodes: int, reboot: bool) -> bool:
@@ -89,6 +92,14 @@ def _standby(standby: bool, nnodes: int, reboot: bool) -> bool:
         raise LaunchConfigError("--standby needs worker reboot (--worker-reboot, or the script's "
                                 "--enable-worker-reboot): the standby's workers replace the lost node's ranks")
     return standby
+
+
+def _spare_workers(count: int, reboot: bool) -> int:
+    count = _at_least("--spare-workers", count, 0)
+    if count and not reboot:
+        raise LaunchConfigError("--spare-workers needs worker reboot (--worker-reboot, or the script's "
+                                "--enable-worker-reboot): a spare only ever replaces a dead rank")
+    return count
 
 
 def _slurm(environ: Mapping[str, str]):

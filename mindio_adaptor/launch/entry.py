@@ -17,15 +17,20 @@ def run(config: LaunchConfig) -> int:
     # torch is imported only now: a bad command line was answered without it.
     from mindio_adaptor.launch.agent import NodeAgent
     from mindio_adaptor.launch.node_store import NodeStore, NodeStoreError
+    from mindio_adaptor.launch.warm_pool import WarmPool
 
     log = configure("standby" if config.standby else config.node_rank)
     store = NodeStore(config)
+    # A standby's workers wait warm for the node it will replace; a node keeps --spare-workers of them.
+    warm = WarmPool(config, config.nproc_per_node if config.standby else config.spare_workers)
     try:
         if config.standby:
-            log.info("standby for a job of %d nodes of %d workers, job id %s, launchers' store at %s:%d; "
-                     "command: %s", config.nnodes, config.nproc_per_node, config.run_id, config.master_addr,
-                     store.port, " ".join(config.command))
+            log.info("standby for a job of %d nodes of %d workers, job id %s, launchers' store at %s:%d; warm "
+                     "workers %s; command: %s", config.nnodes, config.nproc_per_node, config.run_id,
+                     config.master_addr, store.port, warm.fill() or "none (not a Python script)",
+                     " ".join(config.command))
             if store.join_as_standby(log) is None:
+                warm.close()
                 log.info("summary: the job ended without losing a node; this standby was not needed; exit code 0")
                 return 0
             log = configure(config.node_rank)
@@ -33,12 +38,13 @@ def run(config: LaunchConfig) -> int:
             _log_place(config, store, log)
             store.join()
     except NodeStoreError as err:
+        warm.close()
         log.info("error: %s", err)
         return 1
     if store.replacing:
         log.info("node %d was lost: this launcher takes its place in the running job (incarnation %d); its "
                  "workers start as replacements", config.node_rank, store.incarnation)
-    return NodeAgent(config, store, log).run()
+    return NodeAgent(config, store, log, warm).run()
 
 
 def _log_place(config: LaunchConfig, store, log) -> None:

@@ -7,6 +7,7 @@ reaches what it started (data-loader processes and the like).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,11 +25,20 @@ class Worker:
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0  # processes started for this rank, over all generations
         self.reboots = 0  # of those, started again alone (worker reboot)
+        self.warm = False  # the current process was a warm worker (launch/warm_worker.py)
 
     def start(self, command: Sequence[str], env: Mapping[str, str]) -> int:
         self.proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
-        self.starts += 1
+        self.starts, self.warm = self.starts + 1, False
         return self.proc.pid
+
+    def hand_to(self, warm: subprocess.Popen, env: Mapping[str, str], argv: Sequence[str]) -> int:
+        """Make a warm worker this rank's process (OSError when it died meanwhile)."""
+        warm.stdin.write(json.dumps({"env": dict(env), "argv": list(argv)}) + "\n")
+        warm.stdin.close()
+        self.proc = warm
+        self.starts, self.warm = self.starts + 1, True
+        return warm.pid
 
     @property
     def pid(self) -> Optional[int]:

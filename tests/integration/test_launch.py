@@ -4,6 +4,7 @@ ENDED_BY_CONTROLLER exit is never restarted, two launchers form one world, bad a
 The workers are tests/integration/launch_worker.py (no Megatron)."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
@@ -62,6 +64,21 @@ def test_worker_reboot_restarts_only_the_killed_rank(tmp_path):
     assert "restarts per rank: rank 0: 0, rank 1: 1, rank 2: 0" in log
     assert all(line.startswith("[mindio-launch ") and " node 0] " in line for line in log.splitlines()
                if line.startswith("[mindio-launch"))
+
+
+def test_a_warm_spare_worker_replaces_the_killed_rank(tmp_path):
+    done = launch("--nproc-per-node", "2", "--worker-reboot", "--spare-workers", "1", "--warm-preload", "torch",
+                  WORKER, "reboot", str(tmp_path), "1", "--extra", "x y")
+    assert done.returncode == 0, done.stderr
+    spares = [int(pid) for pid in re.findall(r"warm spare workers started: pids \[(\d+)\]", done.stderr)]
+    assert len(spares) == 2, done.stderr  # one at the start, one to refill the pool after the hand-out
+    first, again = events(tmp_path, 1, "start")
+    assert again["pid"] == spares[0] and again["argv"] == ["--extra", "x y"]
+    assert (again["env"]["RANK"], again["env"]["LOCAL_RANK"], again["env"]["MINDIO_RESTARTED"]) == ("1", "1", "1")
+    assert again["env"]["MASTER_PORT"] == first["env"]["MASTER_PORT"]
+    assert [r["sum"] for rank in range(2) for r in events(tmp_path, rank, "epoch1")] == [1, 1]
+    assert f"worker reboot: rank 1 started again alone as pid {spares[0]}, a warm spare" in done.stderr
+    assert not psutil.pid_exists(spares[1]) or psutil.Process(spares[1]).status() == psutil.STATUS_ZOMBIE
 
 
 def test_torchrun_mode_restarts_the_group_then_fails(tmp_path):

@@ -1,0 +1,64 @@
+"""The launcher's warm workers (launch/warm_worker.py): started ahead, handed to a rank when one is needed,
+refilled after each hand-out, closed (EOF on stdin) when the launcher ends."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import List, Optional
+
+from mindio_adaptor.launch.config import LaunchConfig
+from mindio_adaptor.launch.worker import KILL_WAIT_S
+from mindio_adaptor.launch.worker_env import worker_env
+
+
+def script_argv(config: LaunchConfig) -> Optional[List[str]]:
+    """The script's command line as a warm worker runs it (`script args` or `-m module args`); None for a
+    program started without Python (--no-python), which no warm worker can become."""
+    command = config.command
+    if command[:2] != [sys.executable, "-u"]:
+        return None
+    return command[2:]
+
+
+class WarmPool:
+    def __init__(self, config: LaunchConfig, size: int):
+        self.config = config
+        self.size = size if script_argv(config) is not None else 0
+        self.ready: List[subprocess.Popen] = []
+
+    def fill(self) -> List[int]:
+        """Start warm workers up to the pool's size; their pids."""
+        self.ready = [p for p in self.ready if p.poll() is None]
+        started = []
+        while len(self.ready) < self.size:
+            # The environment of a replacement of local rank 0: what the preloaded modules may read at
+            # import; the rank's own environment replaces it when the worker is handed out.
+            env = worker_env(self.config, 0, master_port=0, restart_count=0, restarted=True)
+            proc = subprocess.Popen([sys.executable, "-u", "-m", "mindio_adaptor.launch.warm_worker",
+                                     self.config.warm_preload], env=env, stdin=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+            self.ready.append(proc)
+            started.append(proc.pid)
+        return started
+
+    def take(self) -> Optional[subprocess.Popen]:
+        """A live warm worker, out of the pool (None when there is none)."""
+        while self.ready:
+            proc = self.ready.pop(0)
+            if proc.poll() is None:
+                return proc
+        return None
+
+    def close(self) -> None:
+        for proc in self.ready:
+            try:
+                proc.stdin.close()  # EOF: the warm worker ends by itself
+            except OSError:
+                pass
+        for proc in self.ready:
+            try:
+                proc.wait(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:  # still importing: no reason to wait for that
+                proc.kill()
+                proc.wait(timeout=KILL_WAIT_S)
+        self.ready = []
