@@ -44,27 +44,28 @@ def on_update(started: Callable[[int], None], ended: Callable[[int], None]) -> N
 
 
 def stop() -> int:
+    _require_client_mode("stop")  # before touching the link: in the adaptor's mode it is the adaptor's
     client_loop.wire_link()
-    return _run(RecoveryAction("stop", strategy=_strategy()))
+    return _run("stop")
 
 
 def clean(is_uce_error: bool = False) -> int:
     """The reference's clean handler answers 0 (clean done); is_uce_error changes nothing here: the
     communicators are rebuilt either way."""
-    return _run(RecoveryAction("clean", strategy=_strategy()))
+    return _run("clean")
 
 
 def repair(step: int, repair_info: dict) -> int:
     """One repair handler call: repair_info as the reference gives it (this rank's pairs, "type" the
     optimizer type of each pair, or one int for all of them)."""
     own = _assignment(repair_info)
-    return _run(RecoveryAction("repair", strategy=_strategy(), step=_step(step), repair=own, error_ranks=own.dst))
+    return _run("repair", step=_step(step), repair=own, error_ranks=own.dst)
 
 
 def rollback(step: int) -> int:
     """Roll back to the repair step, then make Megatron's train(), when the client calls it again,
     start after it (its iteration, data position and FLOPs; its start barriers skipped)."""
-    _run(RecoveryAction("rollback", strategy=_strategy(), step=_step(step)))
+    _run("rollback", step=_step(step))
     SESSION.thread.run_parked(lambda: train_reentry.prepare(SESSION, megatron_job, step, "rolled back by the client"),
                               STAGE_TIMEOUT_S, park_wait=stop_timeout_s())
     return 0
@@ -78,22 +79,23 @@ def save_ckpt(step: int, save_info: Sequence[dict]) -> int:
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"save_ckpt: save_info must be a list of {{'type': int, 'ranks': [int]}}, got "
                          f"{save_info!r} ({err})") from None
-    return _run(RecoveryAction("save_ckpt", strategy=_strategy(), step=_step(step), saves=saves))
+    return _run("save_ckpt", step=_step(step), saves=saves)
 
 
 def rename(step: int) -> int:
-    return _run(RecoveryAction("rename", strategy=_strategy(), step=_step(step)))
+    return _run("rename", step=_step(step))
 
 
 def exit_even_if_hung() -> int:
     """The exit handler's part: a training thread that never parked (hung) cannot end the process
     itself, so the process is ended shortly after the reply."""
-    return _run(RecoveryAction("exit", strategy=_strategy()))
+    return _run("exit")
 
 
-def _run(action: RecoveryAction) -> int:
-    _require_client_mode(action.name)
-    return recovery.run_action(SESSION, megatron_job, action)
+def _run(name: str, **fields) -> int:
+    """The action's stages under the controller's strategy in force (the flow table's row)."""
+    _require_client_mode(name)
+    return recovery.run_action(SESSION, megatron_job, RecoveryAction(name, strategy=_strategy(), **fields))
 
 
 def _strategy() -> str:
