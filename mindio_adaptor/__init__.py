@@ -6,15 +6,19 @@
 __version__ = "0.1.0"
 
 
-def patch_all():
-    """Install every Megatron patch (idempotent). Safe before or after `import megatron`."""
+def patch_all(fault_handling: str = "adaptor"):
+    """Install every Megatron patch (idempotent). Safe before or after `import megatron`, but before
+    Megatron initialises. `fault_handling="client"`: a framework adaptor written for the reference API
+    (mindio_ttp) handles faults and answers the controller itself; the patches only give it the replica
+    layout, the device layer and the stages its handlers call (patches/client_actions,
+    docs/reference_api.md)."""
     from mindio_adaptor.core import child_reaper, orphan_guard
     from mindio_adaptor.patches import registry
 
     orphan_guard.arm()  # in a helper process spawned by a rank: it must not outlive the rank
     orphan_guard.install_for_children()  # helpers forked or forkserver-started by this process end with it
     child_reaper.install()  # and its exit never waits without end for a daemonic child
-    registry.patch_all()
+    registry.patch_all(fault_handling=fault_handling)
 
 
 def unpatch_all():

@@ -111,6 +111,9 @@ class ProcessorLink:
         self.native.allow_replacement(bool(allow_replacement))
         self._handler: Optional[ActionHandler] = None
         self.answers: Collection[str] = ()  # the actions the handler acts on (the rest it only acknowledges)
+        # What a thread waiting for the decision runs between short waits when its caller passes nothing
+        # (the reference's tft_wait_next_action): a framework's stages posted to its parked training thread.
+        self.between_waits: Optional[Callable[[], None]] = None
         self.native.set_dispatcher(self._dispatch)
 
     def start(self, host: str, port: int, backups: Sequence[Tuple[str, int]] = ()) -> None:
@@ -185,10 +188,12 @@ class ProcessorLink:
                        between: Optional[Callable[[], None]] = None) -> ControllerDecision:
         """Wait for the controller's decision after a reported fault: the only such wait, shared by the
         reference's tft_wait_next_action and tft_exception_handler and by a parked Megatron rank, which
-        passes `between` to run its recovery stages between short waits (it may raise to give up).
+        passes `between` to run its recovery stages between short waits (it may raise to give up); without
+        it, `between_waits` runs there.
         Short slices, so that KeyboardInterrupt is seen. A lost controller raises ControllerUnreachable;
         no decision within `timeout_s` (None: no limit) raises TimeoutError."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        between = between if between is not None else self.between_waits
         longest_slice = 0.5 if between is None else 0.1
         while True:
             if between is not None:

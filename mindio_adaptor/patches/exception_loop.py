@@ -11,7 +11,8 @@ import logging
 
 from mindio_adaptor.core.hang_rule import limits_from_env
 from mindio_adaptor.core.recovery_limits import stop_timeout_s
-from mindio_adaptor.patches import decision_wait, megatron_job, sections, step_replay, train_reentry
+from mindio_adaptor.patches import client_loop, decision_wait, megatron_job, sections, step_replay, train_reentry
+from mindio_adaptor.patches.fault_handling import client_handles_faults
 from mindio_adaptor.patches.decision import NextMove
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.process_replacement import is_replacement
@@ -32,9 +33,16 @@ def ha_enabled() -> bool:
     return bool(getattr(megatron_job.args_if_parsed(), "enable_high_availability", False))
 
 
+def adaptor_handles_faults() -> bool:
+    """High availability on, and no client of the reference API handling faults (patches/fault_handling)."""
+    return ha_enabled() and not client_handles_faults()
+
+
 def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
     if not ha_enabled():
         return wrapped(*args, **kwargs)
+    if client_handles_faults():
+        return client_loop.train_step(wrapped, args, kwargs)
     train_reentry.first_step_started(SESSION)
     step = megatron_job.current_iteration()
     if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
@@ -64,6 +72,8 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
     exit-signal check, logging reductions, a periodic save)."""
     if not ha_enabled():
         return wrapped(*args, **kwargs)
+    if client_handles_faults():
+        return client_loop.train(wrapped, args, kwargs)
     if is_replacement() and not SESSION.replacement.joined:
         join_as_replacement(SESSION, args[4] if len(args) > 4 else kwargs.get("train_data_iterator"))
     while True:

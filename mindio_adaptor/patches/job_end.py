@@ -26,7 +26,7 @@ def _train_then_final_part(wrapped, instance, args, kwargs):
 
 
 def _final_save_with_fault_handling(wrapped, instance, args, kwargs):
-    if not (SESSION.train_returned and exception_loop.ha_enabled()):
+    if not (SESSION.train_returned and exception_loop.adaptor_handles_faults()):
         return wrapped(*args, **kwargs)  # a periodic save: the train loop's fault handling covers it
     iteration = args[0] if args else kwargs["iteration"]
     while True:

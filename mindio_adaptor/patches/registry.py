@@ -24,6 +24,7 @@ from typing import Iterable, List, Optional
 import wrapt
 
 from mindio_adaptor.core import hook_points
+from mindio_adaptor.patches import fault_handling as fault_handling_mode
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
@@ -53,13 +54,18 @@ def all_patches(modules: Optional[Iterable[str]] = None) -> List[Patch]:
     return patches
 
 
-def patch_all(only: Optional[Iterable[str]] = None):
+def patch_all(only: Optional[Iterable[str]] = None, fault_handling: str = fault_handling_mode.ADAPTOR):
     """Apply every patch, or those of the PATCH_MODULES named in `only` (e.g. ("cpu_support",) to run
-    stock Megatron on a CPU-only machine)."""
+    stock Megatron on a CPU-only machine). `fault_handling`: who handles faults and answers the
+    controller, "adaptor" or "client" (patches/fault_handling)."""
     global _active, _selected
     with _lock:
         if _active:
+            if fault_handling != fault_handling_mode.mode():
+                raise ValueError(f"patch_all(fault_handling={fault_handling!r}): the patches are already applied "
+                                 f"with fault_handling={fault_handling_mode.mode()!r}; unpatch_all() first")
             return
+        fault_handling_mode.select(fault_handling)
         _selected = None if only is None else _known_modules(only)
         _active = True
         from mindio_adaptor.patches import before_megatron_import
@@ -89,6 +95,7 @@ def unpatch_all():
         for patch in reversed(all_patches()):  # two patches may stack on one target
             _remove(patch)
         _active = False
+        fault_handling_mode.select(fault_handling_mode.ADAPTOR)
         from mindio_adaptor.patches import after_unpatch
 
         after_unpatch()

@@ -1,0 +1,73 @@
+"""Megatron's train and train_step when a client of the reference API handles faults
+(patches/fault_handling, mode "client"): no exception loop of ours, only what the client's handlers
+need from Megatron and cannot get themselves.
+
+- At initialisation: the session's save root and backend, the snapshot of each completed step (a
+  rollback or a dump needs one), forked helpers closing the rank's connections.
+- Each train_step notes what recomputing it needs (patches/step_replay), as in the adaptor's mode.
+- A training exception leaves train() for the client's tft_exception_handler, with the training
+  thread marked parked: the stages the client's handlers call run on it, between its waits for the
+  decision (the link's between_waits), because device state is per thread. A rank that the
+  controller stopped raises "FORCE STOP", as the reference's device layer makes a stopped rank raise,
+  so the client reports it as stopped (NORMAL), not as a fault of its own.
+- Entered again after the decision (the client's retry), train() starts at the step the rollback
+  prepared (patches/train_reentry).
+"""
+import logging
+import os
+
+from mindio_adaptor.core import inherited_sockets, processor_link
+from mindio_adaptor.patches import megatron_job, step_replay, train_reentry
+from mindio_adaptor.patches.recovery_session import SESSION
+
+logger = logging.getLogger(__name__)
+
+JOB_WAIT_S = 0.1  # how long one wait for the decision runs posted stages before asking again
+
+
+def prepare(margs) -> None:
+    """After Megatron's initialisation, instead of connecting: the client connects later."""
+    SESSION.save_root = margs.save
+    SESSION.thread.backend = margs.distributed_backend
+    SESSION.job.step_completed.insert(0, _take_snapshot)  # before the client's update-ended hooks
+    inherited_sockets.install()
+    logger.debug("fault handling left to the client (mindio_ttp); rank %s not connected by the adaptor",
+                 os.environ.get("RANK", "?"))
+
+
+def _take_snapshot(step: int) -> None:
+    SESSION.latest = megatron_job.snapshot_of_completed_step(step)
+
+
+def wire_link() -> None:
+    """The client's processor runs this rank's posted stages while its training thread waits for
+    the decision; a stop keeps the store's and the controller's connections."""
+    link = processor_link.current_or_none()
+    if link is None:
+        return
+    link.between_waits = lambda: SESSION.thread.run_jobs(JOB_WAIT_S)
+    address = link.controller_address()
+    controller_port = int(address.rsplit(":", 1)[1]) if ":" in address else 0
+    SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), controller_port} - {0}
+
+
+def train_step(wrapped, args, kwargs):
+    train_reentry.first_step_started(SESSION)
+    if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
+        step = megatron_job.current_iteration()
+        args = (args[0], step_replay.prepare_step(SESSION, megatron_job, args[1], step), *args[2:])
+    return wrapped(*args, **kwargs)
+
+
+def train(wrapped, args, kwargs):
+    SESSION.thread.reset()
+    wire_link()
+    try:
+        return wrapped(*args, **kwargs)
+    except Exception as exc:
+        stopped = SESSION.thread.stop_requested.is_set()
+        SESSION.thread.parked.set()
+        if stopped:
+            raise RuntimeError(f"FORCE STOP: rank stopped by the controller ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from exc
+        raise
