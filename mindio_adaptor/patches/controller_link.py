@@ -22,7 +22,7 @@ from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, 
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state, recovery
 from mindio_adaptor.patches.arguments import config_from_args
-from mindio_adaptor.patches.fault_handling import client_handles_faults
+from mindio_adaptor.patches import fault_handling
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 
@@ -36,7 +36,8 @@ def _after_initialize(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     if not getattr(megatron_job.args(), "enable_high_availability", False):
         return result
-    if client_handles_faults():
+    fault_handling.put_in_force()
+    if fault_handling.client_handles_faults():
         client_loop.prepare(megatron_job.args())  # the client connects, later (patches/fault_handling)
     else:
         connect()

@@ -16,13 +16,29 @@ ADAPTOR, CLIENT = "adaptor", "client"
 MODES = (ADAPTOR, CLIENT)
 
 _mode = ADAPTOR
+_in_force = False  # Megatron initialised under the mode: it can no longer change
 
 
 def select(mode: str) -> None:
+    """Until Megatron initialises the mode may change: a warm worker (launch/warm_worker.py) applies the
+    patches before it knows the script, which then calls patch_all with its own mode."""
     global _mode
     if mode not in MODES:
         raise ValueError(f"patch_all(fault_handling={mode!r}): expected one of {', '.join(map(repr, MODES))}")
+    if _in_force and mode != _mode:
+        raise ValueError(f"patch_all(fault_handling={mode!r}): Megatron already initialised with "
+                         f"fault_handling={_mode!r}; choose the mode before Megatron initialises")
     _mode = mode
+
+
+def put_in_force() -> None:
+    global _in_force
+    _in_force = True
+
+
+def reset() -> None:
+    global _mode, _in_force
+    _mode, _in_force = ADAPTOR, False
 
 
 def mode() -> str:

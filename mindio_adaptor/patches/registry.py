@@ -61,9 +61,7 @@ def patch_all(only: Optional[Iterable[str]] = None, fault_handling: str = fault_
     global _active, _selected
     with _lock:
         if _active:
-            if fault_handling != fault_handling_mode.mode():
-                raise ValueError(f"patch_all(fault_handling={fault_handling!r}): the patches are already applied "
-                                 f"with fault_handling={fault_handling_mode.mode()!r}; unpatch_all() first")
+            fault_handling_mode.select(fault_handling)
             return
         fault_handling_mode.select(fault_handling)
         _selected = None if only is None else _known_modules(only)
@@ -95,7 +93,7 @@ def unpatch_all():
         for patch in reversed(all_patches()):  # two patches may stack on one target
             _remove(patch)
         _active = False
-        fault_handling_mode.select(fault_handling_mode.ADAPTOR)
+        fault_handling_mode.reset()
         from mindio_adaptor.patches import after_unpatch
 
         after_unpatch()

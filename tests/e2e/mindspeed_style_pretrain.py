@@ -3,7 +3,6 @@
 the "client" fault-handling mode. Takes the flags of examples/pretrain_gpt.py (mindio_adaptor.tiny_job
 runs it with script=...); rank 0 prints `params digest <hex>` at the end.
 """
-import os
 import sys
 from functools import partial
 

@@ -32,12 +32,18 @@ def test_the_adaptor_handles_faults_unless_the_client_is_chosen():
     assert fault_handling.mode() == "adaptor"
 
 
-def test_patching_again_in_the_other_mode_is_refused(monkeypatch):
+def test_the_mode_changes_until_megatron_initialises_then_is_refused(monkeypatch):
     monkeypatch.setattr(registry, "_active", True)
     registry.patch_all()  # the same mode: nothing to do
-    with pytest.raises(ValueError, match=r"already applied with fault_handling='adaptor'; unpatch_all\(\) first"):
-        registry.patch_all(fault_handling="client")
-    assert fault_handling.mode() == "adaptor"
+    registry.patch_all(fault_handling="client")  # a warm worker patched first, then the script chose
+    assert fault_handling.mode() == "client"
+    fault_handling.put_in_force()
+    try:
+        with pytest.raises(ValueError, match=r"Megatron already initialised with fault_handling='client'"):
+            registry.patch_all(fault_handling="adaptor")
+        assert fault_handling.mode() == "client"
+    finally:
+        fault_handling.reset()
 
 
 def test_the_helpers_refuse_to_run_while_the_adaptor_handles_faults():
