@@ -247,6 +247,10 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
 std::string Controller::term_refusal_locked(const RegisterMsg& m) {
     if (superseded_) return "this controller (term " + std::to_string(term_) + ") was replaced by a newer one";
     if (term_ == 0) {
+        // Only a rank that lost the controller it registered with makes a backup take over. A process that
+        // never registered (a replacement, or the job's first start reaching a backup before the active
+        // one) would otherwise make an idle backup lead a part of the job beside the real leader.
+        if (m.term == 0) return "a backup controller that leads no job yet: this process never registered (term 0)";
         term_ = m.term + 1;
         event_locked("term", std::to_string(term_) + ": taking over from term " + std::to_string(m.term) + " (rank " +
                                  std::to_string(m.rank) + " registered)");

@@ -13,6 +13,8 @@ def register(subparsers):
     p.add_argument("--port", type=int, required=True, help="TCP port (0 picks a free one)")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default all)")
     p.add_argument("--no-uce", action="store_true", help="never repair online; dump instead")
+    p.add_argument("--arf", action="store_true",
+                   help="replace a dead rank's process (the job runs with worker reboot) instead of dumping")
     p.add_argument("--backup", action="store_true",
                    help="a backup controller: idle until ranks that lost their controller register with it, "
                         "then it leads the job under the next term (list it after the active one in "
@@ -31,7 +33,8 @@ def run(args) -> int:
 
     if args.world_size < 1:
         raise SystemExit(f"--world-size must be >= 1, got {args.world_size}")
-    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce, backup=args.backup)
+    ctl.tft_init_controller(-1, args.world_size, enable_arf=args.arf, enable_uce=not args.no_uce,
+                            backup=args.backup)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

@@ -14,7 +14,8 @@ from torch.distributed import DistError
 
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controller_report import ControllerReportError, find_controller, report_process_ended
+from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
+from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
 from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
@@ -40,6 +41,8 @@ class NodeAgent:
         self.ended = False  # the recovery controller ended the job: restart nothing
         self.signalled: Optional[int] = None
         self._reported: set = set()  # pids whose exit was already answered
+        self.controller = HostedController(config, store, log)
+        self._controllers_env: Dict[str, str] = {}  # the controllers' list and token, for every worker
         self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
         self.fenced = False  # another launcher took this node rank: leave the job to it
 
@@ -56,12 +59,15 @@ class NodeAgent:
                       outcome.code, self.generation,
                       ", ".join(f"rank {w.rank}: {w.starts - 1}" for w in self.workers))
         if self.fenced:
+            self.controller.stop()
             return outcome.code
         try:
-            if not self.store.leave():
+            # A node hosting a controller keeps it until every node is done: it may lead the job by then.
+            if not self.store.leave(wait_for_all=self.controller.hosted):
                 self.log.info("stopped waiting for the other nodes to finish after %.0f s", EXIT_BARRIER_S)
         except DistError:  # node 0 is gone: nobody to tell
             pass
+        self.controller.stop()
         return outcome.code
 
     def _on_signal(self, signum, _frame):
@@ -69,8 +75,11 @@ class NodeAgent:
 
     def _watch(self) -> Outcome:
         try:
+            self.controller.start()
+            self._controllers_env = controllers_env(self.config, self.store)
             self._start_generation(self.store.generation(), replacing=self.store.replacing)
             while True:
+                self.controller.check()
                 # The other nodes first: a worker that just died of their group restart must follow it,
                 # not be rebooted into the old generation.
                 outcome = (self._check_signal() or self._check_ownership() or self._check_other_nodes()
@@ -83,6 +92,10 @@ class NodeAgent:
         except DistError as err:  # node 0's launcher is gone, and the stores with it
             self._stop(signal.SIGTERM, "lost the launchers' store")
             return Outcome(1, f"lost the launchers' store on node 0 ({err})")
+        except ControllerStartError as err:
+            self._stop(signal.SIGTERM, "no controller")
+            self._publish_end(str(err))
+            return Outcome(1, str(err))
 
     def _finished(self) -> Outcome:
         if self.ended:
@@ -110,7 +123,8 @@ class NodeAgent:
     def _start(self, worker: Worker, restarted: bool) -> int:
         """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
         env = worker_env(self.config, worker.local_rank, self.master_port,
-                         restart_count=self.generation + worker.reboots, restarted=restarted)
+                         restart_count=self.generation + worker.reboots, restarted=restarted,
+                         extra=self._controllers_env)
         warm = self.warm.take() if restarted else None
         if warm is not None:
             try:
@@ -213,17 +227,30 @@ class NodeAgent:
         return None
 
     def _tell_controller(self, worker: Worker, code: int) -> None:
-        """The OS's word that a rank's process ended, to the recovery controller (when the job has one)."""
+        """The OS's word that a rank's process ended, to the recovery controller leading the job (when the
+        job has one): the controllers of the list in order, past those unreachable or not leading."""
+        env = {**os.environ, **self._controllers_env}
         try:
-            contact = find_controller(self.config.master_addr, self.master_port, os.environ)
-            if contact is None:
-                return
-            answer = report_process_ended(contact, worker.rank, worker.pid, describe(code))
+            contacts = find_controllers(self.config.master_addr, self.master_port, env)
         except ControllerReportError as err:
             self.log.info("rank %d: the recovery controller was not told that pid %d ended: %s", worker.rank,
                           worker.pid, err)
             return
-        self.log.info("rank %d: told the recovery controller that pid %d ended: %s", worker.rank, worker.pid, answer)
+        errors = []
+        for contact in contacts:
+            try:
+                answer = report_process_ended(contact, worker.rank, worker.pid, describe(code))
+            except ControllerReportError as err:
+                errors.append(str(err))
+                continue
+            if "never registered" in answer and contact is not contacts[-1]:  # an idle backup
+                continue
+            self.log.info("rank %d: told the recovery controller that pid %d ended: %s", worker.rank, worker.pid,
+                          answer)
+            return
+        if errors:
+            self.log.info("rank %d: the recovery controller was not told that pid %d ended: %s", worker.rank,
+                          worker.pid, "; ".join(errors))
 
     def _reboot(self, worker: Worker, what: str) -> None:
         worker.reboots += 1

@@ -18,6 +18,7 @@ DEFAULT_RDZV_TIMEOUT_S = 600.0  # torchrun's static rendezvous waits as long
 RDZV_BACKENDS = ("static", "c10d")
 RDZV_TIMEOUT_KEYS = ("timeout", "join_timeout")
 SCRIPT_REBOOT_FLAG = "--enable-worker-reboot"
+SCRIPT_REPAIR_FLAG = "--enable-hbmfault-repair"
 # Worker reboot without restarts would start no failed worker again; this many per rank unless told.
 DEFAULT_REBOOT_RESTARTS = 3
 # A launcher's beat stopped this long: its node is lost (launch/node_liveness). Longer than the stalls of a
@@ -50,6 +51,8 @@ class LaunchConfig:
     standby: bool = False  # a spare node: takes the rank of the first node lost (node_rank is set then)
     spare_workers: int = 0  # warm workers kept ready to replace a dead local rank (launch/warm_worker)
     warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
+    controllers: int = 0  # nodes 0..K-1 host the recovery controllers (launch/controllers); 0: in the job
+    online_repair: bool = True  # the job asked for online repair (--enable-hbmfault-repair / retry)
 
     @property
     def world_size(self) -> int:
@@ -81,7 +84,8 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         rdzv_timeout=_rdzv_timeout(args.rdzv_conf), role=args.role, command=_command(args),
         place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
         standby=_standby(args.standby, nnodes, reboot), spare_workers=_spare_workers(args.spare_workers, reboot),
-        warm_preload=args.warm_preload)
+        warm_preload=args.warm_preload, controllers=_controllers(args.controllers, nnodes),
+        online_repair=_online_repair(args, environ))
 
 
 def _standby(standby: bool, nnodes: int, reboot: bool) -> bool:
@@ -92,6 +96,24 @@ def _standby(standby: bool, nnodes: int, reboot: bool) -> bool:
         raise LaunchConfigError("--standby needs worker reboot (--worker-reboot, or the script's "
                                 "--enable-worker-reboot): the standby's workers replace the lost node's ranks")
     return standby
+
+
+def _controllers(count: int, nnodes: int) -> int:
+    count = _at_least("--controllers", count, 0)
+    if count > nnodes:
+        raise LaunchConfigError(f"--controllers {count}: one per node at most (failure domains), and there are "
+                                f"{nnodes} nodes")
+    return count
+
+
+def _online_repair(args, environ: Mapping[str, str]) -> bool:
+    """Whether the training asked for online repair, which a controller hosted by the launcher must know."""
+    script_flag = SCRIPT_REPAIR_FLAG in args.training_script_args
+    try:
+        return HighAvailabilityConfig(enable_hbmfault_repair=script_flag).apply_env_override(
+            environ.get(ENV_OVERRIDE)).enable_hbmfault_repair
+    except HighAvailabilityConfigError as err:
+        raise LaunchConfigError(str(err)) from None
 
 
 def _spare_workers(count: int, reboot: bool) -> int:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import List, Mapping
 
 from mindio_adaptor import _native
 from mindio_adaptor.core import job_store
-from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_address
+from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 
 REPORT_TIMEOUT_S = 2.0  # the launcher's monitor loop waits this long at most for one report
 STORE_TIMEOUT_S = 2.0
@@ -37,23 +37,24 @@ class ControllerContact:
     token: str
 
 
-def find_controller(master_addr: str, worker_store_port: int, environ: Mapping[str, str]) -> Optional[ControllerContact]:
-    """Where the job's controller listens, or None when the job has none (no high availability)."""
+def find_controllers(master_addr: str, worker_store_port: int, environ: Mapping[str, str]) -> List[ControllerContact]:
+    """Where the job's controllers listen (the active one, then its backups), or [] when the job has none
+    (no high availability)."""
     try:
-        external = controller_address(environ)
+        external = controller_addresses(environ)
     except ValueError as err:
         raise ControllerReportError(str(err)) from None
     if external:
-        return ControllerContact(*external, environ.get(ENV_TOKEN, ""))
+        return [ControllerContact(host, port, environ.get(ENV_TOKEN, "")) for host, port in external]
     try:
         facts = job_store.read_at(master_addr, worker_store_port, CONTROLLER_FACTS, STORE_TIMEOUT_S)
     except (RuntimeError, ValueError) as err:
         raise ControllerReportError(f"the workers' store at {master_addr}:{worker_store_port} did not answer: "
                                     f"{err}") from None
     if facts is None:
-        return None
+        return []
     port, token = facts
-    return ControllerContact(master_addr, int(port), environ.get(ENV_TOKEN) or token)
+    return [ControllerContact(master_addr, int(port), environ.get(ENV_TOKEN) or token)]
 
 
 def report_process_ended(contact: ControllerContact, rank: int, pid: int, how: str,

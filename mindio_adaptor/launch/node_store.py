@@ -185,22 +185,23 @@ class NodeStore:
     def controller_ended(self) -> bool:
         return self.store.check([CONTROLLER_END])
 
-    def leave(self, timeout: float = EXIT_BARRIER_S) -> bool:
-        """Say this node is done; node 0 then keeps the stores up until every node said so or is lost
-        (bounded). Returns False when node 0 stopped waiting before that."""
+    def leave(self, timeout: float = EXIT_BARRIER_S, wait_for_all: bool = False) -> bool:
+        """Say this node is done; node 0 (and, with `wait_for_all`, this node) then waits until every node
+        said so or is lost (bounded): node 0 keeps the stores up meanwhile. Returns False when it stopped
+        waiting before that."""
         if self._beat is not None:
             self._beat.stop()
         if self.store is None:
             return True
         self.store.set(_key_done(self.config.node_rank), "1")
-        if not self.hosting:
+        if not (self.hosting or wait_for_all):
             return True
         deadline = time.monotonic() + timeout
         watch = node_liveness.BeatWatch(self.store, range(self.config.nnodes))
         while time.monotonic() < deadline:
             pending = [node for node in range(self.config.nnodes) if not self.store.check([_key_done(node)])]
             if not pending or set(pending) <= set(watch.lost(self.config.node_lost_after)):
-                return self._standbys_left(deadline)
+                return self._standbys_left(deadline) if self.hosting else True
             time.sleep(POLL_S)
         return False
 

@@ -16,7 +16,7 @@ ENV_FAILURE_DOMAIN = "MINDIO_FAILURE_DOMAIN"
 
 
 def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_count: int, restarted: bool,
-               base: Mapping[str, str] = os.environ) -> Dict[str, str]:
+               base: Mapping[str, str] = os.environ, extra: Mapping[str, str] = {}) -> Dict[str, str]:
     """`master_port` is the port of the current generation's worker store (not --master-port: that one is the
     launchers' store). TORCHELASTIC_USE_AGENT_STORE=True tells torch's env:// rendezvous that the store is
     hosted by the launcher, so every worker connects as a client and none of them takes it down by dying."""
@@ -43,6 +43,7 @@ def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_
         ENV_RESTARTED: "1" if restarted else "0",
         ENV_FAILURE_DOMAIN: base.get(ENV_FAILURE_DOMAIN) or f"{socket.gethostname()}/node{config.node_rank}",
     })
+    env.update(extra)  # the controllers hosted by the launchers (launch/controllers)
     if "OMP_NUM_THREADS" not in base and config.nproc_per_node > 1:
         env["OMP_NUM_THREADS"] = "1"  # torchrun's default: N workers of all cores each overload the node
     return env

@@ -94,6 +94,21 @@ def test_a_controller_of_an_older_term_that_comes_back_is_refused_and_stands_dow
         stop([link], first, backup, *([returned] if returned is not None else []))
 
 
+def test_a_process_that_never_registered_does_not_make_a_backup_take_over(env, capfd):
+    # A replacement (or a first start) that reaches an idle backup before the leader: refused as "not the
+    # job's controller", it goes on to the next of its list; the backup stays idle (no second leader).
+    (active, active_port), (backup, backup_port) = start_controller(env, 1), start_controller(env, 1, "--backup")
+    link = ProcessorLink(0, 1)
+    try:
+        link.start("127.0.0.1", backup_port, backups=[("127.0.0.1", active_port)])
+        assert link.controller_address() == f"127.0.0.1:{active_port}" and link.controller_term() == 1
+        err = capfd.readouterr().err
+        assert "a backup controller that leads no job yet: this process never registered (term 0)" in err
+        assert "taking over" not in err
+    finally:
+        stop([link], active, backup)
+
+
 def test_a_list_that_names_no_live_controller_is_an_error_naming_the_last_one_tried(env):
     links = ProcessorLink(0, 1)
     started = time.monotonic()

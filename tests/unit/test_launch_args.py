@@ -153,6 +153,8 @@ def test_first_host_of_a_slurm_node_list(nodelist, host):
     (["--rdzv-conf", "timeout=soon"], "--rdzv-conf 'timeout=soon': expected a number of seconds"),
     (["--rdzv-conf", "timeout=-1"], "--rdzv-conf timeout must be > 0"),
     (["--node-lost-after", "0"], "--node-lost-after must be > 0"),
+    (["--controllers", "3", "--nnodes", "2"], "--controllers 3: one per node at most"),
+    (["--controllers", "-1"], "--controllers must be >= 0"),
     (["--standby", "--worker-reboot"], "--standby needs --nnodes 2 or more"),
     (["--standby", "--nnodes", "2"], "--standby needs worker reboot"),
 ])
@@ -164,6 +166,14 @@ def test_a_standby_and_the_lost_node_timer(script):
     cfg = config("--nnodes", "3", "--standby", "--node-lost-after", "4.5", script, "--enable-worker-reboot")
     assert cfg.standby and cfg.node_lost_after == 4.5
     assert config(script).node_lost_after == 10.0 and not config(script).standby
+
+
+def test_controllers_hosted_by_the_launchers_know_what_the_job_asked_for(script):
+    cfg = config("--nnodes", "3", "--controllers", "3", script, "--enable-worker-reboot")
+    assert cfg.controllers == 3 and cfg.worker_reboot and not cfg.online_repair
+    assert config(script, "--enable-hbmfault-repair").online_repair
+    assert config(script, environ={"HIGH_AVAILABILITY": "dump,retry"}).online_repair
+    assert config(script).controllers == 0
 
 
 def test_missing_script_and_program():

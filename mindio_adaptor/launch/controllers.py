@@ -1,0 +1,145 @@
+"""Recovery controllers hosted by the launchers (`--controllers K`), so that no training process and no
+single node carries the only controller.
+
+Nodes 0..K-1 each run one `mindio-adaptor controller` as a child process of their launcher: node 0's is
+the active one (term 1), the others are backups in node order (docs/controller.md, "Backups, terms and
+failure domains"). Each launcher is its own node, so no two controllers share a failure domain. Each
+publishes its address in the launchers' store; every launcher gives its workers the whole list, in node
+order, as MINDIO_CONTROLLER_ADDR, and the job's token as MINDIO_TOKEN (node 0 chooses it, unless the user
+set one). Killing the active controller's process leaves training running: the processors register
+with the next controller of the list, which takes over.
+
+A controller process that dies is not started again. Back on its port it would be an idle backup ahead
+of the new leader in every processor's list, and a process that registers for the first time (a
+replacement) could reach it first; the controller refuses such a registration (term 0 never makes a
+backup take over), but a list that only grows shorter keeps the leader easy to find. With K
+controllers the job survives K-1 losses of the leading one.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from typing import Dict, List, Optional
+
+from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
+from mindio_adaptor.launch.config import LaunchConfig
+
+START_TIMEOUT_S = 60.0  # a controller process imports the native module and listens within this
+STOP_GRACE_S = 10.0
+
+
+def _key(node: int) -> str:
+    return f"controller/{node}"
+
+
+TOKEN_KEY = "controller/token"
+
+
+class ControllerStartError(RuntimeError):
+    """This node's controller process did not start listening (the message says what it printed)."""
+
+
+def reachable_host(config: LaunchConfig) -> str:
+    """The address the other nodes reach this one at: loopback when the job runs on this host alone."""
+    if socket.gethostbyname(config.master_addr).startswith("127."):
+        return "127.0.0.1"
+    return socket.gethostbyname(socket.gethostname())
+
+
+class HostedController:
+    """The controller process of this node (only on nodes below --controllers)."""
+
+    def __init__(self, config: LaunchConfig, store, log):
+        self.config, self.store, self.log = config, store, log
+        self.proc: Optional[subprocess.Popen] = None
+        self.port = 0
+
+    @property
+    def hosted(self) -> bool:
+        return self.config.node_rank < self.config.controllers
+
+    def start(self) -> None:
+        """Start this node's controller and publish its address (node 0 first chooses the token)."""
+        if not self.hosted:
+            return
+        token = self._token()
+        backup = self.config.node_rank > 0
+        self.proc = subprocess.Popen(self._command(backup), env={**os.environ, ENV_TOKEN: token},
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.port = self._listening_port()
+        threading.Thread(target=self._forward_output, daemon=True).start()
+        self.store.store.set(_key(self.config.node_rank), f"{reachable_host(self.config)}:{self.port}")
+        self.log.info("%s controller started as pid %d on port %d", "backup" if backup else "active",
+                      self.proc.pid, self.port)
+
+    def _command(self, backup: bool) -> List[str]:
+        cfg = self.config
+        return [sys.executable, "-m", "mindio_adaptor.cli", "controller", "--world-size", str(cfg.world_size),
+                "--host", "0.0.0.0", "--port", "0", *(["--backup"] if backup else []),
+                *(["--arf"] if cfg.worker_reboot else []), *([] if cfg.online_repair else ["--no-uce"])]
+
+    def _token(self) -> str:
+        store = self.store.store
+        if self.config.node_rank == 0 and not store.check([TOKEN_KEY]):
+            store.set(TOKEN_KEY, os.environ.get(ENV_TOKEN) or secrets.token_hex(16))
+        store.wait([TOKEN_KEY], timedelta(seconds=self.config.rdzv_timeout))
+        return store.get(TOKEN_KEY).decode()
+
+    def _listening_port(self) -> int:
+        """The port from the controller's first line ("... listening on HOST:PORT ..."), bounded."""
+        line: List[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(START_TIMEOUT_S)
+        text = line[0] if line else ""
+        if "listening on " not in text:
+            self.stop()
+            raise ControllerStartError(f"node {self.config.node_rank}'s controller did not start within "
+                                       f"{START_TIMEOUT_S:.0f} s: {text.strip() or 'no output'}")
+        return int(text.split("listening on ", 1)[1].split()[0].rsplit(":", 1)[1])
+
+    def _forward_output(self) -> None:
+        proc = self.proc
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    def check(self) -> None:
+        """Say once that this node's controller process ended while the node lives (see the module's doc)."""
+        if self.proc is None or self.proc.poll() is None:
+            return
+        self.log.info("this node's controller (pid %d) ended: %s; the processors follow the next of the list; "
+                      "it is not started again", self.proc.pid, _how(self.proc.returncode))
+        self.proc = None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_GRACE_S)
+
+
+def controllers_env(config: LaunchConfig, store) -> Dict[str, str]:
+    """What every worker gets when the launchers host the controllers: the list in node order and the
+    token (waits, bounded by the rendezvous timeout, for every hosting node to publish)."""
+    if not config.controllers:
+        return {}
+    keys = [_key(node) for node in range(config.controllers)]
+    store.store.wait([*keys, TOKEN_KEY], timedelta(seconds=config.rdzv_timeout))
+    return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys),
+            ENV_TOKEN: store.store.get(TOKEN_KEY).decode()}
+
+
+def _how(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
