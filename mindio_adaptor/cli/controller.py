@@ -17,6 +17,9 @@ def register(subparsers):
                    help="a backup controller: idle until ranks that lost their controller register with it, "
                         "then it leads the job under the next term (list it after the active one in "
                         "MINDIO_CONTROLLER_ADDR)")
+    p.add_argument("--arf", action="store_true",
+                   help="process replacement: a dead rank is replaced by a restarted process (the launcher "
+                        "starts it with MINDIO_RESTARTED=1) instead of dumping")
     p.add_argument("--status-port", type=int, default=None,
                    help="serve the status page and /metrics on this port (default: MINDIO_STATUS_PORT, else none); "
                         "requests need the job's token (MINDIO_TOKEN)")
@@ -31,7 +34,8 @@ def run(args) -> int:
 
     if args.world_size < 1:
         raise SystemExit(f"--world-size must be >= 1, got {args.world_size}")
-    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce, backup=args.backup)
+    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
+                            backup=args.backup)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
