@@ -121,6 +121,8 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
     int fd;
     try {
         fd = connect_tcp(host, port, cfg_.io_timeout_ms);
+        // A lost controller node is noticed on a heartbeat, within this, and the next controller tried.
+        set_user_timeout(fd, std::max(cfg_.io_timeout_ms, 3 * static_cast<int>(cfg_.heartbeat_ms)));
     } catch (const NetError& e) {
         *error = e.what();
         return false;
