@@ -571,7 +571,14 @@ void Controller::run() {
 // on: a decision needs every survivor's step and data.
 bool Controller::takeover_open_locked() {
     if (!takeover_deadline_) return false;
-    if (!ranks_.all_reported() && Clock::now() < *takeover_deadline_) return true;
+    const bool all_back = ranks_.all_reported();
+    if (!all_back && Clock::now() < *takeover_deadline_) return true;
+    if (all_back) {
+        auto waited = std::chrono::milliseconds(cfg_.takeover_wait_ms) - (*takeover_deadline_ - Clock::now());
+        LOG_INFO(kLog, cfg_.rank, "term " << term_ << ": every rank registered again "
+                                          << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+                                          << " ms after the takeover");
+    }
     takeover_deadline_.reset();
     settle_takeover_locked();
     return false;

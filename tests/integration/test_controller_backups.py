@@ -264,8 +264,12 @@ def test_ranks_lost_with_the_controllers_node_are_declared_dead_and_the_survivor
         stop([r.link for r in survivors], active, backup, *([node] if node else []))
 
 
-def test_ranks_lost_with_the_controllers_node_are_replaced_when_arf_is_on(env, tmp_path):
-    env.update(MINDIO_TAKEOVER_WAIT_S="2", MINDIO_ARF_WAIT_S="30")
+@pytest.mark.parametrize("restarted", ["after_the_wait", "during_the_wait"])
+def test_ranks_lost_with_the_controllers_node_are_replaced_when_arf_is_on(env, tmp_path, restarted):
+    # during_the_wait: a fast launcher; the restarted processes are the ranks' replacements at once, and
+    # with every rank back the takeover settles long before its wait ends.
+    wait_s = 2 if restarted == "after_the_wait" else 120
+    env.update(MINDIO_TAKEOVER_WAIT_S=str(wait_s), MINDIO_ARF_WAIT_S="30")
     with open(tmp_path / "backup.log", "w") as log:
         (active, active_port), (backup, backup_port) = start_controller(env, WORLD), start_controller(
             env, WORLD, "--backup", "--arf", log=log)
@@ -278,15 +282,16 @@ def test_ranks_lost_with_the_controllers_node_are_replaced_when_arf_is_on(env, t
             rank.start(ports)
         kill(active, node)
         taken_over(survivors, backup_port)
-        wait_until(lambda: "did not register within 2000 ms" in read(tmp_path / "backup.log"), 30,
-                   "ranks 2 and 3 declared dead")
+        if restarted == "after_the_wait":
+            wait_until(lambda: "did not register within 2000 ms" in read(tmp_path / "backup.log"), 30,
+                       "ranks 2 and 3 declared dead")
         # The launcher restarts them; they may only register with the backup now (the first is gone).
         replacements = [RecordingRank(r, allow_replacement=True) for r in (2, 3)]
         for rank in replacements:
             rank.start(ports, step=None)
             assert rank.link.native.restarted()  # the backup took it as the dead rank's replacement
             rank.link.report_fault(ReportState.PREREPAIR_FINISH)  # "ARF FINISH": built, waiting
-        decisions = await_decisions(survivors + replacements)
+        decisions = await_decisions(survivors + replacements, timeout_s=60)  # < 120: not by the wait's end
         assert [(d.go_on, d.strategy, d.repair_step) for d in decisions] == [(True, "recover", STEP)] * 4
         for rank in survivors:
             assert rank.names(2) == ["prelock", "stop", "clean", "rebuild_group", "repair", "rollback", "normal"]
@@ -297,6 +302,8 @@ def test_ranks_lost_with_the_controllers_node_are_replaced_when_arf_is_on(env, t
             assert [(a.src, a.dst) for a in repair.own_repairs(dst)] == [((src,), (dst,))]
         text = read(tmp_path / "backup.log")
         assert "rank 2 replaced by a restarted process" in text and "rank 3 replaced by a restarted process" in text
+        assert ("did not register within" in text) == (restarted == "after_the_wait")
+        assert ("term 2: every rank registered again" in text) == (restarted == "during_the_wait")
     finally:
         stop([r.link for r in survivors + replacements], active, backup, *([node] if node else []))
 
