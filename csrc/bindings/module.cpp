@@ -9,6 +9,7 @@ void bind_state_machine(py::module_& m);
 void bind_planner(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_sim(py::module_& m);
+void bind_takeover(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "mindio_adaptor native core: wire protocol, replica manager, controller, processor client";
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_native, m) {
     bind_planner(m);
     bind_runtime(m);
     bind_sim(m);
+    bind_takeover(m);
 }

@@ -11,6 +11,9 @@
 //   MINDIO_TOKEN                   shared secret every processor must present
 //   MINDIO_ARF_WAIT_S              seconds the controller waits for a restarted process to replace a
 //                                  dead rank and report ready (ARF), 0.1..3600 (default 600)
+//   MINDIO_TAKEOVER_WAIT_S         seconds a backup that took over waits for the other ranks to register
+//                                  after the first; those that do not are dead, 0.1..3600 (default 10:
+//                                  twice the 5 s a processor's failed connect to a lost node may take)
 //   MINDIO_SILENCE_LIMIT_S         seconds a rank with an open connection may stay silent before it is
 //                                  judged hung whatever it was doing, 1..3600 (default 60)
 //   MINDIO_SAVE_WAIT_S             longest a fault's handling waits for a checkpoint save in progress

@@ -11,6 +11,8 @@ namespace {
 constexpr const char* kLog = "controller";
 constexpr auto kTick = std::chrono::milliseconds(20);  // the controller's wake-up period
 using Clock = std::chrono::steady_clock;
+// A term numbers its actions from (term - 1) << 32: no term sends 2^32 actions.
+constexpr int kTermSeqShift = 32;
 
 }  // namespace
 
@@ -176,6 +178,10 @@ ActionOutcome ActionEngine::finish_locked() {
     }
     pending_.reset();
     return outcome;
+}
+
+void ActionEngine::begin_term_locked(uint64_t term) {
+    if (term > 1) seq_ = std::max(seq_, (term - 1) << kTermSeqShift);
 }
 
 void ActionEngine::on_reply_locked(uint64_t seq, const ActionReplyMsg& m) {

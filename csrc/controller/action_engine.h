@@ -56,6 +56,11 @@ public:
     void hold_prelock_locked(const std::set<int>& ranks, const ActionMsg& msg);
     void release_prelock_locked();
 
+    // This controller leads the job from `term` on (a takeover). Its sequence numbers start above any
+    // an earlier term can have used, so that a processor, which drops a number lower than its last and
+    // answers a repeated one from its cache, runs the new controller's actions.
+    void begin_term_locked(uint64_t term);
+
     // A rank's reply (from the server thread); stale ones are dropped.
     void on_reply_locked(uint64_t seq, const ActionReplyMsg& m);
 

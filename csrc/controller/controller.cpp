@@ -252,10 +252,15 @@ std::string Controller::term_refusal_locked(const RegisterMsg& m) {
         // one) would otherwise make an idle backup lead a part of the job beside the real leader.
         if (m.term == 0) return "a backup controller that leads no job yet: this process never registered (term 0)";
         term_ = m.term + 1;
+        actions_.begin_term_locked(term_);
         event_locked("term", std::to_string(term_) + ": taking over from term " + std::to_string(m.term) + " (rank " +
                                  std::to_string(m.rank) + " registered)");
         LOG_WARN(kLog, cfg_.rank, "backup controller taking over as term " << term_ << ": rank " << m.rank
                                       << " registered, last under term " << m.term);
+        took_over_ = true;
+        takeover_deadline_ = Clock::now() + std::chrono::milliseconds(cfg_.takeover_wait_ms);
+        LOG_INFO(kLog, cfg_.rank, "waiting up to " << cfg_.takeover_wait_ms << " ms (MINDIO_TAKEOVER_WAIT_S) for the "
+                                                   "other ranks to register with term " << term_);
         return "";
     }
     if (m.term > term_) {
@@ -323,11 +328,17 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
 
 // Marks `m.rank` as joining when `m` is a restarted process taking a dead rank's place; returns whether
 // it is. A rank whose connection closed but that was not yet declared dead is declared dead now.
+// After a takeover, a restarted process for a rank not registered here replaces it as well: that
+// rank's process died before or with the old controller. So does a process that may replace and never
+// registered with any controller: every process of the job registered with the one that was lost.
 bool Controller::accept_replacement_locked(const RegisterMsg& m) {
-    if (!ranks_.is_replacement(m)) return false;
     const RankEntry& r = ranks_[m.rank];
+    const bool after_takeover = took_over_ && !r.registered && cfg_.caps.recover &&
+                                (m.restarted || (m.may_replace && m.term == 0));
+    if (!ranks_.is_replacement(m) && !after_takeover) return false;
     if (!r.dead && !r.joining) {
-        declare_dead_locked(m.rank, "connection lost and a restarted process registered in its place");
+        declare_dead_locked(m.rank, after_takeover ? "a restarted process registered in its place after the takeover"
+                                                   : "connection lost and a restarted process registered in its place");
     }
     ranks_.mark_joining(m.rank);
     return true;
@@ -517,13 +528,16 @@ void Controller::run() {
         if (superseded_) continue;  // another controller leads the job
         detect_dead_locked();
         judge_liveness_locked();
+        if (takeover_open_locked()) continue;
         if (state_ == State::Init && ranks_.all_registered()) {
             transition_locked(State::Normal, "all " + std::to_string(cfg_.world_size) + " ranks registered");
         }
         bool idle = state_ == State::Init || state_ == State::Normal || state_ == State::Pause;
         if (!idle) continue;
         try {
-            if (!pending_faults_.empty()) {
+            if (!takeover_dump_.empty()) {
+                dump_after_takeover(lock);
+            } else if (!pending_faults_.empty()) {
                 lock.unlock();
                 handle_fault();
             } else if (dump_requested_) {
@@ -548,6 +562,64 @@ void Controller::run() {
         flow_active_ = false;
         second_fault_ = false;
     }
+}
+
+// ---- a takeover (takeover.h) ---------------------------------------------------------------------
+
+// Settled once every rank registered again and sent its status (a fault it reports again comes
+// before it), or MINDIO_TAKEOVER_WAIT_S after the first registration. Until then no fault is acted
+// on: a decision needs every survivor's step and data.
+bool Controller::takeover_open_locked() {
+    if (!takeover_deadline_) return false;
+    const bool all_back = ranks_.all_reported();
+    if (!all_back && Clock::now() < *takeover_deadline_) return true;
+    if (all_back) {
+        auto waited = std::chrono::milliseconds(cfg_.takeover_wait_ms) - (*takeover_deadline_ - Clock::now());
+        LOG_INFO(kLog, cfg_.rank, "term " << term_ << ": every rank registered again "
+                                          << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+                                          << " ms after the takeover");
+    }
+    takeover_deadline_.reset();
+    settle_takeover_locked();
+    return false;
+}
+
+// The ranks still missing died with the old controller's node: dead, as a lost connection, so that
+// the ordinary fault handling replaces them, dumps or exits. A recovery the old controller left is
+// restarted (its faults are pending again) or ends in a dump (takeover_dump_).
+void Controller::settle_takeover_locked() {
+    std::vector<TakeoverRank> view;
+    for (const RankEntry& r : ranks_) view.push_back({r.registered, r.recovery_action});
+    TakeoverPlan plan = plan_takeover(view, faulty_locked({}));
+    if (!plan.missing.empty()) {
+        const std::string wait = std::to_string(cfg_.takeover_wait_ms) + " ms";
+        std::string detail = "term " + std::to_string(term_) + ": ranks " + list_text(plan.missing) +
+                             " did not register within " + wait + " of the takeover (MINDIO_TAKEOVER_WAIT_S)";
+        event_locked("takeover_missing", detail);
+        LOG_ERROR(kLog, cfg_.rank, detail << ": declared dead");
+        for (int rank : plan.missing) {
+            declare_dead_locked(rank, "not registered with the controller of term " + std::to_string(term_) +
+                                          " within " + wait + " of its takeover");
+        }
+    }
+    if (plan.resume == TakeoverResume::Nothing) return;
+    event_locked("takeover_recovery", std::string(takeover_resume_name(plan.resume)) + ": " + plan.why);
+    LOG_WARN(kLog, cfg_.rank, "term " << term_ << ": " << plan.why);
+    if (plan.resume == TakeoverResume::Dump) takeover_dump_ = plan.why;
+}
+
+// The dump of a recovery the old controller left half done; faults known meanwhile count as the
+// dump's (their ranks save nothing).
+void Controller::dump_after_takeover(std::unique_lock<std::mutex>& lock) {
+    std::string why = std::move(takeover_dump_);
+    takeover_dump_.clear();
+    flow_active_ = true;
+    Faults faults = std::move(pending_faults_);
+    pending_faults_.clear();
+    transition_locked(State::Abnormal, why);
+    FaultContext ctx = assess_locked(std::move(faults));
+    lock.unlock();
+    run_flow(flow_for(Strategy::Dump), ctx, why);
 }
 
 std::set<int> Controller::faulty_locked(const Faults& faults) const {

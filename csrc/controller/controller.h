@@ -30,6 +30,7 @@
 #include "controller/rank_table.h"
 #include "controller/replica_manager.h"
 #include "controller/state_machine.h"
+#include "controller/takeover.h"
 #include "net/server.h"
 #include "protocol/messages.h"
 
@@ -51,6 +52,9 @@ struct ControllerConfig {
     int silence_limit_ms = 60000;    // MINDIO_SILENCE_LIMIT_S: a rank silent this long is hung
     int save_wait_ms = 120000;       // MINDIO_SAVE_WAIT_S: a fault waits this long for a save to finish
     int arf_wait_ms = 600000;        // MINDIO_ARF_WAIT_S: wait for restarted processes to register and be ready
+    // MINDIO_TAKEOVER_WAIT_S: after a backup took over, ranks not registered with it this long after the
+    // first are dead (they died with the old controller's node).
+    int takeover_wait_ms = 10000;
     std::string token;
     // 1 for the first controller of a job. 0: a backup, whose term is decided by the first rank that
     // registers with it: one more than the term that rank registered under last (a takeover).
@@ -109,6 +113,10 @@ private:
     // Empty, or why a registration is refused for the controller's term; a backup takes its term here.
     std::string term_refusal_locked(const RegisterMsg& m);
     void supersede_locked(uint64_t newer);
+    // While a takeover is not settled (takeover.h) no fault is acted on; settles it when it may.
+    bool takeover_open_locked();
+    void settle_takeover_locked();
+    void dump_after_takeover(std::unique_lock<std::mutex>& lock);
     bool accept_replacement_locked(const RegisterMsg& m);
     void handle_status(const RankStatusMsg& m, bool heartbeat);
     void handle_replica(const ReplicaInfoMsg& m);
@@ -183,6 +191,9 @@ private:
     bool flow_active_ = false, second_fault_ = false;
     uint64_t term_ = 1;        // see ControllerConfig::term
     bool superseded_ = false;  // a controller of a higher term took over: this one no longer acts
+    bool took_over_ = false;   // a backup that took over from a controller of an earlier term
+    std::optional<Clock::time_point> takeover_deadline_;  // set while the takeover is not settled
+    std::string takeover_dump_;  // why the recovery the old controller left ends in a dump; empty: it does not
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
     int64_t repair_step_ = -1;

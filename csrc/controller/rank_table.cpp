@@ -72,6 +72,8 @@ bool RankTable::register_conn(uint64_t conn, const RegisterMsg& m) {
     r.last_seen = Clock::now();
     r.suspect = r.hang_reported = false;
     r.section = Section::None;
+    r.recovery_action = m.recovery_action;
+    r.reported = false;
     conn_rank_[conn] = m.rank;
     return again;
 }
@@ -105,6 +107,7 @@ bool RankTable::apply_status(const RankStatusMsg& m) {
     r.ckpt_step = m.ckpt_step;
     r.data = m.data_status;
     r.run = m.run_status;
+    r.reported = true;
     if (m.run_status != RunStatus::Finished || r.finished) return false;
     r.finished = true;
     return true;
@@ -201,6 +204,11 @@ std::set<int> RankTable::live() const {
 
 bool RankTable::all_registered() const {
     return std::all_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.registered; });
+}
+
+bool RankTable::all_reported() const {
+    return std::all_of(ranks_.begin(), ranks_.end(),
+                       [](const RankEntry& r) { return r.registered && (r.reported || !r.connected); });
 }
 
 const char* RankTable::gone(int rank) const {

@@ -43,6 +43,8 @@ struct RankEntry : RankSnapshot {
     bool hang_reported = false;  // named by the hang rule; again only after it reported progress
     bool finished = false;       // its training is over (RunStatus::Finished)
     std::string domain;          // its failure domain (node), from its ReplicaInfo; empty: not said
+    uint16_t recovery_action = 0;  // as it registered: the last action of a recovery it is inside; 0 none
+    bool reported = false;         // sent a status since it registered (its step and data are known)
 };
 
 // What a liveness judgement found: ranks newly suspect (with what to log of each) and the ranks the
@@ -91,6 +93,8 @@ public:
     // Views.
     std::set<int> live() const;
     bool all_registered() const;
+    // Every rank registered and sent its status since (or lost its connection again).
+    bool all_reported() const;
     RankSnapshots snapshot() const { return RankSnapshots(ranks_.begin(), ranks_.end()); }
 
     // RankLinks, for the action engine.

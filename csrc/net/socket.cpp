@@ -50,6 +50,11 @@ void set_nodelay(int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+void set_user_timeout(int fd, int timeout_ms) {
+    unsigned int ms = static_cast<unsigned int>(timeout_ms);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+}
+
 int listen_tcp(const std::string& host, int port, int* bound_port) {
     if (port < 0 || port > 65535) throw NetError("port " + std::to_string(port) + " is out of range 0..65535");
     sockaddr_in addr = resolve(host, port);

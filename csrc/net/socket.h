@@ -15,6 +15,10 @@ int listen_tcp(const std::string& host, int port, int* bound_port);
 int connect_tcp(const std::string& host, int port, int timeout_ms);
 void set_nonblocking(int fd);
 void set_nodelay(int fd);
+// Data unacknowledged by the peer's host for this long aborts the connection (TCP_USER_TIMEOUT): a peer
+// whose host vanished without a reset is noticed on the next heartbeat, not after minutes of
+// retransmissions. A busy peer process still acknowledges (its kernel does).
+void set_user_timeout(int fd, int timeout_ms);
 // Writes all of `data` within timeout_ms on a blocking or non-blocking fd; false (and *error) on failure.
 bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error);
 

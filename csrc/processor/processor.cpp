@@ -121,6 +121,8 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
     int fd;
     try {
         fd = connect_tcp(host, port, cfg_.io_timeout_ms);
+        // A lost controller node is noticed on a heartbeat, within this, and the next controller tried.
+        set_user_timeout(fd, std::max(cfg_.io_timeout_ms, 3 * static_cast<int>(cfg_.heartbeat_ms)));
     } catch (const NetError& e) {
         *error = e.what();
         return false;
@@ -131,6 +133,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         reg.restarted = joining_;
         reg.may_replace = allow_replacement_ && !registered_once_;
         reg.term = term_;
+        reg.recovery_action = recovery_action_;
     }
     if (!send_all(fd, encode_frame(MsgType::Register, 0, encode(reg)), cfg_.io_timeout_ms, error)) {
         close_fd(fd);
@@ -168,6 +171,13 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
             LOG_WARN(kLog, cfg_.rank, why);
             throw ProtocolError(why);
         }
+        // A takeover: the new controller never heard the report of a fault still being handled.
+        if (term_ > 0 && reply.term > term_ && open_report_ && !unsent_error_) {
+            unsent_error_ = open_report_;
+            LOG_WARN(kLog, cfg_.rank, "the controller of term " << reply.term << " took over from term " << term_
+                                          << " while this rank's fault (state " << int(open_report_->state)
+                                          << ") was being handled: reporting it again");
+        }
         term_ = reply.term;
         registered_once_ = true;
         if (reply.replacement) {
@@ -194,8 +204,9 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         ++stats_["registrations"];
     }
     if (replica) send_frame(encode_frame(MsgType::ReplicaInfo, 0, encode(*replica)));
-    send_frame(status_frame(MsgType::Status));
+    // The report before the status: a controller that took over plans once it has every rank's status.
     if (unsent) send_frame(encode_frame(MsgType::ErrorReport, 0, encode(*unsent)));
+    send_frame(status_frame(MsgType::Status));
     LOG_INFO(kLog, cfg_.rank, "registered with the controller at " << host << ":" << port << " (term " << term_ << ")");
     return true;
 }
@@ -392,6 +403,10 @@ void Processor::worker_loop() {
             if (job.msg.kind == ActionKind::Prelock) prelock_step_ = std::max<int64_t>(job.msg.step, 0);
             cv_.notify_all();  // a start_updating blocked by the prelock waits for STOP
             if (job.msg.kind == ActionKind::Pause) paused_ = true, run_ = RunStatus::Paused;
+            if (job.msg.kind != ActionKind::Normal && job.msg.kind != ActionKind::Exit &&
+                job.msg.kind != ActionKind::Pause && job.msg.kind != ActionKind::Continue) {
+                recovery_action_ = static_cast<uint16_t>(job.msg.kind);
+            }
             running_action_ = std::make_pair(job.msg.kind, Clock::now());
             warned_slow_ = false;
             dispatch = dispatcher_;
@@ -421,7 +436,11 @@ void Processor::worker_loop() {
             if (job.seq == last_seq_) cached_reply_ = reply;
             if (job.msg.kind == ActionKind::Normal) next_action_ = NextAction::Retry, run_ = RunStatus::Running, joining_ = false;
             if (job.msg.kind == ActionKind::Exit) next_action_ = NextAction::Exit;
-            if (job.msg.kind == ActionKind::Normal || job.msg.kind == ActionKind::Exit) prelock_step_ = -1;
+            if (job.msg.kind == ActionKind::Normal || job.msg.kind == ActionKind::Exit) {
+                prelock_step_ = -1;
+                recovery_action_ = 0;
+                open_report_.reset();
+            }
             if (job.msg.kind == ActionKind::Continue) paused_ = false, run_ = RunStatus::Running;
             cv_.notify_all();
         }
@@ -552,6 +571,7 @@ void Processor::report_error(uint8_t report_state, const std::string& error_code
         // NORMAL (stopped on purpose) and the progress reports (INIT_FINISH, PREREPAIR_FINISH,
         // STEP_FINISH) are not faults.
         if (report_state != 0 && (report_state < 5 || report_state > 7)) run_ = RunStatus::Faulted;
+        if (report_state != 0 && report_state != 5 && report_state != 7) open_report_ = msg;
     }
     if (!send_frame(encode_frame(MsgType::ErrorReport, 0, encode(msg)))) {
         std::lock_guard<std::mutex> lock(mu_);

@@ -131,6 +131,12 @@ private:
     Dispatcher dispatcher_;
     std::optional<ReplicaInfoMsg> replica_;
     std::optional<ErrorReportMsg> unsent_error_;
+    // The fault (or PREREPAIR_FINISH) this rank reported that no NORMAL or EXIT has ended yet: sent
+    // again to a controller that took over, which never heard it.
+    std::optional<ErrorReportMsg> open_report_;
+    // The last action of the recovery this rank is inside (PRELOCK until NORMAL or EXIT), told to the
+    // controller at registration; 0: none.
+    uint16_t recovery_action_ = 0;
     int64_t step_ = -1;
     int64_t ckpt_step_ = -1;
     DataStatus data_ = DataStatus::Updated;

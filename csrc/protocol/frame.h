@@ -19,9 +19,10 @@
 namespace mindio {
 
 constexpr uint32_t kMagic = 0x414F494D;  // "MIOA" in little-endian bytes
-constexpr uint16_t kVersion = 5;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
+constexpr uint16_t kVersion = 6;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
                                   // 4: Register's may_replace, RegisterAck's replacement;
-                                  // 5: the controller's term in Register and RegisterAck, ReplicaInfo's domain
+                                  // 5: the controller's term in Register and RegisterAck, ReplicaInfo's domain;
+                                  // 6: Register's recovery_action (a recovery in progress at a takeover)
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxBody = 10u * 1024u * 1024u;
 

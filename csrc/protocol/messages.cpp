@@ -241,6 +241,7 @@ template <> struct Schema<RegisterMsg> : NoCheck {
         v("pid", m.pid);
         v("may_replace", m.may_replace);
         v("term", m.term);
+        v("recovery_action", m.recovery_action, upto(kMaxActionKind));
     }
 };
 

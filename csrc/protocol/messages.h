@@ -59,6 +59,10 @@ struct RegisterMsg {
     // took over has a higher term than the one it replaced; one that sees a higher term than its own
     // has been replaced, and must not act.
     uint64_t term = 0;
+    // The last action (ActionKind) of a recovery the rank is still inside (from its PRELOCK to the
+    // NORMAL or EXIT that ends it); 0: none. A controller that took over learns from it that the
+    // controller it replaced died mid-recovery, and how far that recovery had come.
+    uint16_t recovery_action = 0;
 };
 
 // RegisterAck results besides 0 (accepted) and 1 (refused: the processor gives up, e.g. a wrong token):

@@ -13,12 +13,13 @@ def register(subparsers):
     p.add_argument("--port", type=int, required=True, help="TCP port (0 picks a free one)")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default all)")
     p.add_argument("--no-uce", action="store_true", help="never repair online; dump instead")
-    p.add_argument("--arf", action="store_true",
-                   help="replace a dead rank's process (the job runs with worker reboot) instead of dumping")
     p.add_argument("--backup", action="store_true",
                    help="a backup controller: idle until ranks that lost their controller register with it, "
                         "then it leads the job under the next term (list it after the active one in "
                         "MINDIO_CONTROLLER_ADDR)")
+    p.add_argument("--arf", action="store_true",
+                   help="process replacement: a dead rank is replaced by a restarted process (the launcher "
+                        "starts it with MINDIO_RESTARTED=1) instead of dumping")
     p.add_argument("--status-port", type=int, default=None,
                    help="serve the status page and /metrics on this port (default: MINDIO_STATUS_PORT, else none); "
                         "requests need the job's token (MINDIO_TOKEN)")
@@ -33,7 +34,7 @@ def run(args) -> int:
 
     if args.world_size < 1:
         raise SystemExit(f"--world-size must be >= 1, got {args.world_size}")
-    ctl.tft_init_controller(-1, args.world_size, enable_arf=args.arf, enable_uce=not args.no_uce,
+    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
                             backup=args.backup)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

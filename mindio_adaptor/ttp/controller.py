@@ -33,6 +33,9 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
     """Create the controller (rank -1: standalone). `enable_uce` (ours) turns online repair off;
     `fault_policy` (ours) is passed to tft_set_fault_policy. `backup` (ours): a backup controller, idle
     until ranks that lost their controller register with it; it then leads the job under the next term.
+    Ranks that do not register with it within MINDIO_TAKEOVER_WAIT_S seconds (default 10) of the first
+    died with the old controller's node and are handled as dead; a recovery the old controller left is
+    restarted or ends in a dump (docs/controller.md).
 
     `enable_arf`: a dead process (or a process/node fault) is replaced instead of dumping: the survivors
     are stopped and cleaned, and the controller waits up to MINDIO_ARF_WAIT_S seconds (default 600) for

@@ -1,20 +1,26 @@
 """Processors that know the controller's backups: when the controller they registered with is lost
 (SIGKILL of its process: no goodbye), each moves to the next controller of the list and registers there,
 with its rank's state, while training goes on; a backup that ranks register with leads the job under the
-next term, and a controller of an older term that comes back is refused and stands down. Real
-controllers in their own processes, real sockets."""
+next term, and a controller of an older term that comes back is refused and stands down. Ranks lost with
+the controller's node are declared dead after MINDIO_TAKEOVER_WAIT_S and handled as dead (dump, or their
+replacement), and a recovery the lost controller left is restarted or dumped. Real controllers in their
+own processes, real sockets."""
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from controller_harness import wait_until
+from mindio_adaptor.core.enums import ReportState
 from mindio_adaptor.core.processor_link import ProcessorLink
 
 TOKEN = "backup-test-token"
@@ -168,3 +174,195 @@ def test_a_processor_refuses_a_controller_older_than_one_it_registered_under(env
     finally:
         link.native.stop()
         controller.close()
+
+
+# ---- a takeover while ranks died with the controller's node, and a recovery in progress -----------
+
+WORLD = 4
+LAYOUT = [{"rank_list": list(range(WORLD)), "replica_cnt": 2}]  # rank r's shard is also on rank r + 2
+STEP = 5
+LINKED_RANKS = Path(__file__).with_name("linked_ranks.py")
+
+
+class RecordingRank:
+    """A rank of the test process: records every action with the term it came under and when; the
+    action named `hold` under term 1 waits for `release` (the old controller dies meanwhile)."""
+
+    def __init__(self, rank, hold=None, allow_replacement=False):
+        self.rank, self.hold = rank, hold
+        self.link = ProcessorLink(rank, WORLD, allow_replacement=allow_replacement)
+        self.actions = []  # (term, monotonic time, ControllerAction)
+        self.release = threading.Event()
+        self.link.on_action(self._handle)
+
+    def _handle(self, action):
+        term = self.link.controller_term()
+        self.actions.append((term, time.monotonic(), action))
+        if action.name == self.hold and term == 1:
+            self.release.wait(60)
+        return 0, ""
+
+    def start(self, ports, step=STEP):
+        self.link.start("127.0.0.1", ports[0], backups=[("127.0.0.1", p) for p in ports[1:]])
+        self.link.report_layout(self.rank, LAYOUT, f"host/node{self.rank}")
+        if step is not None:
+            self.link.update_ended(step)
+
+    def names(self, term):
+        return [a.name for t, _, a in self.actions if t == term]
+
+    def first(self, term, name):
+        return next((when, a) for t, when, a in self.actions if t == term and a.name == name)
+
+
+def start_node(env, ranks, ports):
+    """The ranks of one node, in a process of their own (linked_ranks.py)."""
+    path = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")] if p)
+    process = subprocess.Popen([sys.executable, str(LINKED_RANKS), "--world-size", str(WORLD), "--ranks",
+                                *map(str, ranks), "--step", str(STEP), "--controllers",
+                                ",".join(f"127.0.0.1:{p}" for p in ports)],
+                               env=dict(env, PYTHONPATH=path), stdout=subprocess.PIPE, text=True)
+    assert select.select([process.stdout], [], [], 60)[0], "the node's ranks did not start within 60 s"
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def await_decisions(ranks, timeout_s=60):
+    with ThreadPoolExecutor(len(ranks)) as pool:
+        futures = [pool.submit(r.link.await_decision, timeout_s) for r in ranks]
+        return [f.result(timeout_s + 5) for f in futures]
+
+
+def kill(*processes):
+    for process in processes:
+        process.send_signal(signal.SIGKILL)
+    for process in processes:
+        process.wait(timeout=10)
+
+
+def taken_over(ranks, backup_port):
+    wait_until(lambda: all(r.link.controller_term() == 2 and r.link.connected() for r in ranks), 30,
+               f"ranks {[r.rank for r in ranks]} registered with the backup at {backup_port}")
+
+
+def read(path):
+    return path.read_text() if path.exists() else ""
+
+
+def test_ranks_lost_with_the_controllers_node_are_declared_dead_and_the_survivors_dump(env, tmp_path):
+    env["MINDIO_TAKEOVER_WAIT_S"] = "2"
+    with open(tmp_path / "backup.log", "w") as log:
+        (active, active_port), (backup, backup_port) = start_controller(env, WORLD), start_controller(
+            env, WORLD, "--backup", log=log)
+    ports = (active_port, backup_port)
+    node, survivors = None, [RecordingRank(r) for r in (0, 1)]
+    try:
+        node = start_node(env, [2, 3], ports)
+        for rank in survivors:
+            rank.start(ports)
+        killed_at = time.monotonic()
+        kill(active, node)  # the controller's node: ranks 2 and 3 go with it
+        taken_over(survivors, backup_port)
+        decisions = await_decisions(survivors)
+        assert [d.go_on for d in decisions] == [False, False]
+        assert survivors[0].names(2) == ["prelock", "stop", "save_ckpt", "rename", "exit"]
+        assert survivors[1].names(2) == ["prelock", "stop", "save_ckpt", "exit"]
+        stopped_at, _ = survivors[0].first(2, "stop")
+        assert stopped_at - killed_at >= 2.0  # not before MINDIO_TAKEOVER_WAIT_S ran out
+        _, save = survivors[0].first(2, "save_ckpt")
+        assert save.step == STEP and [s.ranks for s in save.saves] == [(0, 1)]  # 0 and 1 hold every shard
+        text = read(tmp_path / "backup.log")
+        assert ("term 2: ranks [2,3] did not register within 2000 ms of the takeover (MINDIO_TAKEOVER_WAIT_S): "
+                "declared dead") in text
+        assert "decision dump" in text
+    finally:
+        stop([r.link for r in survivors], active, backup, *([node] if node else []))
+
+
+@pytest.mark.parametrize("restarted", ["after_the_wait", "during_the_wait"])
+def test_ranks_lost_with_the_controllers_node_are_replaced_when_arf_is_on(env, tmp_path, restarted):
+    # during_the_wait: a fast launcher; the restarted processes are the ranks' replacements at once, and
+    # with every rank back the takeover settles long before its wait ends.
+    wait_s = 2 if restarted == "after_the_wait" else 120
+    env.update(MINDIO_TAKEOVER_WAIT_S=str(wait_s), MINDIO_ARF_WAIT_S="30")
+    with open(tmp_path / "backup.log", "w") as log:
+        (active, active_port), (backup, backup_port) = start_controller(env, WORLD), start_controller(
+            env, WORLD, "--backup", "--arf", log=log)
+    ports = (active_port, backup_port)
+    node, survivors = None, [RecordingRank(r) for r in (0, 1)]
+    replacements = []
+    try:
+        node = start_node(env, [2, 3], ports)
+        for rank in survivors:
+            rank.start(ports)
+        kill(active, node)
+        taken_over(survivors, backup_port)
+        if restarted == "after_the_wait":
+            wait_until(lambda: "did not register within 2000 ms" in read(tmp_path / "backup.log"), 30,
+                       "ranks 2 and 3 declared dead")
+        # The launcher restarts them; they may only register with the backup now (the first is gone).
+        replacements = [RecordingRank(r, allow_replacement=True) for r in (2, 3)]
+        for rank in replacements:
+            rank.start(ports, step=None)
+            assert rank.link.native.restarted()  # the backup took it as the dead rank's replacement
+            rank.link.report_fault(ReportState.PREREPAIR_FINISH)  # "ARF FINISH": built, waiting
+        decisions = await_decisions(survivors + replacements, timeout_s=60)  # < 120: not by the wait's end
+        assert [(d.go_on, d.strategy, d.repair_step) for d in decisions] == [(True, "recover", STEP)] * 4
+        for rank in survivors:
+            assert rank.names(2) == ["prelock", "stop", "clean", "rebuild_group", "repair", "rollback", "normal"]
+        for rank in replacements:
+            assert rank.names(2) == ["rebuild_group", "repair", "rollback", "normal"]
+        for src, dst in ((0, 2), (1, 3)):  # each replacement gets its shard from its replica peer
+            _, repair = (survivors + replacements)[dst].first(2, "repair")
+            assert [(a.src, a.dst) for a in repair.own_repairs(dst)] == [((src,), (dst,))]
+        text = read(tmp_path / "backup.log")
+        assert "rank 2 replaced by a restarted process" in text and "rank 3 replaced by a restarted process" in text
+        assert ("did not register within" in text) == (restarted == "after_the_wait")
+        assert ("term 2: every rank registered again" in text) == (restarted == "during_the_wait")
+    finally:
+        stop([r.link for r in survivors + replacements], active, backup, *([node] if node else []))
+
+
+@pytest.mark.parametrize("held,resumed", [("clean", "restart"), ("repair", "dump")])
+def test_a_recovery_in_progress_at_the_takeover_is_restarted_or_dumped(env, tmp_path, capfd, held, resumed):
+    with open(tmp_path / "backup.log", "w") as log:
+        (active, active_port), (backup, backup_port) = start_controller(env, WORLD), start_controller(
+            env, WORLD, "--backup", log=log)
+    ports = (active_port, backup_port)
+    ranks = [RecordingRank(r, hold=held) for r in range(WORLD)]
+    try:
+        for rank in ranks:
+            rank.start(ports)
+        ranks[1].link.report_fault(ReportState.UCE)  # repaired online from rank 3 (its replica peer)
+        holding = range(WORLD) if held == "clean" else (1, 3)  # REPAIR goes to the pair only
+        wait_until(lambda: all(held in ranks[r].names(1) for r in holding), 30, f"the ranks at {held} under term 1")
+        kill(active)  # while the ranks wait in the recovery
+        for rank in ranks:
+            rank.release.set()
+        taken_over(ranks, backup_port)
+        decisions = await_decisions(ranks)
+        text = read(tmp_path / "backup.log")
+        # The backup never heard rank 1's fault: the rank reports it again.
+        assert ("the controller of term 2 took over from term 1 while this rank's fault (state 2) was being handled: "
+                "reporting it again") in capfd.readouterr().err
+        if resumed == "restart":
+            assert [(d.go_on, d.strategy, d.repair_step) for d in decisions] == [(True, "retry", STEP)] * WORLD
+            for rank in ranks:
+                repair = ["repair"] if rank.rank in (1, 3) else []
+                assert rank.names(2) == ["prelock", "stop", "clean", *repair, "rollback", "normal"], rank.rank
+            _, repair = ranks[1].first(2, "repair")
+            assert [(a.src, a.dst) for a in repair.own_repairs(1)] == [((3,), (1,))]
+            assert ("a recovery was in progress at the takeover (ranks [0,1,2,3] at clean): no rank was past clean; "
+                    "the faults of ranks [1] are handled again from the start") in text
+        else:
+            assert [d.go_on for d in decisions] == [False] * WORLD
+            saving = [rank for rank in ranks if "save_ckpt" in rank.names(2)]
+            savers = {r for s in saving[0].first(2, "save_ckpt")[1].saves for r in s.ranks}
+            assert {rank.rank for rank in saving} == savers
+            assert 1 not in savers and 3 in savers and len(savers & {0, 2}) == 1  # rank 1's shard only on 3
+            for rank in ranks:
+                assert rank.names(2)[0] == "stop" and rank.names(2)[-1] == "exit"
+            assert ("a recovery was in progress at the takeover (ranks [0,2] at clean, ranks [1,3] at repair): ranks "
+                    "[1,3] were past clean, where state may be half repaired; restarting is not safe: dump") in text
+    finally:
+        stop([r.link for r in ranks], active, backup)

@@ -196,6 +196,15 @@ def test_arf_wait_out_of_range_is_a_clear_error(monkeypatch, value, message):
     assert not ctl.tft_query_high_availability_switch()
 
 
+@pytest.mark.parametrize("value,message", [("0", r"MINDIO_TAKEOVER_WAIT_S=0 is out of range \[0.1, 3600\] seconds"),
+                                           ("7200", "out of range"), ("later", "is not a number of seconds")])
+def test_takeover_wait_out_of_range_is_a_clear_error(monkeypatch, value, message):
+    monkeypatch.setenv("MINDIO_TAKEOVER_WAIT_S", value)
+    with pytest.raises(ValueError, match=message):
+        ctl.tft_init_controller(-1, 4, backup=True)
+    assert not ctl.tft_query_high_availability_switch()
+
+
 def test_calls_that_need_a_processor_or_controller_say_so():
     for call in [tp.tft_start_copy_os, lambda: tp.tft_report_load_ckpt_step(3),
                  lambda: tp.tft_set_dp_group_info(0, [0, 1])]:
