@@ -16,11 +16,9 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from typing import Callable, Iterable, List, Optional
+from typing import Iterable, List, Optional
 
 from torch.distributed import DistError, PrefixStore, Store, TCPStore
-
-POLL_S = 0.1
 
 
 def beat_key(node: int) -> str:
@@ -83,16 +81,10 @@ class BeatWatch:
         return lost
 
 
-def lost_nodes(store: Store, nodes: Iterable[int], lost_after: float,
-               stop: Callable[[], bool] = lambda: False) -> List[int]:
-    """The nodes among `nodes` whose beat does not move for `lost_after` seconds from now (returns early,
-    with none, when `stop()` says so)."""
+def lost_nodes(store: Store, nodes: Iterable[int], lost_after: float) -> List[int]:
+    """The nodes among `nodes` whose beat does not move for `lost_after` seconds from now."""
     watch = BeatWatch(store, nodes)
-    deadline = time.monotonic() + lost_after
-    while time.monotonic() < deadline:
-        if stop():
-            return []
-        time.sleep(POLL_S)
+    time.sleep(lost_after)
     return watch.lost(lost_after)
 
 

@@ -88,10 +88,10 @@ class NodeStore:
             raise NodeStoreError(f"could not {where} launchers' store at {cfg.master_addr}:{self.port} with all "
                                  f"{cfg.nnodes} nodes within {cfg.rdzv_timeout:.0f} s: {err}") from None
 
-    def _own(self, node: int, first: bool) -> None:
+    def _own(self, node: int, first: bool, seen_lost: bool = False) -> None:
         cfg, store = self.config, self.store
         seen = node_liveness.owner(store, node)
-        if not first and not node_liveness.lost_nodes(store, [node], cfg.node_lost_after):
+        if not (first or seen_lost) and not node_liveness.lost_nodes(store, [node], cfg.node_lost_after):
             raise NodeStoreError(f"node rank {node} is held by a running launcher (its beat moved within "
                                  f"{cfg.node_lost_after:g} s); a launcher takes a node rank only from a lost node")
         if not first and not cfg.worker_reboot:
@@ -117,15 +117,19 @@ class NodeStore:
             self.store.add(STANDBYS_LEFT, 1)  # as a node now, or not needed: node 0 need not wait for it
 
     def _wait_for_a_lost_node(self, log) -> Optional[int]:
+        """One watch of the beats for as long as this waits: a node is taken `--node-lost-after` seconds
+        after its last beat, not after a window that began while it still beat."""
         cfg = self.config
         nodes = range(1, cfg.nnodes)
         log.info("standby: watching nodes %s; a node silent for %g s is taken over", list(nodes),
                  cfg.node_lost_after)
+        watch = node_liveness.BeatWatch(self.store, nodes)
         while not self._job_over():
-            started = [node for node in nodes if node_liveness.owner(self.store, node)]
-            for node in node_liveness.lost_nodes(self.store, started, cfg.node_lost_after, self._job_over):
+            for node in watch.lost(cfg.node_lost_after):
+                if not node_liveness.owner(self.store, node):
+                    continue  # not started yet: nothing to take over
                 try:
-                    self._own(node, first=False)
+                    self._own(node, first=False, seen_lost=True)
                 except NodeStoreError as err:
                     log.info("standby: node %d: %s", node, err)
                     continue
