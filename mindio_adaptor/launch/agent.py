@@ -52,14 +52,18 @@ class NodeAgent:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self._on_signal)
         try:
-            outcome = self._watch()
-        finally:
+            return self._run()
+        finally:  # also when the launcher itself fails: nothing it started may outlive it
             self.warm.close()
+            self.controller.stop()
+
+    def _run(self) -> int:
+        outcome = self._watch()
+        self.warm.close()
         self.log.info("summary: %s; exit code %d; group restarts %d; restarts per rank: %s", outcome.what,
                       outcome.code, self.generation,
                       ", ".join(f"rank {w.rank}: {w.starts - 1}" for w in self.workers))
         if self.fenced:
-            self.controller.stop()
             return outcome.code
         try:
             # A node hosting a controller keeps it until every node is done: it may lead the job by then.
@@ -67,7 +71,6 @@ class NodeAgent:
                 self.log.info("stopped waiting for the other nodes to finish after %.0f s", EXIT_BARRIER_S)
         except DistError:  # node 0 is gone: nobody to tell
             pass
-        self.controller.stop()
         return outcome.code
 
     def _on_signal(self, signum, _frame):

@@ -62,7 +62,9 @@ class HostedController:
 
     @property
     def hosted(self) -> bool:
-        return self.config.node_rank < self.config.controllers
+        """Nodes below --controllers, in their first launcher only: the workers' lists were given out at the
+        start, so a controller started by a replacement node could not be found by any of them."""
+        return self.config.node_rank < self.config.controllers and not self.store.replacing
 
     def start(self) -> None:
         """Start this node's controller and publish its address (node 0 first chooses the token)."""

@@ -35,8 +35,6 @@ POLL_S = 0.05
 GENERATION = "generation"  # counter: the generation the job is in
 END = "end"  # why the job ends (a node gave up, or was signalled); every launcher stops its workers
 CONTROLLER_END = "controller_end"  # a worker exited ENDED_BY_CONTROLLER: nothing is restarted any more
-
-
 STANDBYS, STANDBYS_LEFT = "standbys", "standbys_left"  # counters: standby launchers that joined, that left
 
 
