@@ -63,22 +63,27 @@ class NodeBeat:
 
 class BeatWatch:
     """Watches the beats of some nodes from the moment it is made: a node is lost once its beat has not
-    moved for `lost_after` seconds of watching."""
+    moved for `lost_after` seconds of watching. It also keeps the owner each node had at its last beat:
+    taking a lost node over starts from that owner, so a launcher that took it meanwhile is not
+    taken over in turn."""
 
     def __init__(self, store: Store, nodes: Iterable[int]):
         self._store = store
         now = time.monotonic()
-        self._seen = {node: (_beat(store, node), now) for node in nodes}
+        self._seen = {node: (_beat(store, node), owner(store, node), now) for node in nodes}
 
     def lost(self, lost_after: float) -> List[int]:
         now, lost = time.monotonic(), []
-        for node, (beat, since) in self._seen.items():
+        for node, (beat, its_owner, since) in self._seen.items():
             current = _beat(self._store, node)
             if current != beat:
-                self._seen[node] = (current, now)
+                self._seen[node] = (current, owner(self._store, node), now)
             elif now - since >= lost_after:
                 lost.append(node)
         return lost
+
+    def owner_at_last_beat(self, node: int) -> int:
+        return self._seen[node][1]
 
 
 def lost_nodes(store: Store, nodes: Iterable[int], lost_after: float) -> List[int]:

@@ -86,10 +86,12 @@ class NodeStore:
             raise NodeStoreError(f"could not {where} launchers' store at {cfg.master_addr}:{self.port} with all "
                                  f"{cfg.nnodes} nodes within {cfg.rdzv_timeout:.0f} s: {err}") from None
 
-    def _own(self, node: int, first: bool, seen_lost: bool = False) -> None:
+    def _own(self, node: int, first: bool, lost_owner: Optional[int] = None) -> None:
+        """Own `node`: the first launcher of it, or one that takes it from a lost owner (`lost_owner`: the
+        owner a watch already judged lost, else this watches the node for --node-lost-after first)."""
         cfg, store = self.config, self.store
-        seen = node_liveness.owner(store, node)
-        if not (first or seen_lost) and not node_liveness.lost_nodes(store, [node], cfg.node_lost_after):
+        seen = node_liveness.owner(store, node) if lost_owner is None else lost_owner
+        if not first and lost_owner is None and not node_liveness.lost_nodes(store, [node], cfg.node_lost_after):
             raise NodeStoreError(f"node rank {node} is held by a running launcher (its beat moved within "
                                  f"{cfg.node_lost_after:g} s); a launcher takes a node rank only from a lost node")
         if not first and not cfg.worker_reboot:
@@ -124,10 +126,11 @@ class NodeStore:
         watch = node_liveness.BeatWatch(self.store, nodes)
         while not self._job_over():
             for node in watch.lost(cfg.node_lost_after):
-                if not node_liveness.owner(self.store, node):
+                lost_owner = watch.owner_at_last_beat(node)
+                if not lost_owner:
                     continue  # not started yet: nothing to take over
                 try:
-                    self._own(node, first=False, seen_lost=True)
+                    self._own(node, first=False, lost_owner=lost_owner)
                 except NodeStoreError as err:
                     log.info("standby: node %d: %s", node, err)
                     continue
