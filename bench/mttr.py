@@ -25,7 +25,7 @@ peer), plain gloo send/recv of the same bytes between two processes of this mach
 the fraction of that bandwidth the repair achieved, and the rest of the repair (fault to the recomputed
 step, less the repair stage): the overhead that should not grow with the shard.
 
-    python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10] [--sweep 64,256,512]
+    python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10] [--cases abcdegh] [--sweep 64,256,512]
 """
 import argparse
 import re
@@ -238,6 +238,17 @@ def baseline(args, tmp: Path):
     return total, phases, args.fault_step - 1 - loaded_step
 
 
+CASES = {  # tag: (title, run(args, tmp) -> (seconds, phases, completed steps lost), goal of seconds / (c))
+    "a": ("online repair", lambda args, tmp: online_repair(args, tmp)[:3], 0.10),
+    "b": ("process replacement", process_replacement, 0.5),
+    "c": ("baseline restart", baseline, None),
+    "d": ("online reload, no replica", online_reload, None),
+    "e": ("node lost, new launcher", lambda args, tmp: node_lost(args, standby=False), None),
+    "g": ("node lost, warm standby", lambda args, tmp: node_lost(args, standby=True), 0.2),
+    "h": ("killed rank, warm spare worker", lambda args, tmp: process_replacement(args, tmp, spare_workers=1), 0.15),
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fault-step", type=int, default=8)
@@ -247,45 +258,34 @@ def main():
                         help="hidden sizes, e.g. 64,256,512: only the online repair, at each size")
     parser.add_argument("--node-lost-after", type=float, default=3.0,
                         help="the launchers' --node-lost-after in (e) and (g) (default 3 s)")
+    parser.add_argument("--cases", default="".join(CASES),
+                        help=f"which cases to run, e.g. cgh (default {''.join(CASES)}; c, the baseline, always runs)")
     args = parser.parse_args()
     if not args.save_interval < args.fault_step <= args.iters:
         sys.exit("mttr: need save-interval < fault-step <= iters")
+    unknown = set(args.cases) - set(CASES)
+    if unknown:
+        sys.exit(f"mttr: --cases {args.cases!r}: unknown {sorted(unknown)}; choose from {''.join(CASES)}")
     if args.sweep:
         with tempfile.TemporaryDirectory(prefix="mttr_") as tmp:
             size_sweep(args, Path(tmp))
         return
+    tags = [tag for tag in CASES if tag in args.cases or tag == "c"]
     with tempfile.TemporaryDirectory(prefix="mttr_") as tmp:
-        a, a_phases, a_lost, _ = online_repair(args, Path(tmp))
-        b, b_phases, b_lost = process_replacement(args, Path(tmp))
-        c, c_phases, c_lost = baseline(args, Path(tmp))
-        d, d_phases, d_lost = online_reload(args, Path(tmp))
-        e, e_phases, e_lost = node_lost(args, standby=False)
-        g, g_phases, g_lost = node_lost(args, standby=True)
-        h, h_phases, h_lost = process_replacement(args, Path(tmp), spare_workers=1)
+        results = {tag: CASES[tag][1](args, Path(tmp)) for tag in tags}
     print(f"\nfault during step {args.fault_step}; baseline checkpoint every {args.save_interval} steps")
-    print(f"(a) online repair: {a:.2f} s to step {args.fault_step} done; completed steps lost {a_lost}")
-    for name, seconds in a_phases:
-        print(f"      {name:<28} {seconds:6.2f} s")
-    print(f"(b) process replacement: {b:.2f} s to step {args.fault_step} done; completed steps lost {b_lost}")
-    for name, seconds in b_phases:
-        print(f"      {name:<28} {seconds:6.2f} s")
-    print(f"(c) baseline restart: {c:.2f} s to step {args.fault_step} done; completed steps lost {c_lost}")
-    for name, seconds in c_phases:
-        print(f"      {name:<28} {seconds:6.2f} s")
-    print(f"(d) online reload, no replica: {d:.2f} s to step {args.fault_step} done; completed steps lost {d_lost}")
-    for name, seconds in d_phases:
-        print(f"      {name:<28} {seconds:6.2f} s")
-    for tag, title, seconds, phases, lost in (
-            ("e", "node lost, new launcher", e, e_phases, e_lost), ("g", "node lost, warm standby", g, g_phases, g_lost),
-            ("h", "killed rank, warm spare worker", h, h_phases, h_lost)):
-        print(f"({tag}) {title}: {seconds:.2f} s to step {args.fault_step} done; completed steps lost {lost}")
+    for tag, (seconds, phases, lost) in results.items():
+        print(f"({tag}) {CASES[tag][0]}: {seconds:.2f} s to step {args.fault_step} done; completed steps lost {lost}")
         for name, phase_s in phases:
             print(f"      {name:<28} {phase_s:6.2f} s")
-    print(f"ratio a/c {a / c:.2f} (goal <= 0.10), b/c {b / c:.2f} (goal <= 0.5), d/c {d / c:.2f}, e/c {e / c:.2f}, "
-          f"g/c {g / c:.2f} (goal <= 0.2), h/c {h / c:.2f} (goal <= 0.15)")
-    print("\nshard transfer against plain send/recv of the same bytes (bench/shard_transfer.py):", flush=True)
-    subprocess.run([sys.executable, str(Path(__file__).with_name("shard_transfer.py")), "--rounds", "11"],
-                   check=True, timeout=600)
+    baseline_s = results["c"][0]
+    print("ratios: " + ", ".join(
+        f"{tag}/c {results[tag][0] / baseline_s:.2f}" + (f" (goal <= {CASES[tag][2]})" if CASES[tag][2] else "")
+        for tag in results if tag != "c"))
+    if "a" in results:
+        print("\nshard transfer against plain send/recv of the same bytes (bench/shard_transfer.py):", flush=True)
+        subprocess.run([sys.executable, str(Path(__file__).with_name("shard_transfer.py")), "--rounds", "11"],
+                       check=True, timeout=600)
 
 
 if __name__ == "__main__":
