@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import timedelta
 from typing import Iterable, List, Optional
 
@@ -98,12 +99,21 @@ def _beat(store: Store, node: int) -> int:
 
 
 def owner(store: Store, node: int) -> int:
-    return int(store.get(owner_key(node))) if store.check([owner_key(node)]) else 0
+    """The incarnation that owns `node` (0: none yet)."""
+    return _incarnation(store.get(owner_key(node)).decode()) if store.check([owner_key(node)]) else 0
 
 
 def take_over(store: Store, node: int, seen: int) -> Optional[int]:
     """Become the owner of `node` after incarnation `seen`; the new incarnation, or None when another
-    launcher moved it first."""
-    desired = str(seen + 1)
-    now = store.compare_set(owner_key(node), str(seen) if seen else "", desired)
-    return seen + 1 if now.decode() == desired else None
+    launcher moved it first. The value written is unique to this launcher: two candidates after the same
+    incarnation would otherwise both read their own desired value back from the compare-and-set."""
+    key = owner_key(node)
+    expected = store.get(key).decode() if seen else ""
+    if seen and _incarnation(expected) != seen:
+        return None
+    desired = f"{seen + 1}:{uuid.uuid4().hex}"
+    return seen + 1 if store.compare_set(key, expected, desired).decode() == desired else None
+
+
+def _incarnation(value: str) -> int:
+    return int(value.split(":", 1)[0])
