@@ -108,10 +108,15 @@ def _controllers(count: int, nnodes: int) -> int:
 
 def _online_repair(args, environ: Mapping[str, str]) -> bool:
     """Whether the training asked for online repair, which a controller hosted by the launcher must know."""
-    script_flag = SCRIPT_REPAIR_FLAG in args.training_script_args
+    return _training_asks(args, environ, SCRIPT_REPAIR_FLAG, "enable_hbmfault_repair")
+
+
+def _training_asks(args, environ: Mapping[str, str], script_flag: str, feature: str) -> bool:
+    """A feature the training script asks for: its flag among the script's arguments, unless
+    HIGH_AVAILABILITY says otherwise (it overrides the flags, as in the reference)."""
+    flags = HighAvailabilityConfig(**{feature: script_flag in args.training_script_args})
     try:
-        return HighAvailabilityConfig(enable_hbmfault_repair=script_flag).apply_env_override(
-            environ.get(ENV_OVERRIDE)).enable_hbmfault_repair
+        return getattr(flags.apply_env_override(environ.get(ENV_OVERRIDE)), feature)
     except HighAvailabilityConfigError as err:
         raise LaunchConfigError(str(err)) from None
 
@@ -235,13 +240,7 @@ def _worker_reboot(args, environ: Mapping[str, str]) -> Tuple[bool, str]:
     --enable-worker-reboot, or HIGH_AVAILABILITY with `recover`, which overrides the flags there too)."""
     if args.worker_reboot:
         return True, "--worker-reboot"
-    script_flag = SCRIPT_REBOOT_FLAG in args.training_script_args
-    try:
-        wanted = HighAvailabilityConfig(enable_worker_reboot=script_flag).apply_env_override(
-            environ.get(ENV_OVERRIDE)).enable_worker_reboot
-    except HighAvailabilityConfigError as err:
-        raise LaunchConfigError(str(err)) from None
-    if not wanted:
+    if not _training_asks(args, environ, SCRIPT_REBOOT_FLAG, "enable_worker_reboot"):
         return False, ""
     if environ.get(ENV_OVERRIDE, "").strip():
         return True, f"{ENV_OVERRIDE}={environ[ENV_OVERRIDE]} asks for process replacement (recover)"

@@ -28,6 +28,7 @@ from datetime import timedelta
 from typing import Dict, List, Optional
 
 from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
+from mindio_adaptor.core.exit_codes import describe
 from mindio_adaptor.launch.config import LaunchConfig
 
 START_TIMEOUT_S = 60.0  # a controller process imports the native module and listens within this
@@ -117,7 +118,7 @@ class HostedController:
         if self.proc is None or self.proc.poll() is None:
             return
         self.log.info("this node's controller (pid %d) ended: %s; the processors follow the next of the list; "
-                      "it is not started again", self.proc.pid, _how(self.proc.returncode))
+                      "it is not started again", self.proc.pid, describe(self.proc.returncode))
         self.proc = None
 
     def stop(self) -> None:
@@ -142,6 +143,3 @@ def controllers_env(config: LaunchConfig, store) -> Dict[str, str]:
     return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys),
             ENV_TOKEN: store.store.get(TOKEN_KEY).decode()}
 
-
-def _how(code: int) -> str:
-    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
