@@ -189,11 +189,9 @@ class LocalCluster:
     def __init__(self, flags: Sequence[str], nnodes: int = 2, nproc_per_node: int = 2, train_iters: int = 8,
                  env: Optional[Dict[str, str]] = None, launch_flags: Sequence[str] = (),
                  on_line: Optional[Callable[[str], None]] = None):
-        import socket
+        from torch.distributed.elastic.utils.distributed import get_free_port
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = get_free_port()
         self.run_id = uuid.uuid4().hex
         self.common = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
                        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", self.run_id[:12], *launch_flags]

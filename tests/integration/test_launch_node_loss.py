@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from torch.distributed.elastic.utils.distributed import get_free_port
 
 pytestmark = pytest.mark.integration
 
@@ -27,9 +28,7 @@ WORKER = ['--no-python', 'sh', '-c', 'echo "$RANK $MINDIO_RESTARTED $MASTER_PORT
 
 class Cluster:
     def __init__(self, tmp_path):
-        with __import__("socket").socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = get_free_port()
         self.out = tmp_path
         self.env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=os.pathsep.join(
             p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p))
