@@ -7,7 +7,6 @@ Rank 0 prints `megatron from <dir>` (which tree was imported) and, at the end, `
 """
 import os
 import sys
-from functools import partial
 
 from mindio_adaptor.patches import registry
 from mindio_adaptor.tiny_job import params_digest
@@ -16,50 +15,28 @@ registry.patch_all(only=("cpu_support",))  # device emulation only; a no-op wher
 
 import megatron.training  # noqa: E402
 import torch  # noqa: E402
-from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder  # noqa: E402
-from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset  # noqa: E402
 from megatron.core.enums import ModelType  # noqa: E402
-from megatron.training import get_args, get_tokenizer  # noqa: E402
 from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args  # noqa: E402
 from megatron.training.arguments import parse_and_validate_args  # noqa: E402
 from megatron.training.training import pretrain  # noqa: E402
 
+import mock_gpt_steps  # noqa: E402  (beside this script)
+
 MODEL_CHUNKS = []  # as forward_step sees them: stock Megatron hands the model to nobody else
-
-
-def datasets_provider(train_val_test_num_samples, vp_stage=None):
-    args = get_args()
-    config = GPTDatasetConfig(
-        random_seed=args.seed, sequence_length=args.seq_length, blend=None, split="1,0,0",
-        tokenizer=get_tokenizer(), reset_position_ids=False, reset_attention_mask=False,
-        eod_mask_loss=False, create_attention_mask=True, mid_level_dataset_surplus=0.005)
-    return BlendedMegatronDatasetBuilder(MockGPTDataset, train_val_test_num_samples, lambda: True, config).build()
-
-
-datasets_provider.is_distributed = True
-
-
-def loss_func(loss_mask, output_tensor, model=None):
-    losses, loss_mask = output_tensor.view(-1).float(), loss_mask.view(-1).float()
-    loss = torch.sum(losses * loss_mask)
-    num_tokens = loss_mask.sum().clone().detach().to(torch.int)
-    return loss, num_tokens, {"lm loss": torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])}
 
 
 def forward_step(data_iterator, model, return_schedule_plan=False):
     if not any(chunk is model for chunk in MODEL_CHUNKS):
         MODEL_CHUNKS.append(model)
-    batch = next(data_iterator)
-    output = model(batch["tokens"], batch["position_ids"], batch.get("attention_mask"), labels=batch["labels"])
-    return output, partial(loss_func, batch["loss_mask"])
+    return mock_gpt_steps.forward_step(data_iterator, model, return_schedule_plan)
 
 
 def main():
     if os.environ.get("RANK") == "0":
         print(f"megatron from {os.path.dirname(os.path.dirname(megatron.training.__file__))}", flush=True)
     args = parse_and_validate_args()
-    pretrain(pretrain_cfg_container_from_args(args, gpt_config_from_args(args)), datasets_provider,
-             ModelType.encoder_or_decoder, forward_step)
+    pretrain(pretrain_cfg_container_from_args(args, gpt_config_from_args(args)),
+             mock_gpt_steps.datasets_provider, ModelType.encoder_or_decoder, forward_step)
     digest = params_digest(MODEL_CHUNKS)
     if torch.distributed.get_rank() == 0:
         sys.stdout.write(f"params digest {digest}\n")  # one write: never split by another process's output
