@@ -13,6 +13,7 @@ unusable afterwards, as after an abort: the caller rebuilds them (core/comm.Comm
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from typing import Collection, List
@@ -53,21 +54,33 @@ def connections_to_break(connections: Collection[Connection], keep_ports: Collec
 
 def shutdown_connections(connections: Collection[Connection]) -> int:
     """shutdown(2) each socket (not close: the fd stays owned by its transport, which then sees the
-    end of the stream and fails its pending operations). Returns how many were shut down."""
+    end of the stream and fails its pending operations). Returns how many were shut down.
+
+    An fd listed a moment ago may have been closed since (gloo closes a pair's socket when its peer
+    goes) and its number reused by another thread's new socket: a DataLoader's fd-passing connection
+    was shut down that way once, and its step failed with EOFError. So the socket is shut down only
+    if it is still the listed connection (same ports)."""
     done = 0
     for c in connections:
         try:
-            sock = socket.fromfd(c.fd, c.family, socket.SOCK_STREAM)  # a dup: closing it keeps c.fd
+            sock = socket.socket(fileno=os.dup(c.fd))  # a dup, its family and type read from the fd
         except OSError:
             continue  # closed meanwhile
         try:
-            sock.shutdown(socket.SHUT_RDWR)
-            done += 1
+            if _is_connection(sock, c):
+                sock.shutdown(socket.SHUT_RDWR)
+                done += 1
         except OSError:
             pass  # already shut down or not connected any more
         finally:
             sock.close()
     return done
+
+
+def _is_connection(sock: socket.socket, c: Connection) -> bool:
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+        return False
+    return sock.getsockname()[1] == c.local_port and sock.getpeername()[1] == c.remote_port
 
 
 def break_collectives(backend: str, keep_ports: Collection[int]) -> str:

@@ -34,6 +34,32 @@ def test_shutdown_wakes_a_blocked_reader_and_keeps_the_descriptor():
         s.close()
 
 
+def test_a_listed_fd_reused_by_another_socket_is_left_alone():
+    # the listed connection's fd was closed and its number taken by a Unix socket (a DataLoader's
+    # fd passing), then by a TCP connection with other ports: neither may be shut down
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    left, right = socket.socketpair()
+    other = socket.create_connection(server.getsockname())
+    other_peer, _ = server.accept()
+    listed = [c for c in comm_abort.tcp_connections() if c.fd == client.fileno()]
+    fd = client.detach()  # the number stays ours; dup2 below puts other sockets behind it
+    try:
+        os.dup2(left.fileno(), fd)
+        assert comm_abort.shutdown_connections(listed) == 0
+        right.sendall(b"x")
+        assert os.read(fd, 1) == b"x"  # still readable: not shut down
+        os.dup2(other.fileno(), fd)
+        assert comm_abort.shutdown_connections(listed) == 0
+        other_peer.sendall(b"y")
+        assert os.read(fd, 1) == b"y"
+    finally:
+        os.close(fd)
+        for s in (left, right, other, other_peer, peer, server):
+            s.close()
+
+
 def test_a_forked_child_closes_the_inherited_connections():
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())
