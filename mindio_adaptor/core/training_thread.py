@@ -8,6 +8,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Tuple
 
+from mindio_adaptor.core import abandonable_waits
+
 
 class TrainingThread:
     def __init__(self):
@@ -16,6 +18,17 @@ class TrainingThread:
         self.jobs: "queue.Queue[Tuple[Callable[[], Any], Future]]" = queue.Queue()
         self.keep_ports: set = set()  # connections a stop must not break: store, controller
         self.backend = "gloo"
+
+    def use_backend(self, backend: str) -> None:
+        """On gloo a stop must also be able to pull the training thread out of a collective wait
+        (core/abandonable_waits); NCCL's and HCCL's abort already fail such a wait."""
+        self.backend = backend
+        if backend == "gloo":
+            abandonable_waits.install(self.stop_pending)
+
+    def stop_pending(self) -> bool:
+        """A stop was asked for and the training thread has not parked yet."""
+        return self.stop_requested.is_set() and not self.parked.is_set()
 
     def reset(self):
         """The training thread resumes training: the next stop starts from scratch."""

@@ -28,7 +28,7 @@ JOB_WAIT_S = 0.1  # how long one wait for the decision runs posted stages before
 def prepare(margs) -> None:
     """After Megatron's initialisation, instead of connecting: the client connects later."""
     SESSION.save_root = margs.save
-    SESSION.thread.backend = margs.distributed_backend
+    SESSION.thread.use_backend(margs.distributed_backend)
     SESSION.job.step_completed.insert(0, _take_snapshot)  # before the client's update-ended hooks
     inherited_sockets.install()
     logger.debug("fault handling left to the client (mindio_ttp); rank %s not connected by the adaptor",

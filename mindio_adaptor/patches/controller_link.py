@@ -65,7 +65,7 @@ def connect():
     inherited_sockets.install()
     exception_loop.arm(margs, link)
     SESSION.save_root = margs.save
-    SESSION.thread.backend = margs.distributed_backend  # not dist.get_backend(): "fake" in a replacement
+    SESSION.thread.use_backend(margs.distributed_backend)  # not dist.get_backend(): "fake" in a replacement
     SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
     recovery.answer_actions(SESSION, link)
     atexit.register(disconnect)
