@@ -47,6 +47,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
+from mindio_adaptor.core import group_graveyard
+
 STORE_PREFIX = "mindio/comm"
 
 
@@ -114,6 +116,7 @@ def _abort_all() -> str:
     teardown: keep `timeout` short. Not observed here (no GPU): NCCL's and HCCL's abort."""
     if not dist.is_initialized():
         return "none"
+    group_graveyard.bury(dist.distributed_c10d._world.pg_map)  # their last reference is dropped there
     try:
         dist.distributed_c10d._abort_process_group()
         return "abort"

@@ -1,5 +1,6 @@
 """A gloo process for tests/integration/test_abandonable_waits.py: rank 0 waits in an all-reduce while
-rank 1 is alive but late (or never comes); prints one JSON line saying how rank 0's wait ended."""
+rank 1 is alive but late (or never comes); prints one JSON line saying how rank 0's wait ended and, in the
+modes "drop" and "bury", how long dropping the abandoned group took this thread."""
 import json
 import os
 import sys
@@ -10,29 +11,43 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core import abandonable_waits
+from mindio_adaptor.core import abandonable_waits, group_graveyard
+
+GROUP_TIMEOUT = timedelta(seconds=6)
 
 
 def main(rank: int, port: int, mode: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=timedelta(seconds=60))
+    group = dist.new_group([0, 1], timeout=GROUP_TIMEOUT)
     if rank == 1:
-        time.sleep(1.5 if mode == "late" else 8.0)  # "stop": never joins while rank 0 waits
+        time.sleep(1.5 if mode == "late" else 10.0)  # "stop" and the others: never joins while rank 0 waits
         if mode == "late":
-            dist.all_reduce(torch.tensor([2.0]))
+            dist.all_reduce(torch.tensor([2.0]), group=group)
         return
     stop = threading.Event()
     abandonable_waits.install(stop.is_set)
-    if mode == "stop":
+    if mode != "late":
         threading.Timer(1.0, stop.set).start()
+    result = wait_in_all_reduce(group)
+    if mode in ("drop", "bury"):
+        if mode == "bury":
+            group_graveyard.bury([group])
+        dist.distributed_c10d._abort_process_group(group)
+        started = time.monotonic()
+        del group  # the last reference but the graveyard's: its destructor joins the stuck gloo thread
+        result["drop_s"] = time.monotonic() - started
+    print(json.dumps(result), flush=True)
+
+
+def wait_in_all_reduce(group) -> dict:
     x = torch.tensor([1.0])
     started = time.monotonic()
     try:
-        dist.all_reduce(x)
-        print(json.dumps({"ended": "completed", "sum": x.item(), "s": time.monotonic() - started}), flush=True)
+        dist.all_reduce(x, group=group)
+        return {"ended": "completed", "sum": x.item(), "s": time.monotonic() - started}
     except abandonable_waits.CollectiveAbandoned as exc:
-        print(json.dumps({"ended": "abandoned", "why": str(exc), "s": time.monotonic() - started}), flush=True)
-    sys.stdout.flush()
+        return {"ended": "abandoned", "why": str(exc), "s": time.monotonic() - started}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""core/abandonable_waits on real gloo processes: a stop pulls a thread out of an all-reduce its peer
-never joins, and a wait that completes is unchanged (same sum, a late peer waited for)."""
+"""core/abandonable_waits and core/group_graveyard on real gloo processes: a stop pulls a thread out of an
+all-reduce its peer never joins; a wait that completes is unchanged (same sum, a late peer waited for);
+and the abandoned group, dropped, holds its last holder until the group's timeout unless the graveyard
+holds it."""
 import json
 import subprocess
 import sys
@@ -16,10 +18,10 @@ def run_pair(mode):
                               stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     try:
         out, err = procs[0].communicate(timeout=60)
-        procs[1].communicate(timeout=60)
     finally:
-        for p in procs:
+        for p in procs:  # rank 1 only sleeps (alive, silent) once rank 0 has its answer
             p.kill()
+            p.communicate()
     lines = [line for line in out.splitlines() if line.startswith("{")]
     assert lines, f"rank 0 printed no result; stderr:\n{err[-3000:]}"
     return json.loads(lines[-1])
@@ -29,7 +31,7 @@ def test_a_stop_abandons_a_collective_whose_peer_never_comes():
     result = run_pair("stop")
     assert result["ended"] == "abandoned", result
     assert "stop was requested" in result["why"]
-    # stop asked 1 s in; the next short wait (0.5 s) notices: well before the peer's 8 s or any timeout
+    # stop asked 1 s in; the next short wait (0.5 s) notices: well before the peer's 10 s or any timeout
     assert 1.0 <= result["s"] < 5.0, result
 
 
@@ -37,3 +39,10 @@ def test_a_completed_collective_is_unchanged():
     result = run_pair("late")
     assert result == {"ended": "completed", "sum": 3.0, "s": result["s"]}
     assert result["s"] >= 1.0  # it waited for the late peer through several short waits
+
+
+def test_the_graveyard_keeps_the_abandoned_group_off_the_dropping_thread():
+    held = run_pair("drop")  # without it: the drop waits for the group's 6 s timeout
+    assert held["ended"] == "abandoned" and held["drop_s"] >= 3.0, held
+    buried = run_pair("bury")
+    assert buried["ended"] == "abandoned" and buried["drop_s"] < 1.0, buried
