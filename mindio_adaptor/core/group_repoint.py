@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 
+class KeepsOldGroups(list):
+    """A list that holds replaced groups on purpose (core/group_graveyard): repoint leaves it alone."""
+
+
 @dataclass
 class RepointReport:
     replaced: int = 0
@@ -32,7 +36,7 @@ def repoint(mapping: Dict[object, object], owner_modules: Optional[Tuple[str, ..
     by_id = {id(old): new for old, new in mapping.items() if old is not new}
     olds = [old for old in mapping if id(old) in by_id]
     for holder in gc.get_referrers(*olds):  # one pass over the heap for all of them
-        if holder is mapping or holder is olds:
+        if holder is mapping or holder is olds or isinstance(holder, KeepsOldGroups):
             continue
         report.replaced += _replace_in(holder, by_id, report)
     report.replaced += _replace_in_untracked_dicts(by_id, owner_modules)

@@ -1,7 +1,7 @@
 """Re-pointing references from replaced objects: every kind of holder the collector can reach."""
 from dataclasses import dataclass
 
-from mindio_adaptor.core.group_repoint import repoint
+from mindio_adaptor.core.group_repoint import KeepsOldGroups, repoint
 
 
 class Group:  # stands for a ProcessGroup: identity is what counts
@@ -45,3 +45,10 @@ def test_a_tuple_holding_an_old_group_is_reported():
     report = repoint({old: new})
     assert holder["pair"][0] is old
     assert report.immutable and report.immutable[0].startswith("tuple of 2")
+
+
+def test_a_list_that_keeps_old_groups_on_purpose_is_left_alone():
+    old, new = Group(), Group()
+    kept, plain = KeepsOldGroups([old]), [old]
+    report = repoint({old: new})
+    assert kept[0] is old and plain[0] is new and not report.immutable
