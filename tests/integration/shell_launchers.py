@@ -29,8 +29,8 @@ class Cluster:
                        "--rdzv-id", "node-loss", "--worker-reboot", "--node-lost-after", str(LOST_AFTER_S)]
         self.launchers = []
 
-    def start(self, *flags):
-        proc = subprocess.Popen([*LAUNCH, *self.common, *flags, *WORKER], env=self.env, stderr=subprocess.PIPE,
+    def start(self, *flags, worker=WORKER):
+        proc = subprocess.Popen([*LAUNCH, *self.common, *flags, *worker], env=self.env, stderr=subprocess.PIPE,
                                 text=True)
         self.launchers.append(proc)
         return proc

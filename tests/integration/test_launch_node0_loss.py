@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from shell_launchers import LOST_AFTER_S, TIMEOUT_S
+from shell_launchers import LOST_AFTER_S, TIMEOUT_S, WORKER
 
 pytestmark = pytest.mark.integration
 
@@ -41,12 +41,33 @@ def test_a_new_node_0_joins_the_running_job_and_node_1_keeps_its_workers(cluster
     assert [row for row in cluster.starts() if row[0] in (2, 3)] == [row for row in first if row[0] in (2, 3)]
 
 
+def test_the_new_node_0s_workers_get_the_controllers_that_node_1_wrote_back(cluster):
+    """With --controllers 2, node 0's launcher hosted the active controller and chose the token; the new
+    node 0 hosts none, and learns the list and the token from node 1."""
+    flags = ("--node0-wait", str(TIMEOUT_S), "--controllers", "2")
+    # Each start also appends "rank controllers token" to OUT/controllers.
+    worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_CONTROLLER_ADDR $MINDIO_TOKEN" >> "$OUT/controllers"; '
+              + WORKER[-1]]
+    node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    node1 = cluster.start("--node-rank", "1", *flags, worker=worker)
+    cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node0)
+    new_node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    cluster.wait_starts(6, new_node0, node1)
+    (code0, err0), (code1, err1) = cluster.finish(new_node0, node1)
+    assert (code0, code1) == (0, 0), (err0, err1)
+    rows = [line.split() for line in (cluster.out / "controllers").read_text().splitlines()]
+    assert len(rows) == 6 and len({(addresses, token) for _, addresses, token in rows}) == 1, rows
+    assert len(rows[0][1].split(",")) == 2
+    assert "controller started" not in err0  # a replacement node hosts no controller
+
+
 def test_without_a_new_node_0_node_1_ends_after_the_wait_and_leaves_nothing_running(cluster):
     wait = ("--node0-wait", str(NODE0_WAIT_S))
     node0, node1 = cluster.start("--node-rank", "0", *wait), cluster.start("--node-rank", "1", *wait)
     first = cluster.wait_starts(4, node0, node1)
+    lost_at = time.monotonic()  # before the kill: node 1 cannot see the loss earlier
     cluster.lose_node(node0)
-    lost_at = time.monotonic()
     code, err = node1.wait(timeout=NODE0_WAIT_S + MARGIN_S), node1.stderr.read()
     took = time.monotonic() - lost_at
     assert code == 1, err
