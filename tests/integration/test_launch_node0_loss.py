@@ -4,6 +4,7 @@ for a new launcher with node rank 0 at the same address; that one hosts a fresh 
 that the job runs, and starts its workers as replacements (MINDIO_RESTARTED=1). With no new node 0 within
 the wait, node 1 stops its workers and exits 1 naming the lost store. Shell workers
 (tests/integration/shell_launchers.py): the workers' own recovery is not what is tested here."""
+import signal
 import time
 
 import psutil
@@ -74,4 +75,17 @@ def test_without_a_new_node_0_node_1_ends_after_the_wait_and_leaves_nothing_runn
     assert (f"lost the launchers' store on node 0 (127.0.0.1:{cluster.port}) and no new node 0 came within "
             f"{NODE0_WAIT_S:g} s (--node0-wait)") in err
     assert NODE0_WAIT_S <= took < NODE0_WAIT_S + MARGIN_S, err
+    assert not any(psutil.pid_exists(pid) for pid in node_pids(first, 1)), err
+
+
+def test_a_signal_during_the_wait_stops_node_1_at_once(cluster):
+    wait = ("--node0-wait", str(TIMEOUT_S))
+    node0, node1 = cluster.start("--node-rank", "0", *wait), cluster.start("--node-rank", "1", *wait)
+    first = cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node0)
+    time.sleep(3 * LOST_AFTER_S)  # node 1 waits for a new node 0 by now
+    node1.send_signal(signal.SIGTERM)
+    code, err = node1.wait(timeout=MARGIN_S), node1.stderr.read()
+    assert code == 128 + signal.SIGTERM, err
+    assert f"waits up to {TIMEOUT_S:g} s (--node0-wait) for a new node 0" in err and "received SIGTERM" in err
     assert not any(psutil.pid_exists(pid) for pid in node_pids(first, 1)), err
