@@ -1,7 +1,8 @@
 """The launcher of one node: start the local workers, watch them, answer each exit (policy.on_exit), follow
 what the other nodes' launchers decided, and end with one summary line and an exit code:
 0 every worker exited 0; ENDED_BY_CONTROLLER (86) the recovery controller ended the job; 1 a failure with no
-restarts left (or another node's); 128+N the launcher was stopped by signal N."""
+restarts left (or another node's, or node 0 lost and not replaced within --node0-wait); 128+N the launcher
+was stopped by signal N."""
 from __future__ import annotations
 
 import os
@@ -87,7 +88,7 @@ class NodeAgent:
                 self.controller.check()
                 try:
                     outcome = self._check()
-                except DistError as err:  # and once back, what happened meanwhile (a worker's exit)
+                except DistError as err:  # once back, what happened meanwhile (a worker's exit) is answered
                     outcome = self._wait_for_new_node0(err) or self._check()
                 if outcome:
                     return outcome
@@ -128,10 +129,13 @@ class NodeAgent:
                               self.store.incarnation, self.generation)
                 return None
             time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
-        lost = (f"lost the launchers' store on node 0 ({cfg.master_addr}:{self.store.port}) and no new node 0 "
-                f"came within {cfg.node0_wait:g} s (--node0-wait)")
+        return self._no_new_node0()
+
+    def _no_new_node0(self) -> Outcome:
+        cfg = self.config
         self._stop(signal.SIGTERM, "node 0 lost")
-        return Outcome(1, lost)
+        return Outcome(1, f"lost the launchers' store on node 0 ({cfg.master_addr}:{self.store.port}) and no new "
+                          f"node 0 came within {cfg.node0_wait:g} s (--node0-wait)")
 
     def _finished(self) -> Outcome:
         if self.ended:
