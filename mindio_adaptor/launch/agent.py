@@ -113,6 +113,8 @@ class NodeAgent:
         a new node 0 hosts at the same address (launch/node0_loss), for at most --node0-wait seconds. Only
         with worker reboot: without it a new node 0's workers could not join the running job."""
         cfg = self.config
+        if all(w.poll() == 0 for w in self.workers):
+            return self._finished_without_node0()
         if self.store.hosting or not cfg.worker_reboot:
             raise err
         outage = Node0Outage(cfg.node0_wait)
@@ -130,6 +132,13 @@ class NodeAgent:
                 return None
             time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
         return self._no_new_node0()
+
+    def _finished_without_node0(self) -> Outcome:
+        """Every local worker exited 0 already: nothing to keep running, and node 0 may just have ended first
+        (its end barrier took this node, slow to say it was done, for lost). An exit 0 needs no store."""
+        self.log.info("the launchers' store on node 0 is gone, and every local worker exited 0: finishing")
+        self._check_workers()
+        return self._finished()
 
     def _no_new_node0(self) -> Outcome:
         cfg = self.config

@@ -14,7 +14,8 @@ from shell_launchers import LOST_AFTER_S, TIMEOUT_S, WORKER
 
 pytestmark = pytest.mark.integration
 
-NODE0_WAIT_S = 4.0
+NODE0_WAIT_S = 4.0  # when no new node 0 comes
+REPLACEMENT_WAIT_S = 3 * TIMEOUT_S  # when one comes: a launcher's start on two loaded cores is slow
 MARGIN_S = 30  # two shared cores: the launcher's own stop and exit, with room
 
 
@@ -23,7 +24,7 @@ def node_pids(rows, node):
 
 
 def test_a_new_node_0_joins_the_running_job_and_node_1_keeps_its_workers(cluster):
-    wait = ("--node0-wait", str(TIMEOUT_S))
+    wait = ("--node0-wait", str(REPLACEMENT_WAIT_S))
     node0, node1 = cluster.start("--node-rank", "0", *wait), cluster.start("--node-rank", "1", *wait)
     first = cluster.wait_starts(4, node0, node1)
     cluster.lose_node(node0)
@@ -45,7 +46,7 @@ def test_a_new_node_0_joins_the_running_job_and_node_1_keeps_its_workers(cluster
 def test_the_new_node_0s_workers_get_the_controllers_that_node_1_wrote_back(cluster):
     """With --controllers 2, node 0's launcher hosted the active controller and chose the token; the new
     node 0 hosts none, and learns the list and the token from node 1."""
-    flags = ("--node0-wait", str(TIMEOUT_S), "--controllers", "2")
+    flags = ("--node0-wait", str(REPLACEMENT_WAIT_S), "--controllers", "2")
     # Each start also appends "rank controllers token" to OUT/controllers.
     worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_CONTROLLER_ADDR $MINDIO_TOKEN" >> "$OUT/controllers"; '
               + WORKER[-1]]
@@ -89,3 +90,20 @@ def test_a_signal_during_the_wait_stops_node_1_at_once(cluster):
     assert code == 128 + signal.SIGTERM, err
     assert f"waits up to {TIMEOUT_S:g} s (--node0-wait) for a new node 0" in err and "received SIGTERM" in err
     assert not any(psutil.pid_exists(pid) for pid in node_pids(first, 1)), err
+
+
+def test_a_node_whose_workers_all_exited_0_finishes_0_when_node_0_ended_first(cluster):
+    """Node 1's launcher is stalled (SIGSTOP) while every worker finishes: node 0's end barrier takes it
+    for lost and node 0 exits with its store. Woken, node 1 finds the store gone and nothing to keep
+    running: it finishes 0 at once rather than wait for a new node 0."""
+    node0, node1 = cluster.start("--node-rank", "0"), cluster.start("--node-rank", "1")  # --node0-wait 600 s
+    cluster.wait_starts(4, node0, node1)
+    node1.send_signal(signal.SIGSTOP)
+    try:
+        [(code0, err0)] = cluster.finish(node0)
+    finally:
+        node1.send_signal(signal.SIGCONT)
+    assert code0 == 0, err0
+    code1, err1 = node1.wait(timeout=MARGIN_S), node1.stderr.read()
+    assert code1 == 0, err1
+    assert "every local worker exited 0: finishing" in err1 and "summary: 2 local workers exited 0" in err1
