@@ -113,7 +113,7 @@ class NodeAgent:
         a new node 0 hosts at the same address (launch/node0_loss), for at most --node0-wait seconds. Only
         with worker reboot: without it a new node 0's workers could not join the running job."""
         cfg = self.config
-        if all(w.poll() == 0 for w in self.workers):
+        if self._all_exited_0():
             return self._finished_without_node0()
         if self.store.hosting or not cfg.worker_reboot:
             raise err
@@ -125,6 +125,8 @@ class NodeAgent:
         while not outage.over():
             if self.signalled is not None:
                 return self._check_signal()
+            if self._all_exited_0():  # the job's end reached this node meanwhile
+                return self._finished_without_node0()
             if self.store.rejoin(self.generation, self.ended, self._controllers_env):
                 self.log.info("rejoined the launchers' store of a new node 0 after %.1f s: wrote back node %d's "
                               "ownership (incarnation %d) and generation %d", outage.elapsed(), cfg.node_rank,
@@ -133,9 +135,12 @@ class NodeAgent:
             time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
         return self._no_new_node0()
 
+    def _all_exited_0(self) -> bool:
+        return all(w.poll() == 0 for w in self.workers)
+
     def _finished_without_node0(self) -> Outcome:
-        """Every local worker exited 0 already: nothing to keep running, and node 0 may just have ended first
-        (its end barrier took this node, slow to say it was done, for lost). An exit 0 needs no store."""
+        """Every local worker exited 0: nothing to keep running, and node 0 may just have ended first (its end
+        barrier took this node, slow to say it was done, for lost). An exit 0 needs no store."""
         self.log.info("the launchers' store on node 0 is gone, and every local worker exited 0: finishing")
         self._check_workers()
         return self._finished()
