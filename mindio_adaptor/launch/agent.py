@@ -1,7 +1,8 @@
 """The launcher of one node: start the local workers, watch them, answer each exit (policy.on_exit), follow
 what the other nodes' launchers decided, and end with one summary line and an exit code:
 0 every worker exited 0; ENDED_BY_CONTROLLER (86) the recovery controller ended the job; 1 a failure with no
-restarts left (or another node's); 128+N the launcher was stopped by signal N."""
+restarts left (or another node's, or node 0 lost and not replaced within --node0-wait); 128+N the launcher
+was stopped by signal N."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
+from mindio_adaptor.launch.node0_loss import Node0Outage
 from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
@@ -24,6 +26,7 @@ from mindio_adaptor.launch.worker import Worker, stop_all
 from mindio_adaptor.launch.worker_env import worker_env
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's
+REJOIN_PERIOD_S = 0.5  # between tries at node 0's address after it was lost
 
 
 @dataclass
@@ -83,10 +86,10 @@ class NodeAgent:
             self._start_generation(self.store.generation(), replacing=self.store.replacing)
             while True:
                 self.controller.check()
-                # The other nodes first: a worker that just died of their group restart must follow it,
-                # not be rebooted into the old generation.
-                outcome = (self._check_signal() or self._check_ownership() or self._check_other_nodes()
-                           or self._check_workers())
+                try:
+                    outcome = self._check()
+                except DistError as err:  # once back, what happened meanwhile (a worker's exit) is answered
+                    outcome = self._wait_for_new_node0(err) or self._check()
                 if outcome:
                     return outcome
                 if not any(w.running() for w in self.workers):
@@ -99,6 +102,54 @@ class NodeAgent:
             self._stop(signal.SIGTERM, "no controller")
             self._publish_end(str(err))
             return Outcome(1, str(err))
+
+    def _check(self) -> Optional[Outcome]:
+        # The other nodes first: a worker that just died of their group restart must follow it, not be
+        # rebooted into the old generation.
+        return self._check_signal() or self._check_ownership() or self._check_other_nodes() or self._check_workers()
+
+    def _wait_for_new_node0(self, err: DistError) -> Optional[Outcome]:
+        """Node 0's launcher is gone with the launchers' store: keep the workers running and rejoin the store
+        a new node 0 hosts at the same address (launch/node0_loss), for at most --node0-wait seconds. Only
+        with worker reboot: without it a new node 0's workers could not join the running job."""
+        cfg = self.config
+        if self._all_exited_0():
+            return self._finished_without_node0()
+        if self.store.hosting or not cfg.worker_reboot:
+            raise err
+        outage = Node0Outage(cfg.node0_wait)
+        self.log.info("node %d lost the launchers' store at %s:%d (node 0's launcher) at %s: %s; this node's "
+                      "workers keep running while it waits up to %g s (--node0-wait) for a new node 0 at that "
+                      "address", cfg.node_rank, cfg.master_addr, self.store.port, outage.started_at(), err,
+                      cfg.node0_wait)
+        while not outage.over():
+            if self.signalled is not None:
+                return self._check_signal()
+            if self._all_exited_0():  # the job's end reached this node meanwhile
+                return self._finished_without_node0()
+            if self.store.rejoin(self.generation, self.ended, self._controllers_env):
+                self.log.info("rejoined the launchers' store of a new node 0 after %.1f s: wrote back node %d's "
+                              "ownership (incarnation %d) and generation %d", outage.elapsed(), cfg.node_rank,
+                              self.store.incarnation, self.generation)
+                return None
+            time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
+        return self._no_new_node0()
+
+    def _all_exited_0(self) -> bool:
+        return all(w.poll() == 0 for w in self.workers)
+
+    def _finished_without_node0(self) -> Outcome:
+        """Every local worker exited 0: nothing to keep running, and node 0 may just have ended first (its end
+        barrier took this node, slow to say it was done, for lost). An exit 0 needs no store."""
+        self.log.info("the launchers' store on node 0 is gone, and every local worker exited 0: finishing")
+        self._check_workers()
+        return self._finished()
+
+    def _no_new_node0(self) -> Outcome:
+        cfg = self.config
+        self._stop(signal.SIGTERM, "node 0 lost")
+        return Outcome(1, f"lost the launchers' store on node 0 ({cfg.master_addr}:{self.store.port}) and no new "
+                          f"node 0 came within {cfg.node0_wait:g} s (--node0-wait)")
 
     def _finished(self) -> Outcome:
         if self.ended:
@@ -156,6 +207,8 @@ class NodeAgent:
             return None
         self._owner_checked = now
         if self.store.still_owner():
+            if not self.store.hosting:
+                self.store.note_node0_owner()
             return None
         self.fenced = True
         self.log.info("another launcher took node rank %d (this one was silent for more than %g s): stopping "

@@ -67,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env("node_lost_after", DEFAULT_LOST_AFTER_S),
         help="seconds without a launcher's beat before its node counts as lost: then a new launcher started "
              "with its --node-rank, or a --standby, takes its place (default 10)")
+    add("--node0-wait", "--node0_wait", dest="node0_wait", default=_env("node0_wait", None),
+        help="seconds a launcher that lost node 0 (the store's host) keeps its workers running and waits for "
+             "a new launcher with --node-rank 0 at the same address; past it, it stops them and exits 1 "
+             "(default: the --rdzv-conf timeout, 600 s)")
     add("--standby", action="store_true", default=_env_flag("standby"),
         help="a spare node: start no workers until a node (not node 0) is lost, then take its rank; "
              "--node-rank is ignored")

@@ -53,6 +53,7 @@ class LaunchConfig:
     warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
     controllers: int = 0  # nodes 0..K-1 host the recovery controllers (launch/controllers); 0: in the job
     online_repair: bool = True  # the job asked for online repair (--enable-hbmfault-repair / retry)
+    node0_wait: float = DEFAULT_RDZV_TIMEOUT_S  # seconds a launcher that lost node 0 waits for a new one
 
     @property
     def world_size(self) -> int:
@@ -74,6 +75,7 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
                                 f"be in 0..{nnodes - 1}")
     addr, port = _master(args, nnodes, slurm)
     reboot, reason = _worker_reboot(args, environ)
+    rdzv_timeout = _rdzv_timeout(args.rdzv_conf)
     return LaunchConfig(
         nnodes=nnodes, nproc_per_node=_nproc(args.nproc_per_node), node_rank=node_rank,
         master_addr=addr, master_port=port, run_id=_run_id(args, slurm),
@@ -81,11 +83,22 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         worker_reboot=reboot, worker_reboot_reason=reason,
         monitor_interval=_positive("--monitor-interval", args.monitor_interval),
         shutdown_timeout=_positive("--shutdown-timeout", args.shutdown_timeout),
-        rdzv_timeout=_rdzv_timeout(args.rdzv_conf), role=args.role, command=_command(args),
+        rdzv_timeout=rdzv_timeout, role=args.role, command=_command(args),
         place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
         standby=_standby(args.standby, nnodes, reboot), spare_workers=_spare_workers(args.spare_workers, reboot),
         warm_preload=args.warm_preload, controllers=_controllers(args.controllers, nnodes),
-        online_repair=_online_repair(args, environ))
+        online_repair=_online_repair(args, environ), node0_wait=_node0_wait(args.node0_wait, rdzv_timeout))
+
+
+def _node0_wait(given, rdzv_timeout: float) -> float:
+    """By default as long as the launchers wait for one another: a new node 0 meets them by a rendezvous."""
+    if given is None:
+        return rdzv_timeout
+    try:
+        seconds = float(given)
+    except ValueError:
+        raise LaunchConfigError(f"--node0-wait {given!r}: expected a number of seconds") from None
+    return _positive("--node0-wait", seconds)
 
 
 def _standby(standby: bool, nnodes: int, reboot: bool) -> bool:

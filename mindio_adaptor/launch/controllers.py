@@ -143,3 +143,12 @@ def controllers_env(config: LaunchConfig, store) -> Dict[str, str]:
     return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys),
             ENV_TOKEN: store.store.get(TOKEN_KEY).decode()}
 
+
+
+def controllers_keys(env: Dict[str, str]) -> Dict[str, str]:
+    """The launchers' store keys that `env` (what controllers_env returned) was read from: what a launcher
+    writes back into the fresh store of a new node 0, which then gives its workers the same list."""
+    if not env:
+        return {}
+    addresses = env[ENV_CONTROLLER].split(",")
+    return {**{_key(node): address for node, address in enumerate(addresses)}, TOKEN_KEY: env[ENV_TOKEN]}

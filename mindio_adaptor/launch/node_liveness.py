@@ -5,6 +5,8 @@ requeued Slurm step, a standby) take the place of a lost node while the others k
   seconds, from a thread with its own store connection, so a launcher busy stopping workers still beats.
   A counter, not a time: the nodes' clocks need not agree. A node is lost when its beat does not move
   for `lost_after` seconds as seen by whoever watches.
+- **A new node 0.** When node 0's launcher (the store's host) is lost, the beat keeps trying the same
+  address and beats into the fresh store a replacement node 0 hosts there (launch/node0_loss).
 - **The owner.** `node/<R>/owner` holds the incarnation that owns node rank R (1 for the first launcher).
   A launcher takes a lost node's rank by moving the owner from the incarnation it saw to the next one
   (compare-and-set: of several candidates, one wins). A launcher that was only stalled past `lost_after`
@@ -20,6 +22,8 @@ from datetime import timedelta
 from typing import Iterable, List, Optional
 
 from torch.distributed import DistError, PrefixStore, Store, TCPStore
+
+from mindio_adaptor.launch.node0_loss import store_listening
 
 
 def beat_key(node: int) -> str:
@@ -45,18 +49,30 @@ class NodeBeat:
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        store = PrefixStore(self._run_id, TCPStore(self._addr, self._port, is_master=False,
-                                                    timeout=timedelta(seconds=30), wait_for_workers=False))
+        store = self._connect()
         store.add(self._key, 1)
         self._thread = threading.Thread(target=self._run, args=(store,), name="node-beat", daemon=True)
         self._thread.start()
 
-    def _run(self, store: Store) -> None:
+    def _connect(self) -> Store:
+        return PrefixStore(self._run_id, TCPStore(self._addr, self._port, is_master=False,
+                                                  timeout=timedelta(seconds=30), wait_for_workers=False))
+
+    def _run(self, store: Optional[Store]) -> None:
         while not self._stop.wait(self._period):
             try:
-                store.add(self._key, 1)
-            except (DistError, RuntimeError):  # node 0 is gone; the main loop finds out and ends
-                return
+                if store is None:
+                    store = self._reconnect()
+                if store is not None:
+                    store.add(self._key, 1)
+            except (DistError, RuntimeError):  # node 0 is gone: beat into the store of the next one
+                store = None
+
+    def _reconnect(self) -> Optional[Store]:
+        """A connection to the store now listening at node 0's address, or None while none does."""
+        if not store_listening(self._addr, self._port, timeout=self._period):
+            return None
+        return self._connect()
 
     def stop(self) -> None:
         self._stop.set()

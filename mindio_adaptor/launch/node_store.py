@@ -13,21 +13,26 @@ no worker takes a store down by dying.
   static rendezvous does exactly that). A fresh store cannot hold stale keys. Inside a generation, a
   rebooted worker meets the survivors on the same store, under a new prefix of their choosing
   (core/comm's epochs).
+- Node 0 lost: the other launchers keep their workers and wait (--node0-wait) for a new launcher of node 0
+  to host a fresh launchers' store at the same address; they write back into it what the job needs
+  (rejoin_entries), and the new node 0, finding the job running, joins it as a replacement node would.
 """
 from __future__ import annotations
 
 import json
 import time
 from datetime import timedelta
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
-from torch.distributed import Store, TCPStore
+from torch.distributed import DistError, PrefixStore, Store, TCPStore
 from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
 from torch.distributed.elastic.utils.distributed import get_free_port
 
 from mindio_adaptor.core.comm import host_store
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
+from mindio_adaptor.launch.controllers import controllers_keys
+from mindio_adaptor.launch.node0_loss import store_listening
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
 POLL_S = 0.05
@@ -36,10 +41,37 @@ GENERATION = "generation"  # counter: the generation the job is in
 END = "end"  # why the job ends (a node gave up, or was signalled); every launcher stops its workers
 CONTROLLER_END = "controller_end"  # a worker exited ENDED_BY_CONTROLLER: nothing is restarted any more
 STANDBYS, STANDBYS_LEFT = "standbys", "standbys_left"  # counters: standby launchers that joined, that left
+JOB_RUNNING = "job_running"  # written by launchers that rejoined a new node 0's store: a job runs already
+PROBE_S = 1.0  # how long a launcher that lost node 0 waits for a connection to its address, per try
 
 
 def _key_done(node: int) -> str:
     return f"node/{node}/done"
+
+
+def _key_node(node: int) -> str:
+    return f"node/{node}"  # counter: launchers of this node rank that joined
+
+
+def _key_config(node: int) -> str:
+    return f"node/{node}/config"
+
+
+def rejoin_entries(node: int, members: str, owner_value: str, generation: int, node0_owner: int,
+                   controller_ended: bool, controllers: Dict[str, str]) -> List[Tuple[str, str, bool]]:
+    """What a launcher that lost node 0 writes into the new node 0's store, in order, as (key, value,
+    keep_existing): keep_existing entries are written only where no other launcher wrote one first (a
+    compare-and-set from nothing). The owners come back as they were, so fencing still holds: a launcher
+    whose rank another took meanwhile finds it so. Node 0's owner comes back marked lost, for the new node 0
+    to take over from. The node's config comes last: the new node 0 reads every node's config and then
+    looks for JOB_RUNNING, which is therefore there by then."""
+    entries = [(JOB_RUNNING, str(node), True), (GENERATION, str(generation), True),
+               (node_liveness.owner_key(0), f"{node0_owner}:lost", True),
+               (node_liveness.owner_key(node), owner_value, True), (_key_node(node), "1", True),
+               *((key, value, True) for key, value in controllers_keys(controllers).items())]
+    if controller_ended:
+        entries.append((CONTROLLER_END, str(node), False))
+    return [*entries, (_key_config(node), members, False)]
 
 
 class NodeStoreError(RuntimeError):
@@ -58,6 +90,8 @@ class NodeStore:
         self._worker_stores: Dict[int, TCPStore] = {}  # node 0: generation -> the store it hosts
         self.incarnation = 0  # which launcher of this node rank this is (1: the first; more: replacements)
         self._beat: Optional[node_liveness.NodeBeat] = None
+        self._owner_value = ""  # what this launcher wrote as its node rank's owner (a rejoin writes it back)
+        self._node0_owner = 1  # the incarnation of node 0 last seen running (a rejoin says it was lost)
 
     @property
     def replacing(self) -> bool:
@@ -73,7 +107,10 @@ class NodeStore:
         node rank (taking a lost node's place in a running job)."""
         self.store = self._rendezvous(self.config.node_rank)
         self._check_members()
-        self._own(self.config.node_rank, first=self.store.add(f"node/{self.config.node_rank}", 1) == 1)
+        if self.hosting and self.store.check([JOB_RUNNING]):  # the others rejoined this store: node 0 was lost
+            self._own(0, first=False, lost_owner=node_liveness.owner(self.store, 0))
+            return
+        self._own(self.config.node_rank, first=self.store.add(_key_node(self.config.node_rank), 1) == 1)
 
     def _rendezvous(self, rank: int) -> Store:
         cfg = self.config
@@ -102,6 +139,7 @@ class NodeStore:
         if incarnation is None:
             raise NodeStoreError(f"another launcher took node rank {node}'s place first")
         self.incarnation = incarnation
+        self._owner_value = store.get(node_liveness.owner_key(node)).decode()
         self._beat = node_liveness.NodeBeat(cfg.master_addr, self.port, cfg.run_id, node, cfg.node_lost_after)
         self._beat.start()
 
@@ -151,13 +189,43 @@ class NodeStore:
     def _check_members(self) -> None:
         """One launcher per node rank, and the same number of workers on each (ranks are node-major)."""
         cfg, store = self.config, self.store
-        mine = {"nproc_per_node": cfg.nproc_per_node, "nnodes": cfg.nnodes}
-        store.set(f"node/{cfg.node_rank}/config", json.dumps(mine))
+        mine = self._members()
+        store.set(_key_config(cfg.node_rank), json.dumps(mine))
         for node in range(cfg.nnodes):
-            theirs = json.loads(store.get(f"node/{node}/config"))
+            theirs = json.loads(store.get(_key_config(node)))
             if theirs != mine:
                 raise NodeStoreError(f"node {node} was started with {theirs}, this node with {mine}; every "
                                      f"launcher needs the same --nnodes and --nproc-per-node")
+
+    def _members(self) -> Dict[str, int]:
+        return {"nproc_per_node": self.config.nproc_per_node, "nnodes": self.config.nnodes}
+
+    def note_node0_owner(self) -> None:
+        """Remember which launcher of node 0 runs: a rejoin tells the next node 0 whose place it takes."""
+        self._node0_owner = node_liveness.owner(self.store, 0) or self._node0_owner
+
+    def rejoin(self, generation: int, controller_ended: bool, controllers: Dict[str, str]) -> bool:
+        """Connect to the store a new node 0 hosts at node 0's address and write back what it must know
+        (rejoin_entries); False while nothing listens there, or when it went away again."""
+        cfg = self.config
+        if not store_listening(cfg.master_addr, self.port, timeout=PROBE_S):
+            return False
+        entries = rejoin_entries(cfg.node_rank, json.dumps(self._members()), self._owner_value, generation,
+                                 self._node0_owner, controller_ended, controllers)
+        try:
+            # A client of the rendezvous' kind: it counts as one node among those the new node 0 waits for.
+            client = TCPStore(cfg.master_addr, self.port, cfg.nnodes, False, timedelta(seconds=cfg.rdzv_timeout),
+                              multi_tenant=True)
+            store = PrefixStore(cfg.run_id, client)
+            for key, value, keep_existing in entries:
+                if keep_existing:
+                    store.compare_set(key, "", value)
+                else:
+                    store.set(key, value)
+        except DistError:
+            return False
+        self.store = store
+        return True
 
     def generation(self) -> int:
         return int(self.store.add(GENERATION, 0))

@@ -18,3 +18,13 @@ def no_cluster_callbacks_carried_over():
 
     yield
     controller._cluster_callbacks.clear()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Two nodes' launchers with shell workers (shell_launchers.Cluster); whatever is left is SIGKILLed."""
+    from shell_launchers import Cluster
+
+    c = Cluster(tmp_path)
+    yield c
+    c.stop()

@@ -1,0 +1,50 @@
+"""A launcher that lost node 0: how long it waits for a new node 0, and how it sees one come.
+
+Node 0's launcher hosts the launchers' store. When it dies, the other launchers keep their workers and
+try the same address again, for at most `--node0-wait` seconds: a new launcher started with
+`--node-rank 0` (a rescheduled pod keeps its index and DNS name) hosts a fresh store there, and the
+survivors write back into it what the job needs (launch/node_store.rejoin_entries). Past the wait, a
+launcher ends as it did before this existed: it stops its workers and exits 1 naming the lost store.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+
+@dataclass
+class Node0Outage:
+    """From the moment the store was lost: the deadline, and what the log says about it."""
+
+    wait_s: float
+    since: float = field(default_factory=time.monotonic)
+    since_wall: float = field(default_factory=time.time)
+
+    def __post_init__(self):
+        if not self.wait_s > 0:
+            raise ValueError(f"the wait for a new node 0 must be > 0 s, got {self.wait_s}")
+
+    def elapsed(self, now: float = None) -> float:
+        return (time.monotonic() if now is None else now) - self.since
+
+    def remaining(self, now: float = None) -> float:
+        return max(0.0, self.wait_s - self.elapsed(now))
+
+    def over(self, now: float = None) -> bool:
+        return self.remaining(now) <= 0
+
+    def started_at(self) -> str:
+        """The wall-clock time of the loss, UTC, for the log (the nodes' logs are read side by side)."""
+        return datetime.fromtimestamp(self.since_wall, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def store_listening(addr: str, port: int, timeout: float) -> bool:
+    """Whether something accepts connections at addr:port. A plain probe before a TCPStore client: a
+    client that cannot connect logs a stack trace per try, and the wait may last minutes."""
+    try:
+        with socket.create_connection((addr, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,109 @@
+"""Node 0 lost, under `mindio-adaptor launch` with real processes: node 0's launcher (the launchers' store's
+host) and its workers are SIGKILLed. Node 1's launcher keeps its workers running and waits (--node0-wait)
+for a new launcher with node rank 0 at the same address; that one hosts a fresh store, learns from node 1
+that the job runs, and starts its workers as replacements (MINDIO_RESTARTED=1). With no new node 0 within
+the wait, node 1 stops its workers and exits 1 naming the lost store. Shell workers
+(tests/integration/shell_launchers.py): the workers' own recovery is not what is tested here."""
+import signal
+import time
+
+import psutil
+import pytest
+
+from shell_launchers import LOST_AFTER_S, TIMEOUT_S, WORKER
+
+pytestmark = pytest.mark.integration
+
+NODE0_WAIT_S = 4.0  # when no new node 0 comes
+REPLACEMENT_WAIT_S = 3 * TIMEOUT_S  # when one comes: a launcher's start on two loaded cores is slow
+MARGIN_S = 30  # two shared cores: the launcher's own stop and exit, with room
+
+
+def node_pids(rows, node):
+    return {pid for rank, _, _, pid in rows if rank // 2 == node}
+
+
+def test_a_new_node_0_joins_the_running_job_and_node_1_keeps_its_workers(cluster):
+    wait = ("--node0-wait", str(REPLACEMENT_WAIT_S))
+    node0, node1 = cluster.start("--node-rank", "0", *wait), cluster.start("--node-rank", "1", *wait)
+    first = cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node0)
+    time.sleep(3 * LOST_AFTER_S)  # node 1 has seen the loss by now, and kept its workers
+    assert node1.poll() is None
+    assert all(psutil.pid_exists(pid) for pid in node_pids(first, 1))
+    new_node0 = cluster.start("--node-rank", "0", *wait)
+    after = cluster.wait_starts(6, new_node0, node1)[4:]
+    assert sorted((rank, restarted) for rank, restarted, *_ in after) == [(0, "1"), (1, "1")]
+    (code0, err0), (code1, err1) = cluster.finish(new_node0, node1)
+    assert (code0, code1) == (0, 0), (err0, err1)
+    assert "node 0 was lost: this launcher takes its place in the running job (incarnation 2)" in err0
+    assert f"node 1 lost the launchers' store at 127.0.0.1:{cluster.port} (node 0's launcher) at " in err1
+    assert "rejoined the launchers' store of a new node 0 after" in err1
+    assert "summary: 2 local workers exited 0" in err1  # node 1's two original workers, never restarted
+    assert [row for row in cluster.starts() if row[0] in (2, 3)] == [row for row in first if row[0] in (2, 3)]
+
+
+def test_the_new_node_0s_workers_get_the_controllers_that_node_1_wrote_back(cluster):
+    """With --controllers 2, node 0's launcher hosted the active controller and chose the token; the new
+    node 0 hosts none, and learns the list and the token from node 1."""
+    flags = ("--node0-wait", str(REPLACEMENT_WAIT_S), "--controllers", "2")
+    # Each start also appends "rank controllers token" to OUT/controllers.
+    worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_CONTROLLER_ADDR $MINDIO_TOKEN" >> "$OUT/controllers"; '
+              + WORKER[-1]]
+    node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    node1 = cluster.start("--node-rank", "1", *flags, worker=worker)
+    cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node0)
+    new_node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    cluster.wait_starts(6, new_node0, node1)
+    (code0, err0), (code1, err1) = cluster.finish(new_node0, node1)
+    assert (code0, code1) == (0, 0), (err0, err1)
+    rows = [line.split() for line in (cluster.out / "controllers").read_text().splitlines()]
+    assert len(rows) == 6 and len({(addresses, token) for _, addresses, token in rows}) == 1, rows
+    assert len(rows[0][1].split(",")) == 2
+    assert "controller started" not in err0  # a replacement node hosts no controller
+
+
+def test_without_a_new_node_0_node_1_ends_after_the_wait_and_leaves_nothing_running(cluster):
+    wait = ("--node0-wait", str(NODE0_WAIT_S))
+    node0, node1 = cluster.start("--node-rank", "0", *wait), cluster.start("--node-rank", "1", *wait)
+    first = cluster.wait_starts(4, node0, node1)
+    lost_at = time.monotonic()  # before the kill: node 1 cannot see the loss earlier
+    cluster.lose_node(node0)
+    code, err = node1.wait(timeout=NODE0_WAIT_S + MARGIN_S), node1.stderr.read()
+    took = time.monotonic() - lost_at
+    assert code == 1, err
+    assert (f"lost the launchers' store on node 0 (127.0.0.1:{cluster.port}) and no new node 0 came within "
+            f"{NODE0_WAIT_S:g} s (--node0-wait)") in err
+    assert NODE0_WAIT_S <= took < NODE0_WAIT_S + MARGIN_S, err
+    assert not any(psutil.pid_exists(pid) for pid in node_pids(first, 1)), err
+
+
+def test_a_signal_during_the_wait_stops_node_1_at_once(cluster):
+    wait = ("--node0-wait", str(TIMEOUT_S))
+    node0, node1 = cluster.start("--node-rank", "0", *wait), cluster.start("--node-rank", "1", *wait)
+    first = cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node0)
+    time.sleep(3 * LOST_AFTER_S)  # node 1 waits for a new node 0 by now
+    node1.send_signal(signal.SIGTERM)
+    code, err = node1.wait(timeout=MARGIN_S), node1.stderr.read()
+    assert code == 128 + signal.SIGTERM, err
+    assert f"waits up to {TIMEOUT_S:g} s (--node0-wait) for a new node 0" in err and "received SIGTERM" in err
+    assert not any(psutil.pid_exists(pid) for pid in node_pids(first, 1)), err
+
+
+def test_a_node_whose_workers_all_exited_0_finishes_0_when_node_0_ended_first(cluster):
+    """Node 1's launcher is stalled (SIGSTOP) while every worker finishes: node 0's end barrier takes it
+    for lost and node 0 exits with its store. Woken, node 1 finds the store gone and nothing to keep
+    running: it finishes 0 at once rather than wait for a new node 0."""
+    node0, node1 = cluster.start("--node-rank", "0"), cluster.start("--node-rank", "1")  # --node0-wait 600 s
+    cluster.wait_starts(4, node0, node1)
+    node1.send_signal(signal.SIGSTOP)
+    try:
+        [(code0, err0)] = cluster.finish(node0)
+    finally:
+        node1.send_signal(signal.SIGCONT)
+    assert code0 == 0, err0
+    code1, err1 = node1.wait(timeout=MARGIN_S), node1.stderr.read()
+    assert code1 == 0, err1
+    assert "every local worker exited 0: finishing" in err1 and "summary: 2 local workers exited 0" in err1

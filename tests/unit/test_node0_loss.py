@@ -1,0 +1,89 @@
+"""A launcher that lost node 0 (launch/node0_loss, launch/node_store.rejoin_entries): the wait's deadline,
+what it writes into a new node 0's store and in which order, and, on a real TCPStore, that the owners it
+writes back keep fencing and let the new node 0 take node 0's place."""
+import socket
+
+import pytest
+from torch.distributed import TCPStore
+
+from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
+from mindio_adaptor.launch import node_liveness
+from mindio_adaptor.launch.controllers import TOKEN_KEY, controllers_keys
+from mindio_adaptor.launch.node0_loss import Node0Outage, store_listening
+from mindio_adaptor.launch.node_store import CONTROLLER_END, GENERATION, JOB_RUNNING, rejoin_entries
+
+
+def test_the_wait_ends_at_its_deadline():
+    outage = Node0Outage(5.0, since=100.0, since_wall=0.0)
+    assert outage.remaining(now=102.0) == 3.0 and not outage.over(now=102.0)
+    assert outage.remaining(now=106.0) == 0.0 and outage.over(now=105.0)
+    assert outage.started_at() == "1970-01-01 00:00:00 UTC"
+
+
+def test_a_wait_of_no_time_is_refused():
+    with pytest.raises(ValueError, match="must be > 0 s, got 0"):
+        Node0Outage(0)
+
+
+def test_a_store_listening_is_told_from_a_closed_port():
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert store_listening("127.0.0.1", store.port, timeout=1.0)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: nothing accepts there
+        assert not store_listening("127.0.0.1", sock.getsockname()[1], timeout=1.0)
+
+
+def test_the_controllers_keys_come_back_in_node_order_with_the_token():
+    env = {ENV_CONTROLLER: "10.0.0.1:7000,10.0.0.2:7001", ENV_TOKEN: "t0k"}
+    assert controllers_keys(env) == {"controller/0": "10.0.0.1:7000", "controller/1": "10.0.0.2:7001",
+                                     TOKEN_KEY: "t0k"}
+    assert controllers_keys({}) == {}
+
+
+def entries(**overrides):
+    given = dict(node=1, members='{"nnodes": 2}', owner_value="1:abc", generation=3, node0_owner=2,
+                 controller_ended=False, controllers={})
+    return rejoin_entries(**{**given, **overrides})
+
+
+def test_the_running_job_is_said_first_and_the_config_last():
+    written = entries()
+    assert written[0] == (JOB_RUNNING, "1", True)
+    assert written[-1] == ("node/1/config", '{"nnodes": 2}', False)  # the new node 0 waits for it
+    assert (GENERATION, "3", True) in written
+
+
+def test_the_owners_come_back_and_node_0s_is_marked_lost():
+    written = entries()
+    assert ("node/1/owner", "1:abc", True) in written
+    assert ("node/0/owner", "2:lost", True) in written
+    assert ("node/1", "1", True) in written  # a second launcher of node 1 is not taken for the first
+
+
+def test_a_controller_end_and_the_controllers_come_back():
+    env = {ENV_CONTROLLER: "h:1", ENV_TOKEN: "t"}
+    written = entries(controller_ended=True, controllers=env)
+    assert (CONTROLLER_END, "1", False) in written
+    assert {("controller/0", "h:1", True), (TOKEN_KEY, "t", True)} <= set(written)
+    assert not any(key == CONTROLLER_END for key, *_ in entries())
+
+
+def write(store, written):
+    for key, value, keep_existing in written:
+        if keep_existing:
+            store.compare_set(key, "", value)
+        else:
+            store.set(key, value)
+
+
+def test_on_a_fresh_store_the_new_node_0_takes_over_and_fencing_holds():
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    write(store, entries(node=1, owner_value="1:abc", node0_owner=1))
+    write(store, entries(node=2, owner_value="2:def", node0_owner=1))
+    assert node_liveness.owner(store, 1) == 1 and node_liveness.owner(store, 2) == 2
+    assert node_liveness.take_over(store, 0, node_liveness.owner(store, 0)) == 2  # the new node 0
+    write(store, entries(node=3, owner_value="1:ghi", node0_owner=1))  # a late one changes nothing owned
+    assert node_liveness.owner(store, 0) == 2 and store.get(GENERATION) == b"3"
+    store.set(node_liveness.owner_key(1), "2:xyz")  # node 1 was taken over meanwhile
+    write(store, entries(node=1, owner_value="1:abc"))
+    assert node_liveness.owner(store, 1) == 2  # so the old launcher of node 1 finds itself fenced
