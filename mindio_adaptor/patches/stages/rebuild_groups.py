@@ -46,7 +46,7 @@ def rebuild_groups(session, megatron, action) -> int:
             megatron.drop_gradients(session.job.model)
             logger.info("communicators rebuilt in place (epoch %d): a fresh backend under each process group, "
                         "in %.2f s", epoch, time.monotonic() - started)
-            session.timeline.mark("groups rebuilt", f"epoch {epoch}, in place")
+            session.timeline.mark("groups rebuilt", f"epoch {epoch} in place")  # no ", ": it separates marks
             return 0
     old = megatron.process_groups()
     old_world = dist.group.WORLD
