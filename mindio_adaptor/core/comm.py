@@ -47,7 +47,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core import group_graveyard
+from mindio_adaptor.core import comm_in_place, group_graveyard
+from mindio_adaptor.core.comm_in_place import InPlaceUnavailable
 
 STORE_PREFIX = "mindio/comm"
 
@@ -207,6 +208,26 @@ class CommEpochs:
             raise CommError(f"join(epoch {epoch}) with a process group already initialised; use rebuild")
         return self._start(epoch, members)
 
+    def reinitialize_in_place(self, epoch: int, members: Sequence[int], reinits_done: int) -> int:
+        """Online repair path, every process alive: keep every group object and give each a fresh
+        backend under epoch `epoch` (core/comm_in_place). `members` must be the current world, in
+        order; the arrival barrier makes sure every member takes this path. Returns how many groups.
+        Raises InPlaceUnavailable before touching anything when it cannot apply."""
+        members = self._check(epoch, members)
+        if not dist.is_initialized() or members != tuple(range(dist.get_world_size())):
+            raise InPlaceUnavailable(f"members {list(members)} are not this process's world")
+        if self.backend != "gloo":
+            raise InPlaceUnavailable(f"backend {self.backend}: in-place re-initialisation is gloo only")
+        chosen = comm_in_place.plan(reinits_done)  # before the barrier: no member waits for this one yet
+        self._last_epoch = epoch
+        store = dist.PrefixStore(epoch_prefix(epoch), self._connect())
+        self._arrive(store, epoch, members, mode="in place")
+        try:
+            return comm_in_place.reinitialize(chosen, dist.PrefixStore("inplace", store), self.rank, self.timeout)
+        except Exception as exc:  # not InPlaceUnavailable: the others are committed to this path
+            raise CommError(f"epoch {epoch}: in-place re-initialisation of the process groups failed: "
+                            f"{exc}") from exc
+
     def teardown(self, timeout: Optional[timedelta] = None) -> None:
         """Abort every group, bounded: a teardown that does not return in time raises (the process is
         then unusable for training and should dump or exit) instead of hanging the repair."""
@@ -262,21 +283,26 @@ class CommEpochs:
                                    f"{self.store_timeout.total_seconds():.0f}s: {exc}") from exc
         return self._store
 
-    def _arrive(self, store: dist.Store, epoch: int, members: Tuple[int, ...]) -> None:
+    def _arrive(self, store: dist.Store, epoch: int, members: Tuple[int, ...], mode: str = "rebuild") -> None:
         """Bounded meeting of the members before any backend connects, with errors that say who is missing
-        or who disagrees (a bare gloo/NCCL init timeout says neither)."""
-        me = json.dumps({"pid": os.getpid(), "members": list(members)})
+        or who disagrees (a bare gloo/NCCL init timeout says neither). `mode`: a full rebuild or an
+        in-place re-initialisation; members that chose differently would wait in different groups."""
+        me = json.dumps({"pid": os.getpid(), "members": list(members), "mode": mode})
         keys = [f"arrive/{m}" for m in members]
         try:
             store.set(f"arrive/{self.rank}", me)
             store.wait(keys, self.join_timeout)
         except Exception as exc:
             raise self._arrival_error(store, epoch, keys, exc) from exc
-        views = {m: json.loads(store.get(k))["members"] for m, k in zip(members, keys)}
-        other = {m: v for m, v in views.items() if v != list(members)}
+        views = {m: json.loads(store.get(k)) for m, k in zip(members, keys)}
+        other = {m: v["members"] for m, v in views.items() if v["members"] != list(members)}
         if other:
             raise CommError(f"epoch {epoch}: members disagree: rank {self.rank} has {list(members)}, "
                             f"others have {other}")
+        modes = {m: v.get("mode", "rebuild") for m, v in views.items() if v.get("mode", "rebuild") != mode}
+        if modes:
+            raise CommError(f"epoch {epoch}: rank {self.rank} chose {mode}, ranks {sorted(modes)} chose "
+                            f"{sorted(set(modes.values()))}")
 
     def _arrival_error(self, store, epoch: int, keys: List[str], exc: BaseException) -> CommError:
         try:

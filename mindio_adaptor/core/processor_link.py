@@ -19,6 +19,13 @@ from mindio_adaptor.core.enums import Action, RepairType, ReportState
 # Actions a rank needs no handler for: the native processor records them itself.
 RECORDED_ONLY = ("normal", "exit", "pause", "continue", "prelock")
 
+# A parked rank alternates between two waits that cannot wake each other: its posted recovery stages
+# (a Python queue) and the decision (the native processor). Whatever arrives during the other wait
+# waits out its slice, and an online repair hands over five times (CLEAN's two stages, REPAIR,
+# ROLLBACK, the decision): 10 ms slices keep that under 0.05 s, where 0.1 s slices cost 0.25 s on
+# average. Waking 100 times a second while parked costs nothing measurable.
+PARKED_SLICE_S = 0.01
+
 
 class ControllerUnreachable(RuntimeError):
     """The controller closed the link, or the processor gave up reconnecting (TTP_RETRY_TIMES)."""
@@ -194,7 +201,7 @@ class ProcessorLink:
         no decision within `timeout_s` (None: no limit) raises TimeoutError."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         between = between if between is not None else self.between_waits
-        longest_slice = 0.5 if between is None else 0.1
+        longest_slice = 0.5 if between is None else PARKED_SLICE_S
         while True:
             if between is not None:
                 between()

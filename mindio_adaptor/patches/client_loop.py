@@ -22,7 +22,7 @@ from mindio_adaptor.patches.recovery_session import SESSION
 
 logger = logging.getLogger(__name__)
 
-JOB_WAIT_S = 0.1  # how long one wait for the decision runs posted stages before asking again
+JOB_WAIT_S = processor_link.PARKED_SLICE_S  # one wait for posted stages between asks for the decision
 
 
 def prepare(margs) -> None:

@@ -81,7 +81,7 @@ def _parked_work(session, link):
     def work() -> None:
         nonlocal unreachable_since
         try:
-            session.thread.run_jobs(0.1)
+            session.thread.run_jobs(processor_link.PARKED_SLICE_S)
         except Exception as exc:
             logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
         now = time.monotonic()

@@ -51,3 +51,39 @@ def test_old_groups_map_to_the_new_ones_of_the_same_name():
 def test_a_group_that_disappears_in_the_rebuild_is_named():
     with pytest.raises(RebuildError, match="parallel_state._EXPERT_GROUP existed before the rebuild and not after"):
         old_to_new({"_EXPERT_GROUP": "e0"}, {})
+
+
+def repair_online_five_times(rank):
+    """An online repair (the retry flow, every process alive) after a stop shut the connections down."""
+    import os
+
+    from mindio_adaptor.core import comm_abort
+
+    session, megatron = session_at(3), FakeMegatron(rank=rank, world_size=2)
+    session.thread.backend, session.flow = "gloo", "retry"
+    session.job.model_parallel_init = (("tp", 1), {"order": "tp-cp-ep-dp-pp"})
+    session.job.model = ["chunk"]
+    megatron.groups = {"_DATA_PARALLEL_GROUP": dist.new_group([0, 1])}
+    world, dp = dist.group.WORLD, megatron.groups["_DATA_PARALLEL_GROUP"]
+    kept = []
+    for _ in range(5):
+        comm_abort.break_collectives("gloo", {int(os.environ["MASTER_PORT"])})
+        rebuild_groups(session, megatron, action("clean", strategy="retry"))
+        total = torch.ones(1)
+        dist.all_reduce(total, group=megatron.groups["_DATA_PARALLEL_GROUP"])
+        dist.all_reduce(total)
+        kept.append((dist.group.WORLD is world, megatron.groups["_DATA_PARALLEL_GROUP"] is dp, float(total)))
+    return {"kept": kept, "calls": megatron.names(), "epochs": (session.next_comm_epoch, job_store.read_or(LAST_EPOCH, None)),
+            "reinits": session.comm_reinits_in_place, "marks": marks(session)}
+
+
+def test_an_online_repair_keeps_the_group_objects_until_no_spare_backend_type_is_left():
+    results = run_ranks(2, repair_online_five_times)
+    for rank in (0, 1):
+        status, out = results[rank]
+        assert status == "ok", out
+        # four times in place (the same objects, nothing for Megatron to redo), then a full rebuild
+        assert out["kept"] == [(True, True, 4.0)] * 4 + [(False, False, 4.0)]
+        assert out["calls"] == ["drop_gradients"] * 4 + ["reinitialize_parallel_state", "drop_gradients"]
+        assert out["epochs"] == (6, 5) and out["reinits"] == 0  # a full rebuild frees the spare types
+        assert out["marks"] == ["groups rebuilt"] * 5
