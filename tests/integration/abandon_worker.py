@@ -20,11 +20,16 @@ def main(rank: int, port: int, mode: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=timedelta(seconds=60))
     group = dist.new_group([0, 1], timeout=GROUP_TIMEOUT)
+    store = dist.distributed_c10d._get_default_store()
     if rank == 1:
-        time.sleep(1.5 if mode == "late" else 10.0)  # "stop" and the others: never joins while rank 0 waits
         if mode == "late":
+            store.wait(["rank0/waiting"], timedelta(seconds=30))
+            time.sleep(1.5)  # rank 0 is in the all-reduce by now: it waits through several short waits
             dist.all_reduce(torch.tensor([2.0]), group=group)
+        else:
+            time.sleep(10.0)  # never joins while rank 0 waits
         return
+    store.set("rank0/waiting", "1")
     stop = threading.Event()
     abandonable_waits.install(stop.is_set)
     if mode != "late":
