@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import torch.distributed as dist
 
-SLICE = timedelta(milliseconds=500)
+SLICE = timedelta(milliseconds=200)
 _TIMED_OUT = "Operation timed out!"  # c10d Work::wait's message when its timeout passes
 
 _ORIGINAL_WAIT = dist.Work.wait

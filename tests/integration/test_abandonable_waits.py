@@ -31,7 +31,7 @@ def test_a_stop_abandons_a_collective_whose_peer_never_comes():
     result = run_pair("stop")
     assert result["ended"] == "abandoned", result
     assert "stop was requested" in result["why"]
-    # stop asked 1 s in; the next short wait (0.5 s) notices: well before the peer's 10 s or any timeout
+    # stop asked 1 s in; the next short wait (0.2 s) notices: well before the peer's 10 s or any timeout
     assert 1.0 <= result["s"] < 5.0, result
 
 
