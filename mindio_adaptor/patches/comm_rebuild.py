@@ -1,10 +1,10 @@
 """The one place a recovery rebuilds this process's communicators (stages rebuild_groups and save_dump):
 in place when every process is alive and the world unchanged (a fresh backend under each group object,
-core/comm_in_place), otherwise a new default group among `members` on the job's store, under an epoch no earlier rebuild of the job
-used, so stale keys of a previous membership can never be read. Every member counts the rebuilds it
-took part in (session.next_comm_epoch); a replacement process, which took part in none, starts from
-the last epoch the job published in its store (no rebuild runs while it starts: the others are parked
-waiting for it)."""
+core/comm_in_place), otherwise a new default group among `members` on the job's store. Either way under an
+epoch no earlier rebuild of the job used, so stale keys of a previous membership can never be read. Every
+member counts the rebuilds it took part in (session.next_comm_epoch); a replacement process, which took
+part in none, starts from the last epoch the job published in its store (no rebuild runs while it
+starts: the others are parked waiting for it)."""
 import logging
 from datetime import timedelta
 from typing import Optional, Sequence

@@ -73,7 +73,8 @@ def repair_online_five_times(rank):
         dist.all_reduce(total, group=megatron.groups["_DATA_PARALLEL_GROUP"])
         dist.all_reduce(total)
         kept.append((dist.group.WORLD is world, megatron.groups["_DATA_PARALLEL_GROUP"] is dp, float(total)))
-    return {"kept": kept, "calls": megatron.names(), "epochs": (session.next_comm_epoch, job_store.read_or(LAST_EPOCH, None)),
+    return {"kept": kept, "calls": megatron.names(),
+            "epochs": (session.next_comm_epoch, job_store.read_or(LAST_EPOCH, None)),
             "reinits": session.comm_reinits_in_place, "marks": marks(session)}
 
 
