@@ -17,7 +17,6 @@ timeout by its caller is passed through as it is.
 """
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Callable, Optional
 
@@ -27,7 +26,6 @@ SLICE = timedelta(milliseconds=200)
 _TIMED_OUT = "Operation timed out!"  # c10d Work::wait's message when its timeout passes
 
 _ORIGINAL_WAIT = dist.Work.wait
-_lock = threading.Lock()
 _stop_wanted: Optional[Callable[[], bool]] = None
 
 
@@ -39,20 +37,8 @@ def install(stop_wanted: Callable[[], bool]) -> None:
     """Make every untimed `Work.wait` of this process abandonable; `stop_wanted()` is asked between the
     short waits (from the waiting thread) and must be cheap. Installing again replaces the question."""
     global _stop_wanted
-    with _lock:
-        _stop_wanted = stop_wanted
-        dist.Work.wait = _abandonable_wait
-
-
-def uninstall() -> None:
-    global _stop_wanted
-    with _lock:
-        dist.Work.wait = _ORIGINAL_WAIT
-        _stop_wanted = None
-
-
-def installed() -> bool:
-    return dist.Work.wait is _abandonable_wait
+    _stop_wanted = stop_wanted
+    dist.Work.wait = _abandonable_wait
 
 
 def _abandonable_wait(work, timeout: timedelta = timedelta(0)):
