@@ -17,7 +17,7 @@ from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
-from mindio_adaptor.launch.node0_loss import Node0Outage
+from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage
 from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
@@ -26,7 +26,6 @@ from mindio_adaptor.launch.worker import Worker, stop_all
 from mindio_adaptor.launch.worker_env import worker_env
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's
-REJOIN_PERIOD_S = 0.5  # between tries at node 0's address after it was lost
 
 
 @dataclass

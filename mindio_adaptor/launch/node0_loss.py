@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+REJOIN_PERIOD_S = 0.5  # between tries at node 0's address after it was lost
+
 
 @dataclass
 class Node0Outage:

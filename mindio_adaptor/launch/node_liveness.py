@@ -82,7 +82,9 @@ class BeatWatch:
     """Watches the beats of some nodes from the moment it is made: a node is lost once its beat has not
     moved for `lost_after` seconds of watching. It also keeps the owner each node had at its last beat:
     taking a lost node over starts from that owner, so a launcher that took it meanwhile is not
-    taken over in turn."""
+    taken over in turn. A node that never beat in this store is not lost: in a new node 0's store a
+    survivor's owner is written back before its beat thread finds the store again, and a watch begun in
+    between would otherwise take a live node over."""
 
     def __init__(self, store: Store, nodes: Iterable[int]):
         self._store = store
@@ -95,7 +97,7 @@ class BeatWatch:
             current = _beat(self._store, node)
             if current != beat:
                 self._seen[node] = (current, owner(self._store, node), now)
-            elif now - since >= lost_after:
+            elif current > 0 and now - since >= lost_after:
                 lost.append(node)
         return lost
 

@@ -32,7 +32,7 @@ from mindio_adaptor.core.comm import host_store
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controllers_keys
-from mindio_adaptor.launch.node0_loss import store_listening
+from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, store_listening
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
 POLL_S = 0.05
@@ -145,14 +145,53 @@ class NodeStore:
 
     def join_as_standby(self, log) -> Optional[int]:
         """A standby launcher: wait for a node (other than node 0, which hosts the stores) to be lost and
-        take its rank; the node rank taken, or None when the job ended without needing this one."""
+        take its rank; the node rank taken, or None when the job ended without needing this one. When node 0
+        itself is lost, it follows the store a new node 0 hosts (with worker reboot, as the nodes do)."""
         cfg = self.config
         self.store = self._rendezvous(rank=cfg.nnodes)  # any rank but 0: a client of node 0's store
-        self.store.add(STANDBYS, 1)
-        try:
-            return self._wait_for_a_lost_node(log)
-        finally:
+        while True:
+            self.store.add(STANDBYS, 1)  # again in a new node 0's store, which has not counted this one
+            try:
+                node = self._wait_for_a_lost_node(log)
+            except DistError as err:
+                self._standby_follows_new_node0(err, log)
+                continue
             self.store.add(STANDBYS_LEFT, 1)  # as a node now, or not needed: node 0 need not wait for it
+            return node
+
+    def _standby_follows_new_node0(self, err: DistError, log) -> None:
+        """Node 0 was lost while this standby waited: wait up to --node0-wait for a new node 0 at the same
+        address and watch the nodes again in its store; raises NodeStoreError when none comes. (A standby
+        always has worker reboot, under which the nodes wait too.)"""
+        cfg = self.config
+        where = f"{cfg.master_addr}:{self.port}"
+        outage = Node0Outage(cfg.node0_wait)
+        log.info("standby: lost the launchers' store at %s (node 0's launcher) at %s: %s; waiting up to %g s "
+                 "(--node0-wait) for a new node 0 at that address", where, outage.started_at(), err,
+                 cfg.node0_wait)
+        while not outage.over():
+            store = self._client_of_new_node0()
+            if store is not None:
+                self.store = store
+                log.info("standby: joined the launchers' store of a new node 0 after %.1f s", outage.elapsed())
+                return
+            time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
+        raise NodeStoreError(f"lost the launchers' store on node 0 ({where}) and no new node 0 came within "
+                             f"{cfg.node0_wait:g} s (--node0-wait)")
+
+    def _client_of_new_node0(self) -> Optional[Store]:
+        """A client of the store a new node 0 hosts at node 0's address, or None while nothing listens there
+        (or it went away again)."""
+        cfg = self.config
+        if not store_listening(cfg.master_addr, self.port, timeout=PROBE_S):
+            return None
+        try:
+            # A client of the rendezvous' kind: it counts as one node among those the new node 0 waits for.
+            client = TCPStore(cfg.master_addr, self.port, cfg.nnodes, False, timedelta(seconds=cfg.rdzv_timeout),
+                              multi_tenant=True)
+        except DistError:
+            return None
+        return PrefixStore(cfg.run_id, client)
 
     def _wait_for_a_lost_node(self, log) -> Optional[int]:
         """One watch of the beats for as long as this waits: a node is taken `--node-lost-after` seconds
@@ -207,21 +246,20 @@ class NodeStore:
     def rejoin(self, generation: int, controller_ended: bool, controllers: Dict[str, str]) -> bool:
         """Connect to the store a new node 0 hosts at node 0's address and write back what it must know
         (rejoin_entries); False while nothing listens there, or when it went away again."""
-        cfg = self.config
-        if not store_listening(cfg.master_addr, self.port, timeout=PROBE_S):
+        store = self._client_of_new_node0()
+        if store is None:
             return False
-        entries = rejoin_entries(cfg.node_rank, json.dumps(self._members()), self._owner_value, generation,
-                                 self._node0_owner, controller_ended, controllers)
+        entries = rejoin_entries(self.config.node_rank, json.dumps(self._members()), self._owner_value,
+                                 generation, self._node0_owner, controller_ended, controllers)
         try:
-            # A client of the rendezvous' kind: it counts as one node among those the new node 0 waits for.
-            client = TCPStore(cfg.master_addr, self.port, cfg.nnodes, False, timedelta(seconds=cfg.rdzv_timeout),
-                              multi_tenant=True)
-            store = PrefixStore(cfg.run_id, client)
             for key, value, keep_existing in entries:
                 if keep_existing:
                     store.compare_set(key, "", value)
                 else:
                     store.set(key, value)
+            # One beat now: a standby's watch of this node starts from it, and this node's beat thread,
+            # which finds the new store on its own, then only has to keep it moving.
+            store.add(node_liveness.beat_key(self.config.node_rank), 1)
         except DistError:
             return False
         self.store = store

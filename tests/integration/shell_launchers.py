@@ -28,12 +28,27 @@ class Cluster:
         self.common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
                        "--rdzv-id", "node-loss", "--worker-reboot", "--node-lost-after", str(LOST_AFTER_S)]
         self.launchers = []
+        self.logs = {}  # pid -> the log file of a launcher started with logged=True
 
-    def start(self, *flags, worker=WORKER):
-        proc = subprocess.Popen([*LAUNCH, *self.common, *flags, *worker], env=self.env, stderr=subprocess.PIPE,
-                                text=True)
+    def start(self, *flags, worker=WORKER, logged=False):
+        """A launcher; `logged`: its log goes to a file that wait_for_line reads while it runs."""
+        log = (self.out / f"launcher{len(self.launchers)}.log").open("w") if logged else None
+        proc = subprocess.Popen([*LAUNCH, *self.common, *flags, *worker], env=self.env,
+                                stderr=log or subprocess.PIPE, text=True)
+        if log:
+            self.logs[proc.pid] = Path(log.name)
+            log.close()
         self.launchers.append(proc)
         return proc
+
+    def log_of(self, proc):
+        return self.logs[proc.pid].read_text() if proc.pid in self.logs else proc.stderr.read()
+
+    def wait_for_line(self, proc, text):
+        deadline = time.monotonic() + TIMEOUT_S
+        while text not in self.log_of(proc):
+            assert time.monotonic() < deadline and proc.poll() is None, f"{text!r} never logged: {self.log_of(proc)}"
+            time.sleep(0.1)
 
     def starts(self):
         path = self.out / "starts"
@@ -58,7 +73,7 @@ class Cluster:
 
     def finish(self, *launchers):
         (self.out / "finish").touch()
-        return [(p.wait(timeout=TIMEOUT_S), p.stderr.read()) for p in launchers]
+        return [(p.wait(timeout=TIMEOUT_S), self.log_of(p)) for p in launchers]
 
     def stop(self):
         for proc in self.launchers:

@@ -107,3 +107,27 @@ def test_a_node_whose_workers_all_exited_0_finishes_0_when_node_0_ended_first(cl
     code1, err1 = node1.wait(timeout=MARGIN_S), node1.stderr.read()
     assert code1 == 0, err1
     assert "every local worker exited 0: finishing" in err1 and "summary: 2 local workers exited 0" in err1
+
+
+def test_a_standby_follows_the_new_node_0_and_still_takes_a_lost_node(cluster):
+    """A standby waiting when node 0 is lost waits for the new node 0 as the nodes do, watches the nodes in
+    its store, and takes node 1's place when node 1 is lost later."""
+    wait = ("--node0-wait", str(REPLACEMENT_WAIT_S))
+    node0 = cluster.start("--node-rank", "0", *wait, logged=True)
+    node1 = cluster.start("--node-rank", "1", *wait, logged=True)
+    standby = cluster.start("--standby", *wait, logged=True)
+    cluster.wait_starts(4, node0, node1, standby)
+    cluster.wait_for_line(standby, "standby: watching nodes [1]")
+    cluster.lose_node(node0)
+    time.sleep(3 * LOST_AFTER_S)  # the standby has seen the loss by now, and waits
+    assert standby.poll() is None
+    new_node0 = cluster.start("--node-rank", "0", *wait, logged=True)
+    cluster.wait_starts(6, new_node0, node1, standby)
+    cluster.lose_node(node1)
+    after = cluster.wait_starts(8, new_node0, standby)[6:]
+    assert sorted((rank, restarted) for rank, restarted, *_ in after) == [(2, "1"), (3, "1")]
+    (code0, err0), (code_s, err_s) = cluster.finish(new_node0, standby)
+    assert (code0, code_s) == (0, 0), (err0, err_s)
+    assert f"standby: lost the launchers' store at 127.0.0.1:{cluster.port} (node 0's launcher) at " in err_s
+    assert "standby: joined the launchers' store of a new node 0 after" in err_s
+    assert "node 1 was lost: this launcher takes its place in the running job (incarnation 2)" in err_s

@@ -27,7 +27,19 @@ def test_two_takers_after_the_same_owner_one_wins():
 
 def test_a_node_is_lost_when_its_beat_stops_moving():
     s = store()
+    s.add(node_liveness.beat_key(2), 1)
     watch = node_liveness.BeatWatch(s, [1, 2])
     s.add(node_liveness.beat_key(1), 1)
     assert watch.lost(0.0) == [2]  # node 1 beat since the watch began
     assert watch.lost(0.0) == [1, 2]
+
+
+def test_a_node_that_never_beat_in_this_store_is_not_lost():
+    """In a new node 0's store a survivor's owner comes back before its beat does."""
+    s = store()
+    node_liveness.take_over(s, 1, 0)
+    watch = node_liveness.BeatWatch(s, [1])
+    assert watch.lost(0.0) == []
+    s.add(node_liveness.beat_key(1), 1)
+    assert watch.lost(0.0) == []  # it moved
+    assert watch.lost(0.0) == [1]
