@@ -1,6 +1,6 @@
 import pytest
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_address, controller_addresses
+from mindio_adaptor.core.controller_address import ENV_CONTROLLER, control_ports, controller_address, controller_addresses
 
 
 def test_no_external_controller_means_in_job():
@@ -25,3 +25,11 @@ def test_backup_controllers_follow_the_active_one_in_takeover_order():
 def test_bad_external_controller_address_names_the_variable(value):
     with pytest.raises(ValueError, match=f"{ENV_CONTROLLER}=.*expected host:port"):
         controller_address({ENV_CONTROLLER: value})
+
+
+def test_a_stop_keeps_the_store_and_every_controller_of_the_list():
+    """A backup may lead the job when a stop comes: its connection is not a collective's."""
+    env = {"MASTER_PORT": "29500", ENV_CONTROLLER: "a:9601,b:9602,c:9603"}
+    assert control_ports(env) == {29500, 9601, 9602, 9603}
+    assert control_ports({"MASTER_PORT": "29500"}, also=[4242]) == {29500, 4242}  # the in-job controller
+    assert control_ports({}) == set()
