@@ -18,9 +18,7 @@ ENV_WORDS = {
 }
 
 # Flags accepted now whose capability a later version of the adaptor brings.
-NOT_YET_ACTIVE = {
-    "enable_elastic_training": "--enable-elastic-training (elastic scale-in/scale-out)",
-}
+NOT_YET_ACTIVE: dict = {}
 
 
 class HighAvailabilityConfigError(ValueError):
@@ -74,6 +72,11 @@ class HighAvailabilityConfig:
             flag = "--" + needs_ha[0].replace("_", "-")
             raise HighAvailabilityConfigError(
                 f"{flag} requires --enable-high-availability: add --enable-high-availability")
+        if self.enable_elastic_training and not self.enable_worker_reboot:
+            # The scale-in is what happens when a lost rank's replacement does not come in time.
+            raise HighAvailabilityConfigError(
+                "--enable-elastic-training (scale-in) requires --enable-worker-reboot: the job scales in when a "
+                "lost rank's replacement does not arrive within MINDIO_ARF_WAIT_S; add --enable-worker-reboot")
         if self.enable_high_availability and not use_distributed_optimizer:
             raise HighAvailabilityConfigError(
                 "--enable-high-availability requires --use-distributed-optimizer (the replicated "

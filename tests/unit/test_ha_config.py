@@ -67,8 +67,11 @@ def test_valid_layouts_pass():
     HighAvailabilityConfig().check_layout(1, 1, 1)
 
 
-def test_inactive_requests_are_listed():
+def test_elastic_training_is_active_and_needs_worker_reboot():
     config = HighAvailabilityConfig(enable_high_availability=True, enable_worker_reboot=True,
                                     enable_elastic_training=True)
-    assert [r for r in config.inactive_requests() if "--enable-elastic-training" in r]
-    assert not [r for r in config.inactive_requests() if "--enable-worker-reboot" in r]
+    config.check_flags(use_distributed_optimizer=True)
+    assert config.inactive_requests() == []
+    alone = HighAvailabilityConfig(enable_high_availability=True, enable_elastic_training=True)
+    with pytest.raises(HighAvailabilityConfigError, match="--enable-elastic-training .* requires --enable-worker-reboot"):
+        alone.check_flags(use_distributed_optimizer=True)
