@@ -8,6 +8,7 @@ SHA-256 over the exact bytes of every model parameter of every rank, to compare 
 """
 import os
 import sys
+import zlib
 from functools import partial
 
 import mindio_adaptor
@@ -64,8 +65,18 @@ def loss_func(loss_mask, output_tensor, model=None):
     return loss, num_tokens, {"lm loss": report}
 
 
+def log_sample_ids(tokens):
+    """--log-sample-ids: one line per micro-batch naming its samples (a CRC of each sample's tokens: the mock
+    dataset's samples differ), so runs at different data-parallel sizes can be compared step by step."""
+    args = get_args()
+    ids = ",".join(f"{zlib.crc32(sample.contiguous().numpy().tobytes()):08x}" for sample in tokens.cpu())
+    say(f"sample ids step {args.curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
+
+
 def forward_step(data_iterator, model, return_schedule_plan=False):
     tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)
+    if get_args().log_sample_ids:
+        log_sample_ids(tokens)
     output = model(tokens, position_ids, attention_mask, labels=labels)
     return output, partial(loss_func, loss_mask)
 
@@ -74,6 +85,8 @@ def add_example_args(parser):
     group = parser.add_argument_group("example")
     group.add_argument("--params-out", default=None, metavar="DIR",
                        help="Also save every rank's final parameters to DIR/params_rank<R>.pt.")
+    group.add_argument("--log-sample-ids", action="store_true",
+                       help="Print the ids of every micro-batch's samples (see log_sample_ids).")
     return parser
 
 
