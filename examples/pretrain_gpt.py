@@ -8,7 +8,6 @@ SHA-256 over the exact bytes of every model parameter of every rank, to compare 
 """
 import os
 import sys
-import zlib
 from functools import partial
 
 import mindio_adaptor
@@ -42,8 +41,8 @@ def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None
         create_attention_mask=True,
         mid_level_dataset_surplus=0.005,
     )
-    return BlendedMegatronDatasetBuilder(
-        MockGPTDataset, train_val_test_num_samples, lambda: True, config).build()
+    dataset = MockGPTDatasetWithIds if args.log_sample_ids else MockGPTDataset
+    return BlendedMegatronDatasetBuilder(dataset, train_val_test_num_samples, lambda: True, config).build()
 
 
 # Every rank calls the provider (Megatron otherwise builds data on TP rank 0 only).
@@ -52,6 +51,8 @@ train_valid_test_datasets_provider.is_distributed = True
 
 def get_batch(data_iterator):
     batch = next(data_iterator)
+    if "sample_id" in batch:
+        log_sample_ids(batch["sample_id"])
     return (batch["tokens"], batch["labels"], batch["loss_mask"], batch.get("attention_mask"),
             batch["position_ids"])
 
@@ -65,18 +66,25 @@ def loss_func(loss_mask, output_tensor, model=None):
     return loss, num_tokens, {"lm loss": report}
 
 
-def log_sample_ids(tokens):
-    """--log-sample-ids: one line per micro-batch naming its samples (a CRC of each sample's tokens: the mock
-    dataset's samples differ), so runs at different data-parallel sizes can be compared step by step."""
-    args = get_args()
-    ids = ",".join(f"{zlib.crc32(sample.contiguous().numpy().tobytes()):08x}" for sample in tokens.cpu())
-    say(f"sample ids step {args.curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
+class MockGPTDatasetWithIds(MockGPTDataset):
+    """--log-sample-ids: every sample also carries its index in the train dataset (what Megatron's sampler
+    hands out), since the mock samples' tokens repeat."""
+
+    def __getitem__(self, idx):
+        sample = super().__getitem__(idx)
+        sample["sample_id"] = torch.tensor(-1 if idx is None else int(idx))
+        return sample
+
+
+def log_sample_ids(sample_ids):
+    """One line per micro-batch naming its samples, so that runs at different data-parallel sizes can be
+    compared step by step."""
+    ids = ",".join(str(int(i)) for i in sample_ids)
+    say(f"sample ids step {get_args().curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
 
 
 def forward_step(data_iterator, model, return_schedule_plan=False):
     tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)
-    if get_args().log_sample_ids:
-        log_sample_ids(tokens)
     output = model(tokens, position_ids, attention_mask, labels=labels)
     return output, partial(loss_func, loss_mask)
 

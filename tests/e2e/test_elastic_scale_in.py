@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
 ARF_WAIT_S = "15"  # how long the controller waits for node 1's replacement before scaling in
 LAST_STEP = 8
-SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([0-9a-f,]+)")
+SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
 
 
@@ -64,9 +64,11 @@ def scaled_in(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference():
+def reference(tmp_path_factory):
     """The uninterrupted dp4 run, with its sample ids logged."""
-    return run_training(["--enable-high-availability", "--log-sample-ids"]).require_success()
+    run = run_training(["--enable-high-availability", "--log-sample-ids"]).require_success()
+    (tmp_path_factory.mktemp("reference") / "output.txt").write_text(run.output)
+    return run
 
 
 def test_the_job_ends_at_the_last_step_on_dp2(scaled_in):
