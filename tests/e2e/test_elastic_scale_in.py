@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, process_ids, run_training
+from mindio_adaptor.tiny_job import LocalCluster, process_ids
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
@@ -64,10 +64,10 @@ def scaled_in(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The uninterrupted dp4 run, with its sample ids logged."""
-    run = run_training(["--enable-high-availability", "--log-sample-ids"]).require_success()
-    (tmp_path_factory.mktemp("reference") / "output.txt").write_text(run.output)
+def reference(reference_runs, tmp_path_factory):
+    """The uninterrupted dp4 run (its sample ids logged: tests/e2e/conftest.py)."""
+    run, _ = reference_runs("ha")
+    (tmp_path_factory.mktemp("reference") / "output.txt").write_text(run.output)  # beside the faulted run's
     return run
 
 
