@@ -914,7 +914,7 @@ void Controller::begin_scale_in(FaultContext& ctx, FlowRun& run) {
 void Controller::retire_locked(const std::set<int>& ranks) {
     for (int rank : ranks) {
         RankEntry& r = ranks_[rank];
-        r.dead = true;
+        r.dead = r.retired = true;
         r.joining = r.ready = false;
         r.left = true;
         event_locked("retired", "rank " + std::to_string(rank));

@@ -121,6 +121,11 @@ def test_replacement_that_never_comes_scales_in_with_elastic_training(tmp_path, 
         for rank in live:
             assert job.handler_calls(rank, "rebuild_group") == [[[5]]], rank
         assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
+        # A replacement that comes after the scale-in is refused: the job has no place for it.
+        late = job.spawn(5, restarted=True, track=False)
+        assert late.wait(timeout=20) == 3
+        [refused] = job.events_of(5, "start_error")
+        assert "rank 5 was retired by a scale-in (elastic training)" in refused["start_error"], refused
     except AssertionError:
         print(job.worker_logs())
         raise
