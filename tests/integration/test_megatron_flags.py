@@ -27,6 +27,8 @@ CASES = [
     ({"flags": DIST + ["--enable-high-availability", "--num-distributed-optimizer-instances", "4"]},
      "--num-distributed-optimizer-instances 4 conflicts"),
     ({"flags": DIST, "env": {"HIGH_AVAILABILITY": "dump,bogus"}}, "unknown word(s) ['bogus']"),
+    ({"flags": DIST + ["--enable-high-availability", "--enable-elastic-training"]},
+     "--enable-elastic-training (scale-in) requires --enable-worker-reboot"),
 ]
 
 
