@@ -89,10 +89,28 @@ def note_flow(session, action: RecoveryAction) -> None:
         session.flow = flow
 
 
+class AfterScaleIn(RuntimeError):
+    """A recovery after a scale-in: the controller still plans on the job's first ranks and layout."""
+
+
+# What a rank may still do once the job scaled in: stop, and end.
+AFTER_A_SCALE_IN = ("stop", "exit")
+
+
+def refuse_after_scale_in(session, action: RecoveryAction) -> None:
+    """The controller keeps the replica layout of the job's start (docs/elastic.md): a repair or dump it
+    plans after a scale-in would name ranks and shards this job no longer has."""
+    if session.scale_in is not None and session.flow != "scale_in" and action.name not in AFTER_A_SCALE_IN:
+        raise AfterScaleIn(f"{action.name} ({action.strategy}): a recovery after a scale-in "
+                           f"({session.scale_in.describe()}) is not supported yet; the job ends, and resumes from "
+                           f"its last checkpoint")
+
+
 def run_action(session, megatron, action: RecoveryAction) -> int:
     """Every stage of the action, in order; a stage that raises ends the action with its error."""
     stages = stages_of(action)
     note_flow(session, action)
+    refuse_after_scale_in(session, action)
     for stage in stages:
         if stage.on_training_thread:
             session.thread.run_parked(lambda s=stage: s.run(session, megatron, action), STAGE_TIMEOUT_S,

@@ -177,3 +177,16 @@ def test_a_scale_in_after_a_recover_is_its_own_flow_from_its_first_action(monkey
     assert session.flow == "recover"
     run_action(session, megatron, RecoveryAction("rebuild_group", "scale_in"))  # a survivor that saves nothing
     assert session.flow == "scale_in"
+
+
+def test_a_recovery_after_a_scale_in_is_refused_naming_it(monkeypatch):
+    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+
+    monkeypatch.setitem(FLOWS, "retry", {name: () for name in ("stop", "clean", "exit")})
+    session, megatron = session_at(6), FakeMegatron()
+    session.flow = "scale_in"
+    session.scale_in = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
+    run_action(session, megatron, RecoveryAction("stop", "retry"))  # stopping is still answered
+    with pytest.raises(recovery.AfterScaleIn, match=r"clean \(retry\): a recovery after a scale-in \(dp4 -> dp2"):
+        run_action(session, megatron, RecoveryAction("clean", "retry"))
+    run_action(session, megatron, RecoveryAction("exit", "retry"))
