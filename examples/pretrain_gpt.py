@@ -41,8 +41,8 @@ def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None
         create_attention_mask=True,
         mid_level_dataset_surplus=0.005,
     )
-    return BlendedMegatronDatasetBuilder(
-        MockGPTDataset, train_val_test_num_samples, lambda: True, config).build()
+    dataset = MockGPTDatasetWithIds if args.log_sample_ids else MockGPTDataset
+    return BlendedMegatronDatasetBuilder(dataset, train_val_test_num_samples, lambda: True, config).build()
 
 
 # Every rank calls the provider (Megatron otherwise builds data on TP rank 0 only).
@@ -51,6 +51,8 @@ train_valid_test_datasets_provider.is_distributed = True
 
 def get_batch(data_iterator):
     batch = next(data_iterator)
+    if "sample_id" in batch:
+        log_sample_ids(batch["sample_id"])
     return (batch["tokens"], batch["labels"], batch["loss_mask"], batch.get("attention_mask"),
             batch["position_ids"])
 
@@ -64,6 +66,23 @@ def loss_func(loss_mask, output_tensor, model=None):
     return loss, num_tokens, {"lm loss": report}
 
 
+class MockGPTDatasetWithIds(MockGPTDataset):
+    """--log-sample-ids: every sample also carries its index in the train dataset (what Megatron's sampler
+    hands out), since the mock samples' tokens repeat."""
+
+    def __getitem__(self, idx):
+        sample = super().__getitem__(idx)
+        sample["sample_id"] = torch.tensor(-1 if idx is None else int(idx))
+        return sample
+
+
+def log_sample_ids(sample_ids):
+    """One line per micro-batch naming its samples, so that runs at different data-parallel sizes can be
+    compared step by step."""
+    ids = ",".join(str(int(i)) for i in sample_ids)
+    say(f"sample ids step {get_args().curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
+
+
 def forward_step(data_iterator, model, return_schedule_plan=False):
     tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)
     output = model(tokens, position_ids, attention_mask, labels=labels)
@@ -74,6 +93,8 @@ def add_example_args(parser):
     group = parser.add_argument_group("example")
     group.add_argument("--params-out", default=None, metavar="DIR",
                        help="Also save every rank's final parameters to DIR/params_rank<R>.pt.")
+    group.add_argument("--log-sample-ids", action="store_true",
+                       help="Print the ids of every micro-batch's samples (see log_sample_ids).")
     return parser
 
 

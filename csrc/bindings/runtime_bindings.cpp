@@ -86,17 +86,20 @@ void bind_runtime(py::module_& m) {
           "The handler time limit from TTP_NORMAL_ACTION_TIME_LIMIT (or MINDIO_TEST_ACTION_TIME_LIMIT).");
 
     py::class_<Controller>(m, "Controller")
-        .def(py::init([](int rank, int world_size, bool retry, bool recover, uint64_t term) {
+        .def(py::init([](int rank, int world_size, bool retry, bool recover, uint64_t term, bool elastic) {
                  return translate_errors([&] {
                      ControllerConfig cfg = controller_config_from_env(rank, world_size);
                      cfg.caps.retry = retry;
                      cfg.caps.recover = recover;
+                     cfg.caps.elastic = elastic;
                      cfg.term = term;
                      return std::make_unique<Controller>(cfg);
                  });
              }),
              py::arg("rank"), py::arg("world_size"), py::arg("retry") = true, py::arg("recover") = false,
-             py::arg("term") = 1, "term 0: a backup, which takes over when ranks register with it")
+             py::arg("term") = 1, py::arg("elastic") = false,
+             "term 0: a backup, which takes over when ranks register with it; elastic: a process replacement "
+             "that times out scales the job in instead of dumping")
         .def("term", &Controller::term, "1 for the first controller, one more for each takeover; 0: an idle backup")
         .def("layout", [](const Controller& c) {
             py::list out;

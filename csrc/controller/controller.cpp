@@ -834,9 +834,17 @@ void Controller::run_flow(const Flow& flow, FaultContext& ctx, const std::string
     for (const FlowStep& step : flow.steps) {
         std::string why = run_step(flow, step, ctx, run);
         if (why.empty()) continue;
+        if (scales_in_instead(flow, step)) return run_flow(flow_for(Strategy::ScaleIn), ctx, why);
         if (flow.fallback == Strategy::Dump) return run_flow(flow_for(Strategy::Dump), ctx, why);
         return exit_all(why, 499);
     }
+}
+
+// With elastic training on, a replacement that never came (the wait for it failed) makes the job go on
+// without the lost ranks' data-parallel slices instead of dumping and ending. Any other failure of a
+// recovery still falls back to the dump.
+bool Controller::scales_in_instead(const Flow& flow, const FlowStep& failed) const {
+    return cfg_.caps.elastic && flow.replaces && failed.op == FlowOp::AwaitReplacements;
 }
 
 // One step of a flow; returns why the flow cannot go on, empty when it can.
@@ -863,6 +871,12 @@ std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultCo
         case FlowOp::BeginDump: begin_dump(run); return "";
         case FlowOp::PickSavers: return pick_savers(ctx, run);
         case FlowOp::FinishByExit: exit_all(flow.finish_why(ctx), 0); return "";
+        case FlowOp::BeginScaleIn: begin_scale_in(ctx, run); return "";
+        case FlowOp::RetireLost: {
+            std::lock_guard<std::mutex> lock(mu_);
+            retire_locked(ctx.replace);
+            return "";
+        }
     }
     return "";
 }
@@ -883,6 +897,28 @@ void Controller::begin_dump(FlowRun& run) {
     transition_locked(State::Dump, run.reason);
     event_locked("dump", run.reason);
     run.targets = ranks_.live();
+}
+
+// The scale-in's start: the dump it saves is of the repair step, which every survivor then reloads.
+void Controller::begin_scale_in(FaultContext& ctx, FlowRun& run) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ctx.reload_step = ctx.repair_step;
+    event_locked("scale_in", "ranks " + list_text(ctx.replace) + " at step " + std::to_string(ctx.repair_step) +
+                                 ": " + run.reason);
+    LOG_INFO(kLog, cfg_.rank, "elastic training: scaling in without ranks " << list_text(ctx.replace) << " after step "
+                                  << ctx.repair_step << " (" << run.reason << ")");
+    run.targets = ranks_.live();
+}
+
+// Ranks dropped by a scale-in: dead, not awaited, never counted as a fault or a replacement again.
+void Controller::retire_locked(const std::set<int>& ranks) {
+    for (int rank : ranks) {
+        RankEntry& r = ranks_[rank];
+        r.dead = r.retired = true;
+        r.joining = r.ready = false;
+        r.left = true;
+        event_locked("retired", "rank " + std::to_string(rank));
+    }
 }
 
 // The dump's savers, from what is known now (ranks may have died or faulted since the decision);
@@ -918,7 +954,7 @@ std::string Controller::run_flow_action(const Flow& flow, const FlowStep& step, 
     ActionOutcome out;
     if (kind == ActionKind::Repair) {
         const bool reload = flow.may_reload && ctx.reload_step >= 0;
-        ActionGroups groups = reload ? reload_messages(ctx, run.targets)
+        ActionGroups groups = reload ? reload_messages(ctx, run.targets, flow.strategy)
                                      : repair_messages(ctx, flow.strategy, run.clean_results);
         if (groups.empty() && step.skip_if_none) return "";
         out = actions_.run(ActionKind::Repair, groups, step.interruptible, cfg_.action_timeout_ms);
@@ -972,9 +1008,10 @@ ActionGroups Controller::repair_messages(const FaultContext& ctx, Strategy s,
 }
 
 // LOAD_CKPT: no live replica holds some shard, so every rank loads the last periodic checkpoint
-// again; ROLLBACK then takes every rank to that step.
-ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const {
-    ActionMsg msg = base_action(ActionKind::Repair, ctx, Strategy::Retry);
+// again (a scale-in: the dump it just wrote, at the smaller size); ROLLBACK then takes every rank to
+// that step.
+ActionGroups Controller::reload_messages(const FaultContext& ctx, const std::set<int>& ranks, Strategy s) const {
+    ActionMsg msg = base_action(ActionKind::Repair, ctx, s);
     msg.repair.push_back(reload_info(ranks));
     return {{ranks, msg}};
 }

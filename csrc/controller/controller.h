@@ -145,7 +145,7 @@ private:
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
     FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
     int64_t prelock(const Faults& faults);
-    ActionGroups reload_messages(const FaultContext& ctx, const std::set<int>& ranks) const;
+    ActionGroups reload_messages(const FaultContext& ctx, const std::set<int>& ranks, Strategy s) const;
     std::optional<Strategy> consult_policy(const FaultContext& ctx);
     void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
     // offer: the strategies the cluster manager may pick (cluster_offer).
@@ -164,6 +164,9 @@ private:
     std::string run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
     void begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run);
     void begin_dump(FlowRun& run);
+    void begin_scale_in(FaultContext& ctx, FlowRun& run);
+    void retire_locked(const std::set<int>& ranks);
+    bool scales_in_instead(const Flow& flow, const FlowStep& failed) const;
     std::string pick_savers(FaultContext& ctx, FlowRun& run);
     std::string run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
     static std::set<int> step_targets(const FlowStep& step, const FlowRun& run);

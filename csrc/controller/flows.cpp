@@ -95,6 +95,47 @@ const Flow kDump{
     [](const FaultContext& ctx) { return "dump of step " + std::to_string(ctx.repair_step) + " complete"; },
 };
 
+// Scale-in (elastic training), when a process replacement got no replacement in time: instead of the
+// dump-and-exit, the savers write the dump of the repair step, and the survivors drop the
+// data-parallel slices that lost a rank (REBUILD_GROUP, the lost ranks as its fault ranks), load the
+// dump at the smaller data-parallel size (REPAIR, LOAD_CKPT of the repair step), ROLLBACK and go on.
+// A failure before the dump is published ends like the dump's (exit); after it the dump is the
+// resume point.
+const Flow kScaleIn{
+    Strategy::ScaleIn,
+    "scale_in",
+    /*replaces=*/false,
+    /*may_reload=*/true,
+    {
+        {FlowOp::BeginScaleIn},
+        {FlowOp::Act, ActionKind::Stop, "", false, FlowTargets::Flow, false, true},
+        {FlowOp::PickSavers},
+        {FlowOp::Act, ActionKind::SaveCkpt, "saving the checkpoint to scale in from failed on ranks", false,
+         FlowTargets::Savers, false, false, true},
+        {FlowOp::Act, ActionKind::Rename, "renaming the checkpoint to scale in from failed", false,
+         FlowTargets::OneSaver, false},
+        {FlowOp::EnterRepair},
+        {FlowOp::RetireLost},
+        {FlowOp::Act, ActionKind::RebuildGroup, "rebuilding the groups among the survivors failed", false,
+         FlowTargets::Flow, false},
+        {FlowOp::Act, ActionKind::Repair, "loading the checkpoint at the smaller data-parallel size failed", false,
+         FlowTargets::Flow, false},
+        {FlowOp::Act, ActionKind::Rollback, "rollback after the scale-in failed", false, FlowTargets::Flow, false},
+        {FlowOp::Act, ActionKind::Normal, "resuming after the scale-in failed", false, FlowTargets::Flow, false},
+        {FlowOp::Finish},
+    },
+    Strategy::Exit,
+    nullptr,
+    [](const FaultContext& ctx) {
+        return "scale-in: ranks " + list_text(ctx.replace) + " were not replaced; the survivors go on without " +
+               "their data-parallel slices from the dump of step " + std::to_string(ctx.repair_step);
+    },
+    [](const FaultContext& ctx) {
+        return "scaled in without ranks " + list_text(ctx.replace) + ", training resumes at step " +
+               std::to_string(ctx.repair_step);
+    },
+};
+
 }  // namespace
 
 const char* flow_op_name(FlowOp op) {
@@ -109,6 +150,8 @@ const char* flow_op_name(FlowOp op) {
         case FlowOp::BeginDump: return "begin_dump";
         case FlowOp::PickSavers: return "pick_savers";
         case FlowOp::FinishByExit: return "finish_by_exit";
+        case FlowOp::BeginScaleIn: return "begin_scale_in";
+        case FlowOp::RetireLost: return "retire_lost";
     }
     return "?";
 }
@@ -126,6 +169,7 @@ const Flow& flow_for(Strategy s) {
     if (s == Strategy::Retry) return kRetry;
     if (s == Strategy::Recover) return kRecover;
     if (s == Strategy::Dump) return kDump;
+    if (s == Strategy::ScaleIn) return kScaleIn;
     throw std::invalid_argument(std::string("no recovery flow for strategy ") + strategy_name(s));
 }
 

@@ -1,7 +1,9 @@
 // The recovery flows as data: online repair (Strategy::Retry) and process replacement
 // (Strategy::Recover) share one skeleton (stop, clean, [take offline, await the replacements, rebuild
 // the groups,] repair, rollback, normal), and the dump (Strategy::Dump) is stop, pick the savers,
-// save, rename, exit; each is a list of steps run by one loop (Controller::run_flow). A step that
+// save, rename, exit. The scale-in (Strategy::ScaleIn, elastic training) is the dump without the exit:
+// the survivors rebuild their groups among themselves, reload the dump at the smaller data-parallel
+// size, roll back and go on. Each is a list of steps run by one loop (Controller::run_flow). A step that
 // fails hands its reason to the flow's fallback: the dump for a recovery, the exit for the dump.
 #pragma once
 #include <string>
@@ -23,6 +25,9 @@ enum class FlowOp {
     BeginDump,           // Dump, for the reason the flow was started with; the targets are the live ranks
     PickSavers,          // the savers from the replica layout; fails when no complete replica is left
     FinishByExit,        // EXIT everyone: the dump is complete (result 0)
+    BeginScaleIn,        // the dump of the repair step is the state the survivors reload; the targets are the
+                         // live ranks, the repair is LOAD_CKPT of the repair step
+    RetireLost,          // the ranks that were not replaced leave the job for good (no replacement is awaited)
 };
 const char* flow_op_name(FlowOp op);
 
@@ -58,7 +63,7 @@ struct Flow {
     std::string (*finish_why)(const FaultContext& ctx);
 };
 
-// The flow of Strategy::Retry, Strategy::Recover or Strategy::Dump.
+// The flow of Strategy::Retry, Strategy::Recover, Strategy::Dump or Strategy::ScaleIn.
 const Flow& flow_for(Strategy s);
 
 }  // namespace mindio

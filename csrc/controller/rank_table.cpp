@@ -14,6 +14,7 @@ RankTable::RankTable(int world_size, bool arf, LivenessRules rules)
 bool RankTable::takes_a_dead_ranks_place(const RegisterMsg& m) const {
     if (!m.may_replace || !arf_) return false;
     const RankEntry& r = ranks_[m.rank];
+    if (r.retired) return false;
     return r.dead || r.joining || (r.registered && !r.connected && !r.left);
 }
 
@@ -23,6 +24,10 @@ bool RankTable::takes_a_dead_ranks_place(const RegisterMsg& m) const {
 std::string RankTable::arf_refusal(const RegisterMsg& m, State state) const {
     const RankEntry& r = ranks_[m.rank];
     std::string who = "rank " + std::to_string(m.rank);
+    if (r.retired) {
+        return who + " was retired by a scale-in (elastic training): the job goes on without it, and growing "
+               "back (scale-out) is not supported yet";
+    }
     if (!m.restarted) {
         if (!r.dead) return "";
         return who + " was declared dead; only a restarted process may take its place: one started with " +

@@ -45,6 +45,7 @@ struct RankEntry : RankSnapshot {
     std::string domain;          // its failure domain (node), from its ReplicaInfo; empty: not said
     uint16_t recovery_action = 0;  // as it registered: the last action of a recovery it is inside; 0 none
     bool reported = false;         // sent a status since it registered (its step and data are known)
+    bool retired = false;          // dropped by a scale-in (elastic training): the job goes on without it
 };
 
 // What a liveness judgement found: ranks newly suspect (with what to log of each) and the ranks the

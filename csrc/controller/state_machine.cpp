@@ -88,6 +88,7 @@ bool strategy_feasible(Strategy s, const Capabilities& caps, const DecisionInput
         case Strategy::Recover: return caps.recover && in.repairable && !in.during_repair;
         case Strategy::Dump: return in.dump_possible;
         case Strategy::Exit: return true;
+        case Strategy::ScaleIn: return false;  // a fallback of process replacement, never asked for
     }
     return false;
 }

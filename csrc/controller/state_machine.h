@@ -38,7 +38,7 @@ std::optional<FaultKind> fault_kind_of(ReportState state);
 struct Capabilities {
     bool retry = true;   // online repair of memory / communication errors (UCE)
     bool recover = false;  // ARF: replace the failed process
-    bool elastic = false;  // ZIT (not implemented: never chosen)
+    bool elastic = false;  // elastic training: a replacement that never came scales the job in (no dump)
 };
 
 struct DecisionInput {

@@ -424,6 +424,7 @@ const char* strategy_name(Strategy s) {
         case Strategy::Recover: return "recover";
         case Strategy::Dump: return "dump";
         case Strategy::Exit: return "exit";
+        case Strategy::ScaleIn: return "scale_in";
     }
     return "unknown";
 }

@@ -19,8 +19,10 @@ constexpr uint8_t kMaxDataStatus = 2;
 enum class RunStatus : uint8_t { Running = 0, Faulted = 1, Stopped = 2, Paused = 3, Finished = 4 };
 constexpr uint8_t kMaxRunStatus = 4;
 // The controller's choice after a fault; also what tft_get_repair_type() reports.
-enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4 };
-constexpr uint8_t kMaxStrategy = 4;
+// ScaleIn is never a decision of its own: with elastic training on, it replaces the dump a process
+// replacement falls back to when no replacement arrived in time (the job goes on at a smaller DP).
+enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4, ScaleIn = 5 };
+constexpr uint8_t kMaxStrategy = 5;
 // What a rank's training thread is doing, timed against a limit the rank derives from its own history
 // (the hang rule): the controller judges a hang from these, not from a silent heartbeat alone.
 // Startup: from the processor's start to the train loop (model, optimizer, checkpoint load, data).

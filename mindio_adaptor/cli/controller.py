@@ -20,6 +20,10 @@ def register(subparsers):
     p.add_argument("--arf", action="store_true",
                    help="process replacement: a dead rank is replaced by a restarted process (the launcher "
                         "starts it with MINDIO_RESTARTED=1) instead of dumping")
+    p.add_argument("--elastic", action="store_true",
+                   help="elastic training's scale-in (with --arf): when a dead rank's replacement does not come "
+                        "within MINDIO_ARF_WAIT_S, the survivors go on at a smaller data-parallel size instead of "
+                        "dumping (docs/elastic.md)")
     p.add_argument("--status-port", type=int, default=None,
                    help="serve the status page and /metrics on this port (default: MINDIO_STATUS_PORT, else none); "
                         "requests need the job's token (MINDIO_TOKEN)")
@@ -35,7 +39,7 @@ def run(args) -> int:
     if args.world_size < 1:
         raise SystemExit(f"--world-size must be >= 1, got {args.world_size}")
     ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
-                            backup=args.backup)
+                            backup=args.backup, enable_scale_in=args.elastic)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

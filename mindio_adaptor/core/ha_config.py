@@ -18,9 +18,7 @@ ENV_WORDS = {
 }
 
 # Flags accepted now whose capability a later version of the adaptor brings.
-NOT_YET_ACTIVE = {
-    "enable_elastic_training": "--enable-elastic-training (elastic scale-in/scale-out)",
-}
+NOT_YET_ACTIVE: dict = {}
 
 
 class HighAvailabilityConfigError(ValueError):
@@ -74,6 +72,11 @@ class HighAvailabilityConfig:
             flag = "--" + needs_ha[0].replace("_", "-")
             raise HighAvailabilityConfigError(
                 f"{flag} requires --enable-high-availability: add --enable-high-availability")
+        if self.enable_elastic_training and not self.enable_worker_reboot:
+            # The scale-in is what happens when a lost rank's replacement does not come in time.
+            raise HighAvailabilityConfigError(
+                "--enable-elastic-training (scale-in) requires --enable-worker-reboot: the job scales in when a "
+                "lost rank's replacement does not arrive within MINDIO_ARF_WAIT_S; add --enable-worker-reboot")
         if self.enable_high_availability and not use_distributed_optimizer:
             raise HighAvailabilityConfigError(
                 "--enable-high-availability requires --use-distributed-optimizer (the replicated "
@@ -99,6 +102,19 @@ class HighAvailabilityConfig:
                 f"--num-distributed-optimizer-instances {native_instances} conflicts with "
                 f"--optimizer-replica-num {r}: with --enable-high-availability drop "
                 f"--num-distributed-optimizer-instances (the adaptor sets it to R)")
+
+    def check_elastic(self, tensor: int, pipeline: int, context: int, expert: int):
+        """The scale-in drops whole data-parallel slices of a data-parallel-only job so far (docs/elastic.md):
+        refused at the start rather than at the first lost rank."""
+        if not self.enable_elastic_training:
+            return
+        sizes = {"--tensor-model-parallel-size": tensor, "--pipeline-model-parallel-size": pipeline,
+                 "--context-parallel-size": context, "--expert-model-parallel-size": expert}
+        other = [f"{flag} {size}" for flag, size in sizes.items() if size != 1]
+        if other:
+            raise HighAvailabilityConfigError(
+                f"--enable-elastic-training supports data parallelism alone so far, but this job has "
+                f"{', '.join(other)}: drop --enable-elastic-training (a lost rank is then replaced or dumped)")
 
     def inactive_requests(self) -> List[str]:
         return [text for name, text in NOT_YET_ACTIVE.items() if getattr(self, name)]

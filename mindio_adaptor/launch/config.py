@@ -19,6 +19,7 @@ RDZV_BACKENDS = ("static", "c10d")
 RDZV_TIMEOUT_KEYS = ("timeout", "join_timeout")
 SCRIPT_REBOOT_FLAG = "--enable-worker-reboot"
 SCRIPT_REPAIR_FLAG = "--enable-hbmfault-repair"
+SCRIPT_ELASTIC_FLAG = "--enable-elastic-training"
 # Worker reboot without restarts would start no failed worker again; this many per rank unless told.
 DEFAULT_REBOOT_RESTARTS = 3
 # A launcher's beat stopped this long: its node is lost (launch/node_liveness). Longer than the stalls of a
@@ -53,6 +54,7 @@ class LaunchConfig:
     warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
     controllers: int = 0  # nodes 0..K-1 host the recovery controllers (launch/controllers); 0: in the job
     online_repair: bool = True  # the job asked for online repair (--enable-hbmfault-repair / retry)
+    elastic_training: bool = False  # the job asked for the scale-in (--enable-elastic-training / elastic-training)
     node0_wait: float = DEFAULT_RDZV_TIMEOUT_S  # seconds a launcher that lost node 0 waits for a new one
 
     @property
@@ -87,7 +89,8 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
         standby=_standby(args.standby, nnodes, reboot), spare_workers=_spare_workers(args.spare_workers, reboot),
         warm_preload=args.warm_preload, controllers=_controllers(args.controllers, nnodes),
-        online_repair=_online_repair(args, environ), node0_wait=_node0_wait(args.node0_wait, rdzv_timeout))
+        online_repair=_online_repair(args, environ),
+        elastic_training=_training_asks(args, environ, SCRIPT_ELASTIC_FLAG, "enable_elastic_training"), node0_wait=_node0_wait(args.node0_wait, rdzv_timeout))
 
 
 def _node0_wait(given, rdzv_timeout: float) -> float:

@@ -85,7 +85,8 @@ class HostedController:
         cfg = self.config
         return [sys.executable, "-m", "mindio_adaptor.cli", "controller", "--world-size", str(cfg.world_size),
                 "--host", "0.0.0.0", "--port", "0", *(["--backup"] if backup else []),
-                *(["--arf"] if cfg.worker_reboot else []), *([] if cfg.online_repair else ["--no-uce"])]
+                *(["--arf"] if cfg.worker_reboot else []), *([] if cfg.online_repair else ["--no-uce"]),
+                *(["--elastic"] if cfg.elastic_training else [])]
 
     def _token(self) -> str:
         store = self.store.store

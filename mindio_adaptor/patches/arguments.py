@@ -79,6 +79,8 @@ def _validate(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     config.check_layout(margs.data_parallel_size, margs.context_parallel_size,
                         margs.num_distributed_optimizer_instances)
+    config.check_elastic(margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size,
+                         margs.context_parallel_size, margs.expert_model_parallel_size)
     for name in HighAvailabilityConfig.__dataclass_fields__:
         setattr(margs, name, getattr(config, name))
     margs.num_distributed_optimizer_instances = config.replica_count

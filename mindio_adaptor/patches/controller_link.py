@@ -92,7 +92,8 @@ def _start_in_job_controller(rank, world, controller, config):
         token_chosen_by_user = bool(os.environ.get(ENV_TOKEN))
         os.environ.setdefault(ENV_TOKEN, secrets.token_hex(16))
         controller.tft_init_controller(0, world, enable_arf=config.enable_worker_reboot,
-                                       enable_uce=config.enable_hbmfault_repair)
+                                       enable_uce=config.enable_hbmfault_repair,
+                                       enable_scale_in=config.enable_elastic_training)
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
         _publish_contact(shared, needed=config.enable_worker_reboot)
         _start_status_page(announce_token=not token_chosen_by_user)

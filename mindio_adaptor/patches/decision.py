@@ -18,6 +18,8 @@ class Decision:
 
     def next_move(self, step: int) -> NextMove:
         """For a rank whose train_step of `step` was interrupted."""
+        if self.flow == "scale_in":  # a new model, optimizer and data loader: a new train loop at the new size
+            return NextMove.REENTER
         if self.repair_step == step - 1:  # the state is the step before's (repaired or reloaded): this step again
             return NextMove.RECOMPUTE
         if self.flow == "reload" and self.repair_step < step:  # an older checkpoint: the steps since it again

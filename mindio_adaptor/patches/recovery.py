@@ -8,6 +8,9 @@ The controller drives a flow action by action (csrc/controller): STOP on every l
             is loaded again online; the controller says so in REPAIR's repair type)
   recover  (process replacement)  CLEAN, REBUILD_GROUP once the replacement has joined, REPAIR, ROLLBACK
   dump     (dying-gasp checkpoint) SAVE_CKPT on the savers, RENAME on one of them, EXIT
+  scale_in (elastic training: a recover whose replacement never came) SAVE_CKPT and RENAME as the
+            dump, then REBUILD_GROUP among the survivors at the smaller data-parallel size, REPAIR
+            (load that checkpoint at the new size), ROLLBACK, and training goes on
   exit                             EXIT
 and EXIT ends any of them. The processor link's actions (core/processor_link) are answered here: each
 becomes this rank's RecoveryActions, whose stages come from the table and run where they must run (the
@@ -29,6 +32,8 @@ from mindio_adaptor.patches.stages.reload_checkpoint import RELOAD_CHECKPOINT
 from mindio_adaptor.patches.stages.repair_from_peer import REPAIR_FROM_PEER
 from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
+from mindio_adaptor.patches.stages.scale_in_groups import SCALE_IN_GROUPS
+from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE
 from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
 from mindio_adaptor.patches.stages.stop import STOP
 
@@ -44,6 +49,9 @@ FLOWS: Dict[str, Flow] = {
     "recover": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, DROP_GRADIENTS), "rebuild_group": (REBUILD_GROUPS,),
                 "repair": (REPAIR_FROM_PEER,), "rollback": (ROLL_BACK,), "exit": (END_IF_HUNG,)},
     "dump": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,), "exit": (END_IF_HUNG,)},
+    "scale_in": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,),
+                 "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,), "rollback": (ROLL_BACK,),
+                 "exit": (END_IF_HUNG,)},
     "exit": {"stop": (STOP,), "exit": (END_IF_HUNG,)},
     "none": {"stop": (STOP,), "exit": (END_IF_HUNG,)},  # an action before any decision
 }
@@ -76,14 +84,33 @@ def note_flow(session, action: RecoveryAction) -> None:
     """The flow of the recovery under way: a STOP (or the first action a replacement sees) names it, and
     a repair from the last checkpoint makes it the reload flow for the actions after it."""
     flow = flow_of(action.strategy, action.repair)
-    if action.name == "stop" or session.flow is None or flow == "reload":
+    # A scale-in follows a recover whose replacement never came: its first action is no STOP.
+    if action.name == "stop" or session.flow is None or flow in ("reload", "scale_in"):
         session.flow = flow
+
+
+class AfterScaleIn(RuntimeError):
+    """A recovery after a scale-in: the controller still plans on the job's first ranks and layout."""
+
+
+# What a rank may still do once the job scaled in: stop, and end.
+AFTER_A_SCALE_IN = ("stop", "exit")
+
+
+def refuse_after_scale_in(session, action: RecoveryAction) -> None:
+    """The controller keeps the replica layout of the job's start (docs/elastic.md): a repair or dump it
+    plans after a scale-in would name ranks and shards this job no longer has."""
+    if session.scale_in is not None and session.flow != "scale_in" and action.name not in AFTER_A_SCALE_IN:
+        raise AfterScaleIn(f"{action.name} ({action.strategy}): a recovery after a scale-in "
+                           f"({session.scale_in.describe()}) is not supported yet; the job ends, and resumes from "
+                           f"its last checkpoint")
 
 
 def run_action(session, megatron, action: RecoveryAction) -> int:
     """Every stage of the action, in order; a stage that raises ends the action with its error."""
     stages = stages_of(action)
     note_flow(session, action)
+    refuse_after_scale_in(session, action)
     for stage in stages:
         if stage.on_training_thread:
             session.thread.run_parked(lambda s=stage: s.run(session, megatron, action), STAGE_TIMEOUT_S,

@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     model, optimizer, scheduler = wrapped(*args, **kwargs)
+    SESSION.job.setup_call = (args, kwargs)
     SESSION.job.model, SESSION.job.optimizer, SESSION.job.scheduler = model, optimizer, scheduler
     if scheduler is not None:
         scheduler.step = _completing(scheduler.step)

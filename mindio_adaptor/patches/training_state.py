@@ -13,6 +13,7 @@ class TrainingState:
     scheduler: Any = None
     layout: Any = None  # core.replica_layout.ReplicaLayout, when high availability is on
     model_parallel_init: Any = None  # (args, kwargs) of Megatron's initialize_model_parallel call
+    setup_call: Any = None  # (args, kwargs) of Megatron's setup_model_and_optimizer call (a scale-in repeats it)
     completed_steps: List[int] = field(default_factory=list)
     fault_plan: Any = None  # core.fault_inject.FaultPlan
     # Called as hook(step) before every optimizer update, and once per iteration when its state is

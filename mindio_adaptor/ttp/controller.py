@@ -29,7 +29,7 @@ def _require() -> "_native.Controller":
 
 def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = False, enable_arf: bool = False,
                         enable_zit: bool = False, *, enable_uce: bool = True, fault_policy: PolicySpec = None,
-                        backup: bool = False) -> None:
+                        backup: bool = False, enable_scale_in: bool = False) -> None:
     """Create the controller (rank -1: standalone). `enable_uce` (ours) turns online repair off;
     `fault_policy` (ours) is passed to tft_set_fault_policy. `backup` (ours): a backup controller, idle
     until ranks that lost their controller register with it; it then leads the job under the next term.
@@ -41,7 +41,12 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
     are stopped and cleaned, and the controller waits up to MINDIO_ARF_WAIT_S seconds (default 600) for
     a restarted process of that rank (started by the launcher with MINDIO_RESTARTED=1) to register and
     report ready, then rebuilds the groups, repairs it from a replica peer and resumes. See
-    docs/controller.md."""
+    docs/controller.md.
+
+    `enable_scale_in` (ours, the scale-in of elastic training; needs `enable_arf`): when no replacement
+    arrives within MINDIO_ARF_WAIT_S, the savers write the dump of the repair step and the survivors go on
+    from it at a smaller data-parallel size instead of ending (docs/elastic.md). The reference's ZIT
+    handlers (enable_zit) are another protocol, not built."""
     global _controller
     if enable_zit:
         raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
@@ -53,7 +58,7 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
         if _controller is not None:
             raise RuntimeError("a controller already exists in this process; call tft_destroy_controller() first")
         _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=bool(enable_arf),
-                                         term=0 if backup else 1)
+                                         term=0 if backup else 1, elastic=bool(enable_scale_in))
         for action, func in _cluster_callbacks.items():
             _controller.set_cluster_callback(action, func)
     if fault_policy is not None:

@@ -27,14 +27,14 @@ def wait_until(predicate, timeout, what):
 
 class Job:
     def __init__(self, tmp_path, world_size, env=None, policy=None, policy_timeout_s=5.0, heartbeat_s=HEARTBEAT_S,
-                 enable_arf=False, worker=WORKER, **worker_args):
+                 enable_arf=False, enable_scale_in=False, worker=WORKER, **worker_args):
         self.world_size = world_size
         self.worker = worker
         self.tmp_path = Path(tmp_path)
         self.trigger = self.tmp_path / "trigger"
         self.records = {r: [] for r in range(world_size)}
         self.lock = threading.Lock()
-        ctl.tft_init_controller(-1, world_size, enable_arf=enable_arf)
+        ctl.tft_init_controller(-1, world_size, enable_arf=enable_arf, enable_scale_in=enable_scale_in)
         if policy is not None:
             ctl.tft_set_fault_policy(policy, timeout_s=policy_timeout_s)
         self.port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)

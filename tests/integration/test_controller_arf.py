@@ -98,3 +98,36 @@ def test_replacement_that_never_comes_leads_to_a_dump(tmp_path, job_env, monkeyp
         raise
     finally:
         job.close()
+
+
+def test_replacement_that_never_comes_scales_in_with_elastic_training(tmp_path, job_env, monkeypatch):
+    """The same loss with elastic training: the dump is saved, rank 5 is retired, and the survivors rebuild
+    their groups, reload the dump (LOAD_CKPT under strategy scale_in), roll back and train on."""
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
+    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5)
+    try:
+        job.wait_ready()
+        job.procs[5].send_signal(signal.SIGKILL)
+        live = [r for r in range(8) if r != 5]
+        results = job.wait_results(live, timeout=30)
+        assert all(r["result"] == "done" for r in results.values()), results
+        assert actions_in_order(job) == ["prelock", "stop", "clean", "save_ckpt", "rename", "rebuild_group",
+                                         "repair", "rollback", "normal"]
+        [scale_in] = [d for _, _, d in job.controller_events("scale_in")]
+        assert scale_in.startswith("ranks [5] at step 5: process replacement timed out after 1500 ms "
+                                   "(MINDIO_ARF_WAIT_S)"), scale_in
+        assert not job.controller_events("dump")
+        assert [d for _, _, d in job.controller_events("retired")] == ["rank 5"]
+        for rank in live:
+            assert job.handler_calls(rank, "rebuild_group") == [[[5]]], rank
+        assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
+        # A replacement that comes after the scale-in is refused: the job has no place for it.
+        late = job.spawn(5, restarted=True, track=False)
+        assert late.wait(timeout=20) == 3
+        [refused] = job.events_of(5, "start_error")
+        assert "rank 5 was retired by a scale-in (elastic training)" in refused["start_error"], refused
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()

@@ -27,6 +27,12 @@ CASES = [
     ({"flags": DIST + ["--enable-high-availability", "--num-distributed-optimizer-instances", "4"]},
      "--num-distributed-optimizer-instances 4 conflicts"),
     ({"flags": DIST, "env": {"HIGH_AVAILABILITY": "dump,bogus"}}, "unknown word(s) ['bogus']"),
+    ({"flags": DIST + ["--enable-high-availability", "--enable-elastic-training"]},
+     "--enable-elastic-training (scale-in) requires --enable-worker-reboot"),
+    ({"flags": DIST + ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training",
+                       "--tensor-model-parallel-size", "2"], "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
+     "--enable-elastic-training supports data parallelism alone so far, but this job has "
+     "--tensor-model-parallel-size 2"),
 ]
 
 

@@ -74,6 +74,27 @@ def test_dump_stops_unless_stopped_saves_on_the_savers_renames_on_one_and_exits(
     ]
 
 
+def test_scale_in_saves_like_the_dump_then_the_survivors_reload_it_and_go_on():
+    f = nat.flow_table("scale_in")
+    assert (f["strategy"], f["result"], f["replaces"], f["may_reload"]) == ("scale_in", "scale_in", False, True)
+    assert f["fallback"] == "exit"  # the dump it writes first is the resume point
+    assert f["steps"] == [
+        op("begin_scale_in"),
+        act("stop", "", interruptible=False, unless_stopped=True),
+        op("pick_savers"),
+        act("save_ckpt", "saving the checkpoint to scale in from failed on ranks", targets="savers",
+            interruptible=False, names_failed=True),
+        act("rename", "renaming the checkpoint to scale in from failed", targets="one_saver", interruptible=False),
+        op("enter_repair"),
+        op("retire_lost"),
+        act("rebuild_group", "rebuilding the groups among the survivors failed", interruptible=False),
+        act("repair", "loading the checkpoint at the smaller data-parallel size failed", interruptible=False),
+        act("rollback", "rollback after the scale-in failed", interruptible=False),
+        act("normal", "resuming after the scale-in failed", interruptible=False),
+        op("finish"),
+    ]
+
+
 def test_every_flow_falls_back_towards_the_exit():
     seen, flow = [], "retry"
     while flow != "exit":

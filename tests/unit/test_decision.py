@@ -12,6 +12,8 @@ from mindio_adaptor.patches.decision import Decision, NextMove
     ("recover", 5, 5, NextMove.REENTER),
     ("reload", 4, 5, NextMove.RECOMPUTE),  # the checkpoint of the step before: this step again, in place
     ("reload", 3, 5, NextMove.REENTER),  # an older checkpoint: back to it, steps 4 and 5 again
+    ("scale_in", 4, 5, NextMove.REENTER),  # a new model and data loader at the smaller size: a new train loop
+    ("scale_in", 5, 5, NextMove.REENTER),
 ])
 def test_the_next_move_follows_the_flow_and_the_repair_step(flow, repair_step, step, move):
     assert Decision("retry", repair_step, flow).next_move(step) == move

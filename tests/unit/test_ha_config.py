@@ -67,8 +67,22 @@ def test_valid_layouts_pass():
     HighAvailabilityConfig().check_layout(1, 1, 1)
 
 
-def test_inactive_requests_are_listed():
+def test_elastic_training_is_active_and_needs_worker_reboot():
     config = HighAvailabilityConfig(enable_high_availability=True, enable_worker_reboot=True,
                                     enable_elastic_training=True)
-    assert [r for r in config.inactive_requests() if "--enable-elastic-training" in r]
-    assert not [r for r in config.inactive_requests() if "--enable-worker-reboot" in r]
+    config.check_flags(use_distributed_optimizer=True)
+    assert config.inactive_requests() == []
+    alone = HighAvailabilityConfig(enable_high_availability=True, enable_elastic_training=True)
+    with pytest.raises(HighAvailabilityConfigError, match="--enable-elastic-training .* requires --enable-worker-reboot"):
+        alone.check_flags(use_distributed_optimizer=True)
+
+
+def test_elastic_training_beyond_data_parallelism_is_refused_at_the_start():
+    config = HighAvailabilityConfig(enable_high_availability=True, enable_worker_reboot=True,
+                                    enable_elastic_training=True)
+    config.check_elastic(1, 1, 1, 1)
+    with pytest.raises(HighAvailabilityConfigError, match=r"data parallelism alone so far, but this job has "
+                                                          r"--tensor-model-parallel-size 2, "
+                                                          r"--pipeline-model-parallel-size 2"):
+        config.check_elastic(2, 2, 1, 1)
+    HighAvailabilityConfig(enable_high_availability=True).check_elastic(2, 2, 2, 2)  # not asked for: no check

@@ -182,6 +182,9 @@ def test_controllers_hosted_by_the_launchers_know_what_the_job_asked_for(script)
     assert config(script, "--enable-hbmfault-repair").online_repair
     assert config(script, environ={"HIGH_AVAILABILITY": "dump,retry"}).online_repair
     assert config(script).controllers == 0
+    assert config(script, "--enable-worker-reboot", "--enable-elastic-training").elastic_training
+    assert config(script, environ={"HIGH_AVAILABILITY": "recover,elastic-training"}).elastic_training
+    assert not config(script, "--enable-worker-reboot").elastic_training
 
 
 def test_missing_script_and_program():
@@ -244,3 +247,13 @@ def test_describe_exit():
 def test_policy_reboot_needs_peers():
     # The last worker standing (one node) has nobody to meet: the group is started again instead.
     assert verdict(-9, reboot=True, peers_running=False) is Verdict.RESTART_GROUP
+
+
+def test_a_hosted_controller_scales_in_when_the_job_asks_for_elastic_training(script):
+    from mindio_adaptor.launch.controllers import HostedController
+
+    cfg = config("--nnodes", "2", "--controllers", "1", script, "--enable-worker-reboot", "--enable-elastic-training")
+    command = HostedController(cfg, store=None, log=None)._command(backup=False)
+    assert "--arf" in command and "--elastic" in command
+    plain = config("--nnodes", "2", "--controllers", "1", script, "--enable-worker-reboot")
+    assert "--elastic" not in HostedController(plain, store=None, log=None)._command(backup=False)

@@ -19,6 +19,9 @@ EVERY_FLOW = {
     "recover": {"stop": ["stop"], "clean": ["repair fault point", "drop gradients"], "rebuild_group": ["rebuild groups"],
                 "repair": ["repair from peer"], "rollback": ["roll back"], "exit": ["end even if hung"]},
     "dump": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"], "exit": ["end even if hung"]},
+    "scale_in": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"],
+                 "rebuild_group": ["scale in: groups"], "repair": ["scale in: state"], "rollback": ["roll back"],
+                 "exit": ["end even if hung"]},
     "exit": {"stop": ["stop"], "exit": ["end even if hung"]},
     "none": {"stop": ["stop"], "exit": ["end even if hung"]},
 }
@@ -163,3 +166,27 @@ def test_the_flow_of_a_recovery_is_named_by_stop_and_made_reload_by_a_checkpoint
     assert flows == ["retry", "retry", "reload", "reload"]
     run_action(session, megatron, RecoveryAction("stop", "retry"))  # the next recovery starts afresh
     assert session.flow == "retry"
+
+
+def test_a_scale_in_after_a_recover_is_its_own_flow_from_its_first_action(monkeypatch):
+    monkeypatch.setitem(FLOWS, "recover", {name: () for name in ("stop", "clean")})
+    monkeypatch.setitem(FLOWS, "scale_in", {name: () for name in ("save_ckpt", "rebuild_group")})
+    session, megatron = session_at(4), FakeMegatron()
+    run_action(session, megatron, RecoveryAction("stop", "recover"))
+    run_action(session, megatron, RecoveryAction("clean", "recover"))
+    assert session.flow == "recover"
+    run_action(session, megatron, RecoveryAction("rebuild_group", "scale_in"))  # a survivor that saves nothing
+    assert session.flow == "scale_in"
+
+
+def test_a_recovery_after_a_scale_in_is_refused_naming_it(monkeypatch):
+    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+
+    monkeypatch.setitem(FLOWS, "retry", {name: () for name in ("stop", "clean", "exit")})
+    session, megatron = session_at(6), FakeMegatron()
+    session.flow = "scale_in"
+    session.scale_in = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
+    run_action(session, megatron, RecoveryAction("stop", "retry"))  # stopping is still answered
+    with pytest.raises(recovery.AfterScaleIn, match=r"clean \(retry\): a recovery after a scale-in \(dp4 -> dp2"):
+        run_action(session, megatron, RecoveryAction("clean", "retry"))
+    run_action(session, megatron, RecoveryAction("exit", "retry"))

@@ -1,0 +1,119 @@
+"""What a scale-in (elastic training, docs/elastic.md) changes in Megatron, on a surviving rank.
+
+The sizes: Megatron's arguments (rank, world size, data-parallel size) and its micro-batch calculator
+at the smaller data-parallel size, with the same global batch size. The state: the model, its DDP
+wrapper, the optimizer and the scheduler are built again by Megatron's own setup_model_and_optimizer
+(the call the job made at start, recorded by patches/training), which loads the dying-gasp checkpoint
+of the repair step; Megatron's distributed checkpoint reshards it to the new data-parallel size.
+pretrain() and train() hold the model list, the optimizer and the scheduler they were given, so the
+new objects take the old ones' places (the list's contents; the objects' attributes) instead of
+replacing them.
+"""
+import logging
+
+from mindio_adaptor.core.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in
+from mindio_adaptor.patches import megatron_job
+
+logger = logging.getLogger(__name__)
+
+# Set on the model config by train() (and read by Megatron's schedules from the model's own config).
+TRAIN_LOOP_CONFIG_FIELDS = ("grad_scale_func", "timers", "no_sync_func", "grad_sync_func", "param_sync_func",
+                            "finalize_model_grads_func")
+
+
+def plan_for(layout, lost) -> ScaleInPlan:
+    """The scale-in after `lost` (global ranks), refused where this slice cannot do it."""
+    margs = megatron_job.args()
+    refuse_unsupported(margs, layout)
+    dense = [s for s in layout.sets if s.optimizer_type == 0]
+    return plan_scale_in([s.rank_list for s in dense], lost, margs.global_batch_size, margs.micro_batch_size,
+                         layout)
+
+
+def refuse_unsupported(margs, layout) -> None:
+    """What this first slice of elastic training does not do; each refusal names the size."""
+    sizes = {"tensor": margs.tensor_model_parallel_size, "pipeline": margs.pipeline_model_parallel_size,
+             "context": margs.context_parallel_size, "expert": margs.expert_model_parallel_size}
+    other = {name: size for name, size in sizes.items() if size != 1}
+    if other:
+        raise ScaleInRefused(f"scale-in supports data parallelism alone so far; this job has "
+                             + ", ".join(f"{name}-parallel size {size}" for name, size in other.items()))
+    if any(s.optimizer_type != 0 for s in layout.sets):
+        raise ScaleInRefused("scale-in with separate expert data-parallel lists (MoE) is not supported")
+    if getattr(margs, "step_batch_size_schedule", None) or getattr(margs, "rampup_batch_size", None):
+        raise ScaleInRefused("scale-in with a batch-size ramp-up or schedule is not supported")
+
+
+def apply_sizes(plan: ScaleInPlan, old_rank: int) -> None:
+    """Megatron's arguments and micro-batch calculator at the plan's sizes (the world is rebuilt already)."""
+    from megatron.core.num_microbatches_calculator import get_num_microbatches, reconfigure_num_microbatches_calculator
+
+    margs = megatron_job.args()
+    margs.rank, margs.world_size = plan.new_rank(old_rank), len(plan.survivors)
+    margs.data_parallel_size = plan.new_dp
+    reconfigure_num_microbatches_calculator(margs.rank, None, margs.global_batch_size, margs.micro_batch_size,
+                                            plan.new_dp, seq_length=margs.seq_length)
+    if get_num_microbatches() != plan.num_microbatches:
+        raise ScaleInRefused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at dp{plan.new_dp}, "
+                             f"the plan {plan.num_microbatches}")
+
+
+def rebuild_from_checkpoint(job, root: str, step: int) -> tuple:
+    """Model, DDP wrapper, optimizer and scheduler built again at the current sizes, loaded from the
+    checkpoint of `step` under `root`; they take the places of the job's old ones. Returns (iteration,
+    FLOPs so far) as loaded."""
+    from megatron.core.utils import get_model_config
+    from megatron.training import training
+
+    if job.setup_call is None:
+        raise ScaleInRefused("the job's setup_model_and_optimizer call was not recorded: nothing to build the "
+                             "model again with")
+    margs = megatron_job.args()
+    old_model, old_optimizer, old_scheduler = job.model, job.optimizer, job.scheduler
+    old_config = get_model_config(old_model[0])
+    call_args, call_kwargs = with_current_groups(*job.setup_call)
+    pinned = margs.load, getattr(margs, "ckpt_step", None), margs.finetune, margs.no_load_optim, margs.no_load_rng
+    margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng = root, step, False, False, False
+    try:
+        model, optimizer, scheduler = training.setup_model_and_optimizer(*call_args, **call_kwargs)
+    finally:
+        margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng = pinned
+    new_config = get_model_config(model[0])
+    for name in TRAIN_LOOP_CONFIG_FIELDS:
+        setattr(new_config, name, getattr(old_config, name, None))
+    old_model[:] = model
+    take_place_of(old_optimizer, optimizer)
+    take_place_of(old_scheduler, scheduler)
+    job.model, job.optimizer, job.scheduler = old_model, old_optimizer, old_scheduler
+    return margs.iteration, margs.num_floating_point_operations_so_far
+
+
+# Megatron caches checkpoint strategies (which hold the data-parallel group) in the checkpointing context.
+CACHED_CHECKPOINT_STRATEGIES = ("save_strategy", "load_strategy")
+
+
+def with_current_groups(call_args, call_kwargs) -> tuple:
+    """The recorded setup call with Megatron's process groups as they are now: pretrain() passes the
+    groups of the start as a ProcessGroupCollection, and its checkpointing context may hold strategies
+    built on them (the context is the one pretrain() keeps: it is cleared, not replaced)."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    call_kwargs = dict(call_kwargs)
+    if "pg_collection" in call_kwargs:
+        call_kwargs["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()
+    context = call_kwargs.get("checkpointing_context")
+    for key in CACHED_CHECKPOINT_STRATEGIES:
+        if isinstance(context, dict):
+            context.pop(key, None)
+    return call_args, call_kwargs
+
+
+def take_place_of(old, new) -> None:
+    """`old` (held by Megatron's pretrain and train frames) becomes `new`: the same class, sharing its
+    attributes, so either reference acts on the new state."""
+    if old is None:
+        return
+    if type(old) is not type(new):
+        raise ScaleInRefused(f"the rebuilt {type(new).__name__} cannot take the place of the job's "
+                             f"{type(old).__name__}")
+    old.__dict__ = new.__dict__

@@ -1,0 +1,35 @@
+"""REBUILD_GROUP of a scale-in (elastic training): the ranks that were not replaced in time are gone
+for good, and with them every rank of their data-parallel slices. The survivors form a new world among
+themselves (dense renumbering: a survivor's new rank is its index among them, core/scale_in_plan),
+Megatron's parallel state is initialised again on it (its data-parallel size now the smaller one, the
+replica layout rebuilt from it), and Megatron's arguments and micro-batch calculator take the new sizes
+with the same global batch size. The model and optimizer are built at these sizes at REPAIR
+(stages/scale_in_state)."""
+import logging
+import time
+
+from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches.comm_rebuild import rebuild_world
+from mindio_adaptor.patches.stages.stage import Stage
+
+logger = logging.getLogger(__name__)
+
+
+def scale_in_groups(session, megatron, action) -> int:
+    started, margs = time.monotonic(), megatron.args()
+    plan = scale_in.plan_for(session.job.layout, action.error_ranks)
+    old_rank = margs.rank
+    if old_rank not in plan.survivors:
+        raise scale_in.ScaleInRefused(f"rank {old_rank} is in a data-parallel slice that lost a rank; leaving "
+                                      f"a job that goes on without it is not supported yet")
+    epoch = rebuild_world(session, margs, plan.survivors)
+    scale_in.apply_sizes(plan, old_rank)
+    megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
+    session.scale_in = plan
+    logger.info("scale-in: rank %d is rank %d of %d now; communicators rebuilt (epoch %d) for %s in %.2f s",
+                old_rank, margs.rank, margs.world_size, epoch, plan.describe(), time.monotonic() - started)
+    session.timeline.mark("groups rebuilt", f"epoch {epoch} scaled in to dp{plan.new_dp}")
+    return 0
+
+
+SCALE_IN_GROUPS = Stage("scale in: groups", scale_in_groups)

@@ -1,0 +1,47 @@
+"""REPAIR of a scale-in (elastic training): the survivors, already at the smaller data-parallel size
+(stages/scale_in_groups), build the model, its DDP wrapper, the optimizer and the scheduler again with
+Megatron's own setup and load the dying-gasp checkpoint of the repair step the savers just wrote into
+them (patches/scale_in): Megatron's distributed checkpoint reshards the optimizer state to the new size.
+The data iterators start again at the checkpoint's sample with the new data-parallel rank and size
+(Megatron's sampler), so every sample of the global batch is seen once, as in the full job. ROLLBACK
+then takes every survivor to the repair step and the training threads enter Megatron's train loop
+again there (patches/train_reentry). No process restarts."""
+import logging
+import time
+from datetime import datetime, timezone
+
+from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches.recovery_session import StepSnapshot
+from mindio_adaptor.patches.stages.stage import Stage
+
+logger = logging.getLogger(__name__)
+
+
+def scale_in_state(session, megatron, action) -> int:
+    started, step, plan = time.monotonic(), action.step, session.scale_in
+    if plan is None:
+        raise scale_in.ScaleInRefused(f"asked to load step {step} at the smaller size before the groups were "
+                                      f"rebuilt for it")
+    if not session.save_root:
+        raise scale_in.ScaleInRefused("the run has no --save directory: there is no checkpoint to scale in from")
+    iteration, flops = scale_in.rebuild_from_checkpoint(session.job, session.save_root, step)
+    if iteration != step:
+        raise scale_in.ScaleInRefused(f"asked to scale in from the checkpoint of step {step} under "
+                                      f"{session.save_root}; loaded step {iteration}")
+    margs = megatron.args()
+    session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
+                                  megatron.rng_states())
+    session.job.completed_steps.append(step)
+    for wrapper in session.replay.iterators.values():
+        wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"scale-in at step {step}"), step)
+    if margs.rank == 0:
+        logger.warning("elastic training: scaled in %s after step %d at %s: ranks %s were lost and not replaced "
+                       "within MINDIO_ARF_WAIT_S; training goes on from sample %d with the global batch size "
+                       "%d (loaded in %.2f s)", plan.describe(), step,
+                       datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), list(plan.lost),
+                       margs.consumed_train_samples, margs.global_batch_size, time.monotonic() - started)
+    session.timeline.mark("scaled in", f"dp{plan.old_dp} to dp{plan.new_dp} at step {step}")
+    return 0
+
+
+SCALE_IN_STATE = Stage("scale in: state", scale_in_state)

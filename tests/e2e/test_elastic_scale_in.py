@@ -1,0 +1,114 @@
+"""Elastic training's scale-in on the real megatron.training (dp4, R=2, gloo): two `mindio-adaptor launch`
+processes play two nodes of two ranks each. Node 1 is lost after step 4 and no replacement comes: once
+the controller stops waiting (MINDIO_ARF_WAIT_S) the savers on node 0 write the dump of the repair step,
+node 0's two ranks rebuild the world among themselves at dp2, load that dump in-process and train on to
+the last step with twice the micro-batches each. One faulted run, checked several ways against the
+uninterrupted dp4 run: losses, consumed samples, the samples of every step, node 0's processes, the log."""
+import re
+import threading
+from collections import defaultdict
+
+import pytest
+
+from mindio_adaptor.tiny_job import LocalCluster, process_ids
+
+pytestmark = pytest.mark.e2e
+FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
+ARF_WAIT_S = "15"  # how long the controller waits for node 1's replacement before scaling in
+LAST_STEP = 8
+SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
+CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
+
+
+class StepLogged:
+    """Set when Megatron's log line of `step` first appears."""
+
+    def __init__(self, step):
+        self.step, self.event = step, threading.Event()
+
+    def __call__(self, line):
+        match = re.search(r"iteration\s+(\d+)/", line)
+        if match and int(match.group(1)) == self.step:
+            self.event.set()
+
+    def wait(self, cluster):
+        if not self.event.wait(300):
+            cluster.kill()
+            raise AssertionError(f"step {self.step} never logged:\n" + "".join(cluster.lines)[-6000:])
+
+
+def samples_by_step(output: str) -> dict:
+    seen = defaultdict(set)
+    for step, ids in SAMPLE_IDS.findall(output):
+        seen[int(step)].update(ids.split(","))
+    return dict(seen)
+
+
+def consumed_by_step(output: str) -> dict:
+    return {int(step): int(samples) for step, samples in CONSUMED.findall(output)}
+
+
+@pytest.fixture(scope="module")
+def scaled_in(tmp_path_factory):
+    """Node 1 lost after step 4, never replaced: the job goes on at dp2."""
+    steps, ckpt = StepLogged(4), tmp_path_factory.mktemp("elastic") / "ckpt"
+    cluster = LocalCluster([*FLAGS, "--save", str(ckpt), "--save-interval", "1000"],
+                           env={"MINDIO_ARF_WAIT_S": ARF_WAIT_S}, on_line=steps)
+    cluster.start_node("--node-rank", "0")
+    node_1 = cluster.start_node("--node-rank", "1")
+    steps.wait(cluster)
+    lost = cluster.lose_node(node_1)
+    run = cluster.wait()
+    (ckpt.parent / "output.txt").write_text(run.output)  # the whole log, kept with the test's files
+    return run, lost
+
+
+@pytest.fixture(scope="module")
+def reference(reference_runs, tmp_path_factory):
+    """The uninterrupted dp4 run (its sample ids logged: tests/e2e/conftest.py)."""
+    run, _ = reference_runs("ha")
+    (tmp_path_factory.mktemp("reference") / "output.txt").write_text(run.output)  # beside the faulted run's
+    return run
+
+
+def test_the_job_ends_at_the_last_step_on_dp2(scaled_in):
+    run, _ = scaled_in
+    run.require_success()
+    assert max(run.losses) == LAST_STEP
+    assert re.search(rf"iteration\s+{LAST_STEP}/", run.output)
+
+
+def test_losses_match_the_uninterrupted_run(scaled_in, reference):
+    run, _ = scaled_in
+    assert set(run.losses) >= set(range(1, LAST_STEP + 1)), sorted(run.losses)
+    for step in range(1, LAST_STEP + 1):
+        assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
+
+
+def test_every_step_sees_the_same_samples_and_the_same_count(scaled_in, reference):
+    run, _ = scaled_in
+    expected, got = samples_by_step(reference.output), samples_by_step(run.output)
+    assert sorted(expected) == list(range(1, LAST_STEP + 1))
+    assert all(len(ids) == 16 for ids in expected.values())  # the global batch size: distinct samples
+    for step in range(1, LAST_STEP + 1):
+        assert got[step] == expected[step], step
+    assert consumed_by_step(run.output)[LAST_STEP] == consumed_by_step(reference.output)[LAST_STEP] == 16 * LAST_STEP
+
+
+def test_node_0_keeps_its_processes(scaled_in):
+    run, lost = scaled_in
+    seen = process_ids(run.output)
+    for rank in (0, 1):
+        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+    for rank in (2, 3):
+        assert "done" not in seen.get(rank, {}), seen
+
+
+def test_the_log_names_the_scale_in(scaled_in):
+    run, _ = scaled_in
+    lines = re.findall(r"elastic training: scaled in dp4 -> dp2 [^\n]*", run.output)
+    assert len(lines) == 1, run.output[-6000:]
+    assert re.search(r"after step \d+ at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: ranks \[2, 3\] were lost and not "
+                     r"replaced within MINDIO_ARF_WAIT_S", lines[0])
+    assert re.search(r"elastic training: scaling in without ranks \[2,3\] after step \d+ \(process replacement "
+                     r"timed out", run.output)

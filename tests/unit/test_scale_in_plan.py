@@ -1,0 +1,49 @@
+"""core/scale_in_plan: which ranks go on after a scale-in, at which sizes, and what is refused."""
+import pytest
+
+from mindio_adaptor.core.replica_layout import ReplicaLayout
+from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
+
+
+def test_dp4_losing_node_1_goes_on_at_dp2_with_twice_the_micro_batches():
+    layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3]], 2)
+    plan = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2, layout=layout)
+    assert (plan.survivors, plan.dropped, plan.lost_dp_indices) == ((0, 1), (), (2, 3))
+    assert (plan.old_dp, plan.new_dp, plan.num_microbatches) == (4, 2, 4)
+    assert [plan.new_rank(r) for r in plan.survivors] == [0, 1]
+    assert plan.describe().startswith("dp4 -> dp2")
+
+
+def test_every_tp_rank_of_a_lost_data_parallel_index_leaves_and_survivors_are_renumbered_densely():
+    # tp2 x dp4: DP lists [0,2,4,6] and [1,3,5,7]; rank 5 lost takes rank 4 (its TP peer) with it
+    plan = plan_scale_in([[0, 2, 4, 6], [1, 3, 5, 7]], {5}, global_batch_size=12, micro_batch_size=1)
+    assert plan.survivors == (0, 1, 2, 3, 6, 7) and plan.dropped == (4,) and plan.new_dp == 3
+    assert [plan.new_rank(r) for r in (6, 7)] == [4, 5]
+    with pytest.raises(ScaleInRefused, match="rank 4 does not survive"):
+        plan.new_rank(4)
+
+
+def test_a_global_batch_the_survivors_cannot_share_is_refused_naming_the_sizes():
+    with pytest.raises(ScaleInRefused, match=r"from dp4 to dp3: the global batch size 16 is not a multiple of "
+                                             r"micro-batch size 2 x dp3 = 6"):
+        plan_scale_in([[0, 1, 2, 3]], {3}, global_batch_size=16, micro_batch_size=2)
+
+
+def test_a_shard_whose_holders_are_all_gone_is_refused_naming_it():
+    layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3]], 2)  # shard 0 held by 0 and 2, shard 1 by 1 and 3
+    with pytest.raises(ScaleInRefused, match=r"optimizer shard 0 of data-parallel list \[0, 1, 2, 3\] \(type 0\) "
+                                             r"has no surviving holder \(held by \[0, 2\]\)"):
+        plan_scale_in([[0, 1, 2, 3]], {0, 2}, global_batch_size=16, micro_batch_size=2, layout=layout)
+
+
+def test_replicas_that_do_not_divide_the_new_size_are_refused():
+    layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3, 4, 5]], 2)
+    with pytest.raises(ScaleInRefused, match=r"from dp6 to dp5: the optimizer's 2 replicas"):
+        plan_scale_in([[0, 1, 2, 3, 4, 5]], {5}, global_batch_size=10, micro_batch_size=1, layout=layout)
+
+
+def test_losing_every_data_parallel_index_or_an_unknown_rank_is_refused():
+    with pytest.raises(ScaleInRefused, match="every data-parallel index"):
+        plan_scale_in([[0, 1]], {0, 1}, global_batch_size=4, micro_batch_size=1)
+    with pytest.raises(ScaleInRefused, match=r"lost ranks \[9\] are in no data-parallel rank list"):
+        plan_scale_in([[0, 1]], {9}, global_batch_size=4, micro_batch_size=1)

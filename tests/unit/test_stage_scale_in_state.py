@@ -1,0 +1,83 @@
+"""stages/scale_in_state: the survivors load the dump of the repair step into a model and optimizer built at
+the smaller size; the session's snapshot, the data position and the replay follow it; and how the rebuilt
+objects take the places Megatron's frames hold (patches/scale_in.take_place_of)."""
+import logging
+
+import pytest
+
+from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
+from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
+from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
+
+PLAN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
+
+
+def scaled_in_session(step=5):
+    session = session_at(step, save_root="/ckpt")
+    session.scale_in = PLAN
+    return session
+
+
+def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(monkeypatch, caplog):
+    loads = []
+    monkeypatch.setattr(scale_in, "rebuild_from_checkpoint", lambda job, root, step: loads.append((root, step))
+                        or (4, 400.0))
+    session, megatron = scaled_in_session(), FakeMegatron(global_batch_size=16)
+    megatron.margs.consumed_train_samples = 64  # what the load set
+    replay = FakeReplay()
+    session.replay.iterators[1] = replay
+    with caplog.at_level(logging.INFO):
+        assert scale_in_state(session, megatron, action("repair", strategy="scale_in", step=4)) == 0
+    assert loads == [("/ckpt", 4)]
+    assert (session.latest.iteration, session.latest.consumed_train_samples,
+            session.latest.floating_point_operations) == (4, 64, 400.0)
+    assert session.job.completed_steps == [4] and replay.restarts == [(64, 4)]
+    [said] = [r.getMessage() for r in caplog.records if "elastic training: scaled in" in r.getMessage()]
+    assert said.startswith("elastic training: scaled in dp4 -> dp2") and "ranks [2, 3] were lost" in said
+    assert SCALE_IN_STATE.on_training_thread
+
+
+def test_a_checkpoint_of_another_step_or_no_plan_or_no_save_is_refused(monkeypatch):
+    monkeypatch.setattr(scale_in, "rebuild_from_checkpoint", lambda job, root, step: (3, 300.0))
+    with pytest.raises(ScaleInRefused, match="scale in from the checkpoint of step 4 under /ckpt; loaded step 3"):
+        scale_in_state(scaled_in_session(), FakeMegatron(), action("repair", step=4))
+    with pytest.raises(ScaleInRefused, match="before the groups were rebuilt"):
+        scale_in_state(session_at(5, save_root="/ckpt"), FakeMegatron(), action("repair", step=4))
+    no_save = scaled_in_session()
+    no_save.save_root = None
+    with pytest.raises(ScaleInRefused, match="no --save directory"):
+        scale_in_state(no_save, FakeMegatron(), action("repair", step=4))
+
+
+class Optimizer:
+    def __init__(self, shard):
+        self.shard = shard
+
+    def step(self):
+        return self.shard
+
+
+def test_a_rebuilt_object_takes_the_old_ones_place_for_every_holder():
+    old, new = Optimizer("dp4 shard"), Optimizer("dp2 shard")
+    held_by_a_frame = old
+    scale_in.take_place_of(old, new)
+    assert held_by_a_frame.step() == "dp2 shard"
+    new.shard = "after the next update"  # one state, seen through either reference
+    assert held_by_a_frame.shard == "after the next update"
+    with pytest.raises(ScaleInRefused, match="cannot take the place of the job's Optimizer"):
+        scale_in.take_place_of(Optimizer("x"), object())
+
+
+def test_parallelism_other_than_data_parallel_is_refused_naming_the_size():
+    from types import SimpleNamespace
+
+    from mindio_adaptor.core.replica_layout import ReplicaLayout
+
+    layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
+    margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=1,
+                            expert_model_parallel_size=1)
+    with pytest.raises(ScaleInRefused, match="data parallelism alone so far; this job has tensor-parallel size 2"):
+        scale_in.refuse_unsupported(margs, layout)
+    margs.tensor_model_parallel_size = 1
+    scale_in.refuse_unsupported(margs, layout)  # dp only: accepted
