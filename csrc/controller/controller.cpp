@@ -300,7 +300,9 @@ void Controller::handle_process_ended(uint64_t conn, const std::string& body) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (result == 0) {
-        answer = process_ended_locked(m);
+        bool had_left = false;
+        answer = process_ended_locked(m, &had_left);
+        if (had_left) result = kProcessEndedAfterLeaving;
     } else {
         LOG_WARN(kLog, cfg_.rank, "refused a report that rank " << m.rank << "'s process " << m.pid << " ended: " << answer);
     }
@@ -308,7 +310,7 @@ void Controller::handle_process_ended(uint64_t conn, const std::string& body) {
     server_.close(conn, "process-ended report answered");
 }
 
-std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
+std::string Controller::process_ended_locked(const ProcessEndedMsg& m, bool* had_left) {
     RankEntry& r = ranks_[m.rank];
     std::string who = "rank " + std::to_string(m.rank);
     std::string process = "process " + std::to_string(m.pid) + " (" + m.how + ")";
@@ -316,7 +318,12 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m) {
         return who + (r.registered ? " is now process " + std::to_string(r.pid) : " never registered") + ": " +
                process + " changes nothing";
     }
-    if (r.dead || r.left) return who + " was already " + (r.dead ? "dead" : "gone") + ": " + process + " ended";
+    if (r.left && !r.dead) {
+        // It said goodbye (its training is over) and then failed on its way out: nothing to replace.
+        *had_left = true;
+        return who + " had left the job before " + process + " ended: nothing to restart";
+    }
+    if (r.dead) return who + " was already dead: " + process + " ended";
     event_locked("process_ended", who + ": " + process);
     LOG_WARN(kLog, cfg_.rank, who << "'s " << process << " ended, its launcher reports"
                               << (r.connected ? "; its connection is still open (a child process holds it): closed" : ""));

@@ -124,7 +124,7 @@ private:
     void handle_reply(uint64_t seq, const ActionReplyMsg& m);
     void handle_goodbye(const GoodbyeMsg& m);
     void handle_process_ended(uint64_t conn, const std::string& body);
-    std::string process_ended_locked(const ProcessEndedMsg& m);
+    std::string process_ended_locked(const ProcessEndedMsg& m, bool* had_left);
     void say_goodbye();
 
     void run();

@@ -178,6 +178,10 @@ struct ProcessEndedMsg {
     std::string how;  // logged: short printable ASCII, at most kMaxGoodbyeReason
 };
 
+// The ProcessEndedAck result for a rank that had said goodbye (its training over) before its process
+// ended: the launcher does not start it again. 0 is a report taken, 1 one refused.
+constexpr int32_t kProcessEndedAfterLeaving = 2;
+
 std::string encode(const RegisterMsg& m);
 std::string encode(const RegisterAckMsg& m);
 std::string encode(const RankStatusMsg& m);

@@ -43,6 +43,7 @@ class NodeAgent:
         self.ended = False  # the recovery controller ended the job: restart nothing
         self.signalled: Optional[int] = None
         self._reported: set = set()  # pids whose exit was already answered
+        self.ended_after_leaving: Dict[int, int] = {}  # rank -> the exit of a process whose training was over
         self.controller = HostedController(config, store, log)
         self._controllers_env: Dict[str, str] = {}  # the controllers' list and token, for every worker
         self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
@@ -153,8 +154,12 @@ class NodeAgent:
     def _finished(self) -> Outcome:
         if self.ended:
             return Outcome(ENDED_BY_CONTROLLER, "the recovery controller ended the job")
-        count = len(self.workers)
-        return Outcome(0, f"{count} local worker{'s' if count > 1 else ''} exited 0")
+        count = len(self.workers) - len(self.ended_after_leaving)
+        what = f"{count} local worker{'s' if count != 1 else ''} exited 0"
+        if self.ended_after_leaving:
+            what += "; after leaving the job: " + ", ".join(f"rank {rank} {describe(code)}" for rank, code
+                                                           in sorted(self.ended_after_leaving.items()))
+        return Outcome(0, what)
 
     # --- starting ----------------------------------------------------------------------------------------
 
@@ -250,12 +255,15 @@ class NodeAgent:
 
     def _answer(self, worker: Worker, code: int) -> Optional[Outcome]:
         what = f"rank {worker.rank} (local rank {worker.local_rank}, pid {worker.pid}) ended: {describe(code)}"
-        if code not in (0, ENDED_BY_CONTROLLER):
-            self._tell_controller(worker, code)
+        had_left = code not in (0, ENDED_BY_CONTROLLER) and self._tell_controller(worker, code)
         leftovers = worker.end_leftovers()
         if leftovers:
             self.log.info("rank %d: ended what its process left running in its process group: pids %s",
                           worker.rank, leftovers)
+        if had_left:  # its training was over: a process started again would find no job to join
+            self.ended_after_leaving[worker.rank] = code
+            self.log.info("%s after it had left the job (its training was over): not restarted", what)
+            return None
         if code not in (0, ENDED_BY_CONTROLLER) and self._follow_generation():
             self.log.info("%s, during another node's group restart", what)
             return None
@@ -281,16 +289,17 @@ class NodeAgent:
             return self._give_up(what)
         return None
 
-    def _tell_controller(self, worker: Worker, code: int) -> None:
+    def _tell_controller(self, worker: Worker, code: int) -> bool:
         """The OS's word that a rank's process ended, to the recovery controller leading the job (when the
-        job has one): the controllers of the list in order, past those unreachable or not leading."""
+        job has one): the controllers of the list in order, past those unreachable or not leading. True
+        when the controller answers that the rank had left the job before (its training was over)."""
         env = {**os.environ, **self._controllers_env}
         try:
             contacts = find_controllers(self.config.master_addr, self.master_port, env)
         except ControllerReportError as err:
             self.log.info("rank %d: the recovery controller was not told that pid %d ended: %s", worker.rank,
                           worker.pid, err)
-            return
+            return False
         errors = []
         for contact in contacts:
             try:
@@ -298,14 +307,15 @@ class NodeAgent:
             except ControllerReportError as err:
                 errors.append(str(err))
                 continue
-            if "never registered" in answer and contact is not contacts[-1]:  # an idle backup
+            if "never registered" in answer.message and contact is not contacts[-1]:  # an idle backup
                 continue
             self.log.info("rank %d: told the recovery controller that pid %d ended: %s", worker.rank, worker.pid,
-                          answer)
-            return
+                          answer.message)
+            return answer.rank_had_left
         if errors:
             self.log.info("rank %d: the recovery controller was not told that pid %d ended: %s", worker.rank,
                           worker.pid, "; ".join(errors))
+        return False
 
     def _reboot(self, worker: Worker, what: str) -> None:
         worker.reboots += 1

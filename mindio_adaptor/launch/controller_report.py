@@ -57,9 +57,15 @@ def find_controllers(master_addr: str, worker_store_port: int, environ: Mapping[
     return [ControllerContact(master_addr, int(port), environ.get(ENV_TOKEN) or token)]
 
 
+@dataclass(frozen=True)
+class ControllerAnswer:
+    message: str  # e.g. 'rank 2 declared dead'
+    rank_had_left: bool = False  # it said goodbye (training over) before its process ended: do not restart it
+
+
 def report_process_ended(contact: ControllerContact, rank: int, pid: int, how: str,
-                         timeout_s: float = REPORT_TIMEOUT_S) -> str:
-    """Send one ProcessEnded report; returns the controller's answer (e.g. 'rank 2 declared dead')."""
+                         timeout_s: float = REPORT_TIMEOUT_S) -> ControllerAnswer:
+    """Send one ProcessEnded report; returns the controller's answer."""
     types = _native.MSG_TYPES
     body = _native.encode_message(types["PROCESS_ENDED"], {"token": contact.token, "rank": rank, "pid": pid,
                                                            "how": how})
@@ -75,9 +81,11 @@ def report_process_ended(contact: ControllerContact, rank: int, pid: int, how: s
     if kind != types["PROCESS_ENDED_ACK"]:
         raise ControllerReportError(f"{where} answered with message type {kind}")
     answer = _native.decode_message(kind, reply_body)
+    if answer["result"] == _native.PROCESS_ENDED_AFTER_LEAVING:
+        return ControllerAnswer(answer["message"], rank_had_left=True)
     if answer["result"] != 0:
         raise ControllerReportError(f"{where} refused the report: {answer['message']}")
-    return answer["message"]
+    return ControllerAnswer(answer["message"])
 
 
 def _receive(conn: socket.socket, size: int) -> bytes:

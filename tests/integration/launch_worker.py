@@ -13,6 +13,8 @@ appends what it is to OUT/rank<RANK>.jsonl, and plays a scenario:
           a helper in a session of its own that inherits its controller connection (`sleep`, its pid in
           OUT/holder.pid) and one in its own process group (OUT/helper.pid), then SIGKILLs itself: its
           connection stays open; the others wait to be stopped
+  left    every rank registers a processor and leaves (tft_destroy_processor: its training is over); then
+          FAULT_RANK aborts (SIGABRT, as a library failing at exit) and the others exit 0
 """
 import json
 import os
@@ -97,6 +99,18 @@ def hold_connection_and_die(out, rank, fault_rank):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def leave_then_abort(out, rank, fault_rank):
+    from mindio_adaptor.core.controller_address import controller_address
+    from mindio_adaptor.ttp import processor
+
+    processor.tft_init_processor(rank, int(os.environ["WORLD_SIZE"]), enable_tls=False)
+    processor.tft_start_processor(*controller_address())
+    processor.tft_destroy_processor()
+    record(out, rank, event="left")
+    if rank == fault_rank:
+        os.abort()
+
+
 def main():
     scenario, out, fault_rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -105,6 +119,8 @@ def main():
         return reboot(out, rank, world, fault_rank)
     if scenario == "held":
         return hold_connection_and_die(out, rank, fault_rank)
+    if scenario == "left":
+        return leave_then_abort(out, rank, fault_rank)
     dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
     record(out, rank, event="round", sum=sum_of_ranks(rank))
     if scenario == "fail":

@@ -8,6 +8,7 @@ import pytest
 
 from controller_harness import HEARTBEAT_S, Job, actions_in_order, wait_until
 
+from mindio_adaptor.launch.controller_report import ControllerContact, report_process_ended
 from mindio_adaptor.ttp import controller as ctl
 
 pytestmark = pytest.mark.integration
@@ -207,6 +208,12 @@ def test_a_rank_lost_after_another_finished_training_is_not_acted_on(tmp_path, j
                                                                                          3: "timeout"}
         flags = [entry["flags"] for entry in ctl.controller_ranks()]
         assert "finished" in flags[0] and "dead" in flags[2] and "finished" not in flags[2]
+        # Rank 0 said goodbye on its way out; a process that then fails at its exit is not to be restarted.
+        wait_until(lambda: any(d.startswith("rank 0:") for _, _, d in job.controller_events("left")), 10,
+                   "rank 0's goodbye")
+        contact = ControllerContact("127.0.0.1", job.port, os.environ.get("MINDIO_TOKEN", ""))
+        answer = report_process_ended(contact, 0, job.procs[0].pid, "signal SIGABRT")
+        assert answer.rank_had_left and "rank 0 had left the job before process" in answer.message, answer
     except AssertionError:
         print(job.worker_logs())
         raise

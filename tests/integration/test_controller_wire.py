@@ -118,7 +118,7 @@ def _launcher_reports_that_change_nothing(job):
     with pytest.raises(ControllerReportError, match="refused the report: rank 4 is out of range 0..3"):
         report_process_ended(contact, 4, live, "signal SIGKILL")
     stale = live + 100000
-    assert report_process_ended(contact, 2, stale, "exit code 1") == \
+    assert report_process_ended(contact, 2, stale, "exit code 1").message == \
         f"rank 2 is now process {live}: process {stale} (exit code 1) changes nothing"
 
 

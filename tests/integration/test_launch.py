@@ -110,9 +110,8 @@ def test_ended_by_controller_is_never_restarted(tmp_path):
     assert "ended: exit code 1; not restarted: the recovery controller ended the job" in done.stderr
 
 
-def test_launcher_reports_a_death_its_connection_hides(tmp_path):
-    """Rank 1 dies while a helper outside its process group holds its controller connection open: only
-    its launcher's report tells the controller; the helper left in its process group is ended."""
+def external_controller(world_size):
+    """A controller in this process, and the workers' environment that finds it (with its token)."""
     from mindio_adaptor.ttp import controller as ctl
 
     token = "launcher-report-test"
@@ -120,11 +119,37 @@ def test_launcher_reports_a_death_its_connection_hides(tmp_path):
     ctl_env = os.environ.get("MINDIO_TOKEN")
     os.environ["MINDIO_TOKEN"] = token  # the controller reads its token at init
     try:
-        ctl.tft_init_controller(-1, 2)
+        ctl.tft_init_controller(-1, world_size)
     finally:
         os.environ.pop("MINDIO_TOKEN") if ctl_env is None else os.environ.update(MINDIO_TOKEN=ctl_env)
     port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
     env["MINDIO_CONTROLLER_ADDR"] = f"127.0.0.1:{port}"
+    return ctl, env
+
+
+def test_a_rank_that_fails_after_leaving_the_job_is_not_restarted(tmp_path):
+    """Rank 1's training is over (it said goodbye), then its process aborts on its way out: the controller
+    answers the launcher's report that it had left, and worker reboot does not start it again."""
+    ctl, env = external_controller(2)
+    try:
+        done = subprocess.run([*LAUNCH, "--nproc-per-node", "2", "--max-restarts", "2", "--worker-reboot",
+                               WORKER, "left", str(tmp_path), "1"], env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    finally:
+        ctl.tft_destroy_controller()
+    assert done.returncode == 0, done.stderr
+    assert [len(events(tmp_path, rank, "start")) for rank in (0, 1)] == [1, 1], done.stderr
+    (pid,) = [r["pid"] for r in events(tmp_path, 1, "start")]
+    assert (f"rank 1: told the recovery controller that pid {pid} ended: rank 1 had left the job before process "
+            f"{pid} (signal SIGABRT) ended: nothing to restart") in done.stderr
+    assert "ended: signal SIGABRT after it had left the job (its training was over): not restarted" in done.stderr
+    assert "summary: 1 local worker exited 0; after leaving the job: rank 1 signal SIGABRT; exit code 0" in done.stderr
+
+
+def test_launcher_reports_a_death_its_connection_hides(tmp_path):
+    """Rank 1 dies while a helper outside its process group holds its controller connection open: only
+    its launcher's report tells the controller; the helper left in its process group is ended."""
+    ctl, env = external_controller(2)
     try:
         done = subprocess.run([*LAUNCH, "--nproc-per-node", "2", "--max-restarts", "0", "--shutdown-timeout", "5",
                                WORKER, "held", str(tmp_path), "1"], env=env, capture_output=True, text=True,
