@@ -67,7 +67,9 @@ def test_the_backups_took_over_in_turn_and_the_second_finished_the_recovery(cont
     assert re.search(r"registered with the controller at 127\.0\.0\.1:\d+ \(term 2\)", run.output)
     assert re.search(r"decision recover: faults [^\n]*\b2:node", run.output)
     term_3 = run.output.index("backup controller taking over as term 3")
-    assert re.search(r"term 3: a recovery was in progress at the takeover", run.output[term_3:])
+    # Killed after deciding, term 2 may or may not have sent a stop: term 3 restarts the interrupted recovery
+    # or meets the faults afresh, and decides again either way.
+    assert re.search(r"decision recover: faults [^\n]*\b2:node", run.output[term_3:])
     assert "ranks [2] replaced, training resumes at step" in run.output[term_3:]
 
 
