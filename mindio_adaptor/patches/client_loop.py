@@ -16,7 +16,7 @@ need from Megatron and cannot get themselves.
 import logging
 import os
 
-from mindio_adaptor.core import inherited_sockets, processor_link
+from mindio_adaptor.core import inherited_sockets, paired_store, processor_link
 from mindio_adaptor.patches import megatron_job, step_replay, train_reentry
 from mindio_adaptor.patches.recovery_session import SESSION
 
@@ -48,7 +48,8 @@ def wire_link() -> None:
     link.between_waits = lambda: SESSION.thread.run_jobs(JOB_WAIT_S)
     address = link.controller_address()
     controller_port = int(address.rsplit(":", 1)[1]) if ":" in address else 0
-    SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), controller_port} - {0}
+    SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), *paired_store.ports(),
+                                 controller_port} - {0}
 
 
 def train_step(wrapped, args, kwargs):

@@ -17,7 +17,7 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import inherited_sockets, job_store, processor_link
+from mindio_adaptor.core import inherited_sockets, job_store, paired_store, processor_link
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state, recovery
@@ -66,7 +66,9 @@ def connect():
     exception_loop.arm(margs, link)
     SESSION.save_root = margs.save
     SESSION.thread.use_backend(margs.distributed_backend)  # not dist.get_backend(): "fake" in a replacement
-    SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), address[1]} - {0}
+    # A stop must keep the connections to every store and controller of the job: a takeover moves to the next.
+    SESSION.thread.keep_ports = {int(os.environ.get("MASTER_PORT", 0)), *paired_store.ports(),
+                                 *(port for _, port in addresses)} - {0}
     recovery.answer_actions(SESSION, link)
     atexit.register(disconnect)
     if rank == 0:
