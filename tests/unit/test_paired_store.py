@@ -3,7 +3,6 @@ paired with its controller, else the first that answers; a fact is published to 
 answers, and a dead one is skipped within the probe's bound and named when nothing answers."""
 import socket
 import time
-from datetime import timedelta
 
 import pytest
 
@@ -21,7 +20,7 @@ def _dead_address():
 @pytest.fixture
 def stores(monkeypatch):
     """Two live stores, listed after a dead slot 0, as the survivors of node 0's loss have them."""
-    live = [host_store(0, "127.0.0.1", timeout=timedelta(seconds=5)) for _ in range(2)]
+    live = [host_store(0, "127.0.0.1") for _ in range(2)]
     addresses = [_dead_address(), *(("127.0.0.1", s.port) for s in live)]
     monkeypatch.setenv(paired_store.ENV_STORES, ",".join(f"{h}:{p}" for h, p in addresses))
     monkeypatch.setenv("MINDIO_CONTROLLER_ADDR", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003")
@@ -77,7 +76,7 @@ def test_publish_reaches_every_live_store_and_skips_the_dead_one_quickly(stores)
     job_store.publish("comm/last_epoch", 7)
     assert time.monotonic() - start < paired_store.PROBE_S + 1
     for store in live:  # read straight from each, as the other nodes' workers would
-        assert job_store.read_at("127.0.0.1", store.port, "comm/last_epoch") == 7
+        assert job_store.read_at("127.0.0.1", store.port, "comm/last_epoch", timeout_s=30) == 7
 
 
 def test_reads_follow_the_pairing(stores, monkeypatch):
@@ -113,7 +112,7 @@ def test_a_silent_store_is_skipped_within_the_probe_bound(monkeypatch):
             s.setblocking(False)
             s.connect_ex(silent.getsockname())
             fillers.append(s)
-        live = host_store(0, "127.0.0.1", timeout=timedelta(seconds=5))
+        live = host_store(0, "127.0.0.1")
         start = time.monotonic()
         assert not paired_store.answers(silent.getsockname(), 0.5)
         assert 0.4 < time.monotonic() - start < 2  # it waited the bound: silence, not a refusal
