@@ -23,6 +23,9 @@ from mindio_adaptor.core.controller_address import controller_addresses
 
 ENV_STORES = "MINDIO_STORE_ADDRS"
 PROBE_S = 2.0  # a store that does not accept a connection within this is skipped (a dead host's silence)
+# The paired store is given longer: members that fell back from it on a slow answer would meet elsewhere
+# than the others. A dead host refuses at once (its port closed) or stays silent; only silence costs this.
+PAIRED_PROBE_S = 10.0
 
 Address = Tuple[str, int]
 
@@ -89,18 +92,22 @@ def registered_controller() -> str:
 
 
 def choose(stores: Optional[Sequence[Address]] = None, controllers: Optional[Sequence[Address]] = None,
-           registered: Optional[str] = None, probe_s: float = PROBE_S) -> Address:
-    """The store this process uses now: the one paired with its controller when that answers, else the
-    first of the list that answers. Raises NoStoreAnswers naming every store tried."""
+           registered: Optional[str] = None, probe_s: float = PROBE_S,
+           paired_probe_s: float = PAIRED_PROBE_S) -> Address:
+    """The store this process uses now: the one paired with its controller when that answers (within
+    paired_probe_s), else the first of the list that answers (within probe_s each). Raises NoStoreAnswers
+    naming every store tried."""
     stores = store_addresses() if stores is None else list(stores)
     if not stores:
         raise NoStoreAnswers(f"no store known: neither {ENV_STORES} nor MASTER_PORT is set")
     if controllers is None:
         controllers = controller_addresses()
     index = paired_index(controllers, registered_controller() if registered is None else registered)
-    order = ([stores[index]] if index is not None and index < len(stores) else []) + list(stores)
-    tried = []
-    for address in order:
+    paired = stores[index] if index is not None and index < len(stores) else None
+    if paired is not None and answers(paired, paired_probe_s):
+        return paired
+    tried = [paired] if paired is not None else []
+    for address in stores:
         if address in tried:
             continue
         if answers(address, probe_s):

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import torch.distributed as dist
 
 from mindio_adaptor.core import job_store, paired_store
-from mindio_adaptor.core.comm import CommEpochs, InPlaceUnavailable
+from mindio_adaptor.core.comm import CommEpochs, InPlaceUnavailable, StoreUnreachable
 from mindio_adaptor.core.recovery_limits import rebuild_timeout_s
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,10 @@ def _next_epoch(session) -> int:
 def _epochs(session, margs) -> CommEpochs:
     # margs.rank, not dist.get_rank(): a rebuild that failed earlier (a member never arrived) leaves
     # no default group, and the dump that follows rebuilds again.
-    host, port = paired_store.choose()
+    try:
+        host, port = paired_store.choose()
+    except paired_store.NoStoreAnswers as exc:  # a rebuild that cannot meet anywhere fails as one whose store died
+        raise StoreUnreachable(str(exc)) from exc
     session.comm_store = f"{host}:{port}"
     return CommEpochs(margs.rank, margs.world_size, host=host, port=port, backend=session.thread.backend,
                       timeout=timedelta(minutes=margs.distributed_timeout_minutes),
