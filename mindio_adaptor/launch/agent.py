@@ -13,8 +13,8 @@ from typing import Dict, Optional
 
 from torch.distributed import DistError
 
-from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
+from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
