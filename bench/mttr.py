@@ -196,7 +196,8 @@ def node_lost(args, standby: bool, node: int = 1):
     cluster.wait(timeout=900).require_success()
     taken_over = [("backup controller took over", "lost", "takeover")] if node == 0 else []
     phases = [*taken_over, ("loss detected and decided", "lost", "decision"),
-              (f"node rank taken (after {args.node_lost_after:g} s silent)", "lost", "claimed"),
+              ("new node 0 took its place (node 1 rejoined)" if node == 0 else
+               f"node rank taken (after {args.node_lost_after:g} s silent)", "lost", "claimed"),
               ("its workers' start-up", "claimed", "ready"), ("groups, shards, roll back", "ready", "normal"),
               ("step recomputed", "normal", "done")]
     return clock.between("lost", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0
