@@ -13,7 +13,11 @@ says the fault fired to the line that logs the first step completed after it:
   (e) node lost        two launchers of two ranks play two nodes; every process of node 1 is SIGKILLed
                       during step F (timed from the kill) and a new launcher is started at once with its
                       node rank: it waits --node-lost-after, then its workers start cold and replace ranks 2, 3.
-  (g) standby          the same, with a --standby launcher whose workers wait warm (Python, torch, Megatron
+  (f) node 0 lost      the same for node 0, with --controllers 2: node 0's launcher (the host of the stores),
+                      workers and active controller SIGKILLed during step F, a new launcher with node rank 0
+                      started at once; node 1's backup controller takes over and leads the replacement of
+                      ranks 0, 1, whose workers start cold, at node 1's workers' store.
+  (g) standby          the same as (e), with a --standby launcher whose workers wait warm (Python, torch, Megatron
                       imported): no scheduler, no interpreter start.
   (h) warm spare       (b) with --spare-workers 1: a warm worker takes the killed rank's place.
 Prints each phase, the ratios to c and the completed steps lost (recomputed) in each case, then
@@ -25,7 +29,7 @@ peer), plain gloo send/recv of the same bytes between two processes of this mach
 the fraction of that bandwidth the repair achieved, and the rest of the repair (fault to the recomputed
 step, less the repair stage): the overhead that should not grow with the shard.
 
-    python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10] [--cases abcdegh] [--sweep 64,256,512]
+    python bench/mttr.py [--fault-step 8] [--save-interval 5] [--iters 10] [--cases abcdefgh] [--sweep 64,256,512]
 """
 import argparse
 import re
@@ -160,13 +164,14 @@ class AfterLoss:
         return seen[b] - seen[a]
 
 
-def node_lost(args, standby: bool):
+def node_lost(args, standby: bool, node: int = 1):
     """(e) node 1 (launcher and workers) SIGKILLed during step F, a new launcher started at once with its
-    node rank (cold: a new interpreter, torch and Megatron); (g) the same, a --standby waiting warm."""
+    node rank (cold: a new interpreter, torch and Megatron); (g) the same, a --standby waiting warm; (f)
+    node 0 with its active controller (--controllers 2), a new launcher of node 0 started at once."""
     step_before = threading.Event()
-    marks = {"decision": r"\] decision recover", "claimed": r"node 1 was lost: this launcher takes its place",
+    marks = {"decision": r"\] decision recover", "claimed": rf"node {node} was lost: this launcher takes its place",
              "ready": r"replacement process ready", "normal": r"replaced, training resumes",
-             "done": rf"iteration\s+{args.fault_step}/"}
+             "done": rf"iteration\s+{args.fault_step}/", "takeover": r"backup controller taking over"}
     clock = AfterLoss(marks)
 
     def on_line(line):
@@ -174,22 +179,25 @@ def node_lost(args, standby: bool):
             step_before.set()
         clock(line)
 
+    controllers = ["--controllers", "2"] if node == 0 else []  # the backup on node 1 carries the job on
     cluster = LocalCluster(["--enable-high-availability", "--enable-worker-reboot"], train_iters=args.iters,
-                           launch_flags=["--node-lost-after", str(args.node_lost_after)], on_line=on_line)
-    cluster.start_node("--node-rank", "0")
-    node_1 = cluster.start_node("--node-rank", "1")
+                           launch_flags=["--node-lost-after", str(args.node_lost_after), *controllers],
+                           on_line=on_line)
+    nodes = [cluster.start_node("--node-rank", "0"), cluster.start_node("--node-rank", "1")]
     if standby:
         cluster.start_node("--standby")
     if not step_before.wait(600):
         cluster.kill()
         sys.exit(f"mttr: step {args.fault_step - 1} never logged")
     clock.lost_at = time.monotonic()
-    cluster.lose_node(node_1)
+    cluster.lose_node(nodes[node])
     if not standby:
-        cluster.start_node("--node-rank", "1")
+        cluster.start_node("--node-rank", str(node))
     cluster.wait(timeout=900).require_success()
-    phases = [("loss detected and decided", "lost", "decision"),
-              (f"node rank taken (after {args.node_lost_after:g} s silent)", "lost", "claimed"),
+    taken_over = [("backup controller took over", "lost", "takeover")] if node == 0 else []
+    phases = [*taken_over, ("loss detected and decided", "lost", "decision"),
+              ("new node 0 took its place (node 1 rejoined)" if node == 0 else
+               f"node rank taken (after {args.node_lost_after:g} s silent)", "lost", "claimed"),
               ("its workers' start-up", "claimed", "ready"), ("groups, shards, roll back", "ready", "normal"),
               ("step recomputed", "normal", "done")]
     return clock.between("lost", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0
@@ -244,6 +252,7 @@ CASES = {  # tag: (title, run(args, tmp) -> (seconds, phases, completed steps lo
     "c": ("baseline restart", baseline, None),
     "d": ("online reload, no replica", online_reload, None),
     "e": ("node lost, new launcher", lambda args, tmp: node_lost(args, standby=False), None),
+    "f": ("node 0 lost, new launcher", lambda args, tmp: node_lost(args, standby=False, node=0), None),
     "g": ("node lost, warm standby", lambda args, tmp: node_lost(args, standby=True), 0.2),
     "h": ("killed rank, warm spare worker", lambda args, tmp: process_replacement(args, tmp, spare_workers=1), 0.15),
 }
@@ -257,7 +266,7 @@ def main():
     parser.add_argument("--sweep", type=lambda text: [int(h) for h in text.split(",")], default=None,
                         help="hidden sizes, e.g. 64,256,512: only the online repair, at each size")
     parser.add_argument("--node-lost-after", type=float, default=3.0,
-                        help="the launchers' --node-lost-after in (e) and (g) (default 3 s)")
+                        help="the launchers' --node-lost-after in (e), (f) and (g) (default 3 s)")
     parser.add_argument("--cases", default="".join(CASES),
                         help=f"which cases to run, e.g. cgh (default {''.join(CASES)}; c, the baseline, always runs)")
     args = parser.parse_args()

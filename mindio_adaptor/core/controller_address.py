@@ -8,7 +8,7 @@ processes that cannot ask their peers (a replacement, the launchers). MINDIO_TOK
 from __future__ import annotations
 
 import os
-from typing import Iterable, List, Mapping, Optional, Set, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 ENV_CONTROLLER = "MINDIO_CONTROLLER_ADDR"
 ENV_TOKEN = "MINDIO_TOKEN"
@@ -36,10 +36,3 @@ def _endpoint(part: str, value: str) -> Tuple[str, int]:
                          f"of them: the controller, then its backups), got {part!r}")
     return host, int(port)
 
-
-def control_ports(environ: Mapping[str, str] = os.environ, also: Iterable[int] = ()) -> Set[int]:
-    """The ports of the job's control plane, whose connections a stop must not shut down: the workers'
-    store, every controller of the list (a backup may lead the job by the time a stop comes) and `also`
-    (the in-job controller's)."""
-    ports = {int(environ.get("MASTER_PORT", 0)), *also, *(port for _, port in controller_addresses(environ) or ())}
-    return ports - {0}

@@ -1,60 +1,102 @@
-"""The job's rendezvous store (the TCPStore at MASTER_ADDR:MASTER_PORT) as a place for the few facts a
-replacement process needs and cannot ask its peers for during its start-up: it joins a running job whose
-collectives it cannot take part in until the communicators are rebuilt with it (the controller's address
-and token, the replica layout's inputs, the last communicator epoch). Under a launcher that hosts the
-store (torchrun, `mindio-adaptor launch`) the store outlives any worker. torch.distributed only."""
+"""The job's rendezvous stores as a place for the few facts a replacement process needs and cannot ask its
+peers for during its start-up: it joins a running job whose collectives it cannot take part in until the
+communicators are rebuilt with it (the controller's address and token, the replica layout's inputs, the
+last communicator epoch). Under a launcher that hosts the stores (torchrun, `mindio-adaptor launch`) they
+outlive any worker. torch.distributed only.
+
+A fact is written to every store of the job that answers (MINDIO_STORE_ADDRS: one per controller-hosting
+node, so that no fact lives only on node 0; else the one at MASTER_ADDR:MASTER_PORT), a dead one skipped
+within core/paired_store's probe. It is read from the store paired with this process's controller
+(core/paired_store.choose)."""
 from __future__ import annotations
 
-import os
+import logging
 import pickle
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Dict, List, Tuple
 
 import torch.distributed as dist
 
+from mindio_adaptor.core import paired_store
+
+logger = logging.getLogger(__name__)
+
 PREFIX = "mindio/facts/"
-_client: Optional[dist.Store] = None
+_clients: Dict[Tuple[str, int], dist.Store] = {}
 
 
 class JobStoreError(RuntimeError):
     pass
 
 
-def _connect(timeout_s: float) -> dist.Store:
-    global _client
-    if _client is None:
-        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        port = os.environ.get("MASTER_PORT")
-        if not port:
-            raise JobStoreError("MASTER_PORT is not set: the job's store cannot be found")
+def _connect(address: Tuple[str, int], timeout_s: float) -> dist.Store:
+    client = _clients.get(address)
+    if client is None:
+        host, port = address
         try:
-            _client = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s),
-                                    wait_for_workers=False)
+            client = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s),
+                                   wait_for_workers=False)
         except Exception as exc:
             raise JobStoreError(f"the job's store at {host}:{port} is not reachable: {exc}") from exc
-    return _client
+        _clients[address] = client
+    return client
 
 
-# Values are pickled: the store is the job's own, unauthenticated as torch.distributed uses it; whoever
-# can write to it can already break every communicator of the job.
+def _chosen(timeout_s: float) -> Tuple[Tuple[str, int], dist.Store]:
+    try:
+        address = paired_store.choose(probe_s=min(timeout_s, paired_store.PROBE_S))
+    except (paired_store.NoStoreAnswers, ValueError) as exc:
+        raise JobStoreError(str(exc)) from exc
+    return address, _connect(address, timeout_s)
+
+
+def _where(address: Tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+# Values are pickled: the stores are the job's own, unauthenticated as torch.distributed uses them; whoever
+# can write to one can already break every communicator of the job.
 def publish(name: str, value: Any, timeout_s: float = 30.0) -> None:
-    _connect(timeout_s).set(PREFIX + name, pickle.dumps(value))
+    """Write the fact to every store that answers; JobStoreError when none took it."""
+    up, down = paired_store.answering(probe_s=min(timeout_s, paired_store.PROBE_S))
+    written: List[Tuple[str, int]] = []
+    for address in up:
+        try:
+            _connect(address, timeout_s).set(PREFIX + name, pickle.dumps(value))
+            written.append(address)
+        except Exception as exc:  # died since the probe: skipped like one that did not answer
+            _clients.pop(address, None)
+            down.append(address)
+            logger.info("'%s' not published in the store at %s: %s", name, _where(address), exc)
+    if not written:
+        raise JobStoreError(f"'{name}' could not be published: no store of the job answered "
+                            f"({', '.join(map(_where, down)) or 'none known'})")
 
 
 def read(name: str, timeout_s: float = 60.0) -> Any:
     """The value published under `name`, waiting up to timeout_s for it to appear."""
-    store = _connect(timeout_s)
+    address, store = _chosen(timeout_s)
     try:
         store.wait([PREFIX + name], timedelta(seconds=timeout_s))
+        return pickle.loads(store.get(PREFIX + name))
     except Exception as exc:
-        raise JobStoreError(f"'{name}' was not published in the job's store within {timeout_s:.0f} s: "
-                            f"{exc}") from exc
-    return pickle.loads(store.get(PREFIX + name))
+        _clients.pop(address, None)
+        raise JobStoreError(f"'{name}' was not published in the job's store at {_where(address)} within "
+                            f"{timeout_s:.0f} s: {exc}") from exc
 
 
 def read_or(name: str, default: Any, timeout_s: float = 30.0) -> Any:
-    store = _connect(timeout_s)
-    return pickle.loads(store.get(PREFIX + name)) if store.check([PREFIX + name]) else default
+    address, store = _chosen(timeout_s)
+    try:
+        return pickle.loads(store.get(PREFIX + name)) if store.check([PREFIX + name]) else default
+    except Exception as exc:
+        _clients.pop(address, None)
+        raise JobStoreError(f"the job's store at {_where(address)} failed reading '{name}': {exc}") from exc
+
+
+def forget_connections() -> None:
+    """Drop every cached client (tests; a store that came back on the same address)."""
+    _clients.clear()
 
 
 def read_at(host: str, port: int, name: str, timeout_s: float = 2.0) -> Any:

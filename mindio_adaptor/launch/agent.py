@@ -14,6 +14,7 @@ from typing import Dict, Optional
 from torch.distributed import DistError
 
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
+from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
@@ -46,6 +47,7 @@ class NodeAgent:
         self.ended_after_leaving: Dict[int, int] = {}  # rank -> the exit of a process whose training was over
         self.controller = HostedController(config, store, log)
         self._controllers_env: Dict[str, str] = {}  # the controllers' list and token, for every worker
+        self._stores_env: Dict[str, str] = {}  # the generation's workers' stores beside the controllers
         self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
         self.fenced = False  # another launcher took this node rank: leave the job to it
 
@@ -127,7 +129,7 @@ class NodeAgent:
                 return self._check_signal()
             if self._all_exited_0():  # the job's end reached this node meanwhile
                 return self._finished_without_node0()
-            if self.store.rejoin(self.generation, self.ended, self._controllers_env):
+            if self.store.rejoin(self.generation, self.ended, self._controllers_env, self._stores_env):
                 self.log.info("rejoined the launchers' store of a new node 0 after %.1f s: wrote back node %d's "
                               "ownership (incarnation %d) and generation %d", outage.elapsed(), cfg.node_rank,
                               self.store.incarnation, self.generation)
@@ -166,11 +168,13 @@ class NodeAgent:
     def _start_generation(self, generation: int, replacing: bool = False) -> None:
         self.generation = generation
         self.master_port = self.store.open_generation(generation)
+        self._stores_env = self.store.worker_stores(generation)
         pids = [self._start(w, restarted=replacing) for w in self.workers]
         warm = sum(w.warm for w in self.workers)
-        self.log.info("generation %d: started ranks %s as pids %s%s%s; workers' store at %s:%d", generation,
+        self.log.info("generation %d: started ranks %s as pids %s%s%s; workers' store at %s:%d%s", generation,
                       [w.rank for w in self.workers], pids, " to replace the lost node's" if replacing else "",
-                      f" ({warm} warm)" if warm else "", self.config.master_addr, self.master_port)
+                      f" ({warm} warm)" if warm else "", self.config.master_addr, self.master_port,
+                      f", beside the controllers {self._stores_env[ENV_STORES]}" if self._stores_env else "")
         self._refill_warm()
 
     def _refill_warm(self) -> None:
@@ -182,7 +186,7 @@ class NodeAgent:
         """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
         env = worker_env(self.config, worker.local_rank, self.master_port,
                          restart_count=self.generation + worker.reboots, restarted=restarted,
-                         extra=self._controllers_env)
+                         extra={**self._controllers_env, **self._stores_env})
         warm = self.warm.take() if restarted else None
         if warm is not None:
             try:

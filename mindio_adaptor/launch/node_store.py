@@ -29,9 +29,10 @@ from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCP
 from torch.distributed.elastic.utils.distributed import get_free_port
 
 from mindio_adaptor.core.comm import host_store
+from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controllers import controllers_keys
+from mindio_adaptor.launch.controllers import controllers_keys, reachable_host
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, store_listening
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
@@ -58,17 +59,21 @@ def _key_config(node: int) -> str:
 
 
 def rejoin_entries(node: int, members: str, owner_value: str, generation: int, node0_owner: int,
-                   controller_ended: bool, controllers: Dict[str, str]) -> List[Tuple[str, str, bool]]:
+                   controller_ended: bool, controllers: Dict[str, str],
+                   stores: Optional[Dict[str, str]] = None) -> List[Tuple[str, str, bool]]:
     """What a launcher that lost node 0 writes into the new node 0's store, in order, as (key, value,
     keep_existing): keep_existing entries are written only where no other launcher wrote one first (a
     compare-and-set from nothing). The owners come back as they were, so fencing still holds: a launcher
     whose rank another took meanwhile finds it so. Node 0's owner comes back marked lost, for the new node 0
-    to take over from. The node's config comes last: the new node 0 reads every node's config and then
-    looks for JOB_RUNNING, which is therefore there by then."""
+    to take over from. The workers' stores of the generation come back as the workers know them, node 0's
+    lost one included: the new node 0's workers then get the survivors' list, and read the job's facts
+    from the first store of it that answers (core/paired_store). The node's config comes last: the new
+    node 0 reads every node's config and then looks for JOB_RUNNING, which is therefore there by then."""
     entries = [(JOB_RUNNING, str(node), True), (GENERATION, str(generation), True),
                (node_liveness.owner_key(0), f"{node0_owner}:lost", True),
                (node_liveness.owner_key(node), owner_value, True), (_key_node(node), "1", True),
-               *((key, value, True) for key, value in controllers_keys(controllers).items())]
+               *((key, value, True) for key, value in controllers_keys(controllers).items()),
+               *((key, value, True) for key, value in stores_keys(generation, stores).items())]
     if controller_ended:
         entries.append((CONTROLLER_END, str(node), False))
     return [*entries, (_key_config(node), members, False)]
@@ -80,6 +85,17 @@ class NodeStoreError(RuntimeError):
 
 def _key_port(generation: int) -> str:
     return f"generation/{generation}/port"
+
+
+def _key_store(generation: int, node: int) -> str:
+    return f"generation/{generation}/store/{node}"  # host:port of the workers' store node hosts beside its controller
+
+
+def stores_keys(generation: int, env: Dict[str, str]) -> Dict[str, str]:
+    """The launchers' store keys that `env` (what NodeStore.worker_stores returned) was read from."""
+    if not env:
+        return {}
+    return {_key_store(generation, node): address for node, address in enumerate(env[ENV_STORES].split(","))}
 
 
 class NodeStore:
@@ -243,14 +259,15 @@ class NodeStore:
         """Remember which launcher of node 0 runs: a rejoin tells the next node 0 whose place it takes."""
         self._node0_owner = node_liveness.owner(self.store, 0) or self._node0_owner
 
-    def rejoin(self, generation: int, controller_ended: bool, controllers: Dict[str, str]) -> bool:
+    def rejoin(self, generation: int, controller_ended: bool, controllers: Dict[str, str],
+               stores: Optional[Dict[str, str]] = None) -> bool:
         """Connect to the store a new node 0 hosts at node 0's address and write back what it must know
         (rejoin_entries); False while nothing listens there, or when it went away again."""
         store = self._client_of_new_node0()
         if store is None:
             return False
         entries = rejoin_entries(self.config.node_rank, json.dumps(self._members()), self._owner_value,
-                                 generation, self._node0_owner, controller_ended, controllers)
+                                 generation, self._node0_owner, controller_ended, controllers, stores)
         try:
             for key, value, keep_existing in entries:
                 if keep_existing:
@@ -280,9 +297,37 @@ class NodeStore:
             store = host_store(port=0)
             self._worker_stores = {generation: store}  # the previous generation's workers are all stopped
             self.store.set(key, str(store.port))
-            return store.port
-        self.store.wait([key], timedelta(seconds=self.config.rdzv_timeout))
-        return int(self.store.get(key))
+            port = store.port
+        else:
+            self.store.wait([key], timedelta(seconds=self.config.rdzv_timeout))
+            port = int(self.store.get(key))
+        self._publish_worker_store(generation)
+        return port
+
+    def _publish_worker_store(self, generation: int) -> None:
+        """Nodes below --controllers: a workers' store beside the controller, so that no store the workers
+        need lives only on node 0 (node 0's is the one at MASTER_PORT). Per generation, as node 0's: a
+        fresh store cannot hold a previous generation's keys."""
+        cfg = self.config
+        key = _key_store(generation, cfg.node_rank)
+        # A launcher that replaced a lost node in the running generation finds its slot written back by the
+        # survivors: they went on with the lost node's list, and so do the replacements.
+        if cfg.node_rank >= cfg.controllers or self.store.check([key]):
+            return
+        if not self.hosting:
+            self._worker_stores = {generation: host_store(port=0)}
+        port = self._worker_stores[generation].port
+        self.store.compare_set(key, "", f"{reachable_host(cfg)}:{port}")
+
+    def worker_stores(self, generation: int) -> Dict[str, str]:
+        """What every worker gets with --controllers: the workers' stores of `generation` in node order,
+        parallel to the controllers' list (waits, bounded by the rendezvous timeout, for every hosting node)."""
+        cfg = self.config
+        if not cfg.controllers:
+            return {}
+        keys = [_key_store(generation, node) for node in range(cfg.controllers)]
+        self.store.wait(keys, timedelta(seconds=cfg.rdzv_timeout))
+        return {ENV_STORES: ",".join(self.store.get(key).decode() for key in keys)}
 
     def end(self, reason: str) -> None:
         self.store.set(END, reason)

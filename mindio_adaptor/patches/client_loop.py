@@ -17,7 +17,7 @@ import logging
 import os
 
 from mindio_adaptor.core import inherited_sockets, processor_link
-from mindio_adaptor.core.controller_address import control_ports
+from mindio_adaptor.core.paired_store import control_ports
 from mindio_adaptor.patches import megatron_job, step_replay, train_reentry
 from mindio_adaptor.patches.recovery_session import SESSION
 

@@ -1,6 +1,8 @@
 """The one place a recovery rebuilds this process's communicators (stages rebuild_groups and save_dump):
 in place when every process is alive and the world unchanged (a fresh backend under each group object,
-core/comm_in_place), otherwise a new default group among `members` on the job's store. Either way under an
+core/comm_in_place), otherwise a new default group among `members` on the job's store: the one paired with
+the controller this rank is registered with (core/paired_store), so that after node 0's loss the survivors
+meet at the store beside the backup that leads them. Either way under an
 epoch no earlier rebuild of the job used, so stale keys of a previous membership can never be read. Every
 member counts the rebuilds it took part in (session.next_comm_epoch); a replacement process, which took
 part in none, starts from the last epoch the job published in its store (no rebuild runs while it
@@ -11,8 +13,8 @@ from typing import Optional, Sequence
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import job_store
-from mindio_adaptor.core.comm import CommEpochs, InPlaceUnavailable
+from mindio_adaptor.core import job_store, paired_store
+from mindio_adaptor.core.comm import CommEpochs, InPlaceUnavailable, StoreUnreachable
 from mindio_adaptor.core.recovery_limits import rebuild_timeout_s
 
 logger = logging.getLogger(__name__)
@@ -65,7 +67,12 @@ def _next_epoch(session) -> int:
 def _epochs(session, margs) -> CommEpochs:
     # margs.rank, not dist.get_rank(): a rebuild that failed earlier (a member never arrived) leaves
     # no default group, and the dump that follows rebuilds again.
-    return CommEpochs(margs.rank, margs.world_size, backend=session.thread.backend,
+    try:
+        host, port = paired_store.choose()
+    except paired_store.NoStoreAnswers as exc:  # a rebuild that cannot meet anywhere fails as one whose store died
+        raise StoreUnreachable(str(exc)) from exc
+    session.comm_store = f"{host}:{port}"
+    return CommEpochs(margs.rank, margs.world_size, host=host, port=port, backend=session.thread.backend,
                       timeout=timedelta(minutes=margs.distributed_timeout_minutes),
                       join_timeout=timedelta(seconds=rebuild_timeout_s()))
 

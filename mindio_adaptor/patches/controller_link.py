@@ -18,7 +18,8 @@ import time
 import torch.distributed as dist
 
 from mindio_adaptor.core import inherited_sockets, job_store, processor_link
-from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, control_ports, controller_addresses
+from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
+from mindio_adaptor.core.paired_store import control_ports
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state, recovery
 from mindio_adaptor.patches.arguments import config_from_args

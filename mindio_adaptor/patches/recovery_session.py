@@ -78,6 +78,7 @@ class RecoverySession:
     next_comm_epoch: int = 1
     comm_reinits_in_place: int = 0  # since this process's group objects were created (core/comm_in_place)
     scale_in: Any = None  # core.scale_in_plan.ScaleInPlan of the scale-in under way or done
+    comm_store: str = ""  # host:port of the store the last rebuild met at (core/paired_store chose it)
     flow: Optional[str] = None  # the flow of the recovery under way (patches/recovery.FLOWS), set by its actions
     saves: InterruptedSaves = field(default_factory=InterruptedSaves)
     train_returned: bool = False  # Megatron's train loop returned: a save now is the final one

@@ -36,7 +36,7 @@ def refuse_unsupported(margs, layout) -> None:
              "context": margs.context_parallel_size, "expert": margs.expert_model_parallel_size}
     other = {name: size for name, size in sizes.items() if size != 1}
     if other:
-        raise ScaleInRefused(f"scale-in supports data parallelism alone so far; this job has "
+        raise ScaleInRefused("scale-in supports data parallelism alone so far; this job has "
                              + ", ".join(f"{name}-parallel size {size}" for name, size in other.items()))
     if any(s.optimizer_type != 0 for s in layout.sets):
         raise ScaleInRefused("scale-in with separate expert data-parallel lists (MoE) is not supported")

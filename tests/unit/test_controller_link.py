@@ -1,6 +1,7 @@
 import pytest
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER, control_ports, controller_address, controller_addresses
+from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_address, controller_addresses
+from mindio_adaptor.core.paired_store import ENV_STORES, control_ports
 
 
 def test_no_external_controller_means_in_job():
@@ -27,9 +28,11 @@ def test_bad_external_controller_address_names_the_variable(value):
         controller_address({ENV_CONTROLLER: value})
 
 
-def test_a_stop_keeps_the_store_and_every_controller_of_the_list():
-    """A backup may lead the job when a stop comes: its connection is not a collective's."""
+def test_a_stop_keeps_every_store_and_every_controller_of_the_lists():
+    """A backup (and the store beside it) may lead the job when a stop comes: its connection is not a
+    collective's."""
     env = {"MASTER_PORT": "29500", ENV_CONTROLLER: "a:9601,b:9602,c:9603"}
     assert control_ports(env) == {29500, 9601, 9602, 9603}
+    assert control_ports({**env, ENV_STORES: "a:29500,b:29600"}) == {29500, 29600, 9601, 9602, 9603}
     assert control_ports({"MASTER_PORT": "29500"}, also=[4242]) == {29500, 4242}  # the in-job controller
     assert control_ports({}) == set()

@@ -7,10 +7,13 @@ import pytest
 from torch.distributed import TCPStore
 
 from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
+from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch import node_liveness
+from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import TOKEN_KEY, controllers_keys
 from mindio_adaptor.launch.node0_loss import Node0Outage, store_listening
-from mindio_adaptor.launch.node_store import CONTROLLER_END, GENERATION, JOB_RUNNING, rejoin_entries
+from mindio_adaptor.launch.node_store import (CONTROLLER_END, GENERATION, JOB_RUNNING, NodeStore, rejoin_entries,
+                                              stores_keys)
 
 
 def test_the_wait_ends_at_its_deadline():
@@ -87,3 +90,40 @@ def test_on_a_fresh_store_the_new_node_0_takes_over_and_fencing_holds():
     store.set(node_liveness.owner_key(1), "2:xyz")  # node 1 was taken over meanwhile
     write(store, entries(node=1, owner_value="1:abc"))
     assert node_liveness.owner(store, 1) == 2  # so the old launcher of node 1 finds itself fenced
+
+
+def test_the_workers_stores_come_back_under_the_generation():
+    env = {ENV_STORES: "10.0.0.1:5000,10.0.0.2:5001"}
+    assert stores_keys(4, env) == {"generation/4/store/0": "10.0.0.1:5000", "generation/4/store/1": "10.0.0.2:5001"}
+    assert stores_keys(4, {}) == {}
+    written = entries(stores=env)
+    assert {("generation/3/store/0", "10.0.0.1:5000", True), ("generation/3/store/1", "10.0.0.2:5001", True)} \
+        <= set(written)
+    assert written[-1][0] == "node/1/config"
+
+
+def _node_store(store, node, controllers=2):
+    config = LaunchConfig(nnodes=2, nproc_per_node=2, node_rank=node, master_addr="127.0.0.1", master_port=0,
+                          run_id="r", max_restarts=3, worker_reboot=True, worker_reboot_reason="", monitor_interval=0.1,
+                          shutdown_timeout=5, rdzv_timeout=10, role="default", controllers=controllers)
+    node_store = NodeStore(config)
+    node_store.store = store
+    return node_store
+
+
+def test_each_controller_node_hosts_a_workers_store_and_a_new_node_0_keeps_the_survivors_list():
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    node_0, node_1 = _node_store(store, 0), _node_store(store, 1)
+    master_port = node_0.open_generation(0)
+    assert node_1.open_generation(0) == master_port  # its workers still start on node 0's store
+    listed = node_1.worker_stores(0)[ENV_STORES].split(",")
+    assert listed[0] == f"127.0.0.1:{master_port}"
+    own = int(listed[1].rsplit(":", 1)[1])
+    assert own != master_port and store_listening("127.0.0.1", own, timeout=1.0)  # node 1 hosts it
+
+    fresh = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # a new node 0's launchers' store
+    write(fresh, entries(generation=0, stores=node_1.worker_stores(0)))
+    new_node_0 = _node_store(fresh, 0)
+    assert new_node_0.open_generation(0) != master_port  # a fresh store of its own at MASTER_PORT...
+    assert new_node_0.worker_stores(0)[ENV_STORES].split(",") == listed  # ...but the survivors' list
+    assert _node_store(store, 1, controllers=1).worker_stores(0)[ENV_STORES] == listed[0]

@@ -18,9 +18,10 @@ def job_store_at(monkeypatch):
     store = host_store(0, "127.0.0.1", timeout=timedelta(seconds=10))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(store.port))
-    monkeypatch.setattr(job_store, "_client", None)
+    monkeypatch.delenv("MINDIO_STORE_ADDRS", raising=False)
+    job_store.forget_connections()
     yield store
-    job_store._client = None
+    job_store.forget_connections()
 
 
 def test_a_replacement_joins_after_the_jobs_last_epoch_and_reenters_as_resumed(job_store_at, monkeypatch):

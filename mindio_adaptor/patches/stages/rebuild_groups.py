@@ -64,8 +64,8 @@ def rebuild_groups(session, megatron, action) -> int:
         raise RebuildError(f"old process groups are still held in {sorted(set(report.immutable))}; "
                            f"training on them would fail")
     megatron.drop_gradients(session.job.model)
-    logger.info("communicators rebuilt (epoch %d), %d group references re-pointed in %.2f s", epoch,
-                report.replaced, time.monotonic() - started)
+    logger.info("communicators rebuilt (epoch %d, store %s), %d group references re-pointed in %.2f s", epoch,
+                session.comm_store, report.replaced, time.monotonic() - started)
     session.timeline.mark("groups rebuilt", f"epoch {epoch}")
     return 0
 
