@@ -14,7 +14,9 @@ logger = logging.getLogger(__name__)
 
 def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     model, optimizer, scheduler = wrapped(*args, **kwargs)
-    SESSION.job.setup_call = (args, kwargs)
+    # Without the process groups: they are replaced at every rebuild, and a reference kept here would keep
+    # the old ones alive to the interpreter's end (patches/scale_in puts the current ones back).
+    SESSION.job.setup_call = (args, {k: (None if k == "pg_collection" else v) for k, v in kwargs.items()})
     SESSION.job.model, SESSION.job.optimizer, SESSION.job.scheduler = model, optimizer, scheduler
     if scheduler is not None:
         scheduler.step = _completing(scheduler.step)
