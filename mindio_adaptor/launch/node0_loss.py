@@ -8,10 +8,11 @@ launcher ends as it did before this existed: it stops its workers and exits 1 na
 """
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+
+from mindio_adaptor.core.paired_store import answers
 
 REJOIN_PERIOD_S = 0.5  # between tries at node 0's address after it was lost
 
@@ -45,8 +46,4 @@ class Node0Outage:
 def store_listening(addr: str, port: int, timeout: float) -> bool:
     """Whether something accepts connections at addr:port. A plain probe before a TCPStore client: a
     client that cannot connect logs a stack trace per try, and the wait may last minutes."""
-    try:
-        with socket.create_connection((addr, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    return answers((addr, port), timeout)
