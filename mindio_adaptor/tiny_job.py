@@ -251,6 +251,13 @@ class LocalCluster:
         LEFTOVERS.extend(f"cluster {' '.join(self.script[-6:])[:120]}: {p}" for p in result.leftover)
         return result
 
+    def wait_for(self, event: threading.Event, what: str, timeout: float = 300) -> None:
+        """Wait for `event` (set by on_line when a line shows up); if it never comes, kill the cluster and
+        fail with the end of its output."""
+        if not event.wait(timeout):
+            self.kill()
+            raise AssertionError(f"{what} never logged:\n" + "".join(self.lines)[-6000:])
+
     def kill(self) -> None:
         for proc in self.launchers:
             if proc.poll() is None:

@@ -44,9 +44,7 @@ def controller_lost(tmp_path_factory):
     nodes = [cluster.start_node("--node-rank", str(node)) for node in range(4)]
     killed = []
     for event, node, what in ((step_3, 0, "step 3"), (deciding, 1, "term 2's decision")):
-        if not event.wait(300):
-            cluster.kill()
-            raise AssertionError(f"{what} never logged:\n" + "".join(cluster.lines)[-6000:])
+        cluster.wait_for(event, what)
         controller = controller_of(nodes[node])
         controller.send_signal(signal.SIGKILL)
         killed.append(controller.pid)

@@ -32,9 +32,7 @@ class StepLogged:
             self.event.set()
 
     def wait(self, cluster):
-        if not self.event.wait(300):
-            cluster.kill()
-            raise AssertionError(f"step {self.step} never logged:\n" + "".join(cluster.lines)[-6000:])
+        cluster.wait_for(self.event, f"step {self.step}")
 
 
 def samples_by_step(output: str) -> dict:

@@ -28,12 +28,6 @@ DECIDED = re.compile(r"decision recover: faults 0:node 1:node\b")
 TAKEOVER_WAIT_S = "3"  # node 0's ranks are judged lost well before a new node 0's workers could register
 
 
-def wait_for(event, what, cluster):
-    if not event.wait(300):
-        cluster.kill()
-        raise AssertionError(f"{what} never logged:\n" + "".join(cluster.lines)[-6000:])
-
-
 @pytest.fixture(scope="module")
 def node_0_lost(tmp_path_factory):
     step_3, decided = threading.Event(), threading.Event()
@@ -48,9 +42,9 @@ def node_0_lost(tmp_path_factory):
                            launch_flags=["--controllers", "2", "--node-lost-after", "3"], on_line=on_line)
     node_0 = cluster.start_node("--node-rank", "0")
     cluster.start_node("--node-rank", "1")
-    wait_for(step_3, "step 3", cluster)  # logged by rank 3, on node 1
+    cluster.wait_for(step_3, "step 3")  # logged by rank 3, on node 1
     lost = cluster.lose_node(node_0)  # the launcher, its workers and its controller process
-    wait_for(decided, "the backup's decision to replace node 0's ranks", cluster)
+    cluster.wait_for(decided, "the backup's decision to replace node 0's ranks")
     cluster.start_node("--node-rank", "0")
     run = cluster.wait(timeout=500)
     (tmp_path_factory.mktemp("node_0_lost") / "output.log").write_text(run.output)  # the whole story, for a failure

@@ -34,9 +34,7 @@ class StepWatch:
             self.events[int(match.group(1))].set()
 
     def wait(self, step, cluster):
-        if not self.events[step].wait(300):
-            cluster.kill()
-            raise AssertionError(f"step {step} never logged:\n" + "".join(cluster.lines)[-6000:])
+        cluster.wait_for(self.events[step], f"step {step}")
 
 
 @pytest.fixture(scope="module")
