@@ -80,10 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--warm-preload", "--warm_preload", dest="warm_preload", default=_env("warm_preload", DEFAULT_PRELOAD),
         help="what a warm worker imports before it is needed: comma-separated modules, module:function to "
              f"call one (default {DEFAULT_PRELOAD})")
-    add("--controllers", type=int, default=_env("controllers", 0),
+    add("--controllers", type=int, default=_env("controllers", None),
         help="nodes 0..K-1 each host a recovery controller in a process of their own: node 0's is active, the "
-             "others are backups that take over in node order (default 0: the controller runs inside rank 0's "
-             "process)")
+             "others are backups that take over in node order (default: min(3, nodes) when the training "
+             "script asks for high availability with worker reboot and MINDIO_CONTROLLER_ADDR is not set, "
+             "else 0; 0: the controller runs inside rank 0's process)")
     add("--role", default=_env("role", "default"), help="ROLE_NAME of the workers (default 'default')")
     add("-m", "--module", action="store_true", default=_env_flag("module"),
         help="run the script as a Python module (python -m)")

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Tuple
 
+from mindio_adaptor.core.controller_address import ENV_CONTROLLER
 from mindio_adaptor.core.ha_config import ENV_OVERRIDE, HighAvailabilityConfig, HighAvailabilityConfigError
 from mindio_adaptor.launch.slurm import SlurmError, SlurmPlace, slurm_place
 
@@ -20,6 +21,9 @@ RDZV_TIMEOUT_KEYS = ("timeout", "join_timeout")
 SCRIPT_REBOOT_FLAG = "--enable-worker-reboot"
 SCRIPT_REPAIR_FLAG = "--enable-hbmfault-repair"
 SCRIPT_ELASTIC_FLAG = "--enable-elastic-training"
+SCRIPT_HA_FLAG = "--enable-high-availability"
+# The reference's one active controller and two backups: hosted by default on this many nodes, at most.
+DEFAULT_HOSTED_CONTROLLERS = 3
 # Worker reboot without restarts would start no failed worker again; this many per rank unless told.
 DEFAULT_REBOOT_RESTARTS = 3
 # A launcher's beat stopped this long: its node is lost (launch/node_liveness). Longer than the stalls of a
@@ -53,6 +57,7 @@ class LaunchConfig:
     spare_workers: int = 0  # warm workers kept ready to replace a dead local rank (launch/warm_worker)
     warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
     controllers: int = 0  # nodes 0..K-1 host the recovery controllers (launch/controllers); 0: in the job
+    controllers_reason: str = ""  # why the launchers host them when --controllers was not given (logged)
     online_repair: bool = True  # the job asked for online repair (--enable-hbmfault-repair / retry)
     elastic_training: bool = False  # the job asked for the scale-in (--enable-elastic-training / elastic-training)
     node0_wait: float = DEFAULT_RDZV_TIMEOUT_S  # seconds a launcher that lost node 0 waits for a new one
@@ -78,6 +83,7 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
     addr, port = _master(args, nnodes, slurm)
     reboot, reason = _worker_reboot(args, environ)
     rdzv_timeout = _rdzv_timeout(args.rdzv_conf)
+    controllers, controllers_reason = _controllers(args, environ, nnodes, reboot)
     return LaunchConfig(
         nnodes=nnodes, nproc_per_node=_nproc(args.nproc_per_node), node_rank=node_rank,
         master_addr=addr, master_port=port, run_id=_run_id(args, slurm),
@@ -88,7 +94,8 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         rdzv_timeout=rdzv_timeout, role=args.role, command=_command(args),
         place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
         standby=_standby(args.standby, nnodes, reboot), spare_workers=_spare_workers(args.spare_workers, reboot),
-        warm_preload=args.warm_preload, controllers=_controllers(args.controllers, nnodes),
+        warm_preload=args.warm_preload, controllers=controllers,
+        controllers_reason=controllers_reason,
         online_repair=_online_repair(args, environ),
         elastic_training=_training_asks(args, environ, SCRIPT_ELASTIC_FLAG, "enable_elastic_training"), node0_wait=_node0_wait(args.node0_wait, rdzv_timeout))
 
@@ -114,12 +121,22 @@ def _standby(standby: bool, nnodes: int, reboot: bool) -> bool:
     return standby
 
 
-def _controllers(count: int, nnodes: int) -> int:
-    count = _at_least("--controllers", count, 0)
-    if count > nnodes:
-        raise LaunchConfigError(f"--controllers {count}: one per node at most (failure domains), and there are "
-                                f"{nnodes} nodes")
-    return count
+def _controllers(args, environ: Mapping[str, str], nnodes: int, reboot: bool) -> Tuple[int, str]:
+    """--controllers, else hosted by default where a job of ours replaces processes: the in-job controller
+    lives in rank 0's process, so rank 0's death (or node 0's) would take the recovery down with it. Not
+    where the user runs a controller of their own (MINDIO_CONTROLLER_ADDR) or the script is not ours."""
+    if args.controllers is not None:
+        count = _at_least("--controllers", int(args.controllers), 0)
+        if count > nnodes:
+            raise LaunchConfigError(f"--controllers {count}: one per node at most (failure domains), and there "
+                                    f"are {nnodes} nodes")
+        return count, ""
+    if not reboot or environ.get(ENV_CONTROLLER) or not _training_asks(args, environ, SCRIPT_HA_FLAG,
+                                                                        "enable_high_availability"):
+        return 0, ""
+    count = min(DEFAULT_HOSTED_CONTROLLERS, nnodes)
+    return count, (f"the default with worker reboot: one per node on the first {count} of {nnodes} "
+                   f"node{'s' if nnodes > 1 else ''}; --controllers 0 keeps it in rank 0's process")
 
 
 def _online_repair(args, environ: Mapping[str, str]) -> bool:

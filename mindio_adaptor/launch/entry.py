@@ -54,3 +54,6 @@ def _log_place(config: LaunchConfig, store, log) -> None:
              f" (from {config.place_source})" if config.place_source else "", first, last, config.world_size,
              config.run_id, config.master_addr, store.port, config.max_restarts,
              f"on ({config.worker_reboot_reason})" if config.worker_reboot else "off", " ".join(config.command))
+    if config.controllers_reason:
+        log.info("the recovery controllers run in the launchers of nodes 0..%d (%s)", config.controllers - 1,
+                 config.controllers_reason)

@@ -13,20 +13,24 @@ REBOOT = ["--enable-high-availability", "--enable-worker-reboot"]
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
 
 
-def test_killed_rank_is_replaced_and_only_its_pid_changes(tmp_path, reference_runs):
-    env = {"MINDIO_FAULT_INJECT": "kill:rank=2,step=4", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
+def test_killed_rank_0_is_replaced_and_only_its_pid_changes(tmp_path, reference_runs):
+    # Rank 0: with the controller in its process, its death took the recovery down with it. The launcher
+    # hosts the controller by default now, so rank 0 is replaced like any other rank.
+    env = {"MINDIO_FAULT_INJECT": "kill:rank=0,step=4", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
     run = run_training(REBOOT, env=env, launcher=LAUNCH).require_success()
+    assert "the recovery controllers run in the launchers of nodes 0..0 (the default with worker reboot" in run.output
+    assert re.search(r"active controller started as pid \d+", run.output)
     # The peers' communication errors may be listed beside the death (faults are listed by rank).
-    assert re.search(r"decision recover: faults [^\n]*\b2:node", run.output)
-    assert "replacement process of rank 2: Megatron starts on the fake backend" in run.output
-    assert re.search(r"rank 2\] INFO repair of step 3: received my optimizer shard \(\d+ tensors, \d+ bytes\) "
-                     r"from rank 0", run.output)
+    assert re.search(r"decision recover: faults [^\n]*\b0:node", run.output)
+    assert "replacement process of rank 0: Megatron starts on the fake backend" in run.output
+    assert re.search(r"rank 0\] INFO repair of step 3: received my optimizer shard \(\d+ tensors, \d+ bytes\) "
+                     r"from rank 2", run.output)
     assert "replacement process: data iterator positioned at sample 48" in run.output
-    assert "ranks [2] replaced, training resumes at step 3" in run.output
+    assert "ranks [0] replaced, training resumes at step 3" in run.output
     seen = process_ids(run.output)
-    for rank in (0, 1, 3):  # one process from start to end
+    for rank in (1, 2, 3):  # one process from start to end
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
-    assert len(set(seen[2]["starting"])) == 2 and seen[2]["done"] == seen[2]["starting"][1:], seen
+    assert len(set(seen[0]["starting"])) == 2 and seen[0]["done"] == seen[0]["starting"][1:], seen
     reference, _ = reference_runs("ha")
     assert sorted(run.losses) == list(range(1, 9))
     assert run.losses == reference.losses

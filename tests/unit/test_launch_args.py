@@ -22,7 +22,7 @@ def script(tmp_path):
 @pytest.fixture(autouse=True)
 def no_env_defaults(monkeypatch):
     for key in ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE",
-                "PET_MAX_RESTARTS", "HIGH_AVAILABILITY", "MINDIO_FAILURE_DOMAIN"):
+                "PET_MAX_RESTARTS", "PET_CONTROLLERS", "HIGH_AVAILABILITY", "MINDIO_FAILURE_DOMAIN"):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -185,6 +185,26 @@ def test_controllers_hosted_by_the_launchers_know_what_the_job_asked_for(script)
     assert config(script, "--enable-worker-reboot", "--enable-elastic-training").elastic_training
     assert config(script, environ={"HIGH_AVAILABILITY": "recover,elastic-training"}).elastic_training
     assert not config(script, "--enable-worker-reboot").elastic_training
+
+
+HA_REBOOT = ("--enable-high-availability", "--enable-worker-reboot")
+
+
+@pytest.mark.parametrize("nnodes, hosted", [(1, 1), (2, 2), (3, 3), (8, 3)])
+def test_a_job_that_replaces_processes_hosts_its_controllers_in_the_launchers_by_default(script, nnodes, hosted):
+    cfg = config("--nnodes", str(nnodes), script, *HA_REBOOT)
+    assert cfg.controllers == hosted
+    assert f"first {hosted} of {nnodes} node" in cfg.controllers_reason
+    assert config("--nnodes", "2", script, environ={"HIGH_AVAILABILITY": "dump,recover"}).controllers == 2
+
+
+def test_controllers_stay_in_the_job_when_asked_or_when_the_job_is_not_ours(script):
+    assert config("--nnodes", "2", "--controllers", "0", script, *HA_REBOOT).controllers == 0
+    assert config("--nnodes", "2", "--controllers", "1", script, *HA_REBOOT).controllers_reason == ""
+    assert config("--nnodes", "2", "--worker-reboot", script).controllers == 0  # a script that is not ours
+    assert config("--nnodes", "2", script, "--enable-high-availability").controllers == 0  # no replacement
+    external = {"MINDIO_CONTROLLER_ADDR": "10.0.0.9:8000"}
+    assert config("--nnodes", "2", script, *HA_REBOOT, environ=external).controllers == 0
 
 
 def test_missing_script_and_program():
