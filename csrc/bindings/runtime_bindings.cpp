@@ -200,6 +200,14 @@ void bind_runtime(py::module_& m) {
            "then its backups in takeover order")
         .def("controller_address", &Processor::controller_address,
              "host:port of the controller it registers with now")
+        .def("replace_controller", [](Processor& p, std::size_t index, const std::string& host, int port) {
+            try {
+                p.replace_controller(index, {host, port});
+            } catch (const std::out_of_range& e) {
+                throw py::index_error(e.what());
+            }
+        }, py::arg("index"), py::arg("host"), py::arg("port"),
+           "the list's entry `index` names the controller at host:port from the next connection attempt on")
         .def("stop", &Processor::stop, release())
         .def("set_replica", [](Processor& p, int rank, const py::list& groups, const std::string& domain) {
             ReplicaInfoMsg info = replica_from_py(rank, groups, domain);

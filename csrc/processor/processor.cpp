@@ -106,6 +106,15 @@ std::string Processor::controller_address() const {
     return controllers_[current_].first + ":" + std::to_string(controllers_[current_].second);
 }
 
+void Processor::replace_controller(std::size_t index, const Endpoint& controller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index >= controllers_.size()) {
+        throw std::out_of_range("controller " + std::to_string(index) + " of a list of " +
+                                std::to_string(controllers_.size()));
+    }
+    controllers_[index] = controller;
+}
+
 bool Processor::try_next_controller(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (controllers_.size() < 2) return true;

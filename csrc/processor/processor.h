@@ -54,6 +54,9 @@ public:
     void start(const std::vector<Endpoint>& controllers);
     void start(const std::string& host, int port) { start(std::vector<Endpoint>{{host, port}}); }
     std::string controller_address() const;  // "host:port" of the controller it registers with now
+    // A controller of the list moved (a replaced node hosts one again, on a new port): the entry at
+    // `index` now names it. The connection in use is kept; the entry is used from the next attempt.
+    void replace_controller(std::size_t index, const Endpoint& controller);
     void stop();
 
     void set_replica(const ReplicaInfoMsg& info);

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import pickle
 from datetime import timedelta
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch.distributed as dist
 
@@ -92,6 +92,26 @@ def read_or(name: str, default: Any, timeout_s: float = 30.0) -> Any:
     except Exception as exc:
         _clients.pop(address, None)
         raise JobStoreError(f"the job's store at {_where(address)} failed reading '{name}': {exc}") from exc
+
+
+def copy_into(address: Tuple[str, int], names: Sequence[str], timeout_s: float = 30.0) -> List[str]:
+    """Write the facts `names`, as this process reads them, into the store at `address` (a store that
+    joined the job late and may lead it later); returns the names copied (a fact never published is not)."""
+    copied = []
+    for name in names:
+        value = read_or(name, _MISSING, timeout_s)
+        if value is _MISSING:
+            continue
+        try:
+            _connect(address, timeout_s).set(PREFIX + name, pickle.dumps(value))
+        except Exception as exc:
+            _clients.pop(address, None)
+            raise JobStoreError(f"'{name}' could not be copied into the store at {_where(address)}: {exc}") from exc
+        copied.append(name)
+    return copied
+
+
+_MISSING = object()
 
 
 def forget_connections() -> None:

@@ -10,7 +10,8 @@ survivor has in common after a takeover, and not by whichever store happens to a
 survivors must never meet at different stores.
 
 Before any registration (a replacement reading the job's facts during its start), or when the paired
-store does not answer, the first store of the list that answers is used. Without a list, the only store
+store does not answer, the first store of the list that answers is used (before a registration, never
+the new store of a node that re-hosts its slot: core/rehosted_slot). Without a list, the only store
 is MASTER_ADDR:MASTER_PORT, as before.
 """
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 from mindio_adaptor.core.controller_address import controller_addresses
 
 ENV_STORES = "MINDIO_STORE_ADDRS"
+# Set by a launcher that replaced a lost node and hosts its slot again (core/rehosted_slot): that store is
+# new and holds none of the job's facts until the members adopt it.
+ENV_REHOSTED_SLOT = "MINDIO_REHOSTED_SLOT"
 PROBE_S = 2.0  # a store that does not accept a connection within this is skipped (a dead host's silence)
 # The paired store is given longer: members that fell back from it on a slow answer would meet elsewhere
 # than the others. A dead host refuses at once (its port closed) or stays silent; only silence costs this.
@@ -107,14 +111,21 @@ def choose(stores: Optional[Sequence[Address]] = None, controllers: Optional[Seq
     if paired is not None and answers(paired, paired_probe_s):
         return paired
     tried = [paired] if paired is not None else []
+    # Before any registration, not this node's new store (if it re-hosts its slot): it has no facts yet.
+    skipped = [_rehosted_store(stores)] if paired is None else []
     for address in stores:
-        if address in tried:
+        if address in tried or address in skipped:
             continue
         if answers(address, probe_s):
             return address
         tried.append(address)
     raise NoStoreAnswers("none of the job's stores answered within %g s: %s" % (
         probe_s, ", ".join(f"{h}:{p}" for h, p in tried)))
+
+
+def _rehosted_store(stores: Sequence[Address]) -> Optional[Address]:
+    slot = os.environ.get(ENV_REHOSTED_SLOT, "")
+    return stores[int(slot)] if slot.isdigit() and int(slot) < len(stores) else None
 
 
 def answering(stores: Optional[Sequence[Address]] = None, probe_s: float = PROBE_S) -> Tuple[List[Address], List[Address]]:

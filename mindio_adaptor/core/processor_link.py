@@ -133,6 +133,10 @@ class ProcessorLink:
         """host:port of the controller this rank registers with now."""
         return self.native.controller_address()
 
+    def replace_controller(self, index: int, host: str, port: int) -> None:
+        """The list's controller `index` moved to host:port (its node was replaced and hosts one again)."""
+        self.native.replace_controller(int(index), host, int(port))
+
     def report_layout(self, rank: int, replica_info: List[dict], domain: str = "") -> None:
         """The replica layout in the reference's form: one dict per optimizer type, {"rank_list",
         "replica_cnt", "replica_shift"}; the list position is the optimizer type unless a dict names

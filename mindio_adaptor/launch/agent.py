@@ -14,7 +14,7 @@ from typing import Dict, Optional
 from torch.distributed import DistError
 
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
-from mindio_adaptor.core.paired_store import ENV_STORES
+from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
@@ -182,11 +182,15 @@ class NodeAgent:
         if spares:
             self.log.info("warm spare workers started: pids %s", spares)
 
+    def _rehosted_env(self) -> Dict[str, str]:
+        """A node that hosts a lost node's slot again: its workers announce the slot's new addresses."""
+        return {ENV_REHOSTED_SLOT: str(self.config.node_rank)} if self.controller.rehosts else {}
+
     def _start(self, worker: Worker, restarted: bool) -> int:
         """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
         env = worker_env(self.config, worker.local_rank, self.master_port,
                          restart_count=self.generation + worker.reboots, restarted=restarted,
-                         extra={**self._controllers_env, **self._stores_env})
+                         extra={**self._controllers_env, **self._stores_env, **self._rehosted_env()})
         warm = self.warm.take() if restarted else None
         if warm is not None:
             try:

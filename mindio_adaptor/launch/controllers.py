@@ -63,23 +63,31 @@ class HostedController:
 
     @property
     def hosted(self) -> bool:
-        """Nodes below --controllers, in their first launcher only: the workers' lists were given out at the
-        start, so a controller started by a replacement node could not be found by any of them."""
-        return self.config.node_rank < self.config.controllers and not self.store.replacing
+        """Nodes below --controllers, a launcher that replaced such a node included: it hosts the lost
+        node's slot again, a backup on a new port, which the survivors adopt when its workers join
+        (core/rehosted_slot). Without it a second loss of the leading controller's node would end the job."""
+        return self.config.node_rank < self.config.controllers
+
+    @property
+    def rehosts(self) -> bool:
+        """This launcher replaced a lost controller-hosting node and hosts its slot again."""
+        return self.hosted and self.store.replacing
 
     def start(self) -> None:
-        """Start this node's controller and publish its address (node 0 first chooses the token)."""
+        """Start this node's controller and publish its address (node 0 first chooses the token). A
+        replacement's is a backup whatever its node: the job already has a leader."""
         if not self.hosted:
             return
         token = self._token()
-        backup = self.config.node_rank > 0
+        backup = self.config.node_rank > 0 or self.rehosts
         self.proc = subprocess.Popen(self._command(backup), env={**os.environ, ENV_TOKEN: token},
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.port = self._listening_port()
         threading.Thread(target=self._forward_output, daemon=True).start()
         self.store.store.set(_key(self.config.node_rank), f"{reachable_host(self.config)}:{self.port}")
-        self.log.info("%s controller started as pid %d on port %d", "backup" if backup else "active",
-                      self.proc.pid, self.port)
+        self.log.info("%s controller started as pid %d on port %d%s", "backup" if backup else "active",
+                      self.proc.pid, self.port, f", slot {self.config.node_rank} of the list hosted again "
+                      f"(the lost node's)" if self.rehosts else "")
 
     def _command(self, backup: bool) -> List[str]:
         cfg = self.config
@@ -144,6 +152,12 @@ def controllers_env(config: LaunchConfig, store) -> Dict[str, str]:
     return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys),
             ENV_TOKEN: store.store.get(TOKEN_KEY).decode()}
 
+
+
+def own_controller_key(node: int) -> str:
+    """The key of `node`'s slot: a rejoin writes it over whatever another launcher wrote back first, since
+    only the node itself knows where its controller is now (it may have re-hosted it)."""
+    return _key(node)
 
 
 def controllers_keys(env: Dict[str, str]) -> Dict[str, str]:

@@ -32,7 +32,7 @@ from mindio_adaptor.core.comm import host_store
 from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controllers import controllers_keys, reachable_host
+from mindio_adaptor.launch.controllers import controllers_keys, own_controller_key, reachable_host
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, store_listening
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
@@ -72,8 +72,9 @@ def rejoin_entries(node: int, members: str, owner_value: str, generation: int, n
     entries = [(JOB_RUNNING, str(node), True), (GENERATION, str(generation), True),
                (node_liveness.owner_key(0), f"{node0_owner}:lost", True),
                (node_liveness.owner_key(node), owner_value, True), (_key_node(node), "1", True),
-               *((key, value, True) for key, value in controllers_keys(controllers).items()),
-               *((key, value, True) for key, value in stores_keys(generation, stores).items())]
+               *((key, value, key != own_controller_key(node)) for key, value in controllers_keys(controllers).items()),
+               *((key, value, key != _key_store(generation, node))
+                 for key, value in stores_keys(generation, stores).items())]
     if controller_ended:
         entries.append((CONTROLLER_END, str(node), False))
     return [*entries, (_key_config(node), members, False)]
@@ -310,14 +311,15 @@ class NodeStore:
         fresh store cannot hold a previous generation's keys."""
         cfg = self.config
         key = _key_store(generation, cfg.node_rank)
-        # A launcher that replaced a lost node in the running generation finds its slot written back by the
-        # survivors: they went on with the lost node's list, and so do the replacements.
-        if cfg.node_rank >= cfg.controllers or self.store.check([key]):
+        if cfg.node_rank >= cfg.controllers:
             return
         if not self.hosting:
             self._worker_stores = {generation: host_store(port=0)}
-        port = self._worker_stores[generation].port
-        self.store.compare_set(key, "", f"{reachable_host(cfg)}:{port}")
+        address = f"{reachable_host(cfg)}:{self._worker_stores[generation].port}"
+        if self.replacing:  # the lost node's slot, hosted again (core/rehosted_slot): the new store replaces it
+            self.store.set(key, address)
+        else:
+            self.store.compare_set(key, "", address)
 
     def worker_stores(self, generation: int) -> Dict[str, str]:
         """What every worker gets with --controllers: the workers' stores of `generation` in node order,

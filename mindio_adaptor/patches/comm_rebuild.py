@@ -13,9 +13,10 @@ from typing import Optional, Sequence
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import job_store, paired_store
+from mindio_adaptor.core import job_store, paired_store, rehosted_slot
 from mindio_adaptor.core.comm import CommEpochs, InPlaceUnavailable, StoreUnreachable
 from mindio_adaptor.core.recovery_limits import rebuild_timeout_s
+from mindio_adaptor.patches.parallel_state import LAYOUT_INPUTS
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ def continue_epochs_of_the_job(session) -> int:
 def rebuild_world(session, margs, members: Sequence[int]) -> int:
     """Tear down every group and join a new default group among `members` (global ranks; the new
     rank of each is its index). Returns the epoch used."""
+    rehosted_slot.adopt(facts=(LAST_EPOCH, LAYOUT_INPUTS))  # before the store is chosen and the epoch published
     epoch = _next_epoch(session)
     _epochs(session, margs).rebuild(epoch, list(members))
     session.comm_reinits_in_place = 0  # fresh group objects: every spare backend type is free again

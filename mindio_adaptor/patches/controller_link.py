@@ -17,7 +17,7 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import inherited_sockets, job_store, processor_link
+from mindio_adaptor.core import inherited_sockets, job_store, processor_link, rehosted_slot
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 from mindio_adaptor.core.paired_store import control_ports
 from mindio_adaptor.core.env_values import seconds_from_env
@@ -54,6 +54,9 @@ def connect():
     addresses = controller_addresses() or [_start_in_job_controller(rank, world, controller, config)]
     address = addresses[0]
     link = processor_link.open_link(rank, world, allow_replacement=config.enable_worker_reboot)
+    if rehosted_slot.announce() is not None:  # before registering: the survivors read it when this rank joins
+        logger.info("this node hosts slot %s of the controllers again (a replaced node): announced in the job's "
+                    "stores", rehosted_slot.rehosted_slot())
     link.start(*address, backups=addresses[1:])
     if SESSION.job.layout is not None:
         link.report_layout(rank, SESSION.job.layout.to_reference(), parallel_state.failure_domain(rank))

@@ -43,13 +43,13 @@ def test_a_new_node_0_joins_the_running_job_and_node_1_keeps_its_workers(cluster
     assert [row for row in cluster.starts() if row[0] in (2, 3)] == [row for row in first if row[0] in (2, 3)]
 
 
-def test_the_new_node_0s_workers_get_the_controllers_that_node_1_wrote_back(cluster):
+def test_the_new_node_0_hosts_slot_0_again_and_learns_the_rest_from_node_1(cluster):
     """With --controllers 2, node 0's launcher hosted the active controller and chose the token; the new
-    node 0 hosts none, and learns the list and the token from node 1."""
+    node 0 hosts slot 0 again (a backup on a new port) and learns the token and slot 1 from node 1."""
     flags = ("--node0-wait", str(REPLACEMENT_WAIT_S), "--controllers", "2")
-    # Each start also appends "rank controllers token" to OUT/controllers.
-    worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_CONTROLLER_ADDR $MINDIO_TOKEN" >> "$OUT/controllers"; '
-              + WORKER[-1]]
+    # Each start also appends "rank controllers token slot" to OUT/controllers.
+    worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_CONTROLLER_ADDR $MINDIO_TOKEN ${MINDIO_REHOSTED_SLOT:--}" '
+              '>> "$OUT/controllers"; ' + WORKER[-1]]
     node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
     node1 = cluster.start("--node-rank", "1", *flags, worker=worker)
     cluster.wait_starts(4, node0, node1)
@@ -59,9 +59,14 @@ def test_the_new_node_0s_workers_get_the_controllers_that_node_1_wrote_back(clus
     (code0, err0), (code1, err1) = cluster.finish(new_node0, node1)
     assert (code0, code1) == (0, 0), (err0, err1)
     rows = [line.split() for line in (cluster.out / "controllers").read_text().splitlines()]
-    assert len(rows) == 6 and len({(addresses, token) for _, addresses, token in rows}) == 1, rows
-    assert len(rows[0][1].split(",")) == 2
-    assert "controller started" not in err0  # a replacement node hosts no controller
+    assert len(rows) == 6, rows
+    first, new = rows[:4], rows[4:]  # the first four starts, then the new node 0's two workers
+    assert len({(addresses, token, slot) for _, addresses, token, slot in first}) == 1 and first[0][3] == "-", rows
+    assert {rank for rank, *_ in new} == {"0", "1"} and all(row[3] == "0" for row in new), rows
+    old_list, new_list = first[0][1].split(","), new[0][1].split(",")
+    assert new_list[1] == old_list[1] and new_list[0] != old_list[0], rows  # slot 0 on a new port
+    assert {token for _, _, token, _ in rows} == {first[0][2]}, rows
+    assert "backup controller started as pid" in err0 and "slot 0 of the list hosted again" in err0, err0
 
 
 def test_without_a_new_node_0_node_1_ends_after_the_wait_and_leaves_nothing_running(cluster):
