@@ -69,15 +69,16 @@ def test_a_rebuilt_object_takes_the_old_ones_place_for_every_holder():
         scale_in.take_place_of(Optimizer("x"), object())
 
 
-def test_parallelism_other_than_data_parallel_is_refused_naming_the_size():
+def test_parallelism_other_than_data_and_tensor_parallel_is_refused_naming_the_size():
     from types import SimpleNamespace
 
     from mindio_adaptor.core.replica_layout import ReplicaLayout
 
     layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
-    margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=1,
+    margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=1,
                             expert_model_parallel_size=1)
-    with pytest.raises(ScaleInRefused, match="data parallelism alone so far; this job has tensor-parallel size 2"):
+    with pytest.raises(ScaleInRefused, match="data and tensor parallelism alone so far; this job has "
+                                             "pipeline-parallel size 2$"):
         scale_in.refuse_unsupported(margs, layout)
-    margs.tensor_model_parallel_size = 1
-    scale_in.refuse_unsupported(margs, layout)  # dp only: accepted
+    margs.pipeline_model_parallel_size = 1
+    scale_in.refuse_unsupported(margs, layout)  # tp2 x dp2: accepted
