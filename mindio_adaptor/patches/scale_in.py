@@ -59,6 +59,11 @@ def apply_sizes(plan: ScaleInPlan, old_rank: int, init_call: tuple) -> tuple:
     if get_num_microbatches() != plan.num_microbatches:
         raise ScaleInRefused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at dp{plan.new_dp}, "
                              f"the plan {plan.num_microbatches}")
+    return init_call_at(plan, init_call)
+
+
+def init_call_at(plan: ScaleInPlan, init_call: tuple) -> tuple:
+    """The job's initialize_model_parallel call with the plan's optimizer replica count (instances)."""
     init_args, init_kwargs = init_call
     return init_args, {**init_kwargs, "num_distributed_optimizer_instances": plan.new_replicas}
 
@@ -102,10 +107,10 @@ def with_current_groups(call_args, call_kwargs) -> tuple:
     groups of the start as a ProcessGroupCollection, and its checkpointing context may hold strategies
     built on them (the context is the one pretrain() keeps: it is cleared, not replaced). Its DDP
     config takes the current optimizer instance count (the replicas, core/scale_in_plan)."""
-    from megatron.core.process_groups_config import ProcessGroupCollection
-
     call_kwargs = dict(call_kwargs)
     if "pg_collection" in call_kwargs:
+        from megatron.core.process_groups_config import ProcessGroupCollection
+
         call_kwargs["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()
     ddp_config = getattr(call_kwargs.get("cfg_container"), "ddp", None)
     if ddp_config is not None:  # built from the arguments at start: the replica count may have fallen since

@@ -1,5 +1,5 @@
 """Elastic training's scale-in on the real megatron.training (dp4, R=2, gloo): two `mindio-adaptor launch`
-processes play two nodes of two ranks each. Node 1 is lost after step 4 and no replacement comes: once
+processes play two nodes of two ranks each. Node 1 is lost in step 5 and no replacement comes: once
 the controller stops waiting (MINDIO_ARF_WAIT_S) the savers on node 0 write the dump of the repair step,
 node 0's two ranks rebuild the world among themselves at dp2, load that dump in-process and train on to
 the last step with twice the micro-batches each. One faulted run, checked several ways against the
@@ -7,8 +7,8 @@ uninterrupted dp4 run: losses, consumed samples, the samples of every step, node
 The checkpoint the run saves at dp2 (step 6) is then loaded by two short plain runs, one at dp4 and one
 at dp2, which train steps 7 and 8 like the uninterrupted run.
 
-A second faulted run: tp2 x dp2 (one data-parallel slice, both its TP ranks, per node), node 1 lost after
-step 4: node 0's two TP ranks go on at dp1, the optimizer's R=2 replicas fall to none."""
+A second faulted run: tp2 x dp2 (one data-parallel slice, both its TP ranks, per node), node 1 lost in
+step 5: node 0's two TP ranks go on at dp1, the optimizer's R=2 replicas fall to none."""
 import re
 import threading
 from collections import defaultdict
@@ -26,21 +26,6 @@ SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
 
 
-class StepLogged:
-    """Set when Megatron's log line of `step` first appears."""
-
-    def __init__(self, step):
-        self.step, self.event = step, threading.Event()
-
-    def __call__(self, line):
-        match = re.search(r"iteration\s+(\d+)/", line)
-        if match and int(match.group(1)) == self.step:
-            self.event.set()
-
-    def wait(self, cluster):
-        cluster.wait_for(self.event, f"step {self.step}")
-
-
 def samples_by_step(output: str) -> dict:
     seen = defaultdict(set)
     for step, ids in SAMPLE_IDS.findall(output):
@@ -54,15 +39,15 @@ def consumed_by_step(output: str) -> dict:
 
 @pytest.fixture(scope="module")
 def scaled_in(tmp_path_factory):
-    """Node 1 lost after step 4, never replaced: the job goes on at dp2."""
+    """Node 1 lost in step 5, never replaced: the job goes on at dp2 from step 4."""
     ckpt = tmp_path_factory.mktemp("elastic") / "ckpt"
-    run, lost = lose_node_1_after_step_4(["--save-interval", str(SAVED_AT_DP2)], ckpt)
+    run, lost = lose_node_1_in_step_5(["--save-interval", str(SAVED_AT_DP2)], ckpt)
     return run, lost, ckpt
 
 
 class HangFired:
     """Set when the injected hang of a rank of node 1 fires: the job is inside that step, whatever its speed
-    (the tp2 x dp2 job ran from step 4 to its end in 1.3 s, before a kill on step 4's line could land)."""
+    (a kill on step 4's log line once landed after the tp2 x dp2 job had run to its end, 1.3 s later)."""
 
     def __init__(self):
         self.event = threading.Event()
@@ -75,13 +60,16 @@ class HangFired:
         cluster.wait_for(self.event, "the injected hang")
 
 
-def lose_node_1_after_step_4(flags, ckpt, env=None, trigger=None):
-    steps = trigger or StepLogged(4)
-    cluster = LocalCluster([*FLAGS, *flags, "--save", str(ckpt)], env={"MINDIO_ARF_WAIT_S": ARF_WAIT_S, **(env or {})},
-                           on_line=steps)
+def lose_node_1_in_step_5(flags, ckpt):
+    """Rank 2 (node 1) hangs in step 5 (injected), then node 1 is SIGKILLed: the loss lands inside step 5
+    whatever the job's speed."""
+    fired = HangFired()
+    env = {"MINDIO_ARF_WAIT_S": ARF_WAIT_S, "MINDIO_FAULT_INJECT": "hang:rank=2,step=5",
+           "MINDIO_FAULT_STATE_DIR": str(ckpt.parent / "faults")}
+    cluster = LocalCluster([*FLAGS, *flags, "--save", str(ckpt)], env=env, on_line=fired)
     cluster.start_node("--node-rank", "0")
     node_1 = cluster.start_node("--node-rank", "1")
-    steps.wait(cluster)
+    fired.wait(cluster)
     lost = cluster.lose_node(node_1)
     run = cluster.wait()
     (ckpt.parent / "output.txt").write_text(run.output)  # the whole log, kept with the test's files
@@ -173,10 +161,8 @@ def test_the_checkpoint_saved_at_dp2_loads_at_dp4_and_at_dp2(resumed, reference)
 def tp2_scaled_in(tmp_path_factory):
     """tp2 x dp2, node 1 (data-parallel index 1: ranks 2 and 3) lost in step 5 (rank 2 hangs there, then the
     node is killed): the job goes on at dp1."""
-    ckpt = tmp_path_factory.mktemp("elastic_tp2") / "ckpt"
-    env = {"MINDIO_FAULT_INJECT": "hang:rank=2,step=5", "MINDIO_FAULT_STATE_DIR": str(ckpt.parent / "faults")}
-    run, _ = lose_node_1_after_step_4(["--tensor-model-parallel-size", "2", "--save-interval", "1000"], ckpt,
-                                      env=env, trigger=HangFired())
+    run, _ = lose_node_1_in_step_5(["--tensor-model-parallel-size", "2", "--save-interval", "1000"],
+                                   tmp_path_factory.mktemp("elastic_tp2") / "ckpt")
     return run
 
 
