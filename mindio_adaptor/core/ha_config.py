@@ -104,16 +104,18 @@ class HighAvailabilityConfig:
                 f"--num-distributed-optimizer-instances (the adaptor sets it to R)")
 
     def check_elastic(self, tensor: int, pipeline: int, context: int, expert: int):
-        """The scale-in drops whole data-parallel slices of a data-parallel-only job so far (docs/elastic.md):
-        refused at the start rather than at the first lost rank."""
+        """The scale-in drops whole data-parallel slices (every TP rank of each) of a job without pipeline,
+        context or expert parallelism so far (docs/elastic.md): refused at the start rather than at the
+        first lost rank."""
         if not self.enable_elastic_training:
             return
-        sizes = {"--tensor-model-parallel-size": tensor, "--pipeline-model-parallel-size": pipeline,
+        del tensor  # carried: a lost slice leaves with all its tensor-parallel ranks
+        sizes = {"--pipeline-model-parallel-size": pipeline,
                  "--context-parallel-size": context, "--expert-model-parallel-size": expert}
         other = [f"{flag} {size}" for flag, size in sizes.items() if size != 1]
         if other:
             raise HighAvailabilityConfigError(
-                f"--enable-elastic-training supports data parallelism alone so far, but this job has "
+                f"--enable-elastic-training supports data and tensor parallelism alone so far, but this job has "
                 f"{', '.join(other)}: drop --enable-elastic-training (a lost rank is then replaced or dumped)")
 
     def inactive_requests(self) -> List[str]:

@@ -5,6 +5,10 @@ Every TP x PP rank of a data-parallel index that lost a rank leaves with it: a m
 piece is no replica. The survivors are renumbered densely (the new rank of each is its index among the
 survivors, which keeps Megatron's rank order). The global batch size stays what it was: each survivor
 takes more micro-batches, so the samples of a step, and the losses, are those of the full job.
+
+The optimizer's replica count R (Megatron's distributed-optimizer instances) must divide the data-parallel
+size. Where it no longer does (dp2 R=2 losing a slice: dp1) R falls to the largest count that does, and
+the plan says so: with R = 1 the job has no replica left, and its next fault ends in the dump.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ class ScaleInPlan:
     old_dp: int
     new_dp: int
     num_microbatches: int  # per survivor and step, at the new data-parallel size
+    old_replicas: int = 1  # the optimizer's replica count R before and after
+    new_replicas: int = 1
 
     def new_rank(self, old_rank: int) -> int:
         if old_rank not in self.survivors:
@@ -36,7 +42,16 @@ class ScaleInPlan:
 
     def describe(self) -> str:
         return (f"dp{self.old_dp} -> dp{self.new_dp} (data-parallel indices {list(self.lost_dp_indices)} lost "
-                f"a rank; survivors {list(self.survivors)}, {self.num_microbatches} micro-batches each)")
+                f"a rank; survivors {list(self.survivors)}, {self.num_microbatches} micro-batches each"
+                f"{self.describe_replicas()})")
+
+    def describe_replicas(self) -> str:
+        if self.new_replicas == self.old_replicas:
+            return ""
+        if self.new_replicas == 1:
+            return (f"; optimizer replicas R={self.old_replicas} -> R=1: the job has no replica now, its next "
+                    f"fault ends in the dump")
+        return f"; optimizer replicas R={self.old_replicas} -> R={self.new_replicas}"
 
 
 def plan_scale_in(dp_lists: Sequence[Sequence[int]], lost: Iterable[int], global_batch_size: int,
@@ -56,11 +71,13 @@ def plan_scale_in(dp_lists: Sequence[Sequence[int]], lost: Iterable[int], global
     leaving = {rank for ranks in dp_lists for i, rank in enumerate(ranks) if i in lost_indices}
     survivors = tuple(sorted(set(index_of) - leaving))
     num_microbatches = microbatches_at(new_dp, global_batch_size, micro_batch_size, old_dp)
+    old_replicas = new_replicas = 1
     if layout is not None:
         check_every_shard_survives(layout, survivors)
-        check_replicas_divide(layout, new_dp, old_dp)
+        old_replicas = layout.sets[0].replica_cnt
+        new_replicas = replicas_at(new_dp, old_replicas)
     return ScaleInPlan(tuple(sorted(lost)), survivors, tuple(sorted(leaving - lost)), tuple(lost_indices), old_dp, new_dp,
-                       num_microbatches)
+                       num_microbatches, old_replicas, new_replicas)
 
 
 def microbatches_at(new_dp: int, global_batch_size: int, micro_batch_size: int, old_dp: int) -> int:
@@ -87,9 +104,6 @@ def check_every_shard_survives(layout: ReplicaLayout, survivors: Sequence[int]) 
                     f"is lost, the job cannot go on")
 
 
-def check_replicas_divide(layout: ReplicaLayout, new_dp: int, old_dp: int) -> None:
-    """The replicated optimizer keeps its replica count R, which must divide the new size."""
-    replica_cnt = layout.sets[0].replica_cnt
-    if new_dp % replica_cnt:
-        raise ScaleInRefused(f"cannot scale in from dp{old_dp} to dp{new_dp}: the optimizer's {replica_cnt} "
-                             f"replicas (--optimizer-replica-num) must divide the data-parallel size")
+def replicas_at(new_dp: int, replica_cnt: int) -> int:
+    """The most optimizer replicas, up to the job's R, that divide the new data-parallel size."""
+    return max(r for r in range(1, min(replica_cnt, new_dp) + 1) if new_dp % r == 0)

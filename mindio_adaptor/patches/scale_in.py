@@ -32,11 +32,12 @@ def plan_for(layout, lost) -> ScaleInPlan:
 
 def refuse_unsupported(margs, layout) -> None:
     """What this first slice of elastic training does not do; each refusal names the size."""
-    sizes = {"tensor": margs.tensor_model_parallel_size, "pipeline": margs.pipeline_model_parallel_size,
-             "context": margs.context_parallel_size, "expert": margs.expert_model_parallel_size}
+    # Tensor parallelism is carried: a lost slice leaves with all its TP ranks, the survivors keep theirs.
+    sizes = {"pipeline": margs.pipeline_model_parallel_size, "context": margs.context_parallel_size,
+             "expert": margs.expert_model_parallel_size}
     other = {name: size for name, size in sizes.items() if size != 1}
     if other:
-        raise ScaleInRefused("scale-in supports data parallelism alone so far; this job has "
+        raise ScaleInRefused("scale-in supports data and tensor parallelism alone so far; this job has "
                              + ", ".join(f"{name}-parallel size {size}" for name, size in other.items()))
     if any(s.optimizer_type != 0 for s in layout.sets):
         raise ScaleInRefused("scale-in with separate expert data-parallel lists (MoE) is not supported")
@@ -44,18 +45,27 @@ def refuse_unsupported(margs, layout) -> None:
         raise ScaleInRefused("scale-in with a batch-size ramp-up or schedule is not supported")
 
 
-def apply_sizes(plan: ScaleInPlan, old_rank: int) -> None:
-    """Megatron's arguments and micro-batch calculator at the plan's sizes (the world is rebuilt already)."""
+def apply_sizes(plan: ScaleInPlan, old_rank: int, init_call: tuple) -> tuple:
+    """Megatron's arguments and micro-batch calculator at the plan's sizes (the world is rebuilt already);
+    returns the job's initialize_model_parallel call with the plan's optimizer replica count."""
     from megatron.core.num_microbatches_calculator import get_num_microbatches, reconfigure_num_microbatches_calculator
 
     margs = megatron_job.args()
     margs.rank, margs.world_size = plan.new_rank(old_rank), len(plan.survivors)
     margs.data_parallel_size = plan.new_dp
+    margs.num_distributed_optimizer_instances = plan.new_replicas
     reconfigure_num_microbatches_calculator(margs.rank, None, margs.global_batch_size, margs.micro_batch_size,
                                             plan.new_dp, seq_length=margs.seq_length)
     if get_num_microbatches() != plan.num_microbatches:
         raise ScaleInRefused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at dp{plan.new_dp}, "
                              f"the plan {plan.num_microbatches}")
+    return init_call_at(plan, init_call)
+
+
+def init_call_at(plan: ScaleInPlan, init_call: tuple) -> tuple:
+    """The job's initialize_model_parallel call with the plan's optimizer replica count (instances)."""
+    init_args, init_kwargs = init_call
+    return init_args, {**init_kwargs, "num_distributed_optimizer_instances": plan.new_replicas}
 
 
 def rebuild_from_checkpoint(job, root: str, step: int) -> tuple:
@@ -95,12 +105,16 @@ CACHED_CHECKPOINT_STRATEGIES = ("save_strategy", "load_strategy")
 def with_current_groups(call_args, call_kwargs) -> tuple:
     """The recorded setup call with Megatron's process groups as they are now: pretrain() passes the
     groups of the start as a ProcessGroupCollection, and its checkpointing context may hold strategies
-    built on them (the context is the one pretrain() keeps: it is cleared, not replaced)."""
-    from megatron.core.process_groups_config import ProcessGroupCollection
-
+    built on them (the context is the one pretrain() keeps: it is cleared, not replaced). Its DDP
+    config takes the current optimizer instance count (the replicas, core/scale_in_plan)."""
     call_kwargs = dict(call_kwargs)
     if "pg_collection" in call_kwargs:
+        from megatron.core.process_groups_config import ProcessGroupCollection
+
         call_kwargs["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()
+    ddp_config = getattr(call_kwargs.get("cfg_container"), "ddp", None)
+    if ddp_config is not None:  # built from the arguments at start: the replica count may have fallen since
+        ddp_config.num_distributed_optimizer_instances = megatron_job.args().num_distributed_optimizer_instances
     context = call_kwargs.get("checkpointing_context")
     for key in CACHED_CHECKPOINT_STRATEGIES:
         if isinstance(context, dict):

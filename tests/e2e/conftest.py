@@ -6,9 +6,10 @@ from mindio_adaptor import tiny_job
 from mindio_adaptor.tiny_job import load_params, run_training
 
 HA = ["--enable-high-availability"]
-# "ha" also names every micro-batch's samples (tests/e2e/test_elastic_scale_in.py compares them); that
-# changes no result.
-REFERENCE_FLAGS = {"plain": [], "ha": [*HA, "--log-sample-ids"], "ha_tp2": [*HA, "--tensor-model-parallel-size", "2"],
+# "ha" and "ha_tp2" also name every micro-batch's samples (tests/e2e/test_elastic_scale_in.py compares
+# them); that changes no result.
+REFERENCE_FLAGS = {"plain": [], "ha": [*HA, "--log-sample-ids"],
+                   "ha_tp2": [*HA, "--tensor-model-parallel-size", "2", "--log-sample-ids"],
                    "ha_no_replica": [*HA, "--distributed-optimizer-no-replica"]}
 
 

@@ -30,9 +30,9 @@ CASES = [
     ({"flags": DIST + ["--enable-high-availability", "--enable-elastic-training"]},
      "--enable-elastic-training (scale-in) requires --enable-worker-reboot"),
     ({"flags": DIST + ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training",
-                       "--tensor-model-parallel-size", "2"], "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
-     "--enable-elastic-training supports data parallelism alone so far, but this job has "
-     "--tensor-model-parallel-size 2"),
+                       "--pipeline-model-parallel-size", "2"], "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
+     "--enable-elastic-training supports data and tensor parallelism alone so far, but this job has "
+     "--pipeline-model-parallel-size 2"),
 ]
 
 

@@ -77,12 +77,13 @@ def test_elastic_training_is_active_and_needs_worker_reboot():
         alone.check_flags(use_distributed_optimizer=True)
 
 
-def test_elastic_training_beyond_data_parallelism_is_refused_at_the_start():
+def test_elastic_training_beyond_data_and_tensor_parallelism_is_refused_at_the_start():
     config = HighAvailabilityConfig(enable_high_availability=True, enable_worker_reboot=True,
                                     enable_elastic_training=True)
     config.check_elastic(1, 1, 1, 1)
-    with pytest.raises(HighAvailabilityConfigError, match=r"data parallelism alone so far, but this job has "
-                                                          r"--tensor-model-parallel-size 2, "
-                                                          r"--pipeline-model-parallel-size 2"):
-        config.check_elastic(2, 2, 1, 1)
+    config.check_elastic(2, 1, 1, 1)  # tensor parallelism is carried
+    with pytest.raises(HighAvailabilityConfigError, match=r"data and tensor parallelism alone so far, but this job "
+                                                          r"has --pipeline-model-parallel-size 2, "
+                                                          r"--context-parallel-size 2: drop"):
+        config.check_elastic(2, 2, 2, 1)
     HighAvailabilityConfig(enable_high_availability=True).check_elastic(2, 2, 2, 2)  # not asked for: no check

@@ -36,10 +36,24 @@ def test_a_shard_whose_holders_are_all_gone_is_refused_naming_it():
         plan_scale_in([[0, 1, 2, 3]], {0, 2}, global_batch_size=16, micro_batch_size=2, layout=layout)
 
 
-def test_replicas_that_do_not_divide_the_new_size_are_refused():
+def test_replicas_fall_to_the_most_that_divide_the_new_size():
     layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3, 4, 5]], 2)
-    with pytest.raises(ScaleInRefused, match=r"from dp6 to dp5: the optimizer's 2 replicas"):
-        plan_scale_in([[0, 1, 2, 3, 4, 5]], {5}, global_batch_size=10, micro_batch_size=1, layout=layout)
+    plan = plan_scale_in([[0, 1, 2, 3, 4, 5]], {5}, global_batch_size=10, micro_batch_size=1, layout=layout)
+    assert (plan.new_dp, plan.old_replicas, plan.new_replicas) == (5, 2, 1)
+    assert "R=2 -> R=1: the job has no replica now, its next fault ends in the dump" in plan.describe()
+    layout = ReplicaLayout.from_dp_lists([list(range(8))], 4)
+    plan = plan_scale_in([list(range(8))], {7, 6}, global_batch_size=12, micro_batch_size=1, layout=layout)
+    assert (plan.new_dp, plan.new_replicas) == (6, 3) and plan.describe().endswith("R=4 -> R=3)")
+
+
+def test_tp2_dp2_losing_node_1_goes_on_at_dp1_without_replicas():
+    # tp2 x dp2, R=2: DP lists [0,2] and [1,3], each rank holds its TP piece's whole optimizer state
+    layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
+    plan = plan_scale_in([[0, 2], [1, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2, layout=layout)
+    assert (plan.survivors, plan.dropped, plan.new_dp, plan.num_microbatches) == ((0, 1), (), 1, 8)
+    assert (plan.old_replicas, plan.new_replicas) == (2, 1)
+    plan = plan_scale_in([[0, 2], [1, 3]], {3}, global_batch_size=16, micro_batch_size=2, layout=layout)
+    assert plan.survivors == (0, 1) and plan.dropped == (2,)  # rank 3's TP peer leaves with it
 
 
 def test_losing_every_data_parallel_index_or_an_unknown_rank_is_refused():

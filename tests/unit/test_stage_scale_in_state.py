@@ -69,15 +69,42 @@ def test_a_rebuilt_object_takes_the_old_ones_place_for_every_holder():
         scale_in.take_place_of(Optimizer("x"), object())
 
 
-def test_parallelism_other_than_data_parallel_is_refused_naming_the_size():
+def test_parallelism_other_than_data_and_tensor_parallel_is_refused_naming_the_size():
     from types import SimpleNamespace
 
     from mindio_adaptor.core.replica_layout import ReplicaLayout
 
     layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
-    margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=1,
+    margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=1,
                             expert_model_parallel_size=1)
-    with pytest.raises(ScaleInRefused, match="data parallelism alone so far; this job has tensor-parallel size 2"):
+    with pytest.raises(ScaleInRefused, match="data and tensor parallelism alone so far; this job has "
+                                             "pipeline-parallel size 2$"):
         scale_in.refuse_unsupported(margs, layout)
-    margs.tensor_model_parallel_size = 1
-    scale_in.refuse_unsupported(margs, layout)  # dp only: accepted
+    margs.pipeline_model_parallel_size = 1
+    scale_in.refuse_unsupported(margs, layout)  # tp2 x dp2: accepted
+
+
+def test_the_rebuild_call_takes_the_current_replica_count_and_drops_cached_strategies(monkeypatch):
+    from types import SimpleNamespace
+
+    from mindio_adaptor.patches import megatron_job
+
+    monkeypatch.setattr(megatron_job, "args", lambda: SimpleNamespace(num_distributed_optimizer_instances=1))
+    cfg = SimpleNamespace(ddp=SimpleNamespace(num_distributed_optimizer_instances=2))
+    context = {"save_strategy": object(), "load_strategy": object(), "kept": 1}
+    call_args, call_kwargs = scale_in.with_current_groups(("model type",), {"cfg_container": cfg,
+                                                                            "checkpointing_context": context})
+    assert call_args == ("model type",) and call_kwargs["cfg_container"] is cfg
+    assert cfg.ddp.num_distributed_optimizer_instances == 1  # tp2 x dp2 R=2 -> dp1: one instance
+    assert context == {"kept": 1}  # the context pretrain() holds, cleared in place
+
+
+def test_the_parallel_state_call_takes_the_plan_replica_count():
+    from mindio_adaptor.core.replica_layout import ReplicaLayout
+
+    layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
+    plan = plan_scale_in([[0, 2], [1, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2, layout=layout)
+    init_call = ((2, 1, None), {"context_parallel_size": 1, "num_distributed_optimizer_instances": 2})
+    assert scale_in.init_call_at(plan, init_call) == (
+        (2, 1, None), {"context_parallel_size": 1, "num_distributed_optimizer_instances": 1})
+    assert init_call[1]["num_distributed_optimizer_instances"] == 2  # the recorded call is not changed

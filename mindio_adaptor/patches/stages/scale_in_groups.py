@@ -23,7 +23,7 @@ def scale_in_groups(session, megatron, action) -> int:
         raise scale_in.ScaleInRefused(f"rank {old_rank} is in a data-parallel slice that lost a rank; leaving "
                                       f"a job that goes on without it is not supported yet")
     epoch = rebuild_world(session, margs, plan.survivors)
-    scale_in.apply_sizes(plan, old_rank)
+    session.job.model_parallel_init = scale_in.apply_sizes(plan, old_rank, session.job.model_parallel_init)
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
     session.scale_in = plan
     logger.info("scale-in: rank %d is rank %d of %d now; communicators rebuilt (epoch %d) for %s in %.2f s",
