@@ -8,6 +8,7 @@ SHA-256 over the exact bytes of every model parameter of every rank, to compare 
 """
 import os
 import sys
+import time
 from functools import partial
 
 import mindio_adaptor
@@ -83,7 +84,31 @@ def log_sample_ids(sample_ids):
     say(f"sample ids step {get_args().curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
 
 
+def hold_before_step():
+    """--hold-before-step N --hold-until-file F: the first micro-batch of step N waits until F exists
+    (at most HOLD_LIMIT_S), once per process. A test's way to have the job reach a step only after an
+    outside event, e.g. a node's return; the training itself is unchanged."""
+    args = get_args()
+    if args.hold_before_step is None or args.curr_iteration + 1 != args.hold_before_step or HELD:
+        return
+    if not args.hold_until_file:
+        raise ValueError("--hold-before-step needs --hold-until-file: the file whose creation ends the hold")
+    HELD.append(True)
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not os.path.exists(args.hold_until_file):
+        if time.monotonic() > deadline:
+            say(f"hold before step {args.hold_before_step}: {args.hold_until_file} did not appear within "
+                f"{HOLD_LIMIT_S} s; going on")
+            return
+        time.sleep(0.1)
+
+
+HELD = []
+HOLD_LIMIT_S = 300
+
+
 def forward_step(data_iterator, model, return_schedule_plan=False):
+    hold_before_step()
     tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)
     output = model(tokens, position_ids, attention_mask, labels=labels)
     return output, partial(loss_func, loss_mask)
@@ -95,6 +120,9 @@ def add_example_args(parser):
                        help="Also save every rank's final parameters to DIR/params_rank<R>.pt.")
     group.add_argument("--log-sample-ids", action="store_true",
                        help="Print the ids of every micro-batch's samples (see log_sample_ids).")
+    group.add_argument("--hold-before-step", type=int, default=None, metavar="N",
+                       help="Step N waits until --hold-until-file exists (see hold_before_step).")
+    group.add_argument("--hold-until-file", default=None, metavar="PATH")
     return parser
 
 

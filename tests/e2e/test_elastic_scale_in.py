@@ -2,8 +2,11 @@
 processes play two nodes of two ranks each. Node 1 is lost after step 4 and no replacement comes: once
 the controller stops waiting (MINDIO_ARF_WAIT_S) the savers on node 0 write the dump of the repair step,
 node 0's two ranks rebuild the world among themselves at dp2, load that dump in-process and train on to
-the last step with twice the micro-batches each. One faulted run, checked several ways against the
-uninterrupted dp4 run: losses, consumed samples, the samples of every step, node 0's processes, the log."""
+the last step with twice the micro-batches each. A second run does the same, and then node 1 returns: a
+new launcher of node 1 starts once the job scaled in, and step 7 waits for its ranks (the example's
+--hold-before-step), so the controller scales the job out to dp4 there and it ends on dp4. Each faulted
+run is checked several ways against the uninterrupted dp4 run: losses, consumed samples, the samples of
+every step, node 0's processes, the log."""
 import re
 import threading
 from collections import defaultdict
@@ -15,6 +18,10 @@ from mindio_adaptor.tiny_job import LocalCluster, process_ids
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
 ARF_WAIT_S = "15"  # how long the controller waits for node 1's replacement before scaling in
+# The scale-out run: the returned ranks' start-up (a replacement's, on two shared cores) must fit in the
+# controller's wait for the whole set to be ready, which is MINDIO_ARF_WAIT_S as well.
+ARF_WAIT_OUT_S = "25"
+RETURN_AT_STEP = 7
 LAST_STEP = 8
 SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
@@ -62,6 +69,43 @@ def scaled_in(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def scaled_out(tmp_path_factory):
+    """As scaled_in, then node 1 returns: a new launcher of node 1 starts once the job scaled in, and the
+    survivors' step 7 waits until the controller scales out (its log line creates the file the example's
+    hold waits for), so the scale-out comes at step 7 whatever the returned ranks' start-up takes. The
+    hold makes step 7 long: the hang rule gets a fixed step limit (MINDIO_STEP_TIMEOUT_S)."""
+    base = tmp_path_factory.mktemp("elastic_out")
+    ckpt, returned = base / "ckpt", base / "node_1_returned"
+    steps, scaled_in_now = StepLogged(4), threading.Event()
+
+    def on_line(line):
+        steps(line)
+        if "elastic training: scaled in dp4 -> dp2" in line:
+            scaled_in_now.set()
+        if "elastic training: scaling out with ranks" in line:
+            returned.touch()
+
+    cluster = LocalCluster([*FLAGS, "--save", str(ckpt), "--save-interval", "1000", "--hold-before-step",
+                            str(RETURN_AT_STEP), "--hold-until-file", str(returned)],
+                           env={"MINDIO_ARF_WAIT_S": ARF_WAIT_OUT_S, "MINDIO_STEP_TIMEOUT_S": "300"}, on_line=on_line)
+    cluster.start_node("--node-rank", "0")
+    node_1 = cluster.start_node("--node-rank", "1")
+    steps.wait(cluster)
+    lost = cluster.lose_node(node_1)
+    cluster.wait_for(scaled_in_now, "the scale-in")
+    cluster.start_node("--node-rank", "1")
+    run = cluster.wait()
+    (base / "output.txt").write_text(run.output)
+    return run, lost
+
+
+@pytest.fixture(params=["scaled_in", "scaled_out"])
+def elastic_run(request):
+    """Each faulted run, for the checks they share."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope="module")
 def reference(reference_runs, tmp_path_factory):
     """The uninterrupted dp4 run (its sample ids logged: tests/e2e/conftest.py)."""
     run, _ = reference_runs("ha")
@@ -76,15 +120,15 @@ def test_the_job_ends_at_the_last_step_on_dp2(scaled_in):
     assert re.search(rf"iteration\s+{LAST_STEP}/", run.output)
 
 
-def test_losses_match_the_uninterrupted_run(scaled_in, reference):
-    run, _ = scaled_in
+def test_losses_match_the_uninterrupted_run(elastic_run, reference):
+    run, _ = elastic_run
     assert set(run.losses) >= set(range(1, LAST_STEP + 1)), sorted(run.losses)
     for step in range(1, LAST_STEP + 1):
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
 
 
-def test_every_step_sees_the_same_samples_and_the_same_count(scaled_in, reference):
-    run, _ = scaled_in
+def test_every_step_sees_the_same_samples_and_the_same_count(elastic_run, reference):
+    run, _ = elastic_run
     expected, got = samples_by_step(reference.output), samples_by_step(run.output)
     assert sorted(expected) == list(range(1, LAST_STEP + 1))
     assert all(len(ids) == 16 for ids in expected.values())  # the global batch size: distinct samples
@@ -93,13 +137,35 @@ def test_every_step_sees_the_same_samples_and_the_same_count(scaled_in, referenc
     assert consumed_by_step(run.output)[LAST_STEP] == consumed_by_step(reference.output)[LAST_STEP] == 16 * LAST_STEP
 
 
-def test_node_0_keeps_its_processes(scaled_in):
-    run, lost = scaled_in
+def test_node_0_keeps_its_processes(elastic_run):
+    run, lost = elastic_run
     seen = process_ids(run.output)
     for rank in (0, 1):
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+
+
+def test_node_1_ends_lost_or_returned(scaled_in, scaled_out):
+    run, _ = scaled_in
+    seen = process_ids(run.output)
     for rank in (2, 3):
         assert "done" not in seen.get(rank, {}), seen
+    run, lost = scaled_out
+    seen = process_ids(run.output)
+    for rank in (2, 3):  # one process lost with node 1, the returned one finished the run
+        gone, last = seen[rank]["starting"]
+        assert gone in lost and seen[rank]["done"] == [last], (seen, lost)
+
+
+def test_the_scaled_out_job_ends_on_dp4(scaled_out):
+    run, _ = scaled_out
+    run.require_success()
+    assert max(run.losses) == LAST_STEP
+    ranks_by_step = defaultdict(list)
+    for step, rank in re.findall(r"sample ids step (\d+) rank (\d+):", run.output):
+        ranks_by_step[int(step)].append(int(rank))
+    # dp4: two micro-batches on each of the four ranks; at dp2 four on each of two
+    assert sorted(ranks_by_step[LAST_STEP]) == [0, 0, 1, 1, 2, 2, 3, 3], ranks_by_step[LAST_STEP]
+    assert sorted(ranks_by_step[RETURN_AT_STEP - 1]) == [0] * 4 + [1] * 4, ranks_by_step[RETURN_AT_STEP - 1]
 
 
 def test_the_log_names_the_scale_in(scaled_in):
@@ -110,3 +176,13 @@ def test_the_log_names_the_scale_in(scaled_in):
                      r"replaced within MINDIO_ARF_WAIT_S", lines[0])
     assert re.search(r"elastic training: scaling in without ranks \[2,3\] after step \d+ \(process replacement "
                      r"timed out", run.output)
+
+
+def test_the_log_names_the_scale_out(scaled_out):
+    run, _ = scaled_out
+    lines = re.findall(r"elastic training: scaled out dp2 -> dp4 [^\n]*", run.output)
+    assert len(lines) == 1, run.output[-6000:]
+    assert re.search(rf"after step {RETURN_AT_STEP - 1} at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC: ranks \[2, 3\], "
+                     r"retired by the scale-in, returned; training goes on from sample 96", lines[0]), lines[0]
+    assert len(re.findall(r"elastic training: scaling out with ranks \[2,3\] after step 6", run.output)) == 1
+    assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
