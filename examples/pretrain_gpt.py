@@ -85,25 +85,28 @@ def log_sample_ids(sample_ids):
 
 
 def hold_before_step():
-    """--hold-before-step N --hold-until-file F: the first micro-batch of step N waits until F exists
-    (at most HOLD_LIMIT_S), once per process. A test's way to have the job reach a step only after an
-    outside event, e.g. a node's return; the training itself is unchanged."""
+    """--hold-before-step N... --hold-until-file F...: the first micro-batch of step N waits until the file
+    F paired with it exists (at most HOLD_LIMIT_S), once per step and process. A test's way to have the
+    job reach a step only after an outside event (a node lost, a node back); the training is unchanged."""
     args = get_args()
-    if args.hold_before_step is None or args.curr_iteration + 1 != args.hold_before_step or HELD:
+    steps, files = args.hold_before_step or [], args.hold_until_file or []
+    if len(steps) != len(files):
+        raise ValueError(f"--hold-before-step names {len(steps)} steps and --hold-until-file {len(files)} files: "
+                         f"one file per step")
+    step = args.curr_iteration + 1
+    if step not in steps or step in HELD:
         return
-    if not args.hold_until_file:
-        raise ValueError("--hold-before-step needs --hold-until-file: the file whose creation ends the hold")
-    HELD.append(True)
+    HELD.add(step)
+    path = files[steps.index(step)]
     deadline = time.monotonic() + HOLD_LIMIT_S
-    while not os.path.exists(args.hold_until_file):
+    while not os.path.exists(path):
         if time.monotonic() > deadline:
-            say(f"hold before step {args.hold_before_step}: {args.hold_until_file} did not appear within "
-                f"{HOLD_LIMIT_S} s; going on")
+            say(f"hold before step {step}: {path} did not appear within {HOLD_LIMIT_S} s; going on")
             return
         time.sleep(0.1)
 
 
-HELD = []
+HELD = set()
 HOLD_LIMIT_S = 300
 
 
@@ -120,9 +123,9 @@ def add_example_args(parser):
                        help="Also save every rank's final parameters to DIR/params_rank<R>.pt.")
     group.add_argument("--log-sample-ids", action="store_true",
                        help="Print the ids of every micro-batch's samples (see log_sample_ids).")
-    group.add_argument("--hold-before-step", type=int, default=None, metavar="N",
-                       help="Step N waits until --hold-until-file exists (see hold_before_step).")
-    group.add_argument("--hold-until-file", default=None, metavar="PATH")
+    group.add_argument("--hold-before-step", type=int, nargs="+", default=None, metavar="N",
+                       help="Each step N waits until its --hold-until-file exists (see hold_before_step).")
+    group.add_argument("--hold-until-file", nargs="+", default=None, metavar="PATH")
     return parser
 
 

@@ -950,7 +950,8 @@ void Controller::retire_locked(const std::set<int>& ranks) {
 // ---- the scale-out (scale_out.h) ------------------------------------------------------------------
 
 bool Controller::scale_out_due_locked() {
-    if (!cfg_.caps.elastic || state_ != State::Normal || finished_rank_ >= 0) return false;
+    // A job that completed, or whose ranks all left, has nobody to grow back with.
+    if (!cfg_.caps.elastic || state_ != State::Normal || finished_rank_ >= 0 || ranks_.live().empty()) return false;
     std::vector<ReturnView> view;
     for (const RankEntry& r : ranks_) view.push_back({r.retired, r.joining, r.ready, r.connected});
     const auto now = Clock::now();

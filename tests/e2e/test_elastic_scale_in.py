@@ -2,51 +2,28 @@
 processes play two nodes of two ranks each. Node 1 is lost after step 4 and no replacement comes: once
 the controller stops waiting (MINDIO_ARF_WAIT_S) the savers on node 0 write the dump of the repair step,
 node 0's two ranks rebuild the world among themselves at dp2, load that dump in-process and train on to
-the last step with twice the micro-batches each. A second run does the same, and then node 1 returns: a
+the last step with twice the micro-batches each (step 5 waits until node 1 is lost: the example's
+--hold-before-step, mindio_adaptor/elastic_scenario). A second run does the same, and then node 1 returns: a
 new launcher of node 1 starts once the job scaled in, and step 7 waits for its ranks (the example's
 --hold-before-step), so the controller scales the job out to dp4 there and it ends on dp4. Each faulted
 run is checked several ways against the uninterrupted dp4 run: losses, consumed samples, the samples of
 every step, node 0's processes, the log."""
 import re
-import threading
 from collections import defaultdict
 
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, process_ids
+from mindio_adaptor.elastic_scenario import run_elastic, samples_by_step
+from mindio_adaptor.tiny_job import process_ids
 
 pytestmark = pytest.mark.e2e
-FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
-ARF_WAIT_S = "15"  # how long the controller waits for node 1's replacement before scaling in
+ARF_WAIT_S = 15  # how long the controller waits for node 1's replacement before scaling in
 # The scale-out run: the returned ranks' start-up (a replacement's, on two shared cores) must fit in the
 # controller's wait for the whole set to be ready, which is MINDIO_ARF_WAIT_S as well.
-ARF_WAIT_OUT_S = "25"
+ARF_WAIT_OUT_S = 25
 RETURN_AT_STEP = 7
 LAST_STEP = 8
-SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
-
-
-class StepLogged:
-    """Set when Megatron's log line of `step` first appears."""
-
-    def __init__(self, step):
-        self.step, self.event = step, threading.Event()
-
-    def __call__(self, line):
-        match = re.search(r"iteration\s+(\d+)/", line)
-        if match and int(match.group(1)) == self.step:
-            self.event.set()
-
-    def wait(self, cluster):
-        cluster.wait_for(self.event, f"step {self.step}")
-
-
-def samples_by_step(output: str) -> dict:
-    seen = defaultdict(set)
-    for step, ids in SAMPLE_IDS.findall(output):
-        seen[int(step)].update(ids.split(","))
-    return dict(seen)
 
 
 def consumed_by_step(output: str) -> dict:
@@ -56,47 +33,15 @@ def consumed_by_step(output: str) -> dict:
 @pytest.fixture(scope="module")
 def scaled_in(tmp_path_factory):
     """Node 1 lost after step 4, never replaced: the job goes on at dp2."""
-    steps, ckpt = StepLogged(4), tmp_path_factory.mktemp("elastic") / "ckpt"
-    cluster = LocalCluster([*FLAGS, "--save", str(ckpt), "--save-interval", "1000"],
-                           env={"MINDIO_ARF_WAIT_S": ARF_WAIT_S}, on_line=steps)
-    cluster.start_node("--node-rank", "0")
-    node_1 = cluster.start_node("--node-rank", "1")
-    steps.wait(cluster)
-    lost = cluster.lose_node(node_1)
-    run = cluster.wait()
-    (ckpt.parent / "output.txt").write_text(run.output)  # the whole log, kept with the test's files
-    return run, lost
+    return run_elastic(tmp_path_factory.mktemp("elastic"), lose_after=4, arf_wait_s=ARF_WAIT_S)
 
 
 @pytest.fixture(scope="module")
 def scaled_out(tmp_path_factory):
     """As scaled_in, then node 1 returns: a new launcher of node 1 starts once the job scaled in, and the
-    survivors' step 7 waits until the controller scales out (its log line creates the file the example's
-    hold waits for), so the scale-out comes at step 7 whatever the returned ranks' start-up takes. The
-    hold makes step 7 long: the hang rule gets a fixed step limit (MINDIO_STEP_TIMEOUT_S)."""
-    base = tmp_path_factory.mktemp("elastic_out")
-    ckpt, returned = base / "ckpt", base / "node_1_returned"
-    steps, scaled_in_now = StepLogged(4), threading.Event()
-
-    def on_line(line):
-        steps(line)
-        if "elastic training: scaled in dp4 -> dp2" in line:
-            scaled_in_now.set()
-        if "elastic training: scaling out with ranks" in line:
-            returned.touch()
-
-    cluster = LocalCluster([*FLAGS, "--save", str(ckpt), "--save-interval", "1000", "--hold-before-step",
-                            str(RETURN_AT_STEP), "--hold-until-file", str(returned)],
-                           env={"MINDIO_ARF_WAIT_S": ARF_WAIT_OUT_S, "MINDIO_STEP_TIMEOUT_S": "300"}, on_line=on_line)
-    cluster.start_node("--node-rank", "0")
-    node_1 = cluster.start_node("--node-rank", "1")
-    steps.wait(cluster)
-    lost = cluster.lose_node(node_1)
-    cluster.wait_for(scaled_in_now, "the scale-in")
-    cluster.start_node("--node-rank", "1")
-    run = cluster.wait()
-    (base / "output.txt").write_text(run.output)
-    return run, lost
+    survivors' step 7 waits until the controller decides the scale-out (mindio_adaptor/elastic_scenario)."""
+    return run_elastic(tmp_path_factory.mktemp("elastic_out"), lose_after=4, return_at=RETURN_AT_STEP,
+                       arf_wait_s=ARF_WAIT_OUT_S)
 
 
 @pytest.fixture(params=["scaled_in", "scaled_out"])
@@ -186,3 +131,16 @@ def test_the_log_names_the_scale_out(scaled_out):
                      r"retired by the scale-in, returned; training goes on from sample 96", lines[0]), lines[0]
     assert len(re.findall(r"elastic training: scaling out with ranks \[2,3\] after step 6", run.output)) == 1
     assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
+
+
+def test_the_demo_summary_of_the_scale_out_run(scaled_out, reference):
+    """`mindio-adaptor demo --scenario elastic` runs this scenario (mindio_adaptor/elastic_scenario) and prints
+    this summary; checked here on this module's run rather than on a run of its own."""
+    from mindio_adaptor.cli.demo import elastic_summary
+
+    run, _ = scaled_out
+    lines, ok = elastic_summary(run, reference)
+    assert ok, lines
+    assert lines[:2] == ["scaled in dp4 -> dp2 after step 4", f"scaled out dp2 -> dp4 after step {RETURN_AT_STEP - 1}"]
+    assert f"steps completed {LAST_STEP} of {LAST_STEP}" in lines[2]
+    assert "every step saw the same samples as the uninterrupted run" in lines
