@@ -105,9 +105,10 @@ def _watch(timeline: Timeline, phase: str):
         elif "elastic training:" in line:
             _mark_elastic(timeline, line.split("elastic training: ", 1)[1].strip())
         elif "returned after the scale-in" in line:
-            timeline.mark("controller: " + line.split("] ", 2)[-1].split(" (a restarted")[0] + " (node 1's new launcher)")
+            timeline.mark("controller: " + line.split("] ")[-1].split(" (a restarted")[0] + " (node 1's new launcher)")
         elif "successfully loaded checkpoint" in line:
-            timeline.mark("relaunch loaded the checkpoint at iteration " + line.rsplit("iteration", 1)[1].strip())
+            loaded = "relaunch loaded" if phase == "resumed" else "loaded"  # elastic: in-process, no relaunch
+            timeline.mark(f"{loaded} the checkpoint at iteration " + line.rsplit("iteration", 1)[1].strip())
     return on_line
 
 
