@@ -18,7 +18,8 @@ logger = logging.getLogger(__name__)
 
 
 def scale_out_save(session, megatron, action) -> int:
-    started, step, job, root, scaled_in = time.monotonic(), action.step, session.job, session.save_root, session.scale_in
+    started, step, job, root = time.monotonic(), action.step, session.job, session.save_root
+    scaled_in = session.scale_in
     if scaled_in is None:
         raise ScaleOutRefused(f"asked to save step {step} for a scale-out, but this rank never scaled in")
     if not root:
@@ -31,9 +32,10 @@ def scale_out_save(session, megatron, action) -> int:
             dump_dir.prepare_staging(root, step)
         dist.barrier()
         megatron.set_data_position(snapshot)
+        staging = str(dump_dir.staging_root(root, step))
         megatron.save_checkpoint_for_full_job(step, job.model, job.optimizer, job.scheduler,
-                                              snapshot.floating_point_operations, str(dump_dir.staging_root(root, step)),
-                                              list(scaled_in.survivors), world)
+                                              snapshot.floating_point_operations, staging, list(scaled_in.survivors),
+                                              world)
         dist.barrier()
         if dist.get_rank() == 0:
             dump_dir.publish(root, step)
