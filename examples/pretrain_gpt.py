@@ -8,6 +8,7 @@ SHA-256 over the exact bytes of every model parameter of every rank, to compare 
 """
 import os
 import sys
+import time
 from functools import partial
 
 import mindio_adaptor
@@ -83,7 +84,34 @@ def log_sample_ids(sample_ids):
     say(f"sample ids step {get_args().curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
 
 
+def hold_before_step():
+    """--hold-before-step N... --hold-until-file F...: the first micro-batch of step N waits until the file
+    F paired with it exists (at most HOLD_LIMIT_S), once per step and process. A test's way to have the
+    job reach a step only after an outside event (a node lost, a node back); the training is unchanged."""
+    args = get_args()
+    steps, files = args.hold_before_step or [], args.hold_until_file or []
+    if len(steps) != len(files):
+        raise ValueError(f"--hold-before-step names {len(steps)} steps and --hold-until-file {len(files)} files: "
+                         f"one file per step")
+    step = args.curr_iteration + 1
+    if step not in steps or step in HELD:
+        return
+    HELD.add(step)
+    path = files[steps.index(step)]
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            say(f"hold before step {step}: {path} did not appear within {HOLD_LIMIT_S} s; going on")
+            return
+        time.sleep(0.1)
+
+
+HELD = set()
+HOLD_LIMIT_S = 300
+
+
 def forward_step(data_iterator, model, return_schedule_plan=False):
+    hold_before_step()
     tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)
     output = model(tokens, position_ids, attention_mask, labels=labels)
     return output, partial(loss_func, loss_mask)
@@ -95,6 +123,9 @@ def add_example_args(parser):
                        help="Also save every rank's final parameters to DIR/params_rank<R>.pt.")
     group.add_argument("--log-sample-ids", action="store_true",
                        help="Print the ids of every micro-batch's samples (see log_sample_ids).")
+    group.add_argument("--hold-before-step", type=int, nargs="+", default=None, metavar="N",
+                       help="Each step N waits until its --hold-until-file exists (see hold_before_step).")
+    group.add_argument("--hold-until-file", nargs="+", default=None, metavar="PATH")
     return parser
 
 

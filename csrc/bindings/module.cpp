@@ -10,6 +10,7 @@ void bind_planner(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_sim(py::module_& m);
 void bind_takeover(py::module_& m);
+void bind_scale_out(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "mindio_adaptor native core: wire protocol, replica manager, controller, processor client";
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_native, m) {
     bind_runtime(m);
     bind_sim(m);
     bind_takeover(m);
+    bind_scale_out(m);
 }

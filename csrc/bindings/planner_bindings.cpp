@@ -77,6 +77,7 @@ Faults faults_of(const std::map<int, std::string>& kinds) {
 Strategy strategy(const std::string& name) {
     // Never asked for by a policy (parse_strategy), but a flow of its own.
     if (name == strategy_name(Strategy::ScaleIn)) return Strategy::ScaleIn;
+    if (name == strategy_name(Strategy::ScaleOut)) return Strategy::ScaleOut;
     auto s = parse_strategy(name);
     if (!s) throw py::value_error("unknown strategy '" + name + "'");
     return *s;
@@ -232,7 +233,7 @@ void bind_planner(py::module_& m) {
             throw py::value_error(e.what());
         }
     }, py::arg("strategy"),
-       "A read-only view of the flow of 'retry', 'recover', 'dump' or 'scale_in' (flows.h): its steps (op; for an action "
+       "A read-only view of the flow of 'retry', 'recover', 'dump', 'scale_in' or 'scale_out' (flows.h): its steps (op; for an action "
        "its name, failure reason, targets and flags) and its fallback.");
 
     m.attr("COINCIDENT_REPORTS_MS") = kCoincidentReportsMs;

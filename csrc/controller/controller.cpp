@@ -31,7 +31,7 @@ Controller::Controller(ControllerConfig config)
     : cfg_(std::move(config)),
       server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms),
       ranks_(valid_world_size(cfg_.world_size), cfg_.caps.recover,
-             LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}),
+             LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}, cfg_.caps.elastic),
       actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
     started_ = Clock::now();
     term_ = cfg_.term;
@@ -238,9 +238,15 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     bool again = ranks_.register_conn(conn, m);
     server_.authenticate(conn);
     server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok", replacing, term_})));
-    const char* kind = replacing ? "replacement" : again ? "reregister" : "register";
+    const bool returning = replacing && r.retired;
+    const char* kind = returning ? "returned" : replacing ? "replacement" : again ? "reregister" : "register";
     event_locked(kind, "rank " + std::to_string(m.rank));
-    LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " " << (replacing ? "replaced by a restarted process" : again ? "re-registered" : "registered"));
+    LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " "
+                                  << (returning ? "returned after the scale-in (a restarted process): the job scales out "
+                                                  "once every retired rank is back and ready"
+                                      : replacing ? "replaced by a restarted process"
+                                      : again     ? "re-registered"
+                                                  : "registered"));
     cv_.notify_all();
 }
 
@@ -485,10 +491,12 @@ void Controller::detect_dead_locked() {
     }
 }
 
-// A lost process: never sent an action again, and a process/node fault unless the job is ending.
+// A lost process: never sent an action again, and a process/node fault unless the job is ending. A
+// retired rank's returned process that is lost is no fault: the job goes on without it, as it did.
 void Controller::declare_dead_locked(int rank, const std::string& why) {
     ranks_[rank].dead = true;
     if (state_ == State::Exit || state_ == State::Final) return;
+    if (ranks_[rank].retired) return return_lost_locked(rank, why);
     event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
     add_fault_locked(rank, FaultKind::Node, why);
 }
@@ -556,6 +564,9 @@ void Controller::run() {
             } else if ((pause_requested_ && state_ == State::Normal) || (continue_requested_ && state_ == State::Pause)) {
                 lock.unlock();
                 pause_flow();
+            } else if (scale_out_due_locked()) {
+                lock.unlock();
+                scale_out();
             } else {
                 continue;
             }
@@ -884,6 +895,14 @@ std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultCo
             retire_locked(ctx.replace);
             return "";
         }
+        case FlowOp::ReturnRetired: {
+            std::lock_guard<std::mutex> lock(mu_);
+            for (int rank : ctx.replace) {
+                ranks_[rank].retired = false;
+                event_locked("rejoined", "rank " + std::to_string(rank));
+            }
+            return "";
+        }
     }
     return "";
 }
@@ -926,6 +945,88 @@ void Controller::retire_locked(const std::set<int>& ranks) {
         r.left = true;
         event_locked("retired", "rank " + std::to_string(rank));
     }
+}
+
+// ---- the scale-out (scale_out.h) ------------------------------------------------------------------
+
+bool Controller::scale_out_due_locked() {
+    // A job that completed, or whose ranks all left, has nobody to grow back with.
+    if (!cfg_.caps.elastic || state_ != State::Normal || finished_rank_ >= 0 || ranks_.live().empty()) return false;
+    std::vector<ReturnView> view;
+    for (const RankEntry& r : ranks_) view.push_back({r.retired, r.joining, r.ready, r.connected});
+    const auto now = Clock::now();
+    if (!first_return_) first_return_ = now;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *first_return_).count();
+    ScaleOutJudgement j = judge_scale_out(view, waited, cfg_.arf_wait_ms);
+    if (j.verdict == ScaleOutVerdict::Wait) {
+        if (j.why != scale_out_wait_) {
+            scale_out_wait_ = j.why;
+            event_locked("scale_out_wait", j.why);
+            LOG_INFO(kLog, cfg_.rank, "elastic training: " << j.why << " (up to " << cfg_.arf_wait_ms
+                                                          << " ms, MINDIO_ARF_WAIT_S)");
+        }
+        return false;
+    }
+    first_return_.reset();
+    scale_out_wait_.clear();
+    if (j.verdict == ScaleOutVerdict::Abandon) send_returned_away_locked(j);
+    return j.verdict == ScaleOutVerdict::Start;
+}
+
+// Returned processes that did not make the set complete in time: told to exit and cut off; their ranks
+// stay retired, and a later return may try again.
+void Controller::send_returned_away_locked(const ScaleOutJudgement& j) {
+    event_locked("scale_out_abandoned", j.why);
+    LOG_ERROR(kLog, cfg_.rank, "elastic training: " << j.why);
+    FaultContext none;
+    none.repair_step = repair_step_;
+    for (int rank : j.returned) {
+        RankEntry& r = ranks_[rank];
+        actions_.send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::Exit));
+        server_.close(r.conn, "sent away: the scale-out did not happen");
+        r.dead = r.left = true;
+        r.joining = r.ready = false;
+    }
+}
+
+void Controller::return_lost_locked(int rank, const std::string& why) {
+    RankEntry& r = ranks_[rank];
+    const bool was_returning = r.joining;
+    r.joining = r.ready = false;
+    r.left = true;
+    if (!was_returning) return;
+    event_locked("return_lost", "rank " + std::to_string(rank) + ": " + why);
+    LOG_WARN(kLog, cfg_.rank, "elastic training: rank " << rank << ", returned after the scale-in, was lost before "
+                                  "the scale-out (" << why << "): the job goes on at its smaller size");
+}
+
+// Every retired rank is back and ready: the survivors stop at a step they all completed (PRELOCK), and
+// the scale_out flow grows the job back to its original size from that step.
+void Controller::scale_out() {
+    std::unique_lock<std::mutex> lock(mu_);
+    flow_active_ = true;
+    second_fault_ = false;
+    std::set<int> returned;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+        if (ranks_[i].retired && ranks_[i].joining) returned.insert(static_cast<int>(i));
+    }
+    transition_locked(State::Abnormal, "elastic training: retired ranks " + list_text(returned) + " returned and are ready");
+    lock.unlock();
+    const int64_t step = prelock(Faults{});
+    lock.lock();
+    if (!pending_faults_.empty()) {
+        LOG_WARN(kLog, cfg_.rank, "elastic training: a fault arrived before the scale-out; it is handled first");
+        lock.unlock();
+        return handle_fault();
+    }
+    FaultContext ctx = assess_locked({}, step);
+    ctx.replace = returned;
+    ctx.reload_step = ctx.repair_step;
+    event_locked("scale_out", "ranks " + list_text(returned) + " at step " + std::to_string(ctx.repair_step));
+    LOG_INFO(kLog, cfg_.rank, "elastic training: scaling out with ranks " << list_text(returned) << " after step "
+                                  << ctx.repair_step << " (they returned after the scale-in and are ready)");
+    lock.unlock();
+    run_flow(flow_for(Strategy::ScaleOut), ctx);
 }
 
 // The dump's savers, from what is known now (ranks may have died or faulted since the decision);

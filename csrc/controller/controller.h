@@ -29,6 +29,7 @@
 #include "controller/planner.h"
 #include "controller/rank_table.h"
 #include "controller/replica_manager.h"
+#include "controller/scale_out.h"
 #include "controller/state_machine.h"
 #include "controller/takeover.h"
 #include "net/server.h"
@@ -166,6 +167,12 @@ private:
     void begin_dump(FlowRun& run);
     void begin_scale_in(FaultContext& ctx, FlowRun& run);
     void retire_locked(const std::set<int>& ranks);
+    // The scale-out (scale_out.h): due when every retired rank returned and is ready; a returned process
+    // lost before it, or returns that stay incomplete past the wait, leave the job at its smaller size.
+    bool scale_out_due_locked();
+    void scale_out();
+    void return_lost_locked(int rank, const std::string& why);
+    void send_returned_away_locked(const ScaleOutJudgement& j);
     bool scales_in_instead(const Flow& flow, const FlowStep& failed) const;
     std::string pick_savers(FaultContext& ctx, FlowRun& run);
     std::string run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
@@ -200,6 +207,8 @@ private:
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
     int64_t repair_step_ = -1;
+    std::optional<Clock::time_point> first_return_;  // a retired rank returned, the scale-out not yet due
+    std::string scale_out_wait_;                      // what the wait for the scale-out last logged
     std::vector<ControllerEvent> events_;
     ClusterCallbacks cluster_;
     std::optional<Strategy> cluster_strategy_;

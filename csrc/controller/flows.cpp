@@ -136,6 +136,48 @@ const Flow kScaleIn{
     },
 };
 
+// Scale-out (elastic training), when the ranks a scale-in retired have returned (restarted processes
+// registered for them and reported ready) while the job trains at the smaller size: STOP the survivors
+// (after a PRELOCK: the repair step is the one they all completed), CLEAN (their groups among
+// themselves again, which the stop broke), SAVE_CKPT on every survivor (the checkpoint of the repair
+// step at the smaller size, published by one of them), then with the returned ranks REBUILD_GROUP at
+// the original size, REPAIR (LOAD_CKPT of that step at the original data-parallel size), ROLLBACK, and
+// go on. The returned ranks sit out until the repair (ctx.replace, as a process replacement's). The
+// state goes through a checkpoint, not a replica peer: the survivors' optimizer shards are laid out for
+// the smaller size, and Megatron's distributed checkpoint is what reshards them.
+const Flow kScaleOut{
+    Strategy::ScaleOut,
+    "scale_out",
+    /*replaces=*/true,
+    /*may_reload=*/true,
+    {
+        {FlowOp::Begin},
+        {FlowOp::Act, ActionKind::Stop, "stopping the survivors for the scale-out failed or a new fault arrived"},
+        {FlowOp::Act, ActionKind::Clean, "rebuilding the survivors' groups for the scale-out failed or a new fault "
+                                         "arrived"},
+        {FlowOp::Act, ActionKind::SaveCkpt, "saving the checkpoint to scale out from failed on ranks", false,
+         FlowTargets::Flow, true, false, true},
+        {FlowOp::EnterRepair},
+        {FlowOp::Act, ActionKind::RebuildGroup, "rebuilding the groups at the original size failed or a new fault "
+                                                "arrived"},
+        {FlowOp::Act, ActionKind::Repair, "loading the checkpoint at the original data-parallel size failed"},
+        {FlowOp::Act, ActionKind::Rollback, "rollback after the scale-out failed"},
+        {FlowOp::Act, ActionKind::Normal, "resuming after the scale-out failed"},
+        {FlowOp::ReturnRetired},
+        {FlowOp::Finish},
+    },
+    Strategy::Exit,
+    [](const FaultContext& ctx) {
+        return "scale-out: ranks " + list_text(ctx.replace) + " returned; the job grows back to its original size "
+               "from the checkpoint of step " + std::to_string(ctx.repair_step);
+    },
+    [](const FaultContext& ctx) { return "returned ranks " + list_text(ctx.replace) + " join"; },
+    [](const FaultContext& ctx) {
+        return "scaled out with ranks " + list_text(ctx.replace) + ", training resumes at step " +
+               std::to_string(ctx.repair_step);
+    },
+};
+
 }  // namespace
 
 const char* flow_op_name(FlowOp op) {
@@ -152,6 +194,7 @@ const char* flow_op_name(FlowOp op) {
         case FlowOp::FinishByExit: return "finish_by_exit";
         case FlowOp::BeginScaleIn: return "begin_scale_in";
         case FlowOp::RetireLost: return "retire_lost";
+        case FlowOp::ReturnRetired: return "return_retired";
     }
     return "?";
 }
@@ -170,6 +213,7 @@ const Flow& flow_for(Strategy s) {
     if (s == Strategy::Recover) return kRecover;
     if (s == Strategy::Dump) return kDump;
     if (s == Strategy::ScaleIn) return kScaleIn;
+    if (s == Strategy::ScaleOut) return kScaleOut;
     throw std::invalid_argument(std::string("no recovery flow for strategy ") + strategy_name(s));
 }
 

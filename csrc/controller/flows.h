@@ -3,8 +3,11 @@
 // the groups,] repair, rollback, normal), and the dump (Strategy::Dump) is stop, pick the savers,
 // save, rename, exit. The scale-in (Strategy::ScaleIn, elastic training) is the dump without the exit:
 // the survivors rebuild their groups among themselves, reload the dump at the smaller data-parallel
-// size, roll back and go on. Each is a list of steps run by one loop (Controller::run_flow). A step that
-// fails hands its reason to the flow's fallback: the dump for a recovery, the exit for the dump.
+// size, roll back and go on. The scale-out (Strategy::ScaleOut) is its way back when the retired ranks
+// return: the survivors save the step they stopped at, and every rank, the returned ones with them,
+// rebuilds the groups at the original size and reloads it. Each is a list of steps run by one loop
+// (Controller::run_flow). A step that fails hands its reason to the flow's fallback: the dump for a
+// recovery, the exit for the dump and the scale-out.
 #pragma once
 #include <string>
 #include <vector>
@@ -28,6 +31,7 @@ enum class FlowOp {
     BeginScaleIn,        // the dump of the repair step is the state the survivors reload; the targets are the
                          // live ranks, the repair is LOAD_CKPT of the repair step
     RetireLost,          // the ranks that were not replaced leave the job for good (no replacement is awaited)
+    ReturnRetired,       // the retired ranks that returned (ctx.replace) are members of the job again
 };
 const char* flow_op_name(FlowOp op);
 
@@ -63,7 +67,7 @@ struct Flow {
     std::string (*finish_why)(const FaultContext& ctx);
 };
 
-// The flow of Strategy::Retry, Strategy::Recover, Strategy::Dump or Strategy::ScaleIn.
+// The flow of Strategy::Retry, Strategy::Recover, Strategy::Dump, Strategy::ScaleIn or Strategy::ScaleOut.
 const Flow& flow_for(Strategy s);
 
 }  // namespace mindio

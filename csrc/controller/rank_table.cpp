@@ -4,17 +4,18 @@
 
 namespace mindio {
 
-RankTable::RankTable(int world_size, bool arf, LivenessRules rules)
-    : ranks_(world_size), arf_(arf), rules_(rules) {}
+RankTable::RankTable(int world_size, bool arf, LivenessRules rules, bool elastic)
+    : ranks_(world_size), arf_(arf), rules_(rules), elastic_(elastic) {}
 
 // The reference's rule for a rebooted process: the controller, not the process, knows that a rank is
 // waiting for a new process. A process registering for the first time (and allowed to replace) for a
 // rank that is dead, joining, or whose connection is gone is that rank's replacement, whether or not a
-// launcher marked it restarted. A rank that left on purpose is not waiting for one.
+// launcher marked it restarted. A rank that left on purpose is not waiting for one. A rank retired by a
+// scale-in takes a restarted process only under elastic training: its return, for a scale-out.
 bool RankTable::takes_a_dead_ranks_place(const RegisterMsg& m) const {
     if (!m.may_replace || !arf_) return false;
     const RankEntry& r = ranks_[m.rank];
-    if (r.retired) return false;
+    if (r.retired) return elastic_ && r.dead;
     return r.dead || r.joining || (r.registered && !r.connected && !r.left);
 }
 
@@ -24,9 +25,13 @@ bool RankTable::takes_a_dead_ranks_place(const RegisterMsg& m) const {
 std::string RankTable::arf_refusal(const RegisterMsg& m, State state) const {
     const RankEntry& r = ranks_[m.rank];
     std::string who = "rank " + std::to_string(m.rank);
-    if (r.retired) {
-        return who + " was retired by a scale-in (elastic training): the job goes on without it, and growing "
-               "back (scale-out) is not supported yet";
+    if (r.retired && !elastic_) {
+        return who + " was retired by a scale-in: the job goes on without it, and grows back (scale-out) only "
+               "under elastic training";
+    }
+    if (r.retired && !m.restarted) {
+        return who + " was retired by a scale-in (elastic training): only a restarted process may return for it, "
+               "one marked MINDIO_RESTARTED=1 by the launcher";
     }
     if (!m.restarted) {
         if (!r.dead) return "";

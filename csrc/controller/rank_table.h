@@ -46,6 +46,7 @@ struct RankEntry : RankSnapshot {
     uint16_t recovery_action = 0;  // as it registered: the last action of a recovery it is inside; 0 none
     bool reported = false;         // sent a status since it registered (its step and data are known)
     bool retired = false;          // dropped by a scale-in (elastic training): the job goes on without it
+                                   // (joining as well: a restarted process returned for it, for a scale-out)
 };
 
 // What a liveness judgement found: ranks newly suspect (with what to log of each) and the ranks the
@@ -60,7 +61,8 @@ class RankTable : public RankLinks {
 public:
     using Clock = std::chrono::steady_clock;
     // arf: process replacement is enabled (a restarted process may take a dead rank's place).
-    RankTable(int world_size, bool arf, LivenessRules rules);
+    // elastic: elastic training; a restarted process may also take a retired rank's place (a scale-out).
+    RankTable(int world_size, bool arf, LivenessRules rules, bool elastic = false);
 
     size_t size() const { return ranks_.size(); }
     RankEntry& operator[](int rank) { return ranks_[rank]; }
@@ -111,6 +113,7 @@ private:
     std::map<uint64_t, int> conn_rank_;
     const bool arf_;
     const LivenessRules rules_;
+    const bool elastic_;
 };
 
 }  // namespace mindio

@@ -89,6 +89,7 @@ bool strategy_feasible(Strategy s, const Capabilities& caps, const DecisionInput
         case Strategy::Dump: return in.dump_possible;
         case Strategy::Exit: return true;
         case Strategy::ScaleIn: return false;  // a fallback of process replacement, never asked for
+        case Strategy::ScaleOut: return false;  // started by the controller when retired ranks return
     }
     return false;
 }

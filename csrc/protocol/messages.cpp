@@ -425,6 +425,7 @@ const char* strategy_name(Strategy s) {
         case Strategy::Dump: return "dump";
         case Strategy::Exit: return "exit";
         case Strategy::ScaleIn: return "scale_in";
+        case Strategy::ScaleOut: return "scale_out";
     }
     return "unknown";
 }

@@ -14,21 +14,29 @@ Scenarios:
   replace  one rank is SIGKILLed; under `mindio-adaptor launch` only its process is started again,
            joins the running job, receives its shard and the step's state from a replica peer, and
            training goes on; the other processes never stop running.
+  elastic  dp4 on two `mindio-adaptor launch` nodes of two ranks (--enable-elastic-training): node 1 is lost
+           during --fault-step and not replaced within MINDIO_ARF_WAIT_S, so the job scales in to dp2 and
+           trains on; a new launcher of node 1 starts, and two steps later the job scales out to dp4 again.
+           No process of node 0 restarts; the losses stay within 1e-4 of the uninterrupted run and every
+           step sees the same samples.
 """
 import re
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import List, Tuple
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny_job import RunResult, run_training
 
-SCENARIOS = ("sigterm", "dump", "repair", "replace")
+SCENARIOS = ("sigterm", "dump", "repair", "replace", "elastic")
 FAULT_KINDS = ("kill", "raise", "hang")
 # A hang is found by the controller's hang rule with its defaults (~12 s here); a short stop timeout
 # keeps the hung rank's failed STOP short.
 HANG_ENV = {"MINDIO_STOP_TIMEOUT_S": "5"}
 HA = ["--enable-high-availability"]
+ELASTIC_ARF_WAIT_S = 20  # how long the controller waits for node 1 before scaling in, and for its return
+LOSS_TOLERANCE = 1e-4  # relative: at another data-parallel size the reductions run in another order
 _STEP = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?lm loss: ([\d.E+-]+)")
 
 
@@ -94,9 +102,23 @@ def _watch(timeline: Timeline, phase: str):
             timeline.mark("every rank saw the signal and saved its checkpoint")
         elif "successfully saved checkpoint from iteration" in line:
             timeline.mark("checkpoint written: iteration " + line.split("iteration")[1].split()[0])
+        elif "elastic training:" in line:
+            _mark_elastic(timeline, line.split("elastic training: ", 1)[1].strip())
+        elif "returned after the scale-in" in line:
+            timeline.mark("controller: " + line.split("] ")[-1].split(" (a restarted")[0] + " (node 1's new launcher)")
         elif "successfully loaded checkpoint" in line:
-            timeline.mark("relaunch loaded the checkpoint at iteration " + line.rsplit("iteration", 1)[1].strip())
+            loaded = "relaunch loaded" if phase == "resumed" else "loaded"  # elastic: in-process, no relaunch
+            timeline.mark(f"{loaded} the checkpoint at iteration " + line.rsplit("iteration", 1)[1].strip())
     return on_line
+
+
+def _mark_elastic(timeline: Timeline, said: str) -> None:
+    if said.startswith("scaling in"):
+        timeline.mark("controller: no replacement came; " + said.split(" (", 1)[0])
+    elif said.startswith(("scaled in", "scaled out")):
+        timeline.mark(said.split(" (", 1)[0] + " after step " + said.split(" after step ", 1)[1].split()[0])
+    elif said.startswith("scaling out"):
+        timeline.mark("controller: every retired rank is back and ready; " + said.split(" (", 1)[0])
 
 
 def _check(args):
@@ -104,6 +126,9 @@ def _check(args):
         sys.exit(f"mindio-adaptor demo: --fault-step must be in 1..{args.steps - 1}")
     if not 0 <= args.fault_rank < args.nproc:
         sys.exit(f"mindio-adaptor demo: --fault-rank must be in 0..{args.nproc - 1}")
+    if args.scenario == "elastic" and (args.nproc != 4 or args.fault_step > args.steps - 2):
+        sys.exit("mindio-adaptor demo: --scenario elastic runs 4 processes as two nodes (--nproc 4) and needs two "
+                 f"steps after the fault for the return (--fault-step at most {args.steps - 2})")
     if args.scenario in ("dump", "replace") and args.fault_rank == 0:
         sys.exit("mindio-adaptor demo: --fault-rank 0 hosts the in-job controller; a fault there ends the "
                  "controller with it (run one outside the job with MINDIO_CONTROLLER_ADDR); pick 1.."
@@ -118,8 +143,11 @@ def run(args) -> int:
     timeline = Timeline()
 
     timeline.mark(f"uninterrupted reference run: {args.steps} steps on {args.nproc} processes")
-    reference = run_training(HA, on_line=_watch(timeline, "reference"), **common).require_success()
+    reference_flags = [*HA, "--log-sample-ids"] if args.scenario == "elastic" else HA
+    reference = run_training(reference_flags, on_line=_watch(timeline, "reference"), **common).require_success()
 
+    if args.scenario == "elastic":
+        return _elastic(args, timeline, reference, workdir)
     if args.scenario in ("repair", "replace"):
         return _recover_in_place(args, timeline, reference, faults, common, workdir)
     kind = "sigterm" if args.scenario == "sigterm" else args.fault_kind
@@ -197,3 +225,43 @@ def _recover_in_place(args, timeline, reference, faults, common, workdir: Path) 
     print(f"  params digest equal to the uninterrupted run: {'yes' if equal else 'no'}")
     print(f"  {_timeline_picture(workdir, recovered.output)}")
     return 0 if equal else 1
+
+
+def _elastic(args, timeline, reference: RunResult, workdir: Path) -> int:
+    """elastic: the job scales in when node 1 is lost and out when it returns; nothing is relaunched."""
+    from mindio_adaptor.elastic_scenario import run_elastic
+
+    back = args.fault_step + 2
+    timeline.mark(f"run on two nodes; node 1 lost during step {args.fault_step}, a new node 1 started once the job "
+                  f"scaled in, back at step {back}")
+    run, _ = run_elastic(workdir / "elastic", lose_after=args.fault_step - 1, return_at=back,
+                         arf_wait_s=ELASTIC_ARF_WAIT_S, train_iters=args.steps,
+                         on_line=_watch(timeline, "elastic run"), timeout=args.timeout)
+    timeline.mark("run finished")
+    lines, ok = elastic_summary(run, reference)
+    print("\nsummary")
+    for line in lines:
+        print(f"  {line}")
+    print(f"  the whole log: {workdir / 'elastic' / 'output.txt'}")
+    return 0 if ok else 1
+
+
+def elastic_summary(run: RunResult, reference: RunResult) -> Tuple[List[str], bool]:
+    """What the elastic run shows against the uninterrupted one, and whether it holds: the job finished,
+    every loss within LOSS_TOLERANCE relative, the same samples in every step."""
+    from mindio_adaptor.elastic_scenario import samples_by_step
+
+    lines = [f"{what} after step {step}" for what, step in
+             re.findall(r"elastic training: (scaled (?:in|out) dp\d+ -> dp\d+) .*? after step (\d+)", run.output)]
+    steps = sorted(reference.losses)
+    missing = [s for s in steps if s not in run.losses]
+    worst = max((abs(run.losses[s] - reference.losses[s]) / abs(reference.losses[s]) for s in steps
+                 if s in run.losses), default=float("inf"))
+    expected, seen = samples_by_step(reference.output), samples_by_step(run.output)
+    differing = [s for s in sorted(expected) if seen.get(s) != expected[s]]
+    lines.append(f"run exited {run.returncode}; steps completed {len(steps) - len(missing)} of {len(steps)}")
+    lines.append(f"largest relative loss difference to the uninterrupted run: {worst:.1e} (at most {LOSS_TOLERANCE:g})")
+    lines.append("every step saw the same samples as the uninterrupted run" if not differing else
+                 f"steps {differing} saw other samples than the uninterrupted run")
+    ok = run.returncode == 0 and not missing and worst <= LOSS_TOLERANCE and not differing
+    return lines, ok

@@ -18,7 +18,7 @@ class Decision:
 
     def next_move(self, step: int) -> NextMove:
         """For a rank whose train_step of `step` was interrupted."""
-        if self.flow == "scale_in":  # a new model, optimizer and data loader: a new train loop at the new size
+        if self.flow in ("scale_in", "scale_out"):  # a new model, optimizer and data loader: a new train loop
             return NextMove.REENTER
         if self.repair_step == step - 1:  # the state is the step before's (repaired or reloaded): this step again
             return NextMove.RECOMPUTE

@@ -96,9 +96,16 @@ def _gather_layout_inputs(mine, rank: int) -> list:
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     margs = _megatron_args()
-    if rank == 0 and getattr(margs, "enable_worker_reboot", False):
+    if rank == 0 and getattr(margs, "enable_worker_reboot", False) and len(everyone) == started_world_size():
+        # Not a scaled-in world's (elastic training): a replacement, or a process returning for a scale-out,
+        # starts in the job's full world.
         job_store.publish(LAYOUT_INPUTS, everyone)
     return everyone
+
+
+def started_world_size() -> int:
+    """The world the job was launched with (torchrun's and mindio-adaptor launch's WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE") or dist.get_world_size())
 
 
 def _groups(layout: ReplicaLayout):

@@ -62,7 +62,8 @@ def _groups_of_the_fake_backend(wrapped, instance, args, kwargs):
 
 
 def _no_checkpoint_for_a_replacement(wrapped, instance, args, kwargs):
-    if not is_replacement():
+    # Once its world is real (it joined), a load is a recovery's (a scale-out's REPAIR): it loads.
+    if not is_replacement() or not SESSION.replacement.fake_world:
         return wrapped(*args, **kwargs)
     logger.info("replacement process: no checkpoint loaded; the state comes from a replica peer")
     return 0, 0

@@ -11,6 +11,10 @@ The controller drives a flow action by action (csrc/controller): STOP on every l
   scale_in (elastic training: a recover whose replacement never came) SAVE_CKPT and RENAME as the
             dump, then REBUILD_GROUP among the survivors at the smaller data-parallel size, REPAIR
             (load that checkpoint at the new size), ROLLBACK, and training goes on
+  scale_out (elastic training: the ranks a scale-in retired returned) CLEAN (the survivors' groups),
+            SAVE_CKPT (the survivors save the repair step at the smaller size and publish it), then with
+            the returned processes REBUILD_GROUP at the original size, REPAIR (load it at that size),
+            ROLLBACK, and training goes on
   exit                             EXIT
 and EXIT ends any of them. The processor link's actions (core/processor_link) are answered here: each
 becomes this rank's RecoveryActions, whose stages come from the table and run where they must run (the
@@ -34,6 +38,9 @@ from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
 from mindio_adaptor.patches.stages.scale_in_groups import SCALE_IN_GROUPS
 from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE
+from mindio_adaptor.patches.stages.scale_out_groups import SCALE_OUT_GROUPS
+from mindio_adaptor.patches.stages.scale_out_save import SCALE_OUT_SAVE
+from mindio_adaptor.patches.stages.scale_out_state import SCALE_OUT_STATE
 from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
 from mindio_adaptor.patches.stages.stop import STOP
 
@@ -52,6 +59,9 @@ FLOWS: Dict[str, Flow] = {
     "scale_in": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,),
                  "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,), "rollback": (ROLL_BACK,),
                  "exit": (END_IF_HUNG,)},
+    "scale_out": {"stop": (STOP,), "clean": (REBUILD_GROUPS,), "save_ckpt": (SCALE_OUT_SAVE,),
+                  "rebuild_group": (SCALE_OUT_GROUPS,), "repair": (SCALE_OUT_STATE,), "rollback": (ROLL_BACK,),
+                  "exit": (END_IF_HUNG,)},
     "exit": {"stop": (STOP,), "exit": (END_IF_HUNG,)},
     "none": {"stop": (STOP,), "exit": (END_IF_HUNG,)},  # an action before any decision
 }
@@ -84,8 +94,9 @@ def note_flow(session, action: RecoveryAction) -> None:
     """The flow of the recovery under way: a STOP (or the first action a replacement sees) names it, and
     a repair from the last checkpoint makes it the reload flow for the actions after it."""
     flow = flow_of(action.strategy, action.repair)
-    # A scale-in follows a recover whose replacement never came: its first action is no STOP.
-    if action.name == "stop" or session.flow is None or flow in ("reload", "scale_in"):
+    # A scale-in follows a recover whose replacement never came: its first action is no STOP. A process
+    # returned for a scale-out sees REBUILD_GROUP first.
+    if action.name == "stop" or session.flow is None or flow in ("reload", "scale_in", "scale_out"):
         session.flow = flow
 
 
@@ -100,7 +111,8 @@ AFTER_A_SCALE_IN = ("stop", "exit")
 def refuse_after_scale_in(session, action: RecoveryAction) -> None:
     """The controller keeps the replica layout of the job's start (docs/elastic.md): a repair or dump it
     plans after a scale-in would name ranks and shards this job no longer has."""
-    if session.scale_in is not None and session.flow != "scale_in" and action.name not in AFTER_A_SCALE_IN:
+    if session.scale_in is not None and session.flow not in ("scale_in", "scale_out") and \
+            action.name not in AFTER_A_SCALE_IN:
         raise AfterScaleIn(f"{action.name} ({action.strategy}): a recovery after a scale-in "
                            f"({session.scale_in.describe()}) is not supported yet; the job ends, and resumes from "
                            f"its last checkpoint")

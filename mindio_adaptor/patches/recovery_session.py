@@ -78,6 +78,7 @@ class RecoverySession:
     next_comm_epoch: int = 1
     comm_reinits_in_place: int = 0  # since this process's group objects were created (core/comm_in_place)
     scale_in: Any = None  # core.scale_in_plan.ScaleInPlan of the scale-in under way or done
+    scale_out: Any = None  # core.scale_out_plan.ScaleOutPlan of the last scale-out (a survivor's; None: none)
     comm_store: str = ""  # host:port of the store the last rebuild met at (core/paired_store chose it)
     flow: Optional[str] = None  # the flow of the recovery under way (patches/recovery.FLOWS), set by its actions
     saves: InterruptedSaves = field(default_factory=InterruptedSaves)

@@ -57,6 +57,9 @@ def test_replace_demo_shows_the_replacement_and_ends_on_the_reference_digest(tmp
     (["--fault-step", "12", "--steps", "12"], "--fault-step must be in 1..11"),
     (["--fault-rank", "4"], "--fault-rank must be in 0..3"),
     (["--scenario", "dump", "--fault-rank", "0"], "--fault-rank 0 hosts the in-job controller"),
+    (["--scenario", "elastic", "--nproc", "2", "--fault-rank", "1"],
+     "--scenario elastic runs 4 processes as two nodes"),
+    (["--scenario", "elastic", "--steps", "8", "--fault-step", "7"], "--fault-step at most 6"),
 ])
 def test_demo_refuses_what_it_cannot_show(args, message):
     done = demo(*args, timeout=60)

@@ -1,36 +1,34 @@
 """Elastic training's scale-in on the real megatron.training (dp4, R=2, gloo): two `mindio-adaptor launch`
-processes play two nodes of two ranks each. Node 1 is lost in step 5 and no replacement comes: once
+processes play two nodes of two ranks each. Node 1 is lost after step 4 and no replacement comes: once
 the controller stops waiting (MINDIO_ARF_WAIT_S) the savers on node 0 write the dump of the repair step,
 node 0's two ranks rebuild the world among themselves at dp2, load that dump in-process and train on to
-the last step with twice the micro-batches each. One faulted run, checked several ways against the
-uninterrupted dp4 run: losses, consumed samples, the samples of every step, node 0's processes, the log.
-The checkpoint the run saves at dp2 (step 6) is then loaded by two short plain runs, one at dp4 and one
-at dp2, which train steps 7 and 8 like the uninterrupted run.
+the last step with twice the micro-batches each (step 5 waits until node 1 is lost: the example's
+--hold-before-step, mindio_adaptor/elastic_scenario). A second run does the same, and then node 1 returns: a
+new launcher of node 1 starts once the job scaled in, and step 7 waits for its ranks (the example's
+--hold-before-step), so the controller scales the job out to dp4 there and it ends on dp4. Each faulted
+run is checked several ways against the uninterrupted dp4 run: losses, consumed samples, the samples of
+every step, node 0's processes, the log. The scale-in run also saves
+a checkpoint at dp2 (step 6), which two short plain runs load, one at dp4 and one at dp2. A third faulted
+run: tp2 x dp2 (one data-parallel slice, both its TP ranks, per node), node 1 lost: node 0's two TP ranks
+go on at dp1, and the optimizer's R=2 replicas fall to none."""
 
-A second faulted run: tp2 x dp2 (one data-parallel slice, both its TP ranks, per node), node 1 lost in
-step 5: node 0's two TP ranks go on at dp1, the optimizer's R=2 replicas fall to none."""
 import re
-import threading
 from collections import defaultdict
 
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, process_ids, run_training
+from mindio_adaptor.elastic_scenario import run_elastic, samples_by_step
+from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
-FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
-ARF_WAIT_S = "15"  # how long the controller waits for node 1's replacement before scaling in
+ARF_WAIT_S = 15  # how long the controller waits for node 1's replacement before scaling in
+# The scale-out run: the returned ranks' start-up (a replacement's, on two shared cores) must fit in the
+# controller's wait for the whole set to be ready, which is MINDIO_ARF_WAIT_S as well.
+ARF_WAIT_OUT_S = 25
+RETURN_AT_STEP = 7
 LAST_STEP = 8
-SAVED_AT_DP2 = 6  # --save-interval: a checkpoint written after the scale-in, while at dp2
-SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
+SAVED_AT_DP2 = 6  # --save-interval of the scale-in run: a checkpoint written after the scale-in, at dp2
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
-
-
-def samples_by_step(output: str) -> dict:
-    seen = defaultdict(set)
-    for step, ids in SAMPLE_IDS.findall(output):
-        seen[int(step)].update(ids.split(","))
-    return dict(seen)
 
 
 def consumed_by_step(output: str) -> dict:
@@ -38,52 +36,29 @@ def consumed_by_step(output: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def scaled_in(tmp_path_factory):
-    """Node 1 lost in step 5, never replaced: the job goes on at dp2 from step 4."""
-    ckpt = tmp_path_factory.mktemp("elastic") / "ckpt"
-    run, lost = lose_node_1_in_step_5(["--save-interval", str(SAVED_AT_DP2)], ckpt)
-    return run, lost, ckpt
+def scaled_in_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("elastic")
 
 
-class HangFired:
-    """Set when the injected hang of a rank of node 1 fires: the job is inside that step, whatever its speed
-    (a kill on step 4's log line once landed after the tp2 x dp2 job had run to its end, 1.3 s later)."""
-
-    def __init__(self):
-        self.event = threading.Event()
-
-    def __call__(self, line):
-        if "fault injection: firing" in line:
-            self.event.set()
-
-    def wait(self, cluster):
-        cluster.wait_for(self.event, "the injected hang")
+@pytest.fixture(scope="module")
+def scaled_in(scaled_in_dir):
+    """Node 1 lost after step 4, never replaced: the job goes on at dp2 (and saves at step 6)."""
+    return run_elastic(scaled_in_dir, lose_after=4, arf_wait_s=ARF_WAIT_S,
+                       flags=["--save-interval", str(SAVED_AT_DP2)])
 
 
-def lose_node_1_in_step_5(flags, ckpt):
-    """Rank 2 (node 1) hangs in step 5 (injected), then node 1 is SIGKILLed: the loss lands inside step 5
-    whatever the job's speed."""
-    fired = HangFired()
-    env = {"MINDIO_ARF_WAIT_S": ARF_WAIT_S, "MINDIO_FAULT_INJECT": "hang:rank=2,step=5",
-           "MINDIO_FAULT_STATE_DIR": str(ckpt.parent / "faults")}
-    cluster = LocalCluster([*FLAGS, *flags, "--save", str(ckpt)], env=env, on_line=fired)
-    cluster.start_node("--node-rank", "0")
-    node_1 = cluster.start_node("--node-rank", "1")
-    fired.wait(cluster)
-    lost = cluster.lose_node(node_1)
-    run = cluster.wait()
-    (ckpt.parent / "output.txt").write_text(run.output)  # the whole log, kept with the test's files
-    return run, lost
+@pytest.fixture(scope="module")
+def scaled_out(tmp_path_factory):
+    """As scaled_in, then node 1 returns: a new launcher of node 1 starts once the job scaled in, and the
+    survivors' step 7 waits until the controller decides the scale-out (mindio_adaptor/elastic_scenario)."""
+    return run_elastic(tmp_path_factory.mktemp("elastic_out"), lose_after=4, return_at=RETURN_AT_STEP,
+                       arf_wait_s=ARF_WAIT_OUT_S)
 
 
-@pytest.fixture(scope="module", params=[4, 2], ids=["dp4", "dp2"])
-def resumed(request, scaled_in):
-    """A plain run (no adaptor flags) at dp4 or dp2 loading the checkpoint saved at dp2 and training to the
-    last step."""
-    run, _, ckpt = scaled_in
-    run.require_success()
-    return request.param, run_training(["--load", str(ckpt), "--ckpt-step", str(SAVED_AT_DP2), "--log-sample-ids"],
-                                       nproc=request.param)
+@pytest.fixture(params=["scaled_in", "scaled_out"])
+def elastic_run(request):
+    """Each faulted run, for the checks they share."""
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -95,21 +70,21 @@ def reference(reference_runs, tmp_path_factory):
 
 
 def test_the_job_ends_at_the_last_step_on_dp2(scaled_in):
-    run, _, _ = scaled_in
+    run, _ = scaled_in
     run.require_success()
     assert max(run.losses) == LAST_STEP
     assert re.search(rf"iteration\s+{LAST_STEP}/", run.output)
 
 
-def test_losses_match_the_uninterrupted_run(scaled_in, reference):
-    run, _, _ = scaled_in
+def test_losses_match_the_uninterrupted_run(elastic_run, reference):
+    run, _ = elastic_run
     assert set(run.losses) >= set(range(1, LAST_STEP + 1)), sorted(run.losses)
     for step in range(1, LAST_STEP + 1):
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
 
 
-def test_every_step_sees_the_same_samples_and_the_same_count(scaled_in, reference):
-    run, _, _ = scaled_in
+def test_every_step_sees_the_same_samples_and_the_same_count(elastic_run, reference):
+    run, _ = elastic_run
     expected, got = samples_by_step(reference.output), samples_by_step(run.output)
     assert sorted(expected) == list(range(1, LAST_STEP + 1))
     assert all(len(ids) == 16 for ids in expected.values())  # the global batch size: distinct samples
@@ -118,23 +93,77 @@ def test_every_step_sees_the_same_samples_and_the_same_count(scaled_in, referenc
     assert consumed_by_step(run.output)[LAST_STEP] == consumed_by_step(reference.output)[LAST_STEP] == 16 * LAST_STEP
 
 
-def test_node_0_keeps_its_processes(scaled_in):
-    run, lost, _ = scaled_in
+def test_node_0_keeps_its_processes(elastic_run):
+    run, lost = elastic_run
     seen = process_ids(run.output)
     for rank in (0, 1):
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+
+
+def test_node_1_ends_lost_or_returned(scaled_in, scaled_out):
+    run, _ = scaled_in
+    seen = process_ids(run.output)
     for rank in (2, 3):
         assert "done" not in seen.get(rank, {}), seen
+    run, lost = scaled_out
+    seen = process_ids(run.output)
+    for rank in (2, 3):  # one process lost with node 1, the returned one finished the run
+        gone, last = seen[rank]["starting"]
+        assert gone in lost and seen[rank]["done"] == [last], (seen, lost)
+
+
+def test_the_scaled_out_job_ends_on_dp4(scaled_out):
+    run, _ = scaled_out
+    run.require_success()
+    assert max(run.losses) == LAST_STEP
+    ranks_by_step = defaultdict(list)
+    for step, rank in re.findall(r"sample ids step (\d+) rank (\d+):", run.output):
+        ranks_by_step[int(step)].append(int(rank))
+    # dp4: two micro-batches on each of the four ranks; at dp2 four on each of two
+    assert sorted(ranks_by_step[LAST_STEP]) == [0, 0, 1, 1, 2, 2, 3, 3], ranks_by_step[LAST_STEP]
+    assert sorted(ranks_by_step[RETURN_AT_STEP - 1]) == [0] * 4 + [1] * 4, ranks_by_step[RETURN_AT_STEP - 1]
 
 
 def test_the_log_names_the_scale_in(scaled_in):
-    run, _, _ = scaled_in
+    run, _ = scaled_in
     lines = re.findall(r"elastic training: scaled in dp4 -> dp2 [^\n]*", run.output)
     assert len(lines) == 1, run.output[-6000:]
     assert re.search(r"after step \d+ at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: ranks \[2, 3\] were lost and not "
                      r"replaced within MINDIO_ARF_WAIT_S", lines[0])
     assert re.search(r"elastic training: scaling in without ranks \[2,3\] after step \d+ \(process replacement "
                      r"timed out", run.output)
+
+
+def test_the_log_names_the_scale_out(scaled_out):
+    run, _ = scaled_out
+    lines = re.findall(r"elastic training: scaled out dp2 -> dp4 [^\n]*", run.output)
+    assert len(lines) == 1, run.output[-6000:]
+    assert re.search(rf"after step {RETURN_AT_STEP - 1} at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC: ranks \[2, 3\], "
+                     r"retired by the scale-in, returned; training goes on from sample 96", lines[0]), lines[0]
+    assert len(re.findall(r"elastic training: scaling out with ranks \[2,3\] after step 6", run.output)) == 1
+    assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
+
+
+def test_the_demo_summary_of_the_scale_out_run(scaled_out, reference):
+    """`mindio-adaptor demo --scenario elastic` runs this scenario (mindio_adaptor/elastic_scenario) and prints
+    this summary; checked here on this module's run rather than on a run of its own."""
+    from mindio_adaptor.cli.demo import elastic_summary
+
+    run, _ = scaled_out
+    lines, ok = elastic_summary(run, reference)
+    assert ok, lines
+    assert lines[:2] == ["scaled in dp4 -> dp2 after step 4", f"scaled out dp2 -> dp4 after step {RETURN_AT_STEP - 1}"]
+    assert f"steps completed {LAST_STEP} of {LAST_STEP}" in lines[2]
+    assert "every step saw the same samples as the uninterrupted run" in lines
+
+
+@pytest.fixture(scope="module", params=[4, 2], ids=["dp4", "dp2"])
+def resumed(request, scaled_in, scaled_in_dir):
+    """A plain run (no adaptor flags) at dp4 or dp2 loading the checkpoint saved at dp2 and training to the
+    last step."""
+    scaled_in[0].require_success()
+    return request.param, run_training(["--load", str(scaled_in_dir / "ckpt"), "--ckpt-step", str(SAVED_AT_DP2),
+                                        "--log-sample-ids"], nproc=request.param)
 
 
 def test_the_checkpoint_saved_at_dp2_loads_at_dp4_and_at_dp2(resumed, reference):
@@ -159,10 +188,9 @@ def test_the_checkpoint_saved_at_dp2_loads_at_dp4_and_at_dp2(resumed, reference)
 
 @pytest.fixture(scope="module")
 def tp2_scaled_in(tmp_path_factory):
-    """tp2 x dp2, node 1 (data-parallel index 1: ranks 2 and 3) lost in step 5 (rank 2 hangs there, then the
-    node is killed): the job goes on at dp1."""
-    run, _ = lose_node_1_in_step_5(["--tensor-model-parallel-size", "2", "--save-interval", "1000"],
-                                   tmp_path_factory.mktemp("elastic_tp2") / "ckpt")
+    """tp2 x dp2, node 1 (data-parallel index 1: ranks 2 and 3) lost after step 4: the job goes on at dp1."""
+    run, _ = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, arf_wait_s=ARF_WAIT_S,
+                         flags=["--tensor-model-parallel-size", "2"])
     return run
 
 

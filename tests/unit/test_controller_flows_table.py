@@ -95,6 +95,26 @@ def test_scale_in_saves_like_the_dump_then_the_survivors_reload_it_and_go_on():
     ]
 
 
+def test_scale_out_saves_on_the_survivors_then_every_rank_reloads_at_the_original_size():
+    f = nat.flow_table("scale_out")
+    # replaces: the returned ranks sit out until the repair, as a process replacement's
+    assert (f["strategy"], f["result"], f["replaces"], f["may_reload"]) == ("scale_out", "scale_out", True, True)
+    assert f["fallback"] == "exit"  # a failure once the survivors stopped ends the job
+    assert f["steps"] == [
+        op("begin"),
+        act("stop", "stopping the survivors for the scale-out failed or a new fault arrived"),
+        act("clean", "rebuilding the survivors' groups for the scale-out failed or a new fault arrived"),
+        act("save_ckpt", "saving the checkpoint to scale out from failed on ranks", names_failed=True),
+        op("enter_repair"),
+        act("rebuild_group", "rebuilding the groups at the original size failed or a new fault arrived"),
+        act("repair", "loading the checkpoint at the original data-parallel size failed"),
+        act("rollback", "rollback after the scale-out failed"),
+        act("normal", "resuming after the scale-out failed"),
+        op("return_retired"),
+        op("finish"),
+    ]
+
+
 def test_every_flow_falls_back_towards_the_exit():
     seen, flow = [], "retry"
     while flow != "exit":

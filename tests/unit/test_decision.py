@@ -14,6 +14,7 @@ from mindio_adaptor.patches.decision import Decision, NextMove
     ("reload", 3, 5, NextMove.REENTER),  # an older checkpoint: back to it, steps 4 and 5 again
     ("scale_in", 4, 5, NextMove.REENTER),  # a new model and data loader at the smaller size: a new train loop
     ("scale_in", 5, 5, NextMove.REENTER),
+    ("scale_out", 6, 7, NextMove.REENTER),  # a new model and data loader at the original size, likewise
 ])
 def test_the_next_move_follows_the_flow_and_the_repair_step(flow, repair_step, step, move):
     assert Decision("retry", repair_step, flow).next_move(step) == move

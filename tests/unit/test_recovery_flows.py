@@ -22,6 +22,9 @@ EVERY_FLOW = {
     "scale_in": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"],
                  "rebuild_group": ["scale in: groups"], "repair": ["scale in: state"], "rollback": ["roll back"],
                  "exit": ["end even if hung"]},
+    "scale_out": {"stop": ["stop"], "clean": ["rebuild groups"], "save_ckpt": ["scale out: save"],
+                  "rebuild_group": ["scale out: groups"], "repair": ["scale out: state"], "rollback": ["roll back"],
+                  "exit": ["end even if hung"]},
     "exit": {"stop": ["stop"], "exit": ["end even if hung"]},
     "none": {"stop": ["stop"], "exit": ["end even if hung"]},
 }
@@ -190,3 +193,18 @@ def test_a_recovery_after_a_scale_in_is_refused_naming_it(monkeypatch):
     with pytest.raises(recovery.AfterScaleIn, match=r"clean \(retry\): a recovery after a scale-in \(dp4 -> dp2"):
         run_action(session, megatron, RecoveryAction("clean", "retry"))
     run_action(session, megatron, RecoveryAction("exit", "retry"))
+
+
+def test_a_scale_out_after_a_scale_in_is_answered_and_a_returned_process_starts_in_it(monkeypatch):
+    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+
+    monkeypatch.setitem(FLOWS, "scale_out", {name: () for name in ("stop", "clean", "rebuild_group")})
+    survivor, megatron = session_at(6), FakeMegatron()
+    survivor.flow = "scale_in"
+    survivor.scale_in = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
+    for name in ("stop", "clean", "rebuild_group"):
+        run_action(survivor, megatron, RecoveryAction(name, "scale_out"))  # not refused as a later recovery
+        assert survivor.flow == "scale_out"
+    returned = session_at(None)  # its first action is REBUILD_GROUP
+    run_action(returned, megatron, RecoveryAction("rebuild_group", "scale_out"))
+    assert returned.flow == "scale_out"

@@ -33,8 +33,9 @@ def old_to_new(old: dict, new: dict) -> dict:
     return mapping
 
 
-# The flows of an online repair: the same processes, every one alive, before and after.
-SAME_PROCESSES = ("retry", "reload")
+# The flows of an online repair: the same processes, every one alive, before and after; and a
+# scale-out's CLEAN, among the survivors of the scale-in (the returned processes join at REBUILD_GROUP).
+SAME_PROCESSES = ("retry", "reload", "scale_out")
 
 
 def rebuild_groups(session, megatron, action) -> int:

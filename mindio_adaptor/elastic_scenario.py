@@ -1,0 +1,79 @@
+"""Elastic training on local launchers, as the e2e tests and `mindio-adaptor demo --scenario elastic` run
+it: the tiny GPT at dp4 (R = 2) on two `mindio-adaptor launch` nodes of two ranks each. Node 1 is lost
+after step `lose_after` and no replacement comes within MINDIO_ARF_WAIT_S: the job scales in to dp2.
+With `return_at`, a new launcher of node 1 starts once the job scaled in, and the job scales out to dp4
+again at that step.
+
+Two steps wait for the test (the example's --hold-before-step, which changes no result): the step after
+`lose_after` until node 1 is lost, so the loss comes after that step however late its log line is read;
+and step `return_at` until the controller decides the scale-out, so the returned ranks' start-up always
+fits in the run. A held step is long: the hang rule gets a fixed step limit (MINDIO_STEP_TIMEOUT_S).
+"""
+from __future__ import annotations
+
+import re
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from mindio_adaptor.tiny_job import LocalCluster, RunResult
+
+FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
+HELD_STEP_LIMIT_S = "300"
+_STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
+_SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
+
+
+def samples_by_step(output: str) -> Dict[int, Set[str]]:
+    """The dataset indices each step's micro-batches named (the example's --log-sample-ids), on any rank;
+    a step stopped and computed again names its samples twice, the same ones."""
+    seen: Dict[int, Set[str]] = defaultdict(set)
+    for step, ids in _SAMPLE_IDS.findall(output):
+        seen[int(step)].update(ids.split(","))
+    return dict(seen)
+
+
+def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = None, arf_wait_s: float = 15,
+                train_iters: int = 8, on_line: Optional[Callable[[str], None]] = None,
+                timeout: float = 400, flags: Sequence[str] = ()) -> Tuple[RunResult, List[int]]:
+    """The run and the pids lost with node 1; the whole log is kept as workdir/output.txt. `flags`: more
+    of the script's (they come last, so `--save-interval N` replaces the default's 1000)."""
+    if not 1 <= lose_after < train_iters or (return_at is not None and not lose_after + 1 < return_at <= train_iters):
+        raise ValueError(f"node 1 lost after step {lose_after} and back at step {return_at} do not fit "
+                         f"{train_iters} steps: 1 <= lose after < return - 1 < return <= steps")
+    workdir.mkdir(parents=True, exist_ok=True)
+    lost_file, returned_file = workdir / "node_1_lost", workdir / "node_1_returned"
+    for marker in (lost_file, returned_file):
+        marker.unlink(missing_ok=True)
+    step_done, scaled_in = threading.Event(), threading.Event()
+
+    def watch(line: str) -> None:
+        logged = _STEP_LOGGED.search(line)
+        if logged and int(logged.group(1)) == lose_after:
+            step_done.set()
+        if "elastic training: scaled in dp" in line:
+            scaled_in.set()
+        if "elastic training: scaling out with ranks" in line:
+            returned_file.touch()
+        if on_line is not None:
+            on_line(line)
+
+    holds, files = [lose_after + 1], [lost_file]
+    if return_at is not None:
+        holds, files = holds + [return_at], files + [returned_file]
+    cluster = LocalCluster([*FLAGS, "--save", str(workdir / "ckpt"), "--save-interval", "1000",
+                            "--hold-before-step", *map(str, holds), "--hold-until-file", *map(str, files), *flags],
+                           train_iters=train_iters, on_line=watch,
+                           env={"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}", "MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S})
+    cluster.start_node("--node-rank", "0")
+    node_1 = cluster.start_node("--node-rank", "1")
+    cluster.wait_for(step_done, f"step {lose_after}")
+    lost = cluster.lose_node(node_1)
+    lost_file.touch()
+    if return_at is not None:
+        cluster.wait_for(scaled_in, "the scale-in")
+        cluster.start_node("--node-rank", "1")
+    run = cluster.wait(timeout)
+    (workdir / "output.txt").write_text(run.output)
+    return run, lost

@@ -1,0 +1,60 @@
+"""REPAIR of a scale-out (elastic training), on every rank of the original world: the model, its DDP
+wrapper, the optimizer and the scheduler are built again at the original sizes by Megatron's own setup
+and load the checkpoint the survivors just saved at the smaller size (stages/scale_out_save); Megatron's
+distributed checkpoint reshards the optimizer state back. A returned process gets its state this way
+too, so it takes nothing from a replica peer. The data iterators start again at the checkpoint's sample
+with the original data-parallel rank and size, and ROLLBACK takes every rank to the repair step."""
+import logging
+import time
+from datetime import datetime, timezone
+
+from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches.recovery_session import StepSnapshot
+from mindio_adaptor.patches.stages.stage import Stage
+
+logger = logging.getLogger(__name__)
+
+
+def scale_out_state(session, megatron, action) -> int:
+    started, step = time.monotonic(), action.step
+    if not session.save_root:
+        raise ScaleOutRefused("the run has no --save directory: there is no checkpoint to scale out from")
+    iteration, flops = scale_in.rebuild_from_checkpoint(session.job, session.save_root, step)
+    if iteration != step:
+        raise ScaleOutRefused(f"asked to scale out from the checkpoint of step {step} under {session.save_root}; "
+                              f"loaded step {iteration}")
+    margs = megatron.args()
+    session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
+                                  megatron.rng_states())
+    session.job.completed_steps.append(step)
+    for wrapper in session.replay.iterators.values():
+        wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"scale-out at step {step}"), step)
+    if session.replacement.active and not session.replacement.joined:
+        _position_returned_data(session, megatron, step)
+        # A returned process has its state now: ROLLBACK expects none from a replica peer.
+        session.replacement.joined, session.replacement.joined_at = True, step
+    plan = session.scale_out
+    if margs.rank == 0 and plan is not None:
+        logger.warning("elastic training: scaled out %s after step %d at %s: ranks %s, retired by the scale-in, "
+                       "returned; training goes on from sample %d with the global batch size %d (loaded in %.2f s)",
+                       plan.describe(), step, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                       list(plan.returned), margs.consumed_train_samples, margs.global_batch_size,
+                       time.monotonic() - started)
+    session.timeline.mark("scaled out", f"to {margs.world_size} ranks at step {step}")
+    return 0
+
+
+def _position_returned_data(session, megatron, step: int) -> None:
+    """A returned process built its data loader at sample 0 and has run no train_step (no replay
+    wrapper yet): its train data iterator's source starts at the checkpoint's sample."""
+    holder = session.replacement.train_data_iterator
+    if holder is None:
+        return
+    if not hasattr(holder, "iterable"):
+        raise ScaleOutRefused(f"returned process: cannot position its train data iterator "
+                              f"({type(holder).__name__}) at sample {megatron.args().consumed_train_samples}")
+    holder.iterable = megatron.iterator_at_sample(holder.iterable, f"returned process at step {step}")
+
+
+SCALE_OUT_STATE = Stage("scale out: state", scale_out_state)
