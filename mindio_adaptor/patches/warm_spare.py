@@ -40,9 +40,10 @@ def take_the_assigned_rank(model) -> None:
     stand_in = dist.get_rank()
     rank = warm_rank.adopt(f"Megatron initialised and the model built as stand-in rank {stand_in}")
     started = time.monotonic()
-    if rank != stand_in:
-        _fake_world_at(rank)
-        refresh_bucket_group_ranks(model)
+    # Also when the rank is the stand-in's: the stand-in read no replica layout, so its optimizer instances are
+    # Megatron's own cut, not yet the layout's.
+    _fake_world_at(rank)
+    refresh_bucket_group_ranks(model)
     controller_link.connect_after_initialize()
     logger.info("warm spare: took rank %d (built as stand-in rank %d); world, groups and controller link "
                 "set up in %.2f s", rank, stand_in, time.monotonic() - started)
