@@ -3,8 +3,8 @@ core/warm_assignment), on Megatron: how far it goes as a stand-in rank, and how 
 
 It starts as a replacement process does (patches/process_replacement): Megatron parses its arguments and
 initialises on torch's "fake" backend. Then:
-- with data parallelism alone (tensor, pipeline, context and expert parallel sizes 1) every rank builds the
-  same model, so the spare goes on as the stand-in rank through the model's build (and its DDP wrapper) and
+- with data parallelism alone (tensor, pipeline, context and expert parallel sizes 1), on a host without an
+  accelerator (patches/warm_rank.runs_ahead: the device is the local rank's), every rank builds the same model, so the spare goes on as the stand-in rank through the model's build (and its DDP wrapper) and
   waits right before the distributed optimizer is built: that one depends on the rank's place in its
   optimizer instance (which shard it owns). Given its rank, it starts the fake world again at that rank,
   initialises Megatron's parallel state again (the replica layout read from the job's store: the stand-in
@@ -14,8 +14,8 @@ initialises on torch's "fake" backend. Then:
   the same on every rank; the loaders, whose samplers read the data-parallel rank, are built after). It then
   connects to the recovery controller (deferred by patches/controller_link), builds the optimizer and its data
   loaders, and joins as any replacement;
-- otherwise (a model partition that depends on the rank) it waits before Megatron creates its world: the
-  arguments are parsed, the rest is done at the real rank.
+- otherwise (a model partition or a device that depends on the rank) it waits before Megatron creates its
+  world: the arguments are parsed, the rest is done at the real rank.
 The seeds need no fix-up: with data parallelism alone Megatron seeds every rank alike (worker reboot refuses
 --data-parallel-random-init), and the repair installs the replica peer's RNG states anyway.
 """

@@ -53,7 +53,8 @@ def test_a_stand_in_builds_the_model_only_with_data_parallelism_alone(sizes, ahe
     margs = SimpleNamespace(enable_high_availability=True, enable_worker_reboot=True, tensor_model_parallel_size=1,
                             pipeline_model_parallel_size=1, context_parallel_size=1, expert_model_parallel_size=1)
     vars(margs).update(sizes)
-    assert runs_ahead(margs) is ahead
+    assert runs_ahead(margs, accelerator=False) is ahead
+    assert not runs_ahead(margs, accelerator=True)  # the device is the local rank's: known only with the rank
 
 
 def test_the_stand_in_parses_as_its_rank_and_takes_the_real_one_from_stdin(monkeypatch, capsys):
