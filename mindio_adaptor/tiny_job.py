@@ -77,13 +77,18 @@ def params_digest(model_chunks) -> str:
 
 
 _PIDS = re.compile(r"rank (\d+) pid (\d+) (starting|done)")
+# A warm spare that ran the script ahead started before it had a rank (its own start line says "rank ?"): it
+# starts as a rank where it takes one (core/warm_assignment).
+_WARM_TAKES = re.compile(r"\[mindio-warm pid (\d+)\] takes rank (\d+)")
 
 
 def process_ids(output: str) -> Dict[int, Dict[str, List[int]]]:
     """rank -> {"starting": [pid, ...], "done": [pid, ...]} from the example's start and end lines: one
     pid per rank when no process was restarted."""
     seen: Dict[int, Dict[str, List[int]]] = {}
-    for rank, pid, when in _PIDS.findall(output):
+    starts = [(m.start(), m.group(1), m.group(2), m.group(3)) for m in _PIDS.finditer(output)]
+    starts += [(m.start(), m.group(2), m.group(1), "starting") for m in _WARM_TAKES.finditer(output)]
+    for _, rank, pid, when in sorted(starts):
         seen.setdefault(int(rank), {}).setdefault(when, []).append(int(pid))
     return seen
 

@@ -75,8 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a spare node: start no workers until a node (not node 0) is lost, then take its rank; "
              "--node-rank is ignored")
     add("--spare-workers", "--spare_workers", dest="spare_workers", type=int, default=_env("spare_workers", 0),
-        help="warm workers kept on this node (Python, torch and the preloaded modules imported, rank not yet "
-             "known) to replace a dead local rank at once (default 0; needs worker reboot)")
+        help="warm workers kept on this node to replace a dead local rank at once (default 0; needs worker "
+             "reboot): the preloaded modules imported and, for a Megatron script with --enable-worker-reboot, "
+             "the script run ahead as a stand-in rank up to the optimizer's build (docs/launch.md)")
     add("--warm-preload", "--warm_preload", dest="warm_preload", default=_env("warm_preload", DEFAULT_PRELOAD),
         help="what a warm worker imports before it is needed: comma-separated modules, module:function to "
              f"call one (default {DEFAULT_PRELOAD})")

@@ -6,9 +6,15 @@ import subprocess
 import sys
 from typing import List, Optional
 
+from mindio_adaptor.core.warm_assignment import ENV_WARM_RANK
 from mindio_adaptor.launch.config import LaunchConfig
+from mindio_adaptor.launch.warm_worker import ADAPTOR_PATCHES
 from mindio_adaptor.launch.worker import KILL_WAIT_S
 from mindio_adaptor.launch.worker_env import worker_env
+
+# The script's flag that says it is a Megatron script under the adaptor's worker reboot: the only kind a warm
+# worker runs ahead of its rank (patches/warm_spare knows where it must stop and wait).
+WORKER_REBOOT_FLAG = "--enable-worker-reboot"
 
 
 def script_argv(config: LaunchConfig) -> Optional[List[str]]:
@@ -18,6 +24,12 @@ def script_argv(config: LaunchConfig) -> Optional[List[str]]:
     if command[:2] != [sys.executable, "-u"]:
         return None
     return command[2:]
+
+
+def runs_ahead(config: LaunchConfig) -> bool:
+    """Whether warm workers run the script ahead, as a stand-in rank (launch/warm_worker.py --ahead)."""
+    argv = script_argv(config)
+    return bool(argv) and WORKER_REBOOT_FLAG in argv and ADAPTOR_PATCHES in config.warm_preload
 
 
 class WarmPool:
@@ -33,10 +45,16 @@ class WarmPool:
         while len(self.ready) < self.size:
             # The environment of a replacement of local rank 0: what the preloaded modules may read at
             # import; the rank's own environment replaces it when the worker is handed out.
+            # No RANK: the rank's own environment comes when the worker is handed out. Ahead, the script runs
+            # as rank 1 until then: not rank 0, which hosts things and prints for the job, and any other rank
+            # is as good (with data parallelism alone every rank's model is the same; patches/warm_spare).
             env = worker_env(self.config, 0, master_port=0, restart_count=0, restarted=True)
-            proc = subprocess.Popen([sys.executable, "-u", "-m", "mindio_adaptor.launch.warm_worker",
-                                     self.config.warm_preload], env=env, stdin=subprocess.PIPE, text=True,
-                                    start_new_session=True)
+            env.pop("RANK", None)
+            command = [sys.executable, "-u", "-m", "mindio_adaptor.launch.warm_worker", self.config.warm_preload]
+            if runs_ahead(self.config):
+                env[ENV_WARM_RANK] = str(min(1, self.config.world_size - 1))
+                command += ["--ahead", *script_argv(self.config)]
+            proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, text=True, start_new_session=True)
             self.ready.append(proc)
             started.append(proc.pid)
         return started

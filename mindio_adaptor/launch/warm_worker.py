@@ -9,7 +9,14 @@ full environment and the script's command line. The process replaces its environ
 them and runs the script (or module) as __main__. EOF on stdin (the launcher is gone or no longer needs
 it) ends the process quietly.
 
-    python -m mindio_adaptor.launch.warm_worker PRELOAD    (PRELOAD: comma list, `module` or `module:function`)
+Ahead (`--ahead SCRIPT ARGS...`, for a Megatron script with the adaptor's worker reboot): the script runs at
+once, as a stand-in rank (MINDIO_WARM_RANK, core/warm_assignment), and goes as far as the adaptor lets it
+without its real rank (patches/warm_spare: with data parallelism alone, through Megatron's initialisation on
+the fake backend and the model's build); the same JSON line is read there, and the process takes that rank.
+When the adaptor's patches could not be preloaded the worker waits for its rank first, as without --ahead.
+
+    python -m mindio_adaptor.launch.warm_worker PRELOAD [--ahead SCRIPT ARGS...]
+    (PRELOAD: comma list, `module` or `module:function`)
 """
 from __future__ import annotations
 
@@ -21,7 +28,10 @@ import sys
 import time
 from typing import List
 
+from mindio_adaptor.core import warm_assignment
+
 DEFAULT_PRELOAD = "torch,mindio_adaptor:patch_all,megatron.training.training"
+ADAPTOR_PATCHES = "mindio_adaptor:patch_all"  # what must be preloaded for a script to run ahead
 
 
 def preload(spec: str) -> List[str]:
@@ -55,9 +65,15 @@ def become(assignment: dict) -> None:
 
 def main() -> int:
     began = time.monotonic()
-    failed = preload(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_PRELOAD)
+    spec = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_PRELOAD
+    ahead = sys.argv[3:] if sys.argv[2:3] == ["--ahead"] else None
+    failed = preload(spec)
     if failed:
         print(f"[mindio-warm pid {os.getpid()}] not preloaded: {'; '.join(failed)}", file=sys.stderr, flush=True)
+    if ahead and not any(item.startswith(ADAPTOR_PATCHES) for item in failed):
+        become({"env": dict(os.environ), "argv": ahead})  # the script waits for its rank (core/warm_assignment)
+        return 0
+    os.environ.pop(warm_assignment.ENV_WARM_RANK, None)  # not ahead: the rank is known before the script runs
     line = sys.stdin.readline()
     if not line:
         return 0

@@ -14,6 +14,7 @@ PATCH_MODULES = [
     "interrupted_save",  # inside job_end's wrapper of the same save: it notes the save before the decision
     "exception_loop",
     "controller_link",
+    "warm_spare",
     "job_end",
     "checkpoint_writer",
     "process_replacement",

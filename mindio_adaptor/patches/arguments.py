@@ -5,6 +5,7 @@ import re
 
 from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, HighAvailabilityConfig,
                                            HighAvailabilityConfigError)
+from mindio_adaptor.patches import warm_rank
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ def _validate(wrapped, instance, args, kwargs):
         # A replacement takes its RNG state from a replica peer, which must then hold the same one.
         raise HighAvailabilityConfigError("--enable-worker-reboot cannot be combined with "
                                           "--data-parallel-random-init: replica peers' RNG states differ")
+    warm_rank.stand_in(margs)
     result = wrapped(*args, **kwargs)
     config.check_layout(margs.data_parallel_size, margs.context_parallel_size,
                         margs.num_distributed_optimizer_instances)

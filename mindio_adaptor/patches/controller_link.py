@@ -17,7 +17,7 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import inherited_sockets, job_store, processor_link, rehosted_slot
+from mindio_adaptor.core import inherited_sockets, job_store, processor_link, rehosted_slot, warm_assignment
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 from mindio_adaptor.core.paired_store import control_ports
 from mindio_adaptor.core.env_values import seconds_from_env
@@ -38,11 +38,16 @@ def _after_initialize(wrapped, instance, args, kwargs):
     if not getattr(megatron_job.args(), "enable_high_availability", False):
         return result
     fault_handling.put_in_force()
+    if not warm_assignment.provisional():  # a warm spare connects once it has its rank (patches/warm_spare)
+        connect_after_initialize()
+    return result
+
+
+def connect_after_initialize():
     if fault_handling.client_handles_faults():
         client_loop.prepare(megatron_job.args())  # the client connects, later (patches/fault_handling)
     else:
         connect()
-    return result
 
 
 def connect():

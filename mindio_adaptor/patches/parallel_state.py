@@ -13,7 +13,7 @@ import socket
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import job_store
+from mindio_adaptor.core import job_store, warm_assignment
 from mindio_adaptor.core.replica_layout import ReplicaLayout, crowded_shards
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
@@ -30,7 +30,9 @@ def _after_initialize(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     margs = _megatron_args()
     if margs is not None and getattr(margs, "enable_high_availability", False):
-        SESSION.job.layout = build_layout(margs.num_distributed_optimizer_instances)
+        # A warm spare's stand-in rank reads no store: its layout comes with its rank (patches/warm_spare).
+        if not warm_assignment.provisional():
+            SESSION.job.layout = build_layout(margs.num_distributed_optimizer_instances)
         # An online repair initialises the same groups again after rebuilding the world.
         SESSION.job.model_parallel_init = (args, kwargs)
     return result

@@ -21,7 +21,8 @@ import inspect
 import logging
 import os
 
-from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.core import warm_assignment
+from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 
@@ -44,10 +45,12 @@ def _init_on_the_fake_backend(wrapped, instance, args, kwargs):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     bound = inspect.signature(wrapped).bind(*args, **kwargs).arguments
+    rank = warm_rank.rank_before_the_world(bound["rank"])
     progress.active = progress.fake_world = True
-    logger.info("replacement process of rank %s: Megatron starts on the fake backend; it joins the "
-                "running job's communicators when the controller rebuilds them", bound.get("rank"))
-    return wrapped(backend="fake", store=FakeStore(), rank=bound["rank"], world_size=bound["world_size"],
+    who = f"warm spare (stand-in rank {rank})" if warm_assignment.provisional() else f"replacement process of rank {rank}"
+    logger.info("%s: Megatron starts on the fake backend; it joins the running job's communicators when the "
+                "controller rebuilds them", who)
+    return wrapped(backend="fake", store=FakeStore(), rank=rank, world_size=bound["world_size"],
                    timeout=bound.get("timeout"))
 
 

@@ -74,9 +74,13 @@ def test_only_the_lost_nodes_processes_change(node_1_lost_twice):
 def test_the_new_nodes_are_named_and_repaired_from_node_0(node_1_lost_twice):
     run, _ = node_1_lost_twice
     assert re.search(r"standby\] standby: watching nodes \[1\]", run.output)
-    # the standby's workers had Python, torch and Megatron loaded before node 1 was lost
+    # the standby's workers had run the script ahead as stand-in rank 1 (Megatron initialised on the fake
+    # backend, the model built) before node 1 was lost, and each took its rank
     assert re.search(r"node 1\] generation 0: started ranks \[2, 3\] as pids \[\d+, \d+\] to replace the lost "
                      r"node's \(2 warm\)", run.output)
+    for rank in (2, 3):
+        assert re.search(rf"\] takes rank {rank} after [\d.]+ s warm \(Megatron initialised and the model built as "
+                         r"stand-in rank 1\)", run.output)
     for incarnation in (2, 3):
         assert re.search(rf"node 1\] node 1 was lost: this launcher takes its place in the running job "
                          rf"\(incarnation {incarnation}\)", run.output)

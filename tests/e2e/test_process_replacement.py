@@ -39,13 +39,20 @@ def test_killed_rank_0_is_replaced_and_only_its_pid_changes(tmp_path, reference_
 
 def test_hung_rank_is_ended_and_replaced_by_a_warm_spare(tmp_path, reference_runs):
     # No timeout variable set: the hang rule names rank 3, the controller has its process end (a hung
-    # process ends itself on EXIT) and the launcher hands its rank to a warm spare worker (Python, torch
-    # and Megatron already imported). Rank 3 is the rank that prints Megatron's losses: its replacement
-    # logs them as the uninterrupted run does.
+    # process ends itself on EXIT) and the launcher hands its rank to a warm spare worker (Megatron
+    # initialised, the model and the datasets built as a stand-in rank). Rank 3 is the rank that prints
+    # Megatron's losses: its replacement logs them as the uninterrupted run does.
     env = {"MINDIO_FAULT_INJECT": "hang:rank=3,step=5", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
     run = run_training(REBOOT, env=env, launcher=(*LAUNCH, "--spare-workers", "1")).require_success()
     spare = re.search(r"warm spare workers started: pids \[(\d+)\]", run.output)
     assert spare and f"rank 3 started again alone as pid {spare.group(1)}, a warm spare" in run.output
+    # It had run the script ahead as stand-in rank 1 (DP only: every rank's model is the same) and built the
+    # model and the datasets; it took rank 3's place in a fake world of its own before the optimizer's build.
+    assert re.search(rf"\[mindio-warm pid {spare.group(1)}\] takes rank 3 after [\d.]+ s warm \(Megatron "
+                     r"initialised and the model built as stand-in rank 1\)", run.output)
+    assert "warm spare (stand-in rank 1): Megatron starts on the fake backend" in run.output
+    assert "warm spare: datasets built ahead" in run.output
+    assert re.search(r"rank 3\] INFO warm spare: took rank 3 \(built as stand-in rank 1\)", run.output)
     assert re.search(r"hang: .*furthest behind: \[3\]", run.output)
     assert re.search(r"decision recover: faults [^\n]*\b3:node", run.output)
     assert "the controller ended the job and the training thread is hung: ending the process" in run.output
