@@ -26,6 +26,7 @@ class ScaleOutPlan:
     new_dp: int  # the original size it grows back to
     world_size: int  # the original world
     num_microbatches: int  # per rank and step at the original size
+    replicas: int = 1  # the optimizer's replica count R at the original size (a scale-in may have lowered it)
 
     def original_rank(self, current_rank: int) -> int:
         if not 0 <= current_rank < len(self.survivors):
@@ -52,4 +53,4 @@ def plan_scale_out(scale_in: ScaleInPlan, returned: Iterable[int], global_batch_
         raise ScaleOutRefused(f"the global batch size {global_batch_size} is not a multiple of micro-batch size "
                               f"{micro_batch_size} x dp{scale_in.old_dp} = {per_step}")
     return ScaleOutPlan(tuple(sorted(returned)), scale_in.survivors, scale_in.new_dp, scale_in.old_dp,
-                        len(scale_in.survivors) + len(retired), global_batch_size // per_step)
+                        len(scale_in.survivors) + len(retired), global_batch_size // per_step, scale_in.old_replicas)

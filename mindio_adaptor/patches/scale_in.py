@@ -13,6 +13,7 @@ import logging
 
 from mindio_adaptor.core.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in
 from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches.recovery_session import StepSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -48,24 +49,52 @@ def refuse_unsupported(margs, layout) -> None:
 def apply_sizes(plan: ScaleInPlan, old_rank: int, init_call: tuple) -> tuple:
     """Megatron's arguments and micro-batch calculator at the plan's sizes (the world is rebuilt already);
     returns the job's initialize_model_parallel call with the plan's optimizer replica count."""
-    from megatron.core.num_microbatches_calculator import get_num_microbatches, reconfigure_num_microbatches_calculator
-
     margs = megatron_job.args()
     margs.rank, margs.world_size = plan.new_rank(old_rank), len(plan.survivors)
-    margs.data_parallel_size = plan.new_dp
-    margs.num_distributed_optimizer_instances = plan.new_replicas
+    return resize(plan.new_dp, plan.new_replicas, plan.num_microbatches, init_call, ScaleInRefused)
+
+
+def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: tuple, refused) -> tuple:
+    """Megatron's data-parallel size, optimizer replica count (distributed-optimizer instances) and micro-batch
+    calculator at a new size, the global batch size kept (a scale-in, or the scale-out back); returns the job's
+    initialize_model_parallel call with the replica count. `refused`: the error raised when Megatron's
+    calculator disagrees with the plan."""
+    reconfigure_num_microbatches_calculator, get_num_microbatches = microbatch_calculator()
+    margs = megatron_job.args()
+    margs.data_parallel_size = data_parallel
+    margs.num_distributed_optimizer_instances = replicas
     reconfigure_num_microbatches_calculator(margs.rank, None, margs.global_batch_size, margs.micro_batch_size,
-                                            plan.new_dp, seq_length=margs.seq_length)
-    if get_num_microbatches() != plan.num_microbatches:
-        raise ScaleInRefused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at dp{plan.new_dp}, "
-                             f"the plan {plan.num_microbatches}")
-    return init_call_at(plan, init_call)
-
-
-def init_call_at(plan: ScaleInPlan, init_call: tuple) -> tuple:
-    """The job's initialize_model_parallel call with the plan's optimizer replica count (instances)."""
+                                            data_parallel, seq_length=margs.seq_length)
+    if get_num_microbatches() != num_microbatches:
+        raise refused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at dp{data_parallel}, "
+                      f"the plan {num_microbatches}")
     init_args, init_kwargs = init_call
-    return init_args, {**init_kwargs, "num_distributed_optimizer_instances": plan.new_replicas}
+    return init_args, {**init_kwargs, "num_distributed_optimizer_instances": replicas}
+
+
+def microbatch_calculator():
+    """Megatron's global micro-batch calculator: (reconfigure, get_num_microbatches)."""
+    from megatron.core.num_microbatches_calculator import get_num_microbatches, reconfigure_num_microbatches_calculator
+
+    return reconfigure_num_microbatches_calculator, get_num_microbatches
+
+
+def resume_at_checkpoint(session, megatron, step: int, what: str, refused) -> None:
+    """A resize's REPAIR (`what`: "scale in" or "scale out"): the model, optimizer and scheduler built again at
+    the current sizes from the checkpoint of `step` just saved, the step's snapshot taken, and the data
+    iterators started again at its sample with the current data-parallel rank and size."""
+    if not session.save_root:
+        raise refused(f"the run has no --save directory: there is no checkpoint to {what} from")
+    iteration, flops = rebuild_from_checkpoint(session.job, session.save_root, step)
+    if iteration != step:
+        raise refused(f"asked to {what} from the checkpoint of step {step} under {session.save_root}; loaded "
+                      f"step {iteration}")
+    margs = megatron.args()
+    session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
+                                  megatron.rng_states())
+    session.job.completed_steps.append(step)
+    for wrapper in session.replay.iterators.values():
+        wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"{what.replace(' ', '-')} at step {step}"), step)
 
 
 def rebuild_from_checkpoint(job, root: str, step: int) -> tuple:

@@ -4,7 +4,7 @@ and Megatron's micro-batch calculator its micro-batch count, with the same globa
 process started at the original sizes and keeps them. The model, DDP wrapper, optimizer and scheduler
 are built again and loaded the way the scale-in does it (patches/scale_in.rebuild_from_checkpoint)."""
 from mindio_adaptor.core.scale_out_plan import ScaleOutPlan, ScaleOutRefused, plan_scale_out
-from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches import megatron_job, scale_in
 
 
 def plan_for(scale_in_plan, returned) -> ScaleOutPlan:
@@ -24,14 +24,7 @@ def take_original_rank(plan: ScaleOutPlan) -> int:
     return current
 
 
-def apply_original_sizes(plan: ScaleOutPlan) -> None:
-    """Megatron's data-parallel size and micro-batch calculator at the original size."""
-    from megatron.core.num_microbatches_calculator import get_num_microbatches, reconfigure_num_microbatches_calculator
-
-    margs = megatron_job.args()
-    margs.data_parallel_size = plan.new_dp
-    reconfigure_num_microbatches_calculator(margs.rank, None, margs.global_batch_size, margs.micro_batch_size,
-                                            plan.new_dp, seq_length=margs.seq_length)
-    if get_num_microbatches() != plan.num_microbatches:
-        raise ScaleOutRefused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at "
-                              f"dp{plan.new_dp}, the plan {plan.num_microbatches}")
+def apply_original_sizes(plan: ScaleOutPlan, init_call: tuple) -> tuple:
+    """Megatron's data-parallel size, replica count and micro-batch calculator at the original size;
+    returns the job's initialize_model_parallel call with the original replica count."""
+    return scale_in.resize(plan.new_dp, plan.replicas, plan.num_microbatches, init_call, ScaleOutRefused)

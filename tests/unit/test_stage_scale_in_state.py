@@ -2,12 +2,14 @@
 the smaller size; the session's snapshot, the data position and the replay follow it; and how the rebuilt
 objects take the places Megatron's frames hold (patches/scale_in.take_place_of)."""
 import logging
+from types import SimpleNamespace
 
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
 from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
-from mindio_adaptor.patches import scale_in
+from mindio_adaptor.core.scale_out_plan import plan_scale_out
+from mindio_adaptor.patches import megatron_job, scale_in, scale_out
 from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
 
 PLAN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
@@ -99,12 +101,24 @@ def test_the_rebuild_call_takes_the_current_replica_count_and_drops_cached_strat
     assert context == {"kept": 1}  # the context pretrain() holds, cleared in place
 
 
-def test_the_parallel_state_call_takes_the_plan_replica_count():
+def test_the_parallel_state_call_takes_the_plan_replica_count(monkeypatch):
     from mindio_adaptor.core.replica_layout import ReplicaLayout
 
     layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
     plan = plan_scale_in([[0, 2], [1, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2, layout=layout)
     init_call = ((2, 1, None), {"context_parallel_size": 1, "num_distributed_optimizer_instances": 2})
-    assert scale_in.init_call_at(plan, init_call) == (
+    margs = SimpleNamespace(rank=0, world_size=4, global_batch_size=16, micro_batch_size=2, seq_length=64,
+                            data_parallel_size=2, num_distributed_optimizer_instances=2)
+    # Megatron's calculator is a process global: a stand-in that counts as it does.
+    sizes = {}
+    monkeypatch.setattr(scale_in, "microbatch_calculator", lambda: (
+        lambda rank, ramp, gbs, mbs, dp, seq_length=None: sizes.update(n=gbs // (mbs * dp)), lambda: sizes["n"]))
+    monkeypatch.setattr(megatron_job, "args", lambda: margs)
+    assert scale_in.apply_sizes(plan, 0, init_call) == (
         (2, 1, None), {"context_parallel_size": 1, "num_distributed_optimizer_instances": 1})
     assert init_call[1]["num_distributed_optimizer_instances"] == 2  # the recorded call is not changed
+    assert (margs.data_parallel_size, margs.num_distributed_optimizer_instances, margs.world_size) == (1, 1, 2)
+    # ... and the scale-out back gives the job its replicas again
+    back = plan_scale_out(plan, {2, 3}, global_batch_size=16, micro_batch_size=2)
+    assert scale_out.apply_original_sizes(back, init_call)[1]["num_distributed_optimizer_instances"] == 2
+    assert (margs.data_parallel_size, margs.num_distributed_optimizer_instances) == (2, 2)

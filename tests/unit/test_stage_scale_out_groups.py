@@ -20,7 +20,8 @@ def rebuilt(monkeypatch):
     monkeypatch.setattr(stage, "continue_epochs_of_the_job", lambda session: seen.append("epochs from the store"))
     monkeypatch.setattr(stage, "rebuild_world", lambda session, margs, members: seen.append(
         (margs.rank, margs.world_size, list(members))) or 7)
-    monkeypatch.setattr(scale_out, "apply_original_sizes", lambda plan: seen.append(("sizes", plan.new_dp)))
+    monkeypatch.setattr(scale_out, "apply_original_sizes",
+                        lambda plan, init_call: seen.append(("sizes", plan.new_dp)) or init_call)
     return seen
 
 

@@ -11,7 +11,6 @@ import time
 from datetime import datetime, timezone
 
 from mindio_adaptor.patches import scale_in
-from mindio_adaptor.patches.recovery_session import StepSnapshot
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -22,18 +21,8 @@ def scale_in_state(session, megatron, action) -> int:
     if plan is None:
         raise scale_in.ScaleInRefused(f"asked to load step {step} at the smaller size before the groups were "
                                       f"rebuilt for it")
-    if not session.save_root:
-        raise scale_in.ScaleInRefused("the run has no --save directory: there is no checkpoint to scale in from")
-    iteration, flops = scale_in.rebuild_from_checkpoint(session.job, session.save_root, step)
-    if iteration != step:
-        raise scale_in.ScaleInRefused(f"asked to scale in from the checkpoint of step {step} under "
-                                      f"{session.save_root}; loaded step {iteration}")
+    scale_in.resume_at_checkpoint(session, megatron, step, "scale in", scale_in.ScaleInRefused)
     margs = megatron.args()
-    session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
-                                  megatron.rng_states())
-    session.job.completed_steps.append(step)
-    for wrapper in session.replay.iterators.values():
-        wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"scale-in at step {step}"), step)
     if margs.rank == 0:
         logger.warning("elastic training: scaled in %s after step %d at %s: ranks %s were lost and not replaced "
                        "within MINDIO_ARF_WAIT_S; training goes on from sample %d with the global batch size "

@@ -35,7 +35,7 @@ def scale_out_groups(session, megatron, action) -> int:
     epoch = rebuild_world(session, margs, range(margs.world_size))
     session.replacement.fake_world = False  # a returned process's collectives are real from here on
     if plan is not None:
-        scale_out.apply_original_sizes(plan)
+        session.job.model_parallel_init = scale_out.apply_original_sizes(plan, session.job.model_parallel_init)
         session.scale_in, session.scale_out = None, plan
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
     logger.info("scale-out: rank %d is rank %d of %d now; communicators rebuilt (epoch %d) with returned ranks %s "

@@ -10,7 +10,6 @@ from datetime import datetime, timezone
 
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.patches import scale_in
-from mindio_adaptor.patches.recovery_session import StepSnapshot
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -18,18 +17,8 @@ logger = logging.getLogger(__name__)
 
 def scale_out_state(session, megatron, action) -> int:
     started, step = time.monotonic(), action.step
-    if not session.save_root:
-        raise ScaleOutRefused("the run has no --save directory: there is no checkpoint to scale out from")
-    iteration, flops = scale_in.rebuild_from_checkpoint(session.job, session.save_root, step)
-    if iteration != step:
-        raise ScaleOutRefused(f"asked to scale out from the checkpoint of step {step} under {session.save_root}; "
-                              f"loaded step {iteration}")
+    scale_in.resume_at_checkpoint(session, megatron, step, "scale out", ScaleOutRefused)
     margs = megatron.args()
-    session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
-                                  megatron.rng_states())
-    session.job.completed_steps.append(step)
-    for wrapper in session.replay.iterators.values():
-        wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"scale-out at step {step}"), step)
     if session.replacement.active and not session.replacement.joined:
         _position_returned_data(session, megatron, step)
         # A returned process has its state now: ROLLBACK expects none from a replica peer.
