@@ -92,6 +92,22 @@ def test_the_new_nodes_are_named_and_repaired_from_node_0(node_1_lost_twice):
     assert len(re.findall(r"ranks \[2,3\] replaced, training resumes at step \d+", run.output)) == 2
 
 
+def test_each_launcher_that_took_node_1_hosted_its_controller_slot_again(node_1_lost_twice):
+    """The launchers host the controllers by default (two nodes: node 0's active, node 1's a backup). Node 1's
+    backup is lost with it; the standby, then the new launcher, host slot 1 again, and node 0's ranks adopt it
+    each time, so the job keeps a backup controller."""
+    run, _ = node_1_lost_twice
+    assert re.search(r"node 0\] the recovery controllers run in the launchers of nodes 0\.\.1 \(the default with "
+                     r"worker reboot", run.output)
+    ports = re.findall(r"node 1\] backup controller started as pid \d+ on port (\d+), slot 1 of the list hosted "
+                       r"again", run.output)
+    assert len(set(ports)) == 2, ports
+    for rank in (0, 1):
+        adopted = re.findall(rf"rank {rank}\] INFO slot 1 of the controllers moved to a replaced node: controller "
+                             rf"[\d.]+:(\d+)", run.output)
+        assert adopted == ports, (rank, adopted, ports)
+
+
 def test_no_replacement_in_time_dumps_and_the_resume_ends_bit_identical(tmp_path, reference_runs):
     steps, ckpt = StepWatch(4), tmp_path / "ckpt"
     cluster = LocalCluster([*FLAGS, "--save", str(ckpt), "--save-interval", "1000"], launch_flags=LOST_AFTER,
