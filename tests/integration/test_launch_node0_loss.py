@@ -4,6 +4,7 @@ for a new launcher with node rank 0 at the same address; that one hosts a fresh 
 that the job runs, and starts its workers as replacements (MINDIO_RESTARTED=1). With no new node 0 within
 the wait, node 1 stops its workers and exits 1 naming the lost store. Shell workers
 (tests/integration/shell_launchers.py): the workers' own recovery is not what is tested here."""
+import os
 import signal
 import time
 
@@ -67,6 +68,37 @@ def test_the_new_node_0_hosts_slot_0_again_and_learns_the_rest_from_node_1(clust
     assert new_list[1] == old_list[1] and new_list[0] != old_list[0], rows  # slot 0 on a new port
     assert {token for _, _, token, _ in rows} == {first[0][2]}, rows
     assert "backup controller started as pid" in err0 and "slot 0 of the list hosted again" in err0, err0
+
+
+def test_a_group_restart_after_node_0_was_replaced_starts_every_rank_in_a_new_generation(cluster):
+    """After node 0 was replaced, rank 3 fails twice (--max-restarts 1: started again alone, then the whole
+    group): every launcher, the new node 0 included, starts its ranks in generation 1, at a new workers' store,
+    with the stores of generation 1 beside the controllers (the new node 0 hosts slot 0's), and the job ends 0."""
+    flags = ("--node0-wait", str(REPLACEMENT_WAIT_S), "--controllers", "2", "--max-restarts", "1")
+    # Each start also appends "rank stores" to OUT/stores.
+    worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_STORE_ADDRS" >> "$OUT/stores"; ' + WORKER[-1]]
+    node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    node1 = cluster.start("--node-rank", "1", *flags, worker=worker)
+    cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node0)
+    new_node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    cluster.wait_starts(6, new_node0, node1)
+    for count in (7, 11):  # rank 3 alone, then the group
+        rank_3 = [pid for rank, _, _, pid in cluster.starts() if rank == 3][-1]
+        os.kill(rank_3, signal.SIGKILL)
+        cluster.wait_starts(count, new_node0, node1)
+    rows = cluster.starts()
+    assert (rows[6][0], rows[6][1]) == (3, "1"), rows  # started again alone
+    group = rows[7:]
+    assert sorted(rank for rank, *_ in group) == [0, 1, 2, 3] and {r for _, r, _, _ in group} == {"0"}, rows
+    assert len({port for _, _, port, _ in group}) == 1 and group[0][2] not in {port for _, _, port, _ in rows[:7]}
+    stores = [line.split() for line in (cluster.out / "stores").read_text().splitlines()]
+    generation_1 = {addresses for _, addresses in stores[7:]}
+    assert len(generation_1) == 1 and generation_1.isdisjoint(addresses for _, addresses in stores[:7]), stores
+    assert len(generation_1.pop().split(",")) == 2, stores
+    (code0, err0), (code1, err1) = cluster.finish(new_node0, node1)
+    assert (code0, code1) == (0, 0), (err0, err1)
+    assert "generation 1: started ranks [0, 1]" in err0 and "generation 1: started ranks [2, 3]" in err1, (err0, err1)
 
 
 def test_without_a_new_node_0_node_1_ends_after_the_wait_and_leaves_nothing_running(cluster):
