@@ -24,6 +24,18 @@ def node_pids(rows, node):
     return {pid for rank, _, _, pid in rows if rank // 2 == node}
 
 
+def node_0_replaced(cluster, flags, worker):
+    """Two nodes started, node 0 lost once its workers ran, a new node 0 started and its workers too; returns
+    (the new node 0's launcher, node 1's)."""
+    node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    node1 = cluster.start("--node-rank", "1", *flags, worker=worker)
+    cluster.wait_starts(4, node0, node1)
+    cluster.lose_node(node0)
+    new_node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
+    cluster.wait_starts(6, new_node0, node1)
+    return new_node0, node1
+
+
 def test_a_new_node_0_joins_the_running_job_and_node_1_keeps_its_workers(cluster):
     wait = ("--node0-wait", str(REPLACEMENT_WAIT_S))
     node0, node1 = cluster.start("--node-rank", "0", *wait), cluster.start("--node-rank", "1", *wait)
@@ -51,12 +63,7 @@ def test_the_new_node_0_hosts_slot_0_again_and_learns_the_rest_from_node_1(clust
     # Each start also appends "rank controllers token slot" to OUT/controllers.
     worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_CONTROLLER_ADDR $MINDIO_TOKEN ${MINDIO_REHOSTED_SLOT:--}" '
               '>> "$OUT/controllers"; ' + WORKER[-1]]
-    node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
-    node1 = cluster.start("--node-rank", "1", *flags, worker=worker)
-    cluster.wait_starts(4, node0, node1)
-    cluster.lose_node(node0)
-    new_node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
-    cluster.wait_starts(6, new_node0, node1)
+    new_node0, node1 = node_0_replaced(cluster, flags, worker)
     (code0, err0), (code1, err1) = cluster.finish(new_node0, node1)
     assert (code0, code1) == (0, 0), (err0, err1)
     rows = [line.split() for line in (cluster.out / "controllers").read_text().splitlines()]
@@ -77,12 +84,7 @@ def test_a_group_restart_after_node_0_was_replaced_starts_every_rank_in_a_new_ge
     flags = ("--node0-wait", str(REPLACEMENT_WAIT_S), "--controllers", "2", "--max-restarts", "1")
     # Each start also appends "rank stores" to OUT/stores.
     worker = [*WORKER[:-1], 'echo "$RANK $MINDIO_STORE_ADDRS" >> "$OUT/stores"; ' + WORKER[-1]]
-    node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
-    node1 = cluster.start("--node-rank", "1", *flags, worker=worker)
-    cluster.wait_starts(4, node0, node1)
-    cluster.lose_node(node0)
-    new_node0 = cluster.start("--node-rank", "0", *flags, worker=worker)
-    cluster.wait_starts(6, new_node0, node1)
+    new_node0, node1 = node_0_replaced(cluster, flags, worker)
     for count in (7, 11):  # rank 3 alone, then the group
         rank_3 = [pid for rank, _, _, pid in cluster.starts() if rank == 3][-1]
         os.kill(rank_3, signal.SIGKILL)
