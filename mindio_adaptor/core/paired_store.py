@@ -123,9 +123,19 @@ def choose(stores: Optional[Sequence[Address]] = None, controllers: Optional[Seq
         probe_s, ", ".join(f"{h}:{p}" for h, p in tried)))
 
 
+def rehosted_slot(environ: Mapping[str, str] = os.environ) -> Optional[int]:
+    """The slot this process's node re-hosts (its launcher replaced a lost controller-hosting node), or None."""
+    value = environ.get(ENV_REHOSTED_SLOT, "")
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ValueError(f"{ENV_REHOSTED_SLOT}={value!r}: expected the index of a slot of the controllers' list")
+    return int(value)
+
+
 def _rehosted_store(stores: Sequence[Address]) -> Optional[Address]:
-    slot = os.environ.get(ENV_REHOSTED_SLOT, "")
-    return stores[int(slot)] if slot.isdigit() and int(slot) < len(stores) else None
+    slot = rehosted_slot()
+    return stores[slot] if slot is not None and slot < len(stores) else None
 
 
 def answering(stores: Optional[Sequence[Address]] = None, probe_s: float = PROBE_S) -> Tuple[List[Address], List[Address]]:

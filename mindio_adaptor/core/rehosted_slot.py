@@ -22,23 +22,13 @@ from typing import List, MutableMapping, Optional, Sequence
 
 from mindio_adaptor.core import job_store, processor_link
 from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_addresses
-from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES, store_addresses
+from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES, rehosted_slot, store_addresses
 
 logger = logging.getLogger(__name__)
 
 
 def _fact(slot: int) -> str:
     return f"control/slot/{slot}"
-
-
-def rehosted_slot(environ=os.environ) -> Optional[int]:
-    """The slot this process's node re-hosts (its launcher replaced a lost controller-hosting node), or None."""
-    value = environ.get(ENV_REHOSTED_SLOT, "")
-    if not value:
-        return None
-    if not value.isdigit():
-        raise ValueError(f"{ENV_REHOSTED_SLOT}={value!r}: expected the index of a slot of {ENV_CONTROLLER}")
-    return int(value)
 
 
 def announce(environ=os.environ) -> Optional[int]:

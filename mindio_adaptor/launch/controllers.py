@@ -35,7 +35,7 @@ START_TIMEOUT_S = 60.0  # a controller process imports the native module and lis
 STOP_GRACE_S = 10.0
 
 
-def _key(node: int) -> str:
+def controller_key(node: int) -> str:
     return f"controller/{node}"
 
 
@@ -84,7 +84,7 @@ class HostedController:
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.port = self._listening_port()
         threading.Thread(target=self._forward_output, daemon=True).start()
-        self.store.store.set(_key(self.config.node_rank), f"{reachable_host(self.config)}:{self.port}")
+        self.store.store.set(controller_key(self.config.node_rank), f"{reachable_host(self.config)}:{self.port}")
         self.log.info("%s controller started as pid %d on port %d%s", "backup" if backup else "active",
                       self.proc.pid, self.port, f", slot {self.config.node_rank} of the list hosted again "
                       f"(the lost node's)" if self.rehosts else "")
@@ -147,17 +147,11 @@ def controllers_env(config: LaunchConfig, store) -> Dict[str, str]:
     token (waits, bounded by the rendezvous timeout, for every hosting node to publish)."""
     if not config.controllers:
         return {}
-    keys = [_key(node) for node in range(config.controllers)]
+    keys = [controller_key(node) for node in range(config.controllers)]
     store.store.wait([*keys, TOKEN_KEY], timedelta(seconds=config.rdzv_timeout))
     return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys),
             ENV_TOKEN: store.store.get(TOKEN_KEY).decode()}
 
-
-
-def own_controller_key(node: int) -> str:
-    """The key of `node`'s slot: a rejoin writes it over whatever another launcher wrote back first, since
-    only the node itself knows where its controller is now (it may have re-hosted it)."""
-    return _key(node)
 
 
 def controllers_keys(env: Dict[str, str]) -> Dict[str, str]:
@@ -166,4 +160,4 @@ def controllers_keys(env: Dict[str, str]) -> Dict[str, str]:
     if not env:
         return {}
     addresses = env[ENV_CONTROLLER].split(",")
-    return {**{_key(node): address for node, address in enumerate(addresses)}, TOKEN_KEY: env[ENV_TOKEN]}
+    return {**{controller_key(node): address for node, address in enumerate(addresses)}, TOKEN_KEY: env[ENV_TOKEN]}

@@ -32,7 +32,7 @@ from mindio_adaptor.core.comm import host_store
 from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controllers import controllers_keys, own_controller_key, reachable_host
+from mindio_adaptor.launch.controllers import controller_key, controllers_keys, reachable_host
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, store_listening
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
@@ -72,7 +72,9 @@ def rejoin_entries(node: int, members: str, owner_value: str, generation: int, n
     entries = [(JOB_RUNNING, str(node), True), (GENERATION, str(generation), True),
                (node_liveness.owner_key(0), f"{node0_owner}:lost", True),
                (node_liveness.owner_key(node), owner_value, True), (_key_node(node), "1", True),
-               *((key, value, key != own_controller_key(node)) for key, value in controllers_keys(controllers).items()),
+               # A node's own slot is written over whatever another launcher wrote back first: only the node
+               # knows where its controller and store are now (a replaced node re-hosts them).
+               *((key, value, key != controller_key(node)) for key, value in controllers_keys(controllers).items()),
                *((key, value, key != _key_store(generation, node))
                  for key, value in stores_keys(generation, stores).items())]
     if controller_ended:

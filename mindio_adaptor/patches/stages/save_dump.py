@@ -34,7 +34,7 @@ def save_dump(session, megatron, action) -> int:
         rebuild_world(session, margs, members)
         megatron.reinitialize_parallel_state(megatron.single_instance_init_call(margs), replica_layout=False)
         megatron.point_optimizer_at_single_instance(job.optimizer, margs)
-        staging = _staging_prepared_by_one(root, step)
+        staging = staging_prepared_by_one(root, step)
         megatron.set_data_position(snapshot)
         megatron.save_checkpoint_for_full_job(step, job.model, job.optimizer, job.scheduler,
                                               snapshot.floating_point_operations, str(staging), members,
@@ -57,7 +57,7 @@ def dense_savers(saves) -> List[int]:
     return sorted({r for save in saves for r in save.ranks})
 
 
-def _staging_prepared_by_one(root: str, step: int):
+def staging_prepared_by_one(root: str, step: int):
     """One saver empties the staging directory; the others wait for it (they may share the file
     system), so no saver ever deletes another's files."""
     if dist.get_rank() == 0:

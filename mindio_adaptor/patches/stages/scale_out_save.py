@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.patches.stages.save_dump import staging_prepared_by_one
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -28,11 +29,8 @@ def scale_out_save(session, megatron, action) -> int:
     snapshot = session.snapshot_of(step, "save for the scale-out")
     world = len(scaled_in.survivors) + len(scaled_in.lost) + len(scaled_in.dropped)
     try:
-        if dist.get_rank() == 0:
-            dump_dir.prepare_staging(root, step)
-        dist.barrier()
+        staging = str(staging_prepared_by_one(root, step))
         megatron.set_data_position(snapshot)
-        staging = str(dump_dir.staging_root(root, step))
         megatron.save_checkpoint_for_full_job(step, job.model, job.optimizer, job.scheduler,
                                               snapshot.floating_point_operations, staging, list(scaled_in.survivors),
                                               world)
