@@ -202,7 +202,10 @@ def node_lost(args, standby: bool, node: int = 1):
     cluster.lose_node(nodes[node])
     if not standby:
         cluster.start_node("--node-rank", str(node))
-    cluster.wait(timeout=900).require_success()
+    result = cluster.wait(timeout=900)
+    if args.log_dir:
+        Path(args.log_dir, f"node_lost_{node}{'_standby' if standby else ''}.log").write_text(result.output)
+    result.require_success()
     taken_over = [("backup controller took over", "lost", "takeover")] if node == 0 else []
     phases = [*taken_over, ("loss detected and decided", "lost", "decision"),
               ("new node 0 took its place (node 1 rejoined)" if node == 0 else
@@ -276,6 +279,7 @@ def main():
                         help="hidden sizes, e.g. 64,256,512: only the online repair, at each size")
     parser.add_argument("--node-lost-after", type=float, default=3.0,
                         help="the launchers' --node-lost-after in (e), (f) and (g) (default 3 s)")
+    parser.add_argument("--log-dir", default="", help="write the launchers' output of (e), (f), (g) there")
     parser.add_argument("--cases", default="".join(CASES),
                         help=f"which cases to run, e.g. cgh (default {''.join(CASES)}; c, the baseline, always runs)")
     args = parser.parse_args()

@@ -50,6 +50,7 @@ class NodeAgent:
         self._stores_env: Dict[str, str] = {}  # the generation's workers' stores beside the controllers
         self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
         self.fenced = False  # another launcher took this node rank: leave the job to it
+        self._refill_at: Optional[float] = None  # when the warm pool is filled again after a hand-out
 
     # --- the run ---------------------------------------------------------------------------------------
 
@@ -88,6 +89,7 @@ class NodeAgent:
             self._start_generation(self.store.generation(), replacing=self.store.replacing)
             while True:
                 self.controller.check()
+                self._refill_warm_when_due()
                 try:
                     outcome = self._check()
                 except DistError as err:  # once back, what happened meanwhile (a worker's exit) is answered
@@ -175,9 +177,18 @@ class NodeAgent:
                       [w.rank for w in self.workers], pids, " to replace the lost node's" if replacing else "",
                       f" ({warm} warm)" if warm else "", self.config.master_addr, self.master_port,
                       f", beside the controllers {self._stores_env[ENV_STORES]}" if self._stores_env else "")
-        self._refill_warm()
+        self._refill_warm(at_once=not replacing)
 
-    def _refill_warm(self) -> None:
+    def _refill_warm(self, at_once: bool = False) -> None:
+        """New warm workers build a model, as the ranks just handed out do to join: started beside a
+        recovery they slow it down (several seconds on a busy host), so after a hand-out they wait."""
+        self._refill_at = time.monotonic() + (0.0 if at_once else self.config.warm_refill_delay)
+        self._refill_warm_when_due()
+
+    def _refill_warm_when_due(self) -> None:
+        if self._refill_at is None or time.monotonic() < self._refill_at:
+            return
+        self._refill_at = None
         spares = self.warm.fill()
         if spares:
             self.log.info("warm spare workers started: pids %s", spares)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from mindio_adaptor.launch.config import DEFAULT_LOST_AFTER_S, LaunchConfig, LaunchConfigError, resolve
+from mindio_adaptor.launch.config import DEFAULT_LOST_AFTER_S, DEFAULT_WARM_REFILL_DELAY_S, LaunchConfig, LaunchConfigError, resolve
 from mindio_adaptor.launch.warm_worker import DEFAULT_PRELOAD
 
 PROG = "mindio-adaptor launch"
@@ -81,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--warm-preload", "--warm_preload", dest="warm_preload", default=_env("warm_preload", DEFAULT_PRELOAD),
         help="what a warm worker imports before it is needed: comma-separated modules, module:function to "
              f"call one (default {DEFAULT_PRELOAD})")
+    add("--warm-refill-delay", "--warm_refill_delay", dest="warm_refill_delay", type=float,
+        default=_env("warm_refill_delay", DEFAULT_WARM_REFILL_DELAY_S),
+        help="seconds after warm workers were handed out before new ones are started (default "
+             f"{DEFAULT_WARM_REFILL_DELAY_S:g}): new ones build a model, and beside a recovery they slow it down")
     add("--controllers", type=int, default=_env("controllers", None),
         help="nodes 0..K-1 each host a recovery controller in a process of their own: node 0's is active, the "
              "others are backups that take over in node order (default: min(3, nodes) when the training "

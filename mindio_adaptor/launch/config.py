@@ -29,6 +29,7 @@ DEFAULT_REBOOT_RESTARTS = 3
 # A launcher's beat stopped this long: its node is lost (launch/node_liveness). Longer than the stalls of a
 # busy host, shorter than a scheduler's restart of a pod.
 DEFAULT_LOST_AFTER_S = 10.0
+DEFAULT_WARM_REFILL_DELAY_S = 20.0  # past the recovery that the handed-out workers take part in
 
 
 class LaunchConfigError(ValueError):
@@ -56,6 +57,7 @@ class LaunchConfig:
     standby: bool = False  # a spare node: takes the rank of the first node lost (node_rank is set then)
     spare_workers: int = 0  # warm workers kept ready to replace a dead local rank (launch/warm_worker)
     warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
+    warm_refill_delay: float = DEFAULT_WARM_REFILL_DELAY_S  # seconds from a hand-out to the pool's refill
     controllers: int = 0  # nodes 0..K-1 host the recovery controllers (launch/controllers); 0: in the job
     controllers_reason: str = ""  # why the launchers host them when --controllers was not given (logged)
     online_repair: bool = True  # the job asked for online repair (--enable-hbmfault-repair / retry)
@@ -94,7 +96,8 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         rdzv_timeout=rdzv_timeout, role=args.role, command=_command(args),
         place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
         standby=_standby(args.standby, nnodes, reboot), spare_workers=_spare_workers(args.spare_workers, reboot),
-        warm_preload=args.warm_preload, controllers=controllers,
+        warm_preload=args.warm_preload, warm_refill_delay=_at_least("--warm-refill-delay", args.warm_refill_delay, 0),
+        controllers=controllers,
         controllers_reason=controllers_reason,
         online_repair=_online_repair(args, environ),
         elastic_training=_training_asks(args, environ, SCRIPT_ELASTIC_FLAG, "enable_elastic_training"), node0_wait=_node0_wait(args.node0_wait, rdzv_timeout))

@@ -43,7 +43,8 @@ def run(config: LaunchConfig) -> int:
         return 1
     if store.replacing:
         log.info("node %d was lost: this launcher takes its place in the running job (incarnation %d); its "
-                 "workers start as replacements", config.node_rank, store.incarnation)
+                 "workers start as replacements (the node counted as lost because %s)", config.node_rank,
+                 store.incarnation, store.lost_evidence)
     return NodeAgent(config, store, log, warm).run()
 
 

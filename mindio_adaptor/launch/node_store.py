@@ -30,7 +30,7 @@ from torch.distributed.elastic.utils.distributed import get_free_port
 
 from mindio_adaptor.core.comm import host_store
 from mindio_adaptor.core.paired_store import ENV_STORES
-from mindio_adaptor.launch import node_liveness
+from mindio_adaptor.launch import lifeline, node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key, controllers_keys, reachable_host
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, store_listening
@@ -109,6 +109,8 @@ class NodeStore:
         self._worker_stores: Dict[int, TCPStore] = {}  # node 0: generation -> the store it hosts
         self.incarnation = 0  # which launcher of this node rank this is (1: the first; more: replacements)
         self._beat: Optional[node_liveness.NodeBeat] = None
+        self._lifeline: Optional[lifeline.Lifeline] = None
+        self.lost_evidence = ""  # a replacing launcher: how it knew the node it took was lost
         self._owner_value = ""  # what this launcher wrote as its node rank's owner (a rejoin writes it back)
         self._node0_owner = 1  # the incarnation of node 0 last seen running (a rejoin says it was lost)
 
@@ -127,6 +129,7 @@ class NodeStore:
         self.store = self._rendezvous(self.config.node_rank)
         self._check_members()
         if self.hosting and self.store.check([JOB_RUNNING]):  # the others rejoined this store: node 0 was lost
+            self.lost_evidence = "the other launchers rejoined at its address with the job running"
             self._own(0, first=False, lost_owner=node_liveness.owner(self.store, 0))
             return
         self._own(self.config.node_rank, first=self.store.add(_key_node(self.config.node_rank), 1) == 1)
@@ -144,10 +147,11 @@ class NodeStore:
 
     def _own(self, node: int, first: bool, lost_owner: Optional[int] = None) -> None:
         """Own `node`: the first launcher of it, or one that takes it from a lost owner (`lost_owner`: the
-        owner a watch already judged lost, else this watches the node for --node-lost-after first)."""
+        owner a watch already judged lost, else this judges it: its lifeline refused, or its beat silent for
+        --node-lost-after)."""
         cfg, store = self.config, self.store
         seen = node_liveness.owner(store, node) if lost_owner is None else lost_owner
-        if not first and lost_owner is None and not node_liveness.lost_nodes(store, [node], cfg.node_lost_after):
+        if not first and lost_owner is None and not self._judged_lost(node, seen):
             raise NodeStoreError(f"node rank {node} is held by a running launcher (its beat moved within "
                                  f"{cfg.node_lost_after:g} s); a launcher takes a node rank only from a lost node")
         if not first and not cfg.worker_reboot:
@@ -161,6 +165,18 @@ class NodeStore:
         self._owner_value = store.get(node_liveness.owner_key(node)).decode()
         self._beat = node_liveness.NodeBeat(cfg.master_addr, self.port, cfg.run_id, node, cfg.node_lost_after)
         self._beat.start()
+        self._lifeline = lifeline.Lifeline(reachable_host(cfg))
+        self._lifeline.publish(store, node, incarnation)
+
+    def _judged_lost(self, node: int, owner: int) -> bool:
+        """Whether the launcher owning `node` is gone: at once when its lifeline's port refuses connections,
+        else when its beat stays still for --node-lost-after."""
+        address = lifeline.published(self.store, node)
+        if address is not None and address.incarnation == owner and lifeline.refused(address):
+            self.lost_evidence = lifeline.EVIDENCE
+            return True
+        self.lost_evidence = f"its beat was silent for {self.config.node_lost_after:g} s"
+        return bool(node_liveness.lost_nodes(self.store, [node], self.config.node_lost_after))
 
     def join_as_standby(self, log) -> Optional[int]:
         """A standby launcher: wait for a node (other than node 0, which hosts the stores) to be lost and
@@ -217,22 +233,28 @@ class NodeStore:
         after its last beat, not after a window that began while it still beat."""
         cfg = self.config
         nodes = range(1, cfg.nnodes)
-        log.info("standby: watching nodes %s; a node silent for %g s is taken over", list(nodes),
+        log.info("standby: watching nodes %s; a node is taken over when its launcher's process is gone or its "
+                 "beat was silent for %g s", list(nodes),
                  cfg.node_lost_after)
-        watch = node_liveness.BeatWatch(self.store, nodes)
+        watch, lifelines = node_liveness.BeatWatch(self.store, nodes), lifeline.LifelineWatch(self.store, nodes)
         while not self._job_over():
-            for node in watch.lost(cfg.node_lost_after):
-                lost_owner = watch.owner_at_last_beat(node)
-                if not lost_owner:
-                    continue  # not started yet: nothing to take over
+            gone = lifelines.gone()
+            silent = {node: watch.owner_at_last_beat(node) for node in watch.lost(cfg.node_lost_after)}
+            for node, lost_owner in {**silent, **gone}.items():
+                if not lost_owner or self.store.check([_key_done(node)]):
+                    continue  # not started yet, or it ended its part of the job: nothing to take over
+                self.lost_evidence = (lifeline.EVIDENCE if node in gone
+                                      else f"its beat was silent for {cfg.node_lost_after:g} s")
                 try:
                     self._own(node, first=False, lost_owner=lost_owner)
                 except NodeStoreError as err:
                     log.info("standby: node %d: %s", node, err)
                     continue
                 self.config.node_rank = node
+                lifelines.close()
                 return node
             time.sleep(POLL_S)
+        lifelines.close()
         return None
 
     def _job_over(self) -> bool:
@@ -280,6 +302,8 @@ class NodeStore:
             # One beat now: a standby's watch of this node starts from it, and this node's beat thread,
             # which finds the new store on its own, then only has to keep it moving.
             store.add(node_liveness.beat_key(self.config.node_rank), 1)
+            if self._lifeline is not None:
+                self._lifeline.publish(store, self.config.node_rank, self.incarnation)
         except DistError:
             return False
         self.store = store
@@ -353,7 +377,11 @@ class NodeStore:
             self._beat.stop()
         if self.store is None:
             return True
-        self.store.set(_key_done(self.config.node_rank), "1")
+        try:
+            self.store.set(_key_done(self.config.node_rank), "1")
+        finally:  # after "done": a watcher that took this end for a loss reads that before it acts
+            if self._lifeline is not None:
+                self._lifeline.leave()
         if not (self.hosting or wait_for_all):
             return True
         deadline = time.monotonic() + timeout

@@ -73,7 +73,13 @@ class Cluster:
 
     def finish(self, *launchers):
         (self.out / "finish").touch()
-        return [(p.wait(timeout=TIMEOUT_S), self.log_of(p)) for p in launchers]
+        try:
+            return [(p.wait(timeout=TIMEOUT_S), self.log_of(p)) for p in launchers]
+        except subprocess.TimeoutExpired:
+            running = [p for p in launchers if p.poll() is None]
+            self.stop()
+            raise AssertionError("launchers still running after the finish: " + "\n\n".join(
+                f"pid {p.pid}:\n{self.log_of(p)}" for p in running)) from None
 
     def stop(self):
         for proc in self.launchers:

@@ -68,7 +68,7 @@ def test_worker_reboot_restarts_only_the_killed_rank(tmp_path):
 
 def test_a_warm_spare_worker_replaces_the_killed_rank(tmp_path):
     done = launch("--nproc-per-node", "2", "--worker-reboot", "--spare-workers", "1", "--warm-preload", "torch",
-                  WORKER, "reboot", str(tmp_path), "1", "--extra", "x y")
+                  "--warm-refill-delay", "0", WORKER, "reboot", str(tmp_path), "1", "--extra", "x y")
     assert done.returncode == 0, done.stderr
     spares = [int(pid) for pid in re.findall(r"warm spare workers started: pids \[(\d+)\]", done.stderr)]
     assert len(spares) == 2, done.stderr  # one at the start, one to refill the pool after the hand-out

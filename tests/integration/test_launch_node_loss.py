@@ -4,6 +4,8 @@ or a standby already waiting, takes its place in the running job and starts its 
 (MINDIO_RESTARTED=1, the same workers' store); node 0's workers keep their processes. A launcher cannot
 take the rank of a node that is alive, and node 0 does not wait for a lost node at the end.
 The workers are shell loops (tests/integration/shell_launchers.py)."""
+import os
+import signal
 import time
 
 import pytest
@@ -57,3 +59,28 @@ def test_node_0_does_not_wait_for_a_lost_node_at_the_end(cluster):
     [(code, err)] = cluster.finish(node0)
     assert code == 0, err
     assert time.monotonic() - began < 15, err  # not the 300 s exit barrier
+
+
+def test_a_killed_node_is_taken_at_once_and_a_stalled_one_never(cluster):
+    """--node-lost-after 60: only the lost launcher's lifeline can make a standby act within seconds. A
+    launcher stopped for 5 s (a stalled host) keeps its lifeline and is not taken over."""
+    cluster.common[cluster.common.index("--node-lost-after") + 1] = "60"
+    node0, node1 = cluster.start("--node-rank", "0"), cluster.start("--node-rank", "1")
+    cluster.wait_starts(4, node0, node1)
+    standby = cluster.start("--standby", logged=True)
+    cluster.wait_for_line(standby, "standby: watching nodes [1]")
+    os.kill(node1.pid, signal.SIGSTOP)
+    time.sleep(5)
+    os.kill(node1.pid, signal.SIGCONT)
+    assert len(cluster.starts()) == 4 and "takes its place" not in cluster.log_of(standby)
+    began = time.monotonic()
+    cluster.lose_node(node1)
+    after = cluster.wait_starts(6, node0, standby)[4:]
+    taken_s = time.monotonic() - began
+    assert sorted((rank, restarted) for rank, restarted, *_ in after) == [(2, "1"), (3, "1")]
+    assert taken_s < 20, taken_s  # not the 60 s of silence
+    (code0, err0), (code_s, err_s) = cluster.finish(node0, standby)
+    assert (code0, code_s) == (0, 0), (err0, err_s)
+    assert "node 1 was lost: this launcher takes its place in the running job (incarnation 2); its workers start " \
+           "as replacements (the node counted as lost because its launcher's process is gone: its lifeline " \
+           "closed and its port refuses connections)" in err_s

@@ -153,6 +153,7 @@ def test_first_host_of_a_slurm_node_list(nodelist, host):
     (["--rdzv-conf", "timeout=soon"], "--rdzv-conf 'timeout=soon': expected a number of seconds"),
     (["--rdzv-conf", "timeout=-1"], "--rdzv-conf timeout must be > 0"),
     (["--node-lost-after", "0"], "--node-lost-after must be > 0"),
+    (["--warm-refill-delay", "-1"], "--warm-refill-delay must be >= 0"),
     (["--node0-wait", "0"], "--node0-wait must be > 0"),
     (["--node0-wait", "soon"], "--node0-wait 'soon': expected a number of seconds"),
     (["--controllers", "3", "--nnodes", "2"], "--controllers 3: one per node at most"),
@@ -168,6 +169,11 @@ def test_a_standby_and_the_lost_node_timer(script):
     cfg = config("--nnodes", "3", "--standby", "--node-lost-after", "4.5", script, "--enable-worker-reboot")
     assert cfg.standby and cfg.node_lost_after == 4.5
     assert config(script).node_lost_after == 10.0 and not config(script).standby
+
+
+def test_the_warm_pool_waits_after_a_hand_out_unless_told_not_to(script):
+    assert config(script).warm_refill_delay == 20.0
+    assert config("--warm-refill-delay", "0", script).warm_refill_delay == 0.0
 
 
 def test_the_wait_for_a_new_node_0_defaults_to_the_rendezvous_timeout(script):
