@@ -209,7 +209,7 @@ def node_lost(args, standby: bool, node: int = 1):
     taken_over = [("backup controller took over", "lost", "takeover")] if node == 0 else []
     phases = [*taken_over, ("loss detected and decided", "lost", "decision"),
               ("new node 0 took its place (node 1 rejoined)" if node == 0 else
-               f"node rank taken (after {args.node_lost_after:g} s silent)", "lost", "claimed"),
+               "node rank taken (lifeline)", "lost", "claimed"),
               ("its workers' start-up", "claimed", "ready"), ("groups, shards, roll back", "ready", "normal"),
               ("step recomputed", "normal", "done")]
     return clock.between("lost", "done"), [(n, clock.between(a, b)) for n, a, b in phases], 0

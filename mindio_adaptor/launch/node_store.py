@@ -43,6 +43,7 @@ END = "end"  # why the job ends (a node gave up, or was signalled); every launch
 CONTROLLER_END = "controller_end"  # a worker exited ENDED_BY_CONTROLLER: nothing is restarted any more
 STANDBYS, STANDBYS_LEFT = "standbys", "standbys_left"  # counters: standby launchers that joined, that left
 JOB_RUNNING = "job_running"  # written by launchers that rejoined a new node 0's store: a job runs already
+STANDBY_LEAVE_S = 10.0  # the least node 0 waits at the end for standbys to see it
 PROBE_S = 1.0  # how long a launcher that lost node 0 waits for a connection to its address, per try
 
 
@@ -395,8 +396,9 @@ class NodeStore:
 
     def _standbys_left(self, deadline: float) -> bool:
         """Standbys that were not needed see the job end before node 0 takes the store down (a killed one
-        never says so: bounded by --node-lost-after)."""
-        deadline = min(deadline, time.monotonic() + self.config.node_lost_after)
+        never says so: bounded by --node-lost-after, and by STANDBY_LEAVE_S at least: a standby on a busy
+        host may need seconds to see the end, and one that finds the store gone waits for a new node 0)."""
+        deadline = min(deadline, time.monotonic() + max(self.config.node_lost_after, STANDBY_LEAVE_S))
         while self.store.add(STANDBYS_LEFT, 0) < self.store.add(STANDBYS, 0):
             if time.monotonic() > deadline:
                 return False
