@@ -1,6 +1,6 @@
 """`mindio-adaptor launch` with real processes: worker reboot restarts only the killed rank (which joins a new
 gloo group with the survivors), torchrun mode restarts the whole group and fails past --max-restarts, an
-ENDED_BY_CONTROLLER exit is never restarted, two launchers form one world, bad arguments are named.
+ENDED_BY_CONTROLLER exit is never restarted, nor a LEFT_THE_JOB one, which ends no job, two launchers form one world, bad arguments are named.
 The workers are tests/integration/launch_worker.py (no Megatron)."""
 import json
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -108,6 +108,28 @@ def test_ended_by_controller_is_never_restarted(tmp_path):
     assert [len(events(tmp_path, rank, "start")) for rank in (0, 1)] == [1, 1]
     assert "exit code 86 (ENDED_BY_CONTROLLER): the recovery controller ended the job" in done.stderr
     assert "ended: exit code 1; not restarted: the recovery controller ended the job" in done.stderr
+
+
+def test_a_rank_that_left_the_job_is_not_restarted_and_the_job_goes_on(tmp_path):
+    """Rank 1, alone on node 1, exits LEFT_THE_JOB (a scale-in dropped its data-parallel slice): its launcher
+    neither starts it again nor ends the job; it ends 0 with the node's part done, while node 0's rank trains
+    on and ends the job normally."""
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "dropped",
+              "--worker-reboot", "--max-restarts", "1"]
+    nodes = [subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, "dropped", str(tmp_path), "1"],
+                              env=ENV, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    logs = [node.communicate(timeout=TIMEOUT_S)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    assert [len(events(tmp_path, rank, "start")) for rank in (0, 1)] == [1, 1], logs
+    assert len(events(tmp_path, 0, "went_on")) == 1 and not events(tmp_path, 1, "went_on")
+    (pid,) = [r["pid"] for r in events(tmp_path, 1, "start")]
+    assert (f"rank 1 (local rank 0, pid {pid}) ended: exit code {LEFT_THE_JOB} (LEFT_THE_JOB): it left the job, "
+            f"which goes on without it (a scale-in dropped its data-parallel slice); not restarted") in logs[1]
+    assert ("summary: no local worker exited 0; ranks [1] left the job, which went on without them (elastic "
+            "training); exit code 0") in logs[1]
+    assert "told the recovery controller" not in logs[1]  # the controller retired it before it exited
+    assert "summary: 1 local worker exited 0; exit code 0" in logs[0]
+    assert "the job ends" not in logs[0] + logs[1]
 
 
 def external_controller(world_size):
