@@ -141,13 +141,20 @@ def test_the_log_names_the_scale_in(scaled_in):
                      r"timed out", run.output)
 
 
+def the_scale_out_line(output: str, sizes: str) -> str:
+    """The new rank 0's scale-out line, logged once, after the controller decided it, once."""
+    lines = re.findall(rf"elastic training: scaled out {sizes} [^\n]*", output)
+    assert len(lines) == 1, output[-6000:]
+    assert len(re.findall(rf"elastic training: scaling out with ranks \[2,3\] after step {RETURN_AT_STEP - 1}",
+                          output)) == 1
+    return lines[0]
+
+
 def test_the_log_names_the_scale_out(scaled_out):
     run, _ = scaled_out
-    lines = re.findall(r"elastic training: scaled out dp2 -> dp4 [^\n]*", run.output)
-    assert len(lines) == 1, run.output[-6000:]
+    line = the_scale_out_line(run.output, "dp2 -> dp4")
     assert re.search(rf"after step {RETURN_AT_STEP - 1} at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC: ranks \[2, 3\], "
-                     r"retired by the scale-in, returned; training goes on from sample 96", lines[0]), lines[0]
-    assert len(re.findall(r"elastic training: scaling out with ranks \[2,3\] after step 6", run.output)) == 1
+                     r"retired by the scale-in, returned; training goes on from sample 96", line), line
     assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
 
 
@@ -228,11 +235,9 @@ def test_tp2_the_log_names_dp1_and_the_replicas_gone(tp2_scaled_in_and_out):
 
 def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
     run, lost = tp2_scaled_in_and_out
-    lines = re.findall(r"elastic training: scaled out dp1 -> dp2 [^\n]*", run.output)
-    assert len(lines) == 1, run.output[-6000:]
+    line = the_scale_out_line(run.output, "dp1 -> dp2")
     assert re.search(rf"\(ranks \[2, 3\] returned; 4 micro-batches each; optimizer replicas R=1 -> R=2\) after "
-                     rf"step {RETURN_AT_STEP - 1} at .*training goes on from sample 96", lines[0]), lines[0]
-    assert len(re.findall(r"elastic training: scaling out with ranks \[2,3\] after step 6", run.output)) == 1
+                     rf"step {RETURN_AT_STEP - 1} at .*training goes on from sample 96", line), line
     # The replica layout rank 0 built last, at the scale-out: both data-parallel lists hold two replicas again.
     layouts = re.findall(r"rank 0\] INFO replica layout: ([^\n]*)", run.output)
     assert layouts[-1].startswith("[ReplicaSet(type=0, groups=[(0,), (2,)], R=2), ReplicaSet(type=0, groups=[(1,), "

@@ -110,16 +110,23 @@ def test_ended_by_controller_is_never_restarted(tmp_path):
     assert "ended: exit code 1; not restarted: the recovery controller ended the job" in done.stderr
 
 
+def two_nodes(scenario, out, order, run_id):
+    """Two launchers of one worker each (worker reboot, one restart), started in `order`, both ending 0; their
+    logs in node order."""
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", run_id,
+              "--worker-reboot", "--max-restarts", "1"]
+    nodes = {r: subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, scenario, str(out), "1"],
+                                 env=ENV, stderr=subprocess.PIPE, text=True) for r in order}
+    logs = [nodes[r].communicate(timeout=TIMEOUT_S)[1] for r in (0, 1)]
+    assert [nodes[r].returncode for r in (0, 1)] == [0, 0], logs
+    return logs
+
+
 def test_a_rank_that_left_the_job_is_not_restarted_and_the_job_goes_on(tmp_path):
     """Rank 1, alone on node 1, exits LEFT_THE_JOB (a scale-in dropped its data-parallel slice): its launcher
     neither starts it again nor ends the job; it ends 0 with the node's part done, while node 0's rank trains
     on and ends the job normally."""
-    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "dropped",
-              "--worker-reboot", "--max-restarts", "1"]
-    nodes = [subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, "dropped", str(tmp_path), "1"],
-                              env=ENV, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-    logs = [node.communicate(timeout=TIMEOUT_S)[1] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], logs
+    logs = two_nodes("dropped", tmp_path, order=(0, 1), run_id="dropped")
     assert [len(events(tmp_path, rank, "start")) for rank in (0, 1)] == [1, 1], logs
     assert len(events(tmp_path, 0, "went_on")) == 1 and not events(tmp_path, 1, "went_on")
     (pid,) = [r["pid"] for r in events(tmp_path, 1, "start")]
@@ -205,12 +212,7 @@ def _alive(pid):
 
 
 def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
-    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-nodes",
-              "--worker-reboot", "--max-restarts", "1"]
-    nodes = [subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, "reboot", str(tmp_path), "1"],
-                              env=ENV, stderr=subprocess.PIPE, text=True) for r in (1, 0)]
-    logs = [node.communicate(timeout=TIMEOUT_S)[1] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], logs
+    logs = two_nodes("reboot", tmp_path, order=(1, 0), run_id="two-nodes")
     zero, one = events(tmp_path, 0, "start"), events(tmp_path, 1, "start")
     assert len(zero) == 1 and len(one) == 2
     assert [(s["env"]["GROUP_RANK"], s["env"]["WORLD_SIZE"], s["env"]["TORCHELASTIC_RUN_ID"]) for s in zero + one] \
@@ -221,7 +223,7 @@ def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
     domains = [s["env"]["MINDIO_FAILURE_DOMAIN"] for s in zero + one]
     assert domains[0].endswith("/node0") and domains[1] == domains[2] and domains[1].endswith("/node1")
     assert [r["sum"] for rank in (0, 1) for r in events(tmp_path, rank, "epoch1")] == [1, 1]
-    assert "worker reboot: rank 1 started again alone" in logs[0] and "node 1]" in logs[0]
+    assert "worker reboot: rank 1 started again alone" in logs[1] and "node 1]" in logs[1]
 
 
 def test_sigterm_is_passed_to_the_workers(tmp_path):
