@@ -196,6 +196,7 @@ void bind_protocol(py::module_& m) {
     m.attr("FRAME_HEADER_SIZE") = kHeaderSize;
     m.attr("FRAME_MAX_BODY") = kMaxBody;
     m.attr("PROCESS_ENDED_AFTER_LEAVING") = kProcessEndedAfterLeaving;
+    m.attr("LEAVES_THE_JOB") = kLeavesTheJob;
     py::dict types;
     types["REGISTER"] = 1; types["REGISTER_ACK"] = 2; types["HEARTBEAT"] = 3; types["STATUS"] = 4;
     types["REPLICA_INFO"] = 5; types["ERROR_REPORT"] = 6; types["ACTION"] = 7; types["ACTION_REPLY"] = 8;

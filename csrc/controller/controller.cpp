@@ -1075,11 +1075,38 @@ std::string Controller::run_flow_action(const Flow& flow, const FlowStep& step, 
     }
     if (kind == ActionKind::Stop) ctx.stopped = true;
     if (kind == ActionKind::Clean) run.clean_results = out.results;
+    if (kind == ActionKind::RebuildGroup) {
+        std::string why = retire_leavers(flow, out, run);
+        if (!why.empty()) return why;
+    }
     if (!out.ok()) return step.names_failed ? step.failure + (" " + list_text(out.failed)) : step.failure;
     if (kind == ActionKind::Normal) {
         std::lock_guard<std::mutex> lock(mu_);
         for (int r : run.targets) ranks_[r].run = RunStatus::Running;
     }
+    return "";
+}
+
+// REBUILD_GROUP of a scale-in: a live rank of a data-parallel slice that lost a rank replies that it
+// leaves the job (kLeavesTheJob; the ranks' plan, core/scale_in_plan, says who). It is retired as the
+// lost ranks are (a scale-out waits for its return too), and the flow's later actions skip it. Only a
+// scale-in goes on without a live rank: in any other flow the reply fails the action.
+std::string Controller::retire_leavers(const Flow& flow, const ActionOutcome& out, FlowRun& run) {
+    std::set<int> leavers;
+    for (const auto& [rank, result] : out.results) {
+        if (result == kLeavesTheJob) leavers.insert(rank);
+    }
+    if (leavers.empty()) return "";
+    if (flow.strategy != Strategy::ScaleIn) {
+        return "ranks " + list_text(leavers) + " replied to REBUILD_GROUP that they leave the job, which only a "
+               "scale-in allows";
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int rank : leavers) run.targets.erase(rank);
+    event_locked("left_with_slice", "ranks " + list_text(leavers));
+    LOG_INFO(kLog, cfg_.rank, "elastic training: ranks " << list_text(leavers) << " leave the job with their "
+                                  "data-parallel slices, which lost a rank; the survivors go on without them");
+    retire_locked(leavers);
     return "";
 }
 

@@ -167,6 +167,7 @@ private:
     void begin_dump(FlowRun& run);
     void begin_scale_in(FaultContext& ctx, FlowRun& run);
     void retire_locked(const std::set<int>& ranks);
+    std::string retire_leavers(const Flow& flow, const ActionOutcome& out, FlowRun& run);
     // The scale-out (scale_out.h): due when every retired rank returned and is ready; a returned process
     // lost before it, or returns that stay incomplete past the wait, leave the job at its smaller size.
     bool scale_out_due_locked();

@@ -183,6 +183,10 @@ struct ProcessEndedMsg {
 // ended: the launcher does not start it again. 0 is a report taken, 1 one refused.
 constexpr int32_t kProcessEndedAfterLeaving = 2;
 
+// The REBUILD_GROUP reply of a rank that a scale-in drops with its data-parallel slice (a peer of the
+// slice was lost): no failure, it leaves the job, which goes on without it (docs/elastic.md).
+constexpr int32_t kLeavesTheJob = 3;
+
 std::string encode(const RegisterMsg& m);
 std::string encode(const RegisterAckMsg& m);
 std::string encode(const RankStatusMsg& m);

@@ -13,6 +13,11 @@ used by Python, torch or the shells; the launcher itself also exits with it, so 
 import signal
 
 ENDED_BY_CONTROLLER = 86
+# A live rank that a scale-in (elastic training) dropped with its data-parallel slice, which lost a rank: it
+# left the job on purpose, and the job goes on without it (core/leaving_rank). The launcher does not start
+# it again (nothing is left for it to join) and does not end the job for it. 87: as 86, none of the
+# codes crashes produce.
+LEFT_THE_JOB = 87
 # A rank that lost the controller while it waited for a decision: nothing was decided, so it ends like a
 # crash (the launcher may start it again, the job resumes from its last complete checkpoint).
 CONTROLLER_LOST = 1
@@ -28,4 +33,6 @@ def describe(returncode: int) -> str:
         return f"signal {name}"
     if returncode == ENDED_BY_CONTROLLER:
         return f"exit code {returncode} (ENDED_BY_CONTROLLER)"
+    if returncode == LEFT_THE_JOB:
+        return f"exit code {returncode} (LEFT_THE_JOB)"
     return f"exit code {returncode}"

@@ -103,6 +103,9 @@ class ControllerDecision:
 
 
 ActionHandler = Callable[[ControllerAction], Tuple[int, str]]  # -> (result code, message)
+# The result code of a REBUILD_GROUP reply that is no failure: the rank leaves the job, which goes on without
+# it (a scale-in dropped its data-parallel slice, core/leaving_rank); the controller retires it.
+LEAVES_THE_JOB = _native.LEAVES_THE_JOB
 
 
 class ProcessorLink:

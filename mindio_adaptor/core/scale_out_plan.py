@@ -27,6 +27,13 @@ class ScaleOutPlan:
     world_size: int  # the original world
     num_microbatches: int  # per rank and step at the original size
     replicas: int = 1  # the optimizer's replica count R at the original size (a scale-in may have lowered it)
+    old_replicas: int = 1  # R at the smaller size
+
+    def replicas_text(self) -> str:
+        """R back to the original count, when the scale-in had lowered it (dp2 R=2 -> dp1 R=1 -> dp2 R=2)."""
+        if self.replicas == self.old_replicas:
+            return ""
+        return f"; optimizer replicas R={self.old_replicas} -> R={self.replicas}"
 
     def original_rank(self, current_rank: int) -> int:
         if not 0 <= current_rank < len(self.survivors):
@@ -36,7 +43,7 @@ class ScaleOutPlan:
 
     def describe(self) -> str:
         return (f"dp{self.old_dp} -> dp{self.new_dp} (ranks {list(self.returned)} returned; "
-                f"{self.num_microbatches} micro-batches each)")
+                f"{self.num_microbatches} micro-batches each{self.replicas_text()})")
 
 
 def plan_scale_out(scale_in: ScaleInPlan, returned: Iterable[int], global_batch_size: int,
@@ -53,4 +60,5 @@ def plan_scale_out(scale_in: ScaleInPlan, returned: Iterable[int], global_batch_
         raise ScaleOutRefused(f"the global batch size {global_batch_size} is not a multiple of micro-batch size "
                               f"{micro_batch_size} x dp{scale_in.old_dp} = {per_step}")
     return ScaleOutPlan(tuple(sorted(returned)), scale_in.survivors, scale_in.new_dp, scale_in.old_dp,
-                        len(scale_in.survivors) + len(retired), global_batch_size // per_step, scale_in.old_replicas)
+                        len(scale_in.survivors) + len(retired), global_batch_size // per_step, scale_in.old_replicas,
+                        scale_in.new_replicas)

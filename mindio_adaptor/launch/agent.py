@@ -1,19 +1,20 @@
 """The launcher of one node: start the local workers, watch them, answer each exit (policy.on_exit), follow
 what the other nodes' launchers decided, and end with one summary line and an exit code:
-0 every worker exited 0; ENDED_BY_CONTROLLER (86) the recovery controller ended the job; 1 a failure with no
-restarts left (or another node's, or node 0 lost and not replaced within --node0-wait); 128+N the launcher
-was stopped by signal N."""
+0 every worker exited 0 or left the job (LEFT_THE_JOB: a scale-in dropped it, and the job went on without
+it); ENDED_BY_CONTROLLER (86) the recovery controller ended the job; 1 a failure with no restarts left (or
+another node's, or node 0 lost and not replaced within --node0-wait); 128+N the launcher was stopped by
+signal N."""
 from __future__ import annotations
 
 import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from torch.distributed import DistError
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB, describe
 from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
@@ -45,6 +46,7 @@ class NodeAgent:
         self.signalled: Optional[int] = None
         self._reported: set = set()  # pids whose exit was already answered
         self.ended_after_leaving: Dict[int, int] = {}  # rank -> the exit of a process whose training was over
+        self.left_the_job: List[int] = []  # ranks a scale-in dropped: their processes exited LEFT_THE_JOB
         self.controller = HostedController(config, store, log)
         self._controllers_env: Dict[str, str] = {}  # the controllers' list and token, for every worker
         self._stores_env: Dict[str, str] = {}  # the generation's workers' stores beside the controllers
@@ -140,7 +142,7 @@ class NodeAgent:
         return self._no_new_node0()
 
     def _all_exited_0(self) -> bool:
-        return all(w.poll() == 0 for w in self.workers)
+        return all(w.poll() in (0, LEFT_THE_JOB) for w in self.workers)
 
     def _finished_without_node0(self) -> Outcome:
         """Every local worker exited 0: nothing to keep running, and node 0 may just have ended first (its end
@@ -158,8 +160,11 @@ class NodeAgent:
     def _finished(self) -> Outcome:
         if self.ended:
             return Outcome(ENDED_BY_CONTROLLER, "the recovery controller ended the job")
-        count = len(self.workers) - len(self.ended_after_leaving)
+        count = len(self.workers) - len(self.ended_after_leaving) - len(self.left_the_job)
         what = f"{count} local worker{'s' if count != 1 else ''} exited 0"
+        if self.left_the_job:  # dropped by a scale-in: this node's part is done as well
+            what = (f"{what if count else 'no local worker exited 0'}; ranks {self.left_the_job} left the job, "
+                    f"which went on without them (elastic training)")
         if self.ended_after_leaving:
             what += "; after leaving the job: " + ", ".join(f"rank {rank} {describe(code)}" for rank, code
                                                            in sorted(self.ended_after_leaving.items()))
@@ -274,7 +279,8 @@ class NodeAgent:
 
     def _answer(self, worker: Worker, code: int) -> Optional[Outcome]:
         what = f"rank {worker.rank} (local rank {worker.local_rank}, pid {worker.pid}) ended: {describe(code)}"
-        had_left = code not in (0, ENDED_BY_CONTROLLER) and self._tell_controller(worker, code)
+        # A rank that exited LEFT_THE_JOB was retired by the controller before it exited: nothing to tell.
+        had_left = code not in (0, ENDED_BY_CONTROLLER, LEFT_THE_JOB) and self._tell_controller(worker, code)
         leftovers = worker.end_leftovers()
         if leftovers:
             self.log.info("rank %d: ended what its process left running in its process group: pids %s",
@@ -297,6 +303,10 @@ class NodeAgent:
             self.ended = True
             self.store.mark_controller_end()
             self.log.info("%s: the recovery controller ended the job; nothing is restarted from now on", what)
+        elif verdict is Verdict.LEFT:
+            self.left_the_job.append(worker.rank)
+            self.log.info("%s: it left the job, which goes on without it (a scale-in dropped its data-parallel "
+                          "slice); not restarted", what)
         elif verdict is Verdict.REBOOT_WORKER:
             self._reboot(worker, what)
         elif verdict is Verdict.RESTART_GROUP:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from enum import Enum
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
 
 class Verdict(Enum):
     DONE = "done"  # the worker finished (exit 0), or nothing may be restarted any more: keep watching
     ENDED = "ended"  # the recovery controller ended the job: restart nothing from now on
+    LEFT = "left"  # the rank left a job that goes on without it (a scale-in dropped it): not restarted
     REBOOT_WORKER = "reboot worker"  # start this rank again alone
     RESTART_GROUP = "restart group"  # stop every worker, start the whole group again (torchrun)
     GIVE_UP = "give up"  # no restarts left: stop everything, the launcher fails
@@ -26,6 +27,8 @@ def on_exit(returncode: int, *, worker_reboot: bool, ended: bool, rank_reboots: 
         return Verdict.DONE
     if returncode == ENDED_BY_CONTROLLER:
         return Verdict.ENDED
+    if returncode == LEFT_THE_JOB:
+        return Verdict.LEFT
     if ended:
         return Verdict.DONE  # after a decided end, a failing process is expected; never restarted
     if worker_reboot and peers_running and rank_reboots < max_restarts:

@@ -1,14 +1,16 @@
 """A rank that failed, was stopped, or joins as a replacement reports to the controller and parks: its
 training thread runs the recovery stages the processor posts (core/training_thread) until the
 controller's decision arrives. RETRY returns (training goes on after the repair step); any other
-decision ends the process with a message naming the fault and the decision."""
+decision ends the process with a message naming the fault and the decision. A rank that a scale-in
+dropped leaves without a decision (core/leaving_rank)."""
 import logging
 import os
 import time
 
 from mindio_adaptor.core import faults, processor_link
 from mindio_adaptor.core.enums import ReportState
-from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER
+from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER, LEFT_THE_JOB
+from mindio_adaptor.core.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.processor_link import ControllerUnreachable
 from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
 from mindio_adaptor.patches.decision import Decision
@@ -51,6 +53,11 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
         session.thread.parked.set()
     try:
         verdict = link.await_decision(DECISION_TIMEOUT_S, between=_parked_work(session, link))
+    except LeavingTheJob as leaving:
+        end_recovery(session, "left the job")
+        logger.warning("%s; this process exits (code %d, LEFT_THE_JOB: not restarted, the job goes on)", leaving,
+                       LEFT_THE_JOB)
+        raise SystemExit(LEFT_THE_JOB) from None
     except (ControllerUnreachable, TimeoutError) as lost:
         end_recovery(session, "controller lost")
         logger.error("step %d: %s. Without the controller no rank can be repaired and no dying-gasp "
@@ -84,6 +91,8 @@ def _parked_work(session, link):
             session.thread.run_jobs(processor_link.PARKED_SLICE_S)
         except Exception as exc:
             logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
+        if session.leaving:  # the controller was told with REBUILD_GROUP's reply; it sends this rank nothing more
+            raise LeavingTheJob(session.leaving)
         now = time.monotonic()
         unreachable_since = None if link.connected() else unreachable_since or now
         if session.termination.is_set() and unreachable_since and now - unreachable_since > TERM_GRACE_S:

@@ -24,7 +24,8 @@ import logging
 from typing import Dict, List, Optional, Tuple
 
 from mindio_adaptor.core.enums import RepairType
-from mindio_adaptor.core.processor_link import ControllerAction, RepairAssignment
+from mindio_adaptor.core.leaving_rank import LeavingTheJob
+from mindio_adaptor.core.processor_link import LEAVES_THE_JOB, ControllerAction, RepairAssignment
 from mindio_adaptor.core.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.stages.drop_gradients import DROP_GRADIENTS
@@ -158,6 +159,9 @@ def answer_actions(session, link, megatron=megatron_job) -> None:
         try:
             for recovery_action in recovery_actions(action, link.rank):
                 run_action(session, megatron, recovery_action)
+        except LeavingTheJob as leaving:  # no failure: the controller retires this rank, which then exits
+            session.leaving = str(leaving)
+            return LEAVES_THE_JOB, f"rank {link.rank}: {leaving}"
         except Exception as exc:  # the reply names it; the controller's flow falls back
             logger.exception("rank %d action %s (step %d) failed", link.rank, action.name, action.step)
             return 1, f"rank {link.rank} action {action.name}: {type(exc).__name__}: {exc}"

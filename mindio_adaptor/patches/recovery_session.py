@@ -81,6 +81,7 @@ class RecoverySession:
     scale_out: Any = None  # core.scale_out_plan.ScaleOutPlan of the last scale-out (a survivor's; None: none)
     comm_store: str = ""  # host:port of the store the last rebuild met at (core/paired_store chose it)
     flow: Optional[str] = None  # the flow of the recovery under way (patches/recovery.FLOWS), set by its actions
+    leaving: Optional[str] = None  # why this rank leaves the job (a scale-in dropped its slice, core/leaving_rank)
     saves: InterruptedSaves = field(default_factory=InterruptedSaves)
     train_returned: bool = False  # Megatron's train loop returned: a save now is the final one
     termination: threading.Event = field(default_factory=threading.Event)  # the process got SIGTERM

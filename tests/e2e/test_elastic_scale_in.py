@@ -10,7 +10,8 @@ run is checked several ways against the uninterrupted dp4 run: losses, consumed 
 every step, node 0's processes, the log. The scale-in run also saves
 a checkpoint at dp2 (step 6), which two short plain runs load, one at dp4 and one at dp2. A third faulted
 run: tp2 x dp2 (one data-parallel slice, both its TP ranks, per node), node 1 lost: node 0's two TP ranks
-go on at dp1, and the optimizer's R=2 replicas fall to none."""
+go on at dp1, and the optimizer's R=2 replicas fall to none; then node 1 returns as in the second run, and
+the job grows back to tp2 x dp2 with R=2 at step 7."""
 
 import re
 from collections import defaultdict
@@ -33,6 +34,14 @@ CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)"
 
 def consumed_by_step(output: str) -> dict:
     return {int(step): int(samples) for step, samples in CONSUMED.findall(output)}
+
+
+def ranks_by_step(output: str) -> dict:
+    """step -> the rank of each micro-batch line (--log-sample-ids), one entry per micro-batch and rank."""
+    seen = defaultdict(list)
+    for step, rank in re.findall(r"sample ids step (\d+) rank (\d+):", output):
+        seen[int(step)].append(int(rank))
+    return seen
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +125,10 @@ def test_the_scaled_out_job_ends_on_dp4(scaled_out):
     run, _ = scaled_out
     run.require_success()
     assert max(run.losses) == LAST_STEP
-    ranks_by_step = defaultdict(list)
-    for step, rank in re.findall(r"sample ids step (\d+) rank (\d+):", run.output):
-        ranks_by_step[int(step)].append(int(rank))
+    by_step = ranks_by_step(run.output)
     # dp4: two micro-batches on each of the four ranks; at dp2 four on each of two
-    assert sorted(ranks_by_step[LAST_STEP]) == [0, 0, 1, 1, 2, 2, 3, 3], ranks_by_step[LAST_STEP]
-    assert sorted(ranks_by_step[RETURN_AT_STEP - 1]) == [0] * 4 + [1] * 4, ranks_by_step[RETURN_AT_STEP - 1]
+    assert sorted(by_step[LAST_STEP]) == [0, 0, 1, 1, 2, 2, 3, 3], by_step[LAST_STEP]
+    assert sorted(by_step[RETURN_AT_STEP - 1]) == [0] * 4 + [1] * 4, by_step[RETURN_AT_STEP - 1]
 
 
 def test_the_log_names_the_scale_in(scaled_in):
@@ -134,13 +141,20 @@ def test_the_log_names_the_scale_in(scaled_in):
                      r"timed out", run.output)
 
 
+def the_scale_out_line(output: str, sizes: str) -> str:
+    """The new rank 0's scale-out line, logged once, after the controller decided it, once."""
+    lines = re.findall(rf"elastic training: scaled out {sizes} [^\n]*", output)
+    assert len(lines) == 1, output[-6000:]
+    assert len(re.findall(rf"elastic training: scaling out with ranks \[2,3\] after step {RETURN_AT_STEP - 1}",
+                          output)) == 1
+    return lines[0]
+
+
 def test_the_log_names_the_scale_out(scaled_out):
     run, _ = scaled_out
-    lines = re.findall(r"elastic training: scaled out dp2 -> dp4 [^\n]*", run.output)
-    assert len(lines) == 1, run.output[-6000:]
+    line = the_scale_out_line(run.output, "dp2 -> dp4")
     assert re.search(rf"after step {RETURN_AT_STEP - 1} at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC: ranks \[2, 3\], "
-                     r"retired by the scale-in, returned; training goes on from sample 96", lines[0]), lines[0]
-    assert len(re.findall(r"elastic training: scaling out with ranks \[2,3\] after step 6", run.output)) == 1
+                     r"retired by the scale-in, returned; training goes on from sample 96", line), line
     assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
 
 
@@ -187,15 +201,16 @@ def test_the_checkpoint_saved_at_dp2_loads_at_dp4_and_at_dp2(resumed, reference)
 
 
 @pytest.fixture(scope="module")
-def tp2_scaled_in(tmp_path_factory):
-    """tp2 x dp2, node 1 (data-parallel index 1: ranks 2 and 3) lost after step 4: the job goes on at dp1."""
-    run, _ = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, arf_wait_s=ARF_WAIT_S,
-                         flags=["--tensor-model-parallel-size", "2"])
-    return run
+def tp2_scaled_in_and_out(tmp_path_factory):
+    """tp2 x dp2, node 1 (data-parallel index 1: ranks 2 and 3) lost after step 4: the job goes on at dp1;
+    then a new launcher of node 1 starts, and at step 7 the job grows back to dp2 (as scaled_out)."""
+    run, lost = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, return_at=RETURN_AT_STEP,
+                            arf_wait_s=ARF_WAIT_OUT_S, flags=["--tensor-model-parallel-size", "2"])
+    return run, lost
 
 
-def test_tp2_dp2_goes_on_at_dp1_like_the_uninterrupted_run(tp2_scaled_in, reference_runs):
-    run = tp2_scaled_in.require_success()
+def test_tp2_dp2_scaled_in_and_out_trains_like_the_uninterrupted_run(tp2_scaled_in_and_out, reference_runs):
+    run = tp2_scaled_in_and_out[0].require_success()
     reference, _ = reference_runs("ha_tp2")
     assert set(run.losses) >= set(range(1, LAST_STEP + 1)), sorted(run.losses)
     for step in range(1, LAST_STEP + 1):
@@ -210,8 +225,28 @@ def test_tp2_dp2_goes_on_at_dp1_like_the_uninterrupted_run(tp2_scaled_in, refere
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
 
 
-def test_tp2_the_log_names_dp1_and_the_replicas_gone(tp2_scaled_in):
-    lines = re.findall(r"elastic training: scaled in dp2 -> dp1 [^\n]*", tp2_scaled_in.output)
-    assert len(lines) == 1, tp2_scaled_in.output[-6000:]
+def test_tp2_the_log_names_dp1_and_the_replicas_gone(tp2_scaled_in_and_out):
+    output = tp2_scaled_in_and_out[0].output
+    lines = re.findall(r"elastic training: scaled in dp2 -> dp1 [^\n]*", output)
+    assert len(lines) == 1, output[-6000:]
     assert "survivors [0, 1], 8 micro-batches each" in lines[0]
     assert "optimizer replicas R=2 -> R=1: the job has no replica now, its next fault ends in the dump" in lines[0]
+
+
+def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
+    run, lost = tp2_scaled_in_and_out
+    line = the_scale_out_line(run.output, "dp1 -> dp2")
+    assert re.search(rf"\(ranks \[2, 3\] returned; 4 micro-batches each; optimizer replicas R=1 -> R=2\) after "
+                     rf"step {RETURN_AT_STEP - 1} at .*training goes on from sample 96", line), line
+    # The replica layout rank 0 built last, at the scale-out: both data-parallel lists hold two replicas again.
+    layouts = re.findall(r"rank 0\] INFO replica layout: ([^\n]*)", run.output)
+    assert layouts[-1].startswith("[ReplicaSet(type=0, groups=[(0,), (2,)], R=2), ReplicaSet(type=0, groups=[(1,), "
+                                  "(3,)], R=2)]"), layouts
+    # tp2: both TP ranks of a slice name the same micro-batches; dp1 at step 6 (8 each), dp2 at step 8 (4 each)
+    by_step = ranks_by_step(run.output)
+    assert sorted(by_step[RETURN_AT_STEP - 1]) == [0] * 8 + [1] * 8, by_step[RETURN_AT_STEP - 1]
+    assert sorted(by_step[LAST_STEP]) == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4, by_step[LAST_STEP]
+    seen = process_ids(run.output)
+    for rank in (2, 3):  # one process lost with node 1, the returned one finished the run
+        gone, last = seen[rank]["starting"]
+        assert gone in lost and seen[rank]["done"] == [last], (seen, lost)

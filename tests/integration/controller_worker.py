@@ -12,11 +12,15 @@ import sys
 import threading
 import time
 
+from mindio_adaptor.core.exit_codes import LEFT_THE_JOB
+from mindio_adaptor.core.processor_link import LEAVES_THE_JOB
+from mindio_adaptor.core.scale_in_plan import plan_scale_in
 from mindio_adaptor.ttp import processor as _processor_module
 from mindio_ttp import framework_ttp as ttp
 
 
 _emit_lock = threading.Lock()
+LEAVING = threading.Event()  # this rank answered that it leaves: a thread of its own ends the process
 
 
 def emit(**event):
@@ -25,6 +29,24 @@ def emit(**event):
     with _emit_lock:
         sys.stdout.write(json.dumps(event) + "\n")
         sys.stdout.flush()
+
+
+def leave_if_dropped(rank, dp_lists, fault_ranks):
+    """As the adaptor's scale-in does on a Megatron rank (patches/stages/scale_in_groups): a live rank of a
+    data-parallel slice that lost a rank answers REBUILD_GROUP with LEAVES_THE_JOB, then its process leaves
+    (the processor's goodbye follows the reply) and exits LEFT_THE_JOB. Returns the reply's code, or None."""
+    plan = plan_scale_in(dp_lists, fault_ranks, global_batch_size=12, micro_batch_size=1)  # 12: any dp up to 4
+    if rank not in plan.dropped:
+        return None
+    emit(rank=rank, leaves=list(plan.lost))
+    LEAVING.set()
+
+    def leave():
+        ttp.tft_destroy_processor()
+        os._exit(LEFT_THE_JOB)
+
+    threading.Thread(target=leave).start()
+    return LEAVES_THE_JOB
 
 
 def main():
@@ -50,6 +72,9 @@ def main():
     p.add_argument("--save-s", type=float, default=1.5, help="how long the save section of --save-ranks lasts")
     p.add_argument("--finish-ranks", default="", help="ranks that report their training finished at the trigger")
     p.add_argument("--idle-s", type=float, default=50, help="how long to wait 'in a collective' after the steps")
+    p.add_argument("--tp", type=int, default=1, help="> 1: the layout of tensor parallelism of this size (one "
+                   "data-parallel list per TP rank); a scale-in's REBUILD_GROUP on a rank of a slice that lost a "
+                   "rank answers that it leaves, and the process exits LEFT_THE_JOB")
     a = p.parse_args()
     rank = a.rank
     saver = str(rank) in a.save_ranks.split(",")
@@ -76,7 +101,15 @@ def main():
     ttp.tft_register_save_ckpt_handler(lambda step, info, args, ctx: record("save_ckpt")(step, info))
     ttp.tft_register_rename_handler(lambda step, args: record("rename")(step))
     ttp.tft_register_exit_handler(lambda ctx: record("exit")())
-    ttp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: record("rebuild_group")(fault_ranks))
+    dp_lists = [list(range(tp_rank, a.world_size, a.tp)) for tp_rank in range(a.tp)]
+
+    def rebuild_group(fault_ranks):
+        result = record("rebuild_group")(fault_ranks)
+        if a.tp > 1 and ttp.tft_get_repair_type() == "scale_in":
+            return leave_if_dropped(rank, dp_lists, fault_ranks) or result
+        return result
+
+    ttp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: rebuild_group(fault_ranks))
     try:
         ttp.tft_start_processor("127.0.0.1", a.port)
     except ValueError as exc:
@@ -84,8 +117,8 @@ def main():
         ttp.tft_destroy_processor()
         return 3
     restarted = ttp.tft_is_reboot_node()  # the controller's answer to the registration
-    ttp.tft_set_optimizer_replica(rank, [{"rank_list": list(range(a.world_size)), "replica_cnt": a.replicas,
-                                          "replica_shift": 0}])
+    ttp.tft_set_optimizer_replica(rank, [{"rank_list": ranks, "replica_cnt": a.replicas, "replica_shift": 0,
+                                          "optimizer_type": 0} for ranks in dp_lists])
     state = {"step": 0, "joined": False}
     if restarted:
         emit(rank=rank, restarted=True, reboot_type=ttp.tft_get_reboot_type())
@@ -174,6 +207,10 @@ def main():
         emit(rank=rank, result=result, repair_type=repair_type, step=state["step"])
     except SystemExit as exc:
         emit(rank=rank, result="exit", reason=str(exc))
+    except Exception:
+        if LEAVING.is_set():  # the wait for a decision saw the link closed by the leaving thread, which exits
+            time.sleep(60)
+        raise
     finally:
         ttp.tft_destroy_processor()
 

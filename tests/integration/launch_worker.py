@@ -13,6 +13,8 @@ appends what it is to OUT/rank<RANK>.jsonl, and plays a scenario:
           a helper in a session of its own that inherits its controller connection (`sleep`, its pid in
           OUT/holder.pid) and one in its own process group (OUT/helper.pid), then SIGKILLs itself: its
           connection stays open; the others wait to be stopped
+  dropped FAULT_RANK exits LEFT_THE_JOB after the first all_reduce (a scale-in dropped it); the others go
+          on for 3 s (a job that trains on without it), record "went_on" and exit 0
   left    every rank registers a processor and leaves (tft_destroy_processor: its training is over); then
           FAULT_RANK aborts (SIGABRT, as a library failing at exit) and the others exit 0
 """
@@ -27,7 +29,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
 TIMEOUT = timedelta(seconds=20)
 ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
@@ -132,6 +134,12 @@ def main():
             os._exit(ENDED_BY_CONTROLLER)
         time.sleep(2.0)  # long after the launcher saw the ENDED_BY_CONTROLLER exit
         os._exit(1)
+    elif scenario == "dropped":
+        if rank == fault_rank:
+            os._exit(LEFT_THE_JOB)
+        time.sleep(3.0)  # long after the launchers saw the LEFT_THE_JOB exit
+        record(out, rank, event="went_on")
+        os._exit(0)
     dist.destroy_process_group()
 
 

@@ -1,11 +1,13 @@
 """Process replacement (ARF) with real processor processes: a SIGKILLed rank is replaced by a
 restarted process of the same rank, repaired from its replica peer, and training resumes at the same
-step; a replacement that never comes leads to a dump; registrations that may not replace are refused."""
+step; a replacement that never comes leads to a dump (or, with elastic training, a scale-in, which a live
+rank of a lost data-parallel slice leaves); registrations that may not replace are refused."""
 import signal
 
 import pytest
 
 from controller_harness import Job, actions_in_order, wait_until
+from mindio_adaptor.core.exit_codes import LEFT_THE_JOB
 from mindio_adaptor.ttp import controller as ctl
 
 pytestmark = pytest.mark.integration
@@ -130,6 +132,38 @@ def test_replacement_that_never_comes_scales_in_with_elastic_training(tmp_path, 
         late.wait(timeout=10)
         wait_until(lambda: job.controller_events("return_lost"), 10, "the returned process's loss")
         assert not job.controller_events("scale_out") and len(job.controller_events("fault")) == faults
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_a_live_rank_of_a_lost_slice_leaves_and_the_survivors_go_on(tmp_path, job_env, monkeypatch):
+    """tp2 x dp4 (data-parallel lists [0,2,4,6] and [1,3,5,7]): rank 5 is lost and not replaced, so its
+    slice, data-parallel index 2, goes with it, and rank 4, alive, leaves. It answers REBUILD_GROUP that it
+    leaves (LEAVES_THE_JOB) and its process exits LEFT_THE_JOB; the controller retires it with rank 5, sends
+    it nothing more, and the six survivors load, roll back and train on."""
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
+    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, tp=2)
+    try:
+        job.wait_ready()
+        job.procs[5].send_signal(signal.SIGKILL)
+        survivors = [0, 1, 2, 3, 6, 7]
+        results = job.wait_results(survivors, timeout=30)
+        assert all(r["result"] == "done" for r in results.values()), results
+        assert job.procs[4].wait(timeout=10) == LEFT_THE_JOB
+        assert job.events_of(4, "leaves") == [{"rank": 4, "leaves": [5]}]
+        assert [job.handler_calls(4, name) for name in ("rebuild_group", "repair", "rollback")] == [[[[5]]], [], []]
+        for rank in survivors:
+            assert job.handler_calls(rank, "rebuild_group") == [[[5]]], rank
+            assert len(job.handler_calls(rank, "rollback")) == 1, rank
+        assert [d for _, _, d in job.controller_events("left_with_slice")] == ["ranks [4]"]
+        assert sorted(d for _, _, d in job.controller_events("retired")) == ["rank 4", "rank 5"]
+        assert not job.controller_events("dump") and not job.controller_events("action_failed")
+        assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
+        # Its departure is no fault: nothing after the scale-in was reported or decided about it.
+        assert not [d for _, _, d in job.controller_events("fault") if "rank 4" in d]
     except AssertionError:
         print(job.worker_logs())
         raise

@@ -1,6 +1,6 @@
 """`mindio-adaptor launch` with real processes: worker reboot restarts only the killed rank (which joins a new
 gloo group with the survivors), torchrun mode restarts the whole group and fails past --max-restarts, an
-ENDED_BY_CONTROLLER exit is never restarted, two launchers form one world, bad arguments are named.
+ENDED_BY_CONTROLLER exit is never restarted, nor a LEFT_THE_JOB one, which ends no job, two launchers form one world, bad arguments are named.
 The workers are tests/integration/launch_worker.py (no Megatron)."""
 import json
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -110,6 +110,35 @@ def test_ended_by_controller_is_never_restarted(tmp_path):
     assert "ended: exit code 1; not restarted: the recovery controller ended the job" in done.stderr
 
 
+def two_nodes(scenario, out, order, run_id):
+    """Two launchers of one worker each (worker reboot, one restart), started in `order`, both ending 0; their
+    logs in node order."""
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", run_id,
+              "--worker-reboot", "--max-restarts", "1"]
+    nodes = {r: subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, scenario, str(out), "1"],
+                                 env=ENV, stderr=subprocess.PIPE, text=True) for r in order}
+    logs = [nodes[r].communicate(timeout=TIMEOUT_S)[1] for r in (0, 1)]
+    assert [nodes[r].returncode for r in (0, 1)] == [0, 0], logs
+    return logs
+
+
+def test_a_rank_that_left_the_job_is_not_restarted_and_the_job_goes_on(tmp_path):
+    """Rank 1, alone on node 1, exits LEFT_THE_JOB (a scale-in dropped its data-parallel slice): its launcher
+    neither starts it again nor ends the job; it ends 0 with the node's part done, while node 0's rank trains
+    on and ends the job normally."""
+    logs = two_nodes("dropped", tmp_path, order=(0, 1), run_id="dropped")
+    assert [len(events(tmp_path, rank, "start")) for rank in (0, 1)] == [1, 1], logs
+    assert len(events(tmp_path, 0, "went_on")) == 1 and not events(tmp_path, 1, "went_on")
+    (pid,) = [r["pid"] for r in events(tmp_path, 1, "start")]
+    assert (f"rank 1 (local rank 0, pid {pid}) ended: exit code {LEFT_THE_JOB} (LEFT_THE_JOB): it left the job, "
+            f"which goes on without it (a scale-in dropped its data-parallel slice); not restarted") in logs[1]
+    assert ("summary: no local worker exited 0; ranks [1] left the job, which went on without them (elastic "
+            "training); exit code 0") in logs[1]
+    assert "told the recovery controller" not in logs[1]  # the controller retired it before it exited
+    assert "summary: 1 local worker exited 0; exit code 0" in logs[0]
+    assert "the job ends" not in logs[0] + logs[1]
+
+
 def external_controller(world_size):
     """A controller in this process, and the workers' environment that finds it (with its token)."""
     from mindio_adaptor.ttp import controller as ctl
@@ -183,12 +212,7 @@ def _alive(pid):
 
 
 def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
-    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-nodes",
-              "--worker-reboot", "--max-restarts", "1"]
-    nodes = [subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, "reboot", str(tmp_path), "1"],
-                              env=ENV, stderr=subprocess.PIPE, text=True) for r in (1, 0)]
-    logs = [node.communicate(timeout=TIMEOUT_S)[1] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], logs
+    logs = two_nodes("reboot", tmp_path, order=(1, 0), run_id="two-nodes")
     zero, one = events(tmp_path, 0, "start"), events(tmp_path, 1, "start")
     assert len(zero) == 1 and len(one) == 2
     assert [(s["env"]["GROUP_RANK"], s["env"]["WORLD_SIZE"], s["env"]["TORCHELASTIC_RUN_ID"]) for s in zero + one] \
@@ -199,7 +223,7 @@ def test_two_launchers_form_one_world_and_reboot_across_nodes(tmp_path):
     domains = [s["env"]["MINDIO_FAILURE_DOMAIN"] for s in zero + one]
     assert domains[0].endswith("/node0") and domains[1] == domains[2] and domains[1].endswith("/node1")
     assert [r["sum"] for rank in (0, 1) for r in events(tmp_path, rank, "epoch1")] == [1, 1]
-    assert "worker reboot: rank 1 started again alone" in logs[0] and "node 1]" in logs[0]
+    assert "worker reboot: rank 1 started again alone" in logs[1] and "node 1]" in logs[1]
 
 
 def test_sigterm_is_passed_to_the_workers(tmp_path):

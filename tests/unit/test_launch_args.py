@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, describe
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB, describe
 from mindio_adaptor.launch.args import build_parser
 from mindio_adaptor.launch.config import LaunchConfigError, resolve
 from mindio_adaptor.launch.policy import Verdict, on_exit
@@ -262,12 +262,17 @@ def test_policy():
     assert verdict(1) is Verdict.RESTART_GROUP
     assert verdict(1, group_restarts=1) is Verdict.GIVE_UP
     assert verdict(1, max_restarts=0, reboot=True) is Verdict.GIVE_UP
+    # a rank a scale-in dropped: never restarted, and no end of the job, whatever restarts are left
+    assert verdict(LEFT_THE_JOB, reboot=True) is Verdict.LEFT
+    assert verdict(LEFT_THE_JOB, reboot=True, rank_reboots=1, group_restarts=1) is Verdict.LEFT
+    assert verdict(LEFT_THE_JOB, ended=True) is Verdict.LEFT
 
 
 def test_describe_exit():
     assert describe(-9) == "signal SIGKILL"
     assert describe(3) == "exit code 3"
     assert describe(86) == "exit code 86 (ENDED_BY_CONTROLLER)"
+    assert describe(87) == "exit code 87 (LEFT_THE_JOB)"
 
 
 def test_policy_reboot_needs_peers():

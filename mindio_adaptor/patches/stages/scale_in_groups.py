@@ -4,10 +4,11 @@ themselves (dense renumbering: a survivor's new rank is its index among them, co
 Megatron's parallel state is initialised again on it (its data-parallel size now the smaller one, the
 replica layout rebuilt from it), and Megatron's arguments and micro-batch calculator take the new sizes
 with the same global batch size. The model and optimizer are built at these sizes at REPAIR
-(stages/scale_in_state)."""
+(stages/scale_in_state). A live rank of a lost slice leaves the job instead (core/leaving_rank)."""
 import logging
 import time
 
+from mindio_adaptor.core.leaving_rank import LeavingTheJob, leaving_line
 from mindio_adaptor.patches import scale_in
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.stages.stage import Stage
@@ -20,8 +21,7 @@ def scale_in_groups(session, megatron, action) -> int:
     plan = scale_in.plan_for(session.job.layout, action.error_ranks)
     old_rank = margs.rank
     if old_rank not in plan.survivors:
-        raise scale_in.ScaleInRefused(f"rank {old_rank} is in a data-parallel slice that lost a rank; leaving "
-                                      f"a job that goes on without it is not supported yet")
+        leave(session, old_rank, plan)
     epoch = rebuild_world(session, margs, plan.survivors)
     session.job.model_parallel_init = scale_in.apply_sizes(plan, old_rank, session.job.model_parallel_init)
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
@@ -30,6 +30,19 @@ def scale_in_groups(session, megatron, action) -> int:
                 old_rank, margs.rank, margs.world_size, epoch, plan.describe(), time.monotonic() - started)
     session.timeline.mark("groups rebuilt", f"epoch {epoch} scaled in to dp{plan.new_dp}")
     return 0
+
+
+def leave(session, rank: int, plan) -> None:
+    """A live rank of a data-parallel slice that lost a rank: it leaves the job (core/leaving_rank), unless
+    the job's controller runs in this process (the in-job controller, rank 0's): the job would lose it."""
+    from mindio_adaptor.ttp import controller
+
+    if controller.tft_query_high_availability_switch():
+        raise scale_in.ScaleInRefused(f"rank {rank} is in a data-parallel slice that lost a rank, and the job's "
+                                      f"controller runs in its process: it cannot leave the job (start the "
+                                      f"controllers beside the job: mindio-adaptor launch --controllers)")
+    step = session.latest.iteration if session.latest is not None else -1
+    raise LeavingTheJob(leaving_line(rank, step, plan))
 
 
 SCALE_IN_GROUPS = Stage("scale in: groups", scale_in_groups)
