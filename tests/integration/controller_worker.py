@@ -50,6 +50,10 @@ def main():
     p.add_argument("--save-s", type=float, default=1.5, help="how long the save section of --save-ranks lasts")
     p.add_argument("--finish-ranks", default="", help="ranks that report their training finished at the trigger")
     p.add_argument("--idle-s", type=float, default=50, help="how long to wait 'in a collective' after the steps")
+    p.add_argument("--relayout", type=int, default=0,
+                   help="1: at REBUILD_GROUP report the layout of the ranks left (a scale-in) or of all (a scale-out)")
+    p.add_argument("--idle-after-repair", type=int, default=0,
+                   help="1: after a repair, run the steps and wait 'in a collective' again instead of ending")
     a = p.parse_args()
     rank = a.rank
     saver = str(rank) in a.save_ranks.split(",")
@@ -76,7 +80,24 @@ def main():
     ttp.tft_register_save_ckpt_handler(lambda step, info, args, ctx: record("save_ckpt")(step, info))
     ttp.tft_register_rename_handler(lambda step, args: record("rename")(step))
     ttp.tft_register_exit_handler(lambda ctx: record("exit")())
-    ttp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: record("rebuild_group")(fault_ranks))
+    gone = set()  # ranks a scale-in retired, as far as this rank knows
+
+    def rebuild_group(fault_ranks):
+        record("rebuild_group")(fault_ranks)
+        if not a.relayout:
+            return 0
+        # A scale-in names the lost ranks, a scale-out the returned ones (this rank among them if it is one).
+        if rank in fault_ranks or gone >= set(fault_ranks):
+            gone.clear()
+        else:
+            gone.update(fault_ranks)
+        left = [r for r in range(a.world_size) if r not in gone]
+        replicas = max(n for n in range(1, min(a.replicas, len(left)) + 1) if len(left) % n == 0)
+        ttp.tft_set_optimizer_replica(rank, [{"rank_list": left, "replica_cnt": replicas, "replica_shift": 0}])
+        emit(rank=rank, relayout=left, replicas=replicas)
+        return 0
+
+    ttp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: rebuild_group(fault_ranks))
     try:
         ttp.tft_start_processor("127.0.0.1", a.port)
     except ValueError as exc:
@@ -113,7 +134,7 @@ def main():
             ttp.tft_start_updating_os(step)
             ttp.tft_end_updating_os(step)
             state["step"] = step
-        if start > 0 or state["joined"]:
+        if (start > 0 or state["joined"]) and not a.idle_after_repair:
             return "done"
         if a.ckpt_step >= 0:
             ttp.tft_report_saved_ckpt_step(a.ckpt_step)
