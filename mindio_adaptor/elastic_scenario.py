@@ -8,10 +8,15 @@ Two steps wait for the test (the example's --hold-before-step, which changes no 
 `lose_after` until node 1 is lost, so the loss comes after that step however late its log line is read;
 and step `return_at` until the controller decides the scale-out, so the returned ranks' start-up always
 fits in the run. A held step is long: the hang rule gets a fixed step limit (MINDIO_STEP_TIMEOUT_S).
+
+With `kill_after` (a second fault while scaled in), the process of `kill_rank` on node 0 is SIGKILLed once
+step `kill_after` is logged at the smaller size, while the survivors wait before the next step.
 """
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -23,6 +28,7 @@ FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elast
 HELD_STEP_LIMIT_S = "300"
 _STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
 _SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
+_STARTED = re.compile(r"rank (\d+) pid (\d+) starting")
 
 
 def samples_by_step(output: str) -> Dict[int, Set[str]]:
@@ -36,22 +42,35 @@ def samples_by_step(output: str) -> Dict[int, Set[str]]:
 
 def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = None, arf_wait_s: float = 15,
                 train_iters: int = 8, on_line: Optional[Callable[[str], None]] = None,
-                timeout: float = 400, flags: Sequence[str] = ()) -> Tuple[RunResult, List[int]]:
-    """The run and the pids lost with node 1; the whole log is kept as workdir/output.txt. `flags`: more
-    of the script's (they come last, so `--save-interval N` replaces the default's 1000)."""
+                timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
+                kill_rank: int = 1) -> Tuple[RunResult, List[int]]:
+    """The run and the pids lost with node 1 (and the process of `kill_rank`, with `kill_after`); the whole
+    log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
+    replaces the default's 1000)."""
     if not 1 <= lose_after < train_iters or (return_at is not None and not lose_after + 1 < return_at <= train_iters):
         raise ValueError(f"node 1 lost after step {lose_after} and back at step {return_at} do not fit "
                          f"{train_iters} steps: 1 <= lose after < return - 1 < return <= steps")
+    if kill_after is not None and (return_at is not None or not lose_after < kill_after < train_iters):
+        raise ValueError(f"a second fault after step {kill_after} needs the job scaled in then and not back: "
+                         f"lose after {lose_after} < kill after < steps {train_iters}, no return (return at "
+                         f"{return_at})")
     workdir.mkdir(parents=True, exist_ok=True)
     lost_file, returned_file = workdir / "node_1_lost", workdir / "node_1_returned"
-    for marker in (lost_file, returned_file):
+    killed_file = workdir / f"rank_{kill_rank}_killed"
+    for marker in (lost_file, returned_file, killed_file):
         marker.unlink(missing_ok=True)
-    step_done, scaled_in = threading.Event(), threading.Event()
+    step_done, scaled_in, second_step_done = threading.Event(), threading.Event(), threading.Event()
+    pids: Dict[int, int] = {}
 
     def watch(line: str) -> None:
         logged = _STEP_LOGGED.search(line)
         if logged and int(logged.group(1)) == lose_after:
             step_done.set()
+        if logged and int(logged.group(1)) == kill_after:
+            second_step_done.set()
+        started = _STARTED.search(line)
+        if started:
+            pids[int(started.group(1))] = int(started.group(2))
         if "elastic training: scaled in dp" in line:
             scaled_in.set()
         if "elastic training: scaling out with ranks" in line:
@@ -62,6 +81,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     holds, files = [lose_after + 1], [lost_file]
     if return_at is not None:
         holds, files = holds + [return_at], files + [returned_file]
+    if kill_after is not None:
+        holds, files = holds + [kill_after + 1], files + [killed_file]
     cluster = LocalCluster([*FLAGS, "--save", str(workdir / "ckpt"), "--save-interval", "1000",
                             "--hold-before-step", *map(str, holds), "--hold-until-file", *map(str, files), *flags],
                            train_iters=train_iters, on_line=watch,
@@ -74,6 +95,11 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     if return_at is not None:
         cluster.wait_for(scaled_in, "the scale-in")
         cluster.start_node("--node-rank", "1")
+    if kill_after is not None:
+        cluster.wait_for(second_step_done, f"step {kill_after}")
+        os.killpg(pids[kill_rank], signal.SIGKILL)  # the worker leads its process group (LocalCluster.lose_node)
+        lost.append(pids[kill_rank])
+        killed_file.touch()
     run = cluster.wait(timeout)
     (workdir / "output.txt").write_text(run.output)
     return run, lost

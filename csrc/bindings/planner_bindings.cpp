@@ -133,6 +133,7 @@ py::dict flow_dict(const Flow& flow) {
     d["result"] = flow.result;
     d["replaces"] = flow.replaces;
     d["may_reload"] = flow.may_reload;
+    d["relayouts"] = flow.relayouts;
     d["fallback"] = strategy_name(flow.fallback);
     py::list steps;
     for (const FlowStep& step : flow.steps) steps.append(step_dict(step));

@@ -377,6 +377,13 @@ void Controller::handle_replica(const ReplicaInfoMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
     heard_from_locked(m.rank);
     ranks_[m.rank].domain = m.domain;
+    if (ranks_[m.rank].retired && !relayout_) {
+        // A process returned for a rank the scale-in retired reports the layout of the job it rejoins,
+        // not of the smaller one running now; it reports it again at the scale-out's REBUILD_GROUP.
+        event_locked("replica_deferred", "rank " + std::to_string(m.rank) + ": returned, reports again at the scale-out");
+        return;
+    }
+    if (relayout_) relayout_reporters_.insert(m.rank);
     for (const auto& g : m.groups) {
         std::vector<int> ranks(g.ranks.begin(), g.ranks.end());
         try {
@@ -577,6 +584,7 @@ void Controller::run() {
         }
         if (!lock.owns_lock()) lock.lock();
         actions_.release_prelock_locked();  // a flow that ended before its first action still locks
+        relayout_ = false;                  // a flow aborted in its REBUILD_GROUP
         flow_active_ = false;
         second_fault_ = false;
     }
@@ -670,7 +678,12 @@ void Controller::handle_fault() {
     for (auto& [rank, f] : pending_faults_) faults.try_emplace(rank, std::move(f));
     pending_faults_.clear();
     second_fault_ = false;
-    Plan plan = plan_fault(ranks_.snapshot(), replicas_, cfg_.caps, std::move(faults), lock_step);
+    const Capabilities caps = caps_now_locked();
+    Plan plan = plan_fault(ranks_.snapshot(), replicas_, caps, std::move(faults), lock_step);
+    if (scaled_in_locked()) {
+        plan.why += "; scaled in: no online repair or process replacement at the smaller size, the dump of its "
+                    "layout instead";
+    }
     repair_step_ = plan.ctx.repair_step;
     FaultContext& ctx = plan.ctx;
     const Strategy own = plan.strategy;
@@ -681,7 +694,7 @@ void Controller::handle_fault() {
     lock.unlock();
     Strategy chosen = own;
     if (auto asked = consult_policy(ctx)) {
-        chosen = combine_with_policy(cfg_.caps, plan.input, own, *asked);
+        chosen = combine_with_policy(caps, plan.input, own, *asked);
         std::string detail = std::string("builtin ") + strategy_name(own) + ", policy " + strategy_name(*asked) +
                              " -> " + strategy_name(chosen);
         lock.lock();
@@ -689,7 +702,7 @@ void Controller::handle_fault() {
         lock.unlock();
         LOG_INFO(kLog, cfg_.rank, "fault policy: " << detail);
     }
-    chosen = consult_cluster(ctx, chosen, cluster_offer(plan, cfg_.caps, chosen));
+    chosen = consult_cluster(ctx, chosen, cluster_offer(plan, caps, chosen));
     if (chosen == Strategy::Recover && ctx.replace.empty()) replace_faulty(ctx);
     switch (chosen) {
         case Strategy::Retry:
@@ -863,6 +876,47 @@ void Controller::run_flow(const Flow& flow, FaultContext& ctx, const std::string
 // recovery still falls back to the dump.
 bool Controller::scales_in_instead(const Flow& flow, const FlowStep& failed) const {
     return cfg_.caps.elastic && flow.replaces && failed.op == FlowOp::AwaitReplacements;
+}
+
+bool Controller::scaled_in_locked() const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.retired; });
+}
+
+Capabilities Controller::caps_now_locked() const {
+    Capabilities caps = cfg_.caps;
+    if (scaled_in_locked()) caps.retry = caps.recover = false;
+    return caps;
+}
+
+// The layout of the old size names shards and holders the job no longer has (or, after a scale-out,
+// lacks the returned ranks): forgotten, and rebuilt from what each rank reports while it rebuilds its
+// groups. A processor sends its report before its reply on the same connection, and this controller
+// reads a connection's frames in order: once the action succeeded, every report is in.
+void Controller::begin_relayout_locked() {
+    replicas_.clear();
+    relayout_reporters_.clear();
+    relayout_ = true;
+}
+
+void Controller::end_relayout_locked(const std::set<int>& targets, bool ok) {
+    relayout_ = false;
+    if (!ok) return;  // the flow falls back to the exit: no later fault is planned on this layout
+    std::set<int> silent;
+    for (int r : targets) {
+        if (!relayout_reporters_.count(r)) silent.insert(r);
+    }
+    if (!silent.empty() || replicas_.empty()) {
+        // Not a reason to stop a job that trains well: its next fault is planned on what was reported (no
+        // layout at all: that fault ends without a dump).
+        std::string detail = "ranks " + list_text(silent) + " reported no replica layout at the new size; the layout " +
+                             "is now " + (replicas_.empty() ? "unknown" : replicas_.describe());
+        event_locked("relayout_incomplete", detail);
+        LOG_WARN(kLog, cfg_.rank, detail);
+        return;
+    }
+    event_locked("relayout", replicas_.describe());
+    LOG_INFO(kLog, cfg_.rank, "replica layout at the new size, reported by ranks " << list_text(targets) << ": "
+                                  << replicas_.describe());
 }
 
 // One step of a flow; returns why the flow cannot go on, empty when it can.
@@ -1071,7 +1125,16 @@ std::string Controller::run_flow_action(const Flow& flow, const FlowStep& step, 
         // The handler's fault_ranks.
         if (kind == ActionKind::RebuildGroup) msg.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());
         if (kind == ActionKind::SaveCkpt) msg.save = run.save;
+        const bool relayout = kind == ActionKind::RebuildGroup && flow.relayouts;
+        if (relayout) {
+            std::lock_guard<std::mutex> lock(mu_);
+            begin_relayout_locked();
+        }
         out = actions_.run_all(kind, step_targets(step, run), msg, step.interruptible);
+        if (relayout) {
+            std::lock_guard<std::mutex> lock(mu_);
+            end_relayout_locked(step_targets(step, run), out.ok());
+        }
     }
     if (kind == ActionKind::Stop) ctx.stopped = true;
     if (kind == ActionKind::Clean) run.clean_results = out.results;

@@ -175,6 +175,15 @@ private:
     void return_lost_locked(int rank, const std::string& why);
     void send_returned_away_locked(const ScaleOutJudgement& j);
     bool scales_in_instead(const Flow& flow, const FlowStep& failed) const;
+    // Some rank is retired (a scale-in, not grown back): the job runs at a smaller data-parallel size.
+    bool scaled_in_locked() const;
+    // What a fault may be handled with now: while scaled in, neither online repair nor process
+    // replacement (the ranks do not carry them out at the smaller size): the dump of the smaller job.
+    Capabilities caps_now_locked() const;
+    // A flow's REBUILD_GROUP that changes the data-parallel size (Flow::relayouts): the layout is
+    // forgotten before it and taken from the ranks' reports while it runs; `ok`: the action succeeded.
+    void begin_relayout_locked();
+    void end_relayout_locked(const std::set<int>& targets, bool ok);
     std::string pick_savers(FaultContext& ctx, FlowRun& run);
     std::string run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
     static std::set<int> step_targets(const FlowStep& step, const FlowRun& run);
@@ -208,6 +217,8 @@ private:
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
     int64_t repair_step_ = -1;
+    bool relayout_ = false;           // between begin_relayout_locked and end_relayout_locked
+    std::set<int> relayout_reporters_;  // the ranks that reported their layout since the relayout began
     std::optional<Clock::time_point> first_return_;  // a retired rank returned, the scale-out not yet due
     std::string scale_out_wait_;                      // what the wait for the scale-out last logged
     std::vector<ControllerEvent> events_;

@@ -16,6 +16,7 @@ const Flow kRetry{
     "retry",
     /*replaces=*/false,
     /*may_reload=*/true,
+    /*relayouts=*/false,
     {
         {FlowOp::Begin},
         {FlowOp::Act, ActionKind::Stop, "stop failed or a new fault arrived during repair"},
@@ -48,6 +49,7 @@ const Flow kRecover{
     "recover",
     /*replaces=*/true,
     /*may_reload=*/false,
+    /*relayouts=*/false,
     {
         {FlowOp::Begin},
         {FlowOp::Act, ActionKind::Stop, "stop failed or a new fault arrived during process replacement"},
@@ -79,6 +81,7 @@ const Flow kDump{
     "dump",
     /*replaces=*/false,
     /*may_reload=*/false,
+    /*relayouts=*/false,
     {
         {FlowOp::BeginDump},
         // op, action, failure, skip_if_none, targets, interruptible, unless_stopped, names_failed
@@ -106,6 +109,7 @@ const Flow kScaleIn{
     "scale_in",
     /*replaces=*/false,
     /*may_reload=*/true,
+    /*relayouts=*/true,
     {
         {FlowOp::BeginScaleIn},
         {FlowOp::Act, ActionKind::Stop, "", false, FlowTargets::Flow, false, true},
@@ -150,6 +154,7 @@ const Flow kScaleOut{
     "scale_out",
     /*replaces=*/true,
     /*may_reload=*/true,
+    /*relayouts=*/true,
     {
         {FlowOp::Begin},
         {FlowOp::Act, ActionKind::Stop, "stopping the survivors for the scale-out failed or a new fault arrived"},

@@ -59,6 +59,10 @@ struct Flow {
     const char* result;  // the strategy reported to the cluster manager
     bool replaces;       // ctx.replace sits out until its replacements join, and is repaired then
     bool may_reload;     // with ctx.reload_step set, the REPAIR is LOAD_CKPT of that step
+    // Its REBUILD_GROUP changes the data-parallel size (a scale-in or scale-out): the controller forgets
+    // the replica layout before sending it, and every rank reports its layout at the new size (in the
+    // numbering of the job's start) before it answers.
+    bool relayouts;
     std::vector<FlowStep> steps;
     Strategy fallback;  // Dump or Exit: what a failed step leads to
     // The reasons given for the state transitions (BeginDump takes the reason the flow was started with).

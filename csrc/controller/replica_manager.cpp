@@ -110,6 +110,15 @@ std::map<int, RepairPlan> ReplicaManager::repair_pairs(const std::set<int>& bad)
     return out;
 }
 
+std::string ReplicaManager::describe() const {
+    std::string text;
+    for (const auto& s : sets_) {
+        text += (text.empty() ? "" : "; ") + std::string("type ") + std::to_string(s.optimizer_type) + " R=" +
+                std::to_string(s.replica_cnt) + " " + list_text(s.ranks);
+    }
+    return text;
+}
+
 std::set<int> ReplicaManager::update_peers(int rank) const {
     std::set<int> peers;
     for (const auto& s : sets_) {

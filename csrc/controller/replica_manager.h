@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -48,6 +49,8 @@ public:
     // peers that hold block k of the other lists. Empty when `rank` is in no list.
     std::set<int> update_peers(int rank) const;
     bool empty() const { return sets_.empty(); }
+    // "type T R=r [ranks]; ..." for the logs.
+    std::string describe() const;
     const std::vector<ReplicaSetInfo>& sets() const { return sets_; }
     void clear() { sets_.clear(); }
 

@@ -120,6 +120,7 @@ class ProcessorLink:
                              f"replacement can take in: pass enable_arf=True to tft_init_processor")
         self.native.allow_replacement(bool(allow_replacement))
         self._handler: Optional[ActionHandler] = None
+        self._domain = ""  # the failure domain the layout was reported with
         self.answers: Collection[str] = ()  # the actions the handler acts on (the rest it only acknowledges)
         # What a thread waiting for the decision runs between short waits when its caller passes nothing
         # (the reference's tft_wait_next_action): a framework's stages posted to its parked training thread.
@@ -140,11 +141,14 @@ class ProcessorLink:
         """The list's controller `index` moved to host:port (its node was replaced and hosts one again)."""
         self.native.replace_controller(int(index), host, int(port))
 
-    def report_layout(self, rank: int, replica_info: List[dict], domain: str = "") -> None:
+    def report_layout(self, rank: int, replica_info: List[dict], domain: Optional[str] = None) -> None:
         """The replica layout in the reference's form: one dict per optimizer type, {"rank_list",
         "replica_cnt", "replica_shift"}; the list position is the optimizer type unless a dict names
         "optimizer_type". `domain`: this rank's failure domain (its node), so that the controller can
-        say which holders of a shard share one."""
+        say which holders of a shard share one; None: the one reported last (a layout reported again
+        after a resize)."""
+        domain = self._domain if domain is None else domain
+        self._domain = domain
         groups = []
         for position, info in enumerate(replica_info):
             missing = {"rank_list", "replica_cnt"} - set(info)

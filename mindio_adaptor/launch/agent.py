@@ -28,6 +28,11 @@ from mindio_adaptor.launch.worker import Worker, stop_all
 from mindio_adaptor.launch.worker_env import worker_env
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's
+# Once the recovery controller ended the job, how long a worker started again alone may go on: one that
+# had joined got the controller's EXIT like every rank and ends within it; one still starting would try to
+# register with controllers that are gone for minutes (TTP_RETRY_TIMES).
+REBOOTED_AFTER_END_GRACE_S = 15.0
+REBOOTED_STOP_GRACE_S = 5.0
 
 
 @dataclass
@@ -43,6 +48,7 @@ class NodeAgent:
         self.generation = 0
         self.master_port = 0
         self.ended = False  # the recovery controller ended the job: restart nothing
+        self._ended_seen_at: Optional[float] = None  # when this launcher learned it
         self.signalled: Optional[int] = None
         self._reported: set = set()  # pids whose exit was already answered
         self.ended_after_leaving: Dict[int, int] = {}  # rank -> the exit of a process whose training was over
@@ -98,6 +104,7 @@ class NodeAgent:
                     outcome = self._wait_for_new_node0(err) or self._check()
                 if outcome:
                     return outcome
+                self._stop_rebooted_after_the_end()
                 if not any(w.running() for w in self.workers):
                     return self._finished()
                 time.sleep(self.config.monitor_interval)
@@ -108,6 +115,25 @@ class NodeAgent:
             self._stop(signal.SIGTERM, "no controller")
             self._publish_end(str(err))
             return Outcome(1, str(err))
+
+    def _stop_rebooted_after_the_end(self) -> None:
+        """Workers started again alone that still run REBOOTED_AFTER_END_GRACE_S after the controller ended
+        the job have no job to join: stopped (SIGTERM, then SIGKILL), once."""
+        if not self.ended:
+            return
+        now = time.monotonic()
+        self._ended_seen_at = self._ended_seen_at or now
+        if now - self._ended_seen_at < REBOOTED_AFTER_END_GRACE_S:
+            return
+        late = [w for w in self.workers if w.reboots and w.running()]
+        if not late:
+            return
+        pids = {w.rank: w.pid for w in late}
+        codes = stop_all(late, signal.SIGTERM, REBOOTED_STOP_GRACE_S)
+        self._reported.update(pids.values())
+        self.log.info("stopped %s, started again alone and still running %.0f s after the recovery controller "
+                      "ended the job (no job to join): %s", ", ".join(f"rank {r} (pid {p})" for r, p in pids.items()),
+                      REBOOTED_AFTER_END_GRACE_S, ", ".join(f"rank {r} {describe(c)}" for r, c in codes.items()))
 
     def _check(self) -> Optional[Outcome]:
         # The other nodes first: a worker that just died of their group restart must follow it, not be

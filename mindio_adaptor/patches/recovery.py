@@ -102,21 +102,25 @@ def note_flow(session, action: RecoveryAction) -> None:
 
 
 class AfterScaleIn(RuntimeError):
-    """A recovery after a scale-in: the controller still plans on the job's first ranks and layout."""
+    """A recovery after a scale-in other than the dump: not carried out at the smaller size."""
 
 
-# What a rank may still do once the job scaled in: stop, and end.
+# The flows a scaled-in rank takes part in: the resizes, and the dump of the smaller job (the controller
+# decides nothing else while scaled in, csrc/controller Controller::caps_now_locked).
+WHILE_SCALED_IN = ("scale_in", "scale_out", "dump")
+# What a rank may still do in any other flow once the job scaled in: stop, and end.
 AFTER_A_SCALE_IN = ("stop", "exit")
 
 
 def refuse_after_scale_in(session, action: RecoveryAction) -> None:
-    """The controller keeps the replica layout of the job's start (docs/elastic.md): a repair or dump it
-    plans after a scale-in would name ranks and shards this job no longer has."""
-    if session.scale_in is not None and session.flow not in ("scale_in", "scale_out") and \
+    """An online repair or a process replacement at the smaller size is not built (docs/elastic.md): a
+    controller that asks for one (an older one, or a cluster manager's choice) is refused; it falls back
+    to the dump."""
+    if session.scale_in is not None and session.flow not in WHILE_SCALED_IN and \
             action.name not in AFTER_A_SCALE_IN:
         raise AfterScaleIn(f"{action.name} ({action.strategy}): a recovery after a scale-in "
-                           f"({session.scale_in.describe()}) is not supported yet; the job ends, and resumes from "
-                           f"its last checkpoint")
+                           f"({session.scale_in.describe()}) other than the dump is not supported yet; the job "
+                           f"ends, and resumes from its last checkpoint")
 
 
 def run_action(session, megatron, action: RecoveryAction) -> int:

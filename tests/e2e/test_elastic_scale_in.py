@@ -11,7 +11,10 @@ every step, node 0's processes, the log. The scale-in run also saves
 a checkpoint at dp2 (step 6), which two short plain runs load, one at dp4 and one at dp2. A third faulted
 run: tp2 x dp2 (one data-parallel slice, both its TP ranks, per node), node 1 lost: node 0's two TP ranks
 go on at dp1, and the optimizer's R=2 replicas fall to none; then node 1 returns as in the second run, and
-the job grows back to tp2 x dp2 with R=2 at step 7."""
+the job grows back to tp2 x dp2 with R=2 at step 7. A fourth: a second fault while scaled in (rank 1's
+process killed during step 7 at dp2): the controller, which learned the layout at dp2, has rank 0 save the
+dump of step 6 alone and the job ends; a plain run loads that dump at dp4 and trains to the last step like
+the uninterrupted run."""
 
 import re
 from collections import defaultdict
@@ -250,3 +253,72 @@ def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
     for rank in (2, 3):  # one process lost with node 1, the returned one finished the run
         gone, last = seen[rank]["starting"]
         assert gone in lost and seen[rank]["done"] == [last], (seen, lost)
+
+
+SECOND_FAULT_AFTER = 6  # rank 1's process is killed during step 7, the second at dp2
+
+
+@pytest.fixture(scope="module")
+def second_fault_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("elastic_second_fault")
+
+
+@pytest.fixture(scope="module")
+def second_fault(second_fault_dir):
+    """As scaled_in (a shorter wait: nothing comes for node 1), then rank 1's process on node 0 is killed once
+    step 6 is logged, while both survivors wait before step 7: a fault at dp2, no replacement decided."""
+    run, lost = run_elastic(second_fault_dir, lose_after=4, arf_wait_s=5, kill_after=SECOND_FAULT_AFTER)
+    return run, lost
+
+
+def test_a_second_fault_while_scaled_in_ends_in_the_dump_of_the_dp2_layout(second_fault, second_fault_dir):
+    run, lost = second_fault
+    assert run.returncode == 86, run.output[-6000:]  # ENDED_BY_CONTROLLER: the controller ended the job
+    assert max(run.losses) == SECOND_FAULT_AFTER, sorted(run.losses)
+    assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
+    # The controller learned dp2's layout (both survivors hold the whole state: R=2 at dp2) at the scale-in
+    assert re.search(r"replica layout at the new size, reported by ranks \[0,1\]: type 0 R=2 \[0,1\]", run.output)
+    decision = re.findall(r"decision dump: faults [^\n]*\b1:node [^\n]*", run.output)  # rank 0 may report too
+    assert len(decision) == 1 and "scaled in: no online repair or process replacement" in decision[0], decision
+    assert "process replacement timed out" not in run.output.split(decision[0])[1]  # no replacement awaited
+    # rank 0, the one holder left, saved step 6 alone and published it
+    assert re.search(rf"dump of step {SECOND_FAULT_AFTER}: saved my part \(savers \[0\] as data-parallel ranks "
+                     rf"\[0\]\)", run.output), run.output[-6000:]
+    assert len(re.findall(rf"dump of step {SECOND_FAULT_AFTER} published", run.output)) == 1
+    assert "is not supported yet" not in run.output
+    # node 0's launcher started rank 1 again (worker reboot); with the job ended that process is stopped (or,
+    # had it started fast enough to find a controller, it was refused and ended)
+    assert re.search(r"stopped rank 1 \(pid \d+\), started again alone and still running 15 s after the recovery "
+                     r"controller ended the job|rank 1 \(local rank 1, pid \d+\) ended: [^\n]*not restarted: the "
+                     r"recovery controller ended the job", run.output), run.output[-3000:]
+    latest = (second_fault_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip()
+    assert latest == str(SECOND_FAULT_AFTER)
+
+
+@pytest.fixture(scope="module")
+def resumed_from_the_second_dump(second_fault, second_fault_dir):
+    """A plain run (no adaptor flags) at dp4 loading the published dump (the latest checkpoint)."""
+    assert "published" in second_fault[0].output
+    return run_training(["--load", str(second_fault_dir / "ckpt"), "--log-sample-ids"], nproc=4)
+
+
+def test_the_dump_saved_at_dp2_resumes_at_dp4_like_the_uninterrupted_run(resumed_from_the_second_dump, reference,
+                                                                          second_fault):
+    run = resumed_from_the_second_dump.require_success()
+    assert re.search(rf"successfully loaded checkpoint from \S+ \[[^\]]*\] at iteration {SECOND_FAULT_AFTER}\b",
+                     run.output), run.output[-6000:]
+    faulted, _ = second_fault
+    for step in range(1, SECOND_FAULT_AFTER + 1):  # the faulted run to the dump, the resume after it
+        assert faulted.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
+    steps = range(SECOND_FAULT_AFTER + 1, LAST_STEP + 1)
+    assert sorted(run.losses) == list(steps), sorted(run.losses)
+    consumed = consumed_by_step(run.output)
+    assert consumed[SECOND_FAULT_AFTER + 1] == 16 * (SECOND_FAULT_AFTER + 1), consumed
+    assert consumed[LAST_STEP] == consumed_by_step(reference.output)[LAST_STEP] == 16 * LAST_STEP
+    expected, got = samples_by_step(reference.output), samples_by_step(run.output)
+    for step in steps:
+        assert got[step] == expected[step], step
+    first, second = steps[0], steps[1]
+    assert run.losses[first] == pytest.approx(reference.losses[first], rel=1e-4)
+    mean = (reference.losses[first] + reference.losses[second]) / 2  # Megatron's first log after a resume
+    assert run.losses[second] == pytest.approx(mean, rel=1e-4)

@@ -75,6 +75,10 @@ def main():
     p.add_argument("--tp", type=int, default=1, help="> 1: the layout of tensor parallelism of this size (one "
                    "data-parallel list per TP rank); a scale-in's REBUILD_GROUP on a rank of a slice that lost a "
                    "rank answers that it leaves, and the process exits LEFT_THE_JOB")
+    p.add_argument("--relayout", type=int, default=0,
+                   help="1: at REBUILD_GROUP report the layout of the ranks left (a scale-in) or of all (a scale-out)")
+    p.add_argument("--idle-after-repair", type=int, default=0,
+                   help="1: after a repair, run the steps and wait 'in a collective' again instead of ending")
     a = p.parse_args()
     rank = a.rank
     saver = str(rank) in a.save_ranks.split(",")
@@ -102,11 +106,25 @@ def main():
     ttp.tft_register_rename_handler(lambda step, args: record("rename")(step))
     ttp.tft_register_exit_handler(lambda ctx: record("exit")())
     dp_lists = [list(range(tp_rank, a.world_size, a.tp)) for tp_rank in range(a.tp)]
+    gone = set()  # ranks a scale-in retired, as far as this rank knows
 
     def rebuild_group(fault_ranks):
         result = record("rebuild_group")(fault_ranks)
         if a.tp > 1 and ttp.tft_get_repair_type() == "scale_in":
-            return leave_if_dropped(rank, dp_lists, fault_ranks) or result
+            leaves = leave_if_dropped(rank, dp_lists, fault_ranks)
+            if leaves:
+                return leaves
+        if not a.relayout:
+            return result
+        # A scale-in names the lost ranks, a scale-out the returned ones (this rank among them if it is one).
+        if rank in fault_ranks or gone >= set(fault_ranks):
+            gone.clear()
+        else:
+            gone.update(fault_ranks)
+        left = [r for r in range(a.world_size) if r not in gone]
+        replicas = max(n for n in range(1, min(a.replicas, len(left)) + 1) if len(left) % n == 0)
+        ttp.tft_set_optimizer_replica(rank, [{"rank_list": left, "replica_cnt": replicas, "replica_shift": 0}])
+        emit(rank=rank, relayout=left, replicas=replicas)
         return result
 
     ttp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: rebuild_group(fault_ranks))
@@ -146,7 +164,7 @@ def main():
             ttp.tft_start_updating_os(step)
             ttp.tft_end_updating_os(step)
             state["step"] = step
-        if start > 0 or state["joined"]:
+        if (start > 0 or state["joined"]) and not a.idle_after_repair:
             return "done"
         if a.ckpt_step >= 0:
             ttp.tft_report_saved_ckpt_step(a.ckpt_step)

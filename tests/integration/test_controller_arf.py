@@ -1,7 +1,9 @@
 """Process replacement (ARF) with real processor processes: a SIGKILLed rank is replaced by a
 restarted process of the same rank, repaired from its replica peer, and training resumes at the same
 step; a replacement that never comes leads to a dump (or, with elastic training, a scale-in, which a live
-rank of a lost data-parallel slice leaves); registrations that may not replace are refused."""
+rank of a lost data-parallel slice leaves, and after which the controller plans on the layout the survivors
+report); registrations that may not replace are refused."""
+import contextlib
 import signal
 
 import pytest
@@ -169,3 +171,64 @@ def test_a_live_rank_of_a_lost_slice_leaves_and_the_survivors_go_on(tmp_path, jo
         raise
     finally:
         job.close()
+
+
+@contextlib.contextmanager
+def scaled_in_to_dp6(tmp_path, monkeypatch):
+    """dp8 R=2 loses ranks 6 and 7 (a node) and, with no replacement, scales in to dp6 R=2: at its
+    REBUILD_GROUP every survivor reports the layout at dp6 (the worker's --relayout), which replaces the
+    controller's. The survivors train on and wait again (--idle-after-repair)."""
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
+    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, relayout=1, idle_after_repair=1)
+    try:
+        job.wait_ready()
+        for rank in (6, 7):
+            job.procs[rank].send_signal(signal.SIGKILL)
+        wait_until(lambda: job.controller_events("relayout"), 30, "the layout at dp6")
+        wait_until(lambda: ctl.controller_state() == "NORMAL", 10, "training at dp6")
+        assert [d for _, _, d in job.controller_events("relayout")] == ["type 0 R=2 [0,1,2,3,4,5]"]
+        assert [(s["replica_cnt"], s["ranks"]) for s in ctl.controller_layout()] == [(2, [0, 1, 2, 3, 4, 5])]
+        yield job
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_a_fault_while_scaled_in_is_dumped_by_the_holders_of_the_smaller_layout(tmp_path, job_env, monkeypatch):
+    """At dp6 R=2 (scaled_in_to_dp6) rank 3 is lost: on the layout of the start its shard's other holder, 7,
+    is gone and no dump would be possible; on dp6's (shards {0,3} {1,4} {2,5}) ranks 0, 1 and 2 save it.
+    The decision is the dump at once: no process replacement is waited for at the smaller size."""
+    with scaled_in_to_dp6(tmp_path, monkeypatch) as job:
+        assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,3]"]
+        scaled_at = job.controller_events("relayout")[0][0]
+        wait_until(lambda: all(len(job.events_of(r, "ready")) == 2 for r in range(6)), 20, "steps 6..10 at dp6")
+        job.procs[3].send_signal(signal.SIGKILL)
+        results = job.wait_results([0, 1, 2, 4, 5], timeout=30)
+        assert all(r["result"] == "exit" for r in results.values()), results
+        [decision] = [d for _, _, d in job.controller_events("decision")][-1:]
+        assert decision.startswith("dump: faults 3:node") and "scaled in: no online repair or process replacement" \
+            in decision, decision
+        assert [d for _, _, d in job.controller_events("savers")][-1] == "type 0 step 10 [0,1,2]"
+        assert not [t for t, _, _ in job.controller_events("arf_wait") if t > scaled_at]  # no replacement awaited
+        second = [d.split(" ")[0] for t, _, d in job.controller_events("action") if t > scaled_at]
+        assert second[-4:] == ["stop", "save_ckpt", "rename", "exit"], second
+        for rank in (0, 1, 2):
+            assert len(job.handler_calls(rank, "save_ckpt")) == 2, rank  # the scale-in's dump, then this one
+        assert [d for _, _, d in job.controller_events("state")][-1] == "DUMP->EXIT"
+
+
+def test_the_scale_out_gives_the_controller_the_layout_of_the_start_again(tmp_path, job_env, monkeypatch):
+    """At dp6 (scaled_in_to_dp6), restarted processes of ranks 6 and 7 return: at the scale-out's
+    REBUILD_GROUP every rank reports the layout of the start, which the controller plans with again."""
+    with scaled_in_to_dp6(tmp_path, monkeypatch) as job:
+        for rank in (6, 7):
+            job.spawn(rank, restarted=True)
+        wait_until(lambda: len(job.controller_events("relayout")) == 2, 40, "the layout after the scale-out")
+        wait_until(lambda: ctl.controller_state() == "NORMAL", 10, "training at dp8")
+        assert sorted(d for _, _, d in job.controller_events("replica_deferred")) == [
+            f"rank {r}: returned, reports again at the scale-out" for r in (6, 7)]
+        assert [d for _, _, d in job.controller_events("relayout")][-1] == "type 0 R=2 [0,1,2,3,4,5,6,7]"
+        assert [(s["replica_cnt"], s["ranks"]) for s in ctl.controller_layout()] == [(2, list(range(8)))]
+        assert not job.controller_events("replica_refused") and not job.controller_events("relayout_incomplete")

@@ -124,6 +124,14 @@ def test_every_flow_falls_back_towards_the_exit():
     assert nat.flow_table("recover")["fallback"] == "dump"
 
 
+def test_only_the_resizes_take_the_layout_from_the_ranks_again():
+    """Their REBUILD_GROUP changes the data-parallel size: the controller forgets the layout and takes the one
+    every rank reports while it rebuilds (tests/integration/test_controller_arf.py, the relayout tests)."""
+    relayouts = {name: nat.flow_table(name)["relayouts"] for name in ("retry", "recover", "dump", "scale_in",
+                                                                      "scale_out")}
+    assert relayouts == {"retry": False, "recover": False, "dump": False, "scale_in": True, "scale_out": True}
+
+
 @pytest.mark.parametrize("name", ["exit", "none"])
 def test_exit_and_none_have_no_flow(name):
     with pytest.raises(ValueError, match="no recovery flow"):

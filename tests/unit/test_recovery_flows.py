@@ -195,6 +195,22 @@ def test_a_recovery_after_a_scale_in_is_refused_naming_it(monkeypatch):
     run_action(session, megatron, RecoveryAction("exit", "retry"))
 
 
+def test_the_dump_after_a_scale_in_is_answered(monkeypatch):
+    """While scaled in the controller decides the dump for a fault (csrc/controller caps_now_locked): its
+    saves are no recovery at the smaller size, and are carried out."""
+    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+
+    ran = []
+    stage = Stage("record", lambda session, megatron, action: ran.append(action.name), on_training_thread=False)
+    monkeypatch.setitem(FLOWS, "dump", {name: (stage,) for name in ("stop", "save_ckpt", "rename", "exit")})
+    session, megatron = session_at(6), FakeMegatron()
+    session.flow = "scale_in"
+    session.scale_in = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
+    for name in ("stop", "save_ckpt", "rename", "exit"):
+        run_action(session, megatron, RecoveryAction(name, "dump"))
+    assert ran == ["stop", "save_ckpt", "rename", "exit"] and session.flow == "dump"
+
+
 def test_a_scale_out_after_a_scale_in_is_answered_and_a_returned_process_starts_in_it(monkeypatch):
     from mindio_adaptor.core.scale_in_plan import plan_scale_in
 

@@ -33,3 +33,23 @@ def test_separate_expert_shards_are_refused():
 def test_savers_are_the_ranks_of_every_entry_once_in_order():
     assert dense_savers([SaveAssignment(0, (3, 0)), SaveAssignment(0, (0, 1))]) == [0, 1, 3]
     assert SAVE_DUMP.on_training_thread
+
+
+def test_while_scaled_in_the_savers_named_by_their_start_ranks_save_at_their_current_ranks(tmp_path, monkeypatch):
+    """dp4 R=2 lost ranks 0 and 1: the controller names survivor 3 (its rank at the start), which is rank 1
+    of the dp2 job now; the savers' world is laid out in the current numbering."""
+    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+    from mindio_adaptor.patches.stages import save_dump as stage
+
+    seen = []
+
+    def dump_world(savers, margs, layout):
+        seen.append(list(savers))
+        raise DumpError("stop here")
+
+    monkeypatch.setattr(stage, "dump_world", dump_world)
+    session = session_at(6, save_root=str(tmp_path))
+    session.scale_in = plan_scale_in([[0, 1, 2, 3]], {0, 1}, global_batch_size=16, micro_batch_size=2)
+    with pytest.raises(DumpError, match="stop here"):
+        save_dump(session, FakeMegatron(), save(6, [SaveAssignment(0, (3,))]))
+    assert seen == [[1]]

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.core.dump_world import DumpError, dump_world
+from mindio_adaptor.patches import resized_layout
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.stages.stage import Stage
 
@@ -28,7 +29,7 @@ def save_dump(session, megatron, action) -> int:
     if not root:
         raise DumpError("the run has no --save directory: there is nowhere to write the dump")
     margs = megatron.args()
-    savers = dense_savers(action.saves)
+    savers = resized_layout.current_ranks(session, dense_savers(action.saves))  # named by their start's ranks
     members = dump_world(savers, margs, job.layout)
     try:
         rebuild_world(session, margs, members)

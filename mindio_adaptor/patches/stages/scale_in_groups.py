@@ -2,14 +2,15 @@
 for good, and with them every rank of their data-parallel slices. The survivors form a new world among
 themselves (dense renumbering: a survivor's new rank is its index among them, core/scale_in_plan),
 Megatron's parallel state is initialised again on it (its data-parallel size now the smaller one, the
-replica layout rebuilt from it), and Megatron's arguments and micro-batch calculator take the new sizes
+replica layout rebuilt from it and reported to the controller in the start's numbering,
+patches/resized_layout), and Megatron's arguments and micro-batch calculator take the new sizes
 with the same global batch size. The model and optimizer are built at these sizes at REPAIR
 (stages/scale_in_state). A live rank of a lost slice leaves the job instead (core/leaving_rank)."""
 import logging
 import time
 
 from mindio_adaptor.core.leaving_rank import LeavingTheJob, leaving_line
-from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches import resized_layout, scale_in
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.stages.stage import Stage
 
@@ -26,6 +27,7 @@ def scale_in_groups(session, megatron, action) -> int:
     session.job.model_parallel_init = scale_in.apply_sizes(plan, old_rank, session.job.model_parallel_init)
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
     session.scale_in = plan
+    resized_layout.report(session)  # before the reply: the controller plans the next fault on it
     logger.info("scale-in: rank %d is rank %d of %d now; communicators rebuilt (epoch %d) for %s in %.2f s",
                 old_rank, margs.rank, margs.world_size, epoch, plan.describe(), time.monotonic() - started)
     session.timeline.mark("groups rebuilt", f"epoch {epoch} scaled in to dp{plan.new_dp}")

@@ -4,13 +4,13 @@ action.error_ranks). A survivor takes back its original rank, world and data-par
 original micro-batch count (patches/scale_out); a returned process started at those sizes on the fake
 backend and has real groups from here on. The world is rebuilt among all of them (core/comm epochs,
 the original numbering) and Megatron's parallel state initialised again on it, with the replica layout
-of the start. The model and optimizer are built at these sizes at REPAIR (stages/scale_out_state), so
+of the start, which every rank reports to the controller again (patches/resized_layout). The model and optimizer are built at these sizes at REPAIR (stages/scale_out_state), so
 no group reference needs re-pointing."""
 import logging
 import time
 
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
-from mindio_adaptor.patches import scale_out
+from mindio_adaptor.patches import resized_layout, scale_out
 from mindio_adaptor.patches.comm_rebuild import continue_epochs_of_the_job, rebuild_world
 from mindio_adaptor.patches.stages.stage import Stage
 
@@ -38,6 +38,7 @@ def scale_out_groups(session, megatron, action) -> int:
         session.job.model_parallel_init = scale_out.apply_original_sizes(plan, session.job.model_parallel_init)
         session.scale_in, session.scale_out = None, plan
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
+    resized_layout.report(session)  # the layout of the start again, which the controller takes back
     logger.info("scale-out: rank %d is rank %d of %d now; communicators rebuilt (epoch %d) with returned ranks %s "
                 "in %.2f s", before, margs.rank, margs.world_size, epoch, returned, time.monotonic() - started)
     session.timeline.mark("groups rebuilt", f"epoch {epoch} scaled out to {margs.world_size} ranks")
