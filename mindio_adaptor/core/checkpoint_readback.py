@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Dict
 
 METADATA = ".metadata"
+# Byte items are per-rank objects of a few KiB; one past this is only bounds-checked, as tensors are.
+BYTE_ITEM_READ_LIMIT = 64 << 20
 
 
 class UnreadableCheckpoint(RuntimeError):
@@ -43,7 +45,8 @@ def check_torch_dist(directory: Path) -> int:
         if place.offset < 0 or place.offset + place.length > size:
             raise UnreadableCheckpoint(f"{index.fqn} lies at bytes {place.offset}..{place.offset + place.length} of "
                                        f"{place.relative_path}, which has {size} bytes")
-        if index.fqn in byte_items and not getattr(place, "transform_descriptors", None):
+        if index.fqn in byte_items and place.length <= BYTE_ITEM_READ_LIMIT and not getattr(
+                place, "transform_descriptors", None):
             _unpickle(directory / place.relative_path, place, index.fqn)
     return len(places)
 

@@ -9,7 +9,8 @@ or the new one complete; a leftover staging directory is never read by a loader 
 the next dump of that step.
 
 Before anything moves, a torch_dist checkpoint is read back (core/checkpoint_readback): one that a load
-could not read is not published, and stays in its staging directory for inspection.
+could not read is not published (a dump's staging directory stays, for inspection, until the next dump of
+that step).
 
 An `iter_000000N` already in place is Megatron's own save of that step. Megatron points the tracker at
 it only once every rank has written its part, so it is kept only when the tracker names it; otherwise
@@ -84,7 +85,7 @@ def _read_back(staged: Path, step: int, save_root: str) -> None:
     except checkpoint_readback.UnreadableCheckpoint as unreadable:
         tracked = tracked_step(save_root)
         raise PublishError(f"the checkpoint of step {step} staged in {staged} could not be loaded ({unreadable}): it "
-                           f"is not published, and stays there for inspection; the resume point stays "
+                           f"is not published; the resume point stays "
                            f"{'none' if tracked is None else f'iteration {tracked}'}") from unreadable
 
 

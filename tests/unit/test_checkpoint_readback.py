@@ -96,8 +96,8 @@ def test_an_unreadable_dump_is_not_published_and_the_reason_is_given(tmp_path):
     write(staged, 1, 64)
     shutil.copy(write(tmp_path / "other", 2, 5000) / ".metadata", staged / ".metadata")
     with pytest.raises(dump_dir.PublishError, match=r"the checkpoint of step 4 staged in .* could not be loaded "
-                                                    r"\(.*\): it is not published, and stays there for inspection; "
-                                                    r"the resume point stays iteration 2"):
+                                                    r"\(.*\): it is not published; the resume point stays "
+                                                    r"iteration 2"):
         dump_dir.publish(str(tmp_path), 4)
     assert dump_dir.tracked_step(str(tmp_path)) == 2
     assert not (tmp_path / "iter_0000004").exists() and (staged / ".metadata").exists()
