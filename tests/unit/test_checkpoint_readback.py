@@ -26,6 +26,11 @@ def metadata_of(directory):
         return pickle.load(f)
 
 
+def rewrite_metadata(directory, metadata):
+    with open(directory / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+
+
 def test_a_complete_checkpoint_passes(tmp_path):
     directory = write(tmp_path / "ckpt", 1, 64)
     assert is_torch_dist(directory) and not is_torch_dist(tmp_path)
@@ -48,8 +53,7 @@ def test_a_byte_item_at_a_wrong_offset_is_named(tmp_path):
     place = metadata.storage_data[index]
     place.offset += 1  # inside the item, as stale offsets land: not the start of a pickle
     place.length -= 1
-    with open(directory / ".metadata", "wb") as f:
-        pickle.dump(metadata, f)
+    rewrite_metadata(directory, metadata)
     with pytest.raises(UnreadableCheckpoint, match=rf"{index.fqn} \(bytes .*\) does not unpickle"):
         check_torch_dist(directory)
 
@@ -75,8 +79,7 @@ def test_a_chunk_stored_nowhere_is_named(tmp_path):
     directory = write(tmp_path / "ckpt", 1, 64)
     metadata = metadata_of(directory)
     metadata.storage_data = {i: p for i, p in metadata.storage_data.items() if i.fqn != "weight"}
-    with open(directory / ".metadata", "wb") as f:
-        pickle.dump(metadata, f)
+    rewrite_metadata(directory, metadata)
     with pytest.raises(UnreadableCheckpoint, match=r"weight \(chunk at \(0,\)\) is in the metadata but stored nowhere"):
         check_torch_dist(directory)
 
