@@ -8,6 +8,10 @@ temporary file, then rename over). A crash at any point leaves either the previo
 or the new one complete; a leftover staging directory is never read by a loader and is removed by
 the next dump of that step.
 
+Before anything moves, a torch_dist checkpoint is read back (core/checkpoint_readback): one that a load
+could not read is not published (a dump's staging directory stays, for inspection, until the next dump of
+that step).
+
 An `iter_000000N` already in place is Megatron's own save of that step. Megatron points the tracker at
 it only once every rank has written its part, so it is kept only when the tracker names it; otherwise
 it is what a save interrupted by the fault left, and the dump replaces it.
@@ -19,6 +23,8 @@ import os
 import shutil
 from pathlib import Path
 from typing import Optional
+
+from mindio_adaptor.core import checkpoint_readback
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +67,7 @@ def publish(save_root: str, step: int) -> Path:
     final = root / iteration_dir_name(step)
     if not staged.is_dir():
         raise PublishError(f"nothing staged for step {step}: {staged} does not exist")
+    _read_back(staged, step, save_root)
     if not final.exists():
         os.rename(staged, final)
     elif tracked_step(save_root) != step:
@@ -68,6 +75,18 @@ def publish(save_root: str, step: int) -> Path:
     write_tracker(save_root, step)
     discard(save_root, step)
     return final
+
+
+def _read_back(staged: Path, step: int, save_root: str) -> None:
+    if not checkpoint_readback.is_torch_dist(staged):
+        return
+    try:
+        checkpoint_readback.check_torch_dist(staged)
+    except checkpoint_readback.UnreadableCheckpoint as unreadable:
+        tracked = tracked_step(save_root)
+        raise PublishError(f"the checkpoint of step {step} staged in {staged} could not be loaded ({unreadable}): it "
+                           f"is not published; the resume point stays "
+                           f"{'none' if tracked is None else f'iteration {tracked}'}") from unreadable
 
 
 def _replace_unfinished(final: Path, staged: Path, tracked: Optional[int]) -> None:

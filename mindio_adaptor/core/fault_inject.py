@@ -8,7 +8,7 @@ Grammar (whitespace around kinds, keys and values is ignored)::
     item   := KEY '=' VALUE
     KIND   := raise | kill | hang | sigterm
     KEY    := rank (required, integer >= 0) | step (required, integer >= 0)
-            | phase (forward | backward | optimizer | repair | save | exit; default forward)
+            | phase (forward | backward | optimizer | repair | save | written | exit; default forward)
             | msg   (only for raise; the RuntimeError's text, default "Other ERROR")
 
 Escaping: a backslash makes the next character literal, so a message can carry the separators:
@@ -56,8 +56,10 @@ KINDS = ("raise", "kill", "hang", "sigterm")
 # being the interrupted step -- a second fault while a repair is running.
 # save: inside the checkpoint save of iteration `step`, once Megatron created its directory and before
 # this rank writes its part (other ranks may have written theirs).
+# written: inside the same save, once this rank wrote its files and before the save's closing barrier
+# (the others may wait at that barrier, their own files written).
 # exit: when the process exits, before the rank leaves the controller (`step` the last iteration).
-PHASES = ("forward", "backward", "optimizer", "repair", "save", "exit")
+PHASES = ("forward", "backward", "optimizer", "repair", "save", "written", "exit")
 DEFAULT_PHASE = "forward"
 DEFAULT_MESSAGE = "Other ERROR"
 _KEYS = ("rank", "step", "phase", "msg")

@@ -4,9 +4,19 @@ helper is a child of the rank, in the rank's process group, so when a rank dies 
 the others' groups (or `mindio-adaptor launch`'s group restart) ends it while the rank itself lives
 on. Every later save of that process then failed with a broken pipe: the dying-gasp checkpoint after a
 fault, in any job that had saved a periodic checkpoint before it, and the save after a graceful
-SIGTERM. A queue whose helper is gone is replaced by a new one before it is used."""
+SIGTERM. A queue whose helper is gone is replaced by a new one before it is used.
+
+The queue is also the only link between a save's files and its metadata: a save puts its write results
+(file, offset and length of every item) in it after writing its files, waits at a closing barrier, and
+only then takes them out, first in first out, for the .metadata. A save abandoned at that barrier (a
+rank lost, or a stop) leaves its results in the queue, and the next save of the process took them
+instead of its own: a checkpoint whose .metadata points into its files at another save's offsets, which
+no load can read (`invalid load key, '\x00'`). Before any save that follows an abandoned one, what is left
+in the queue is dropped (discard_stale_write_results)."""
 import logging
+import queue
 import sys
+from typing import Optional
 
 from mindio_adaptor.patches.patch import Patch
 
@@ -25,6 +35,31 @@ def _live_results_queue(wrapped, instance, args, kwargs):
         logger.warning("the checkpoint writer's results queue had lost its helper process (%s: %s); a new "
                        "one serves this save", type(gone).__name__, gone)
         return wrapped(*args, **kwargs)
+
+
+def discard_stale_write_results(when: str) -> int:
+    """Drop every write result left in the checkpoint writer's queue; call only when no save of this
+    process can still hand one in (its saves ended or were abandoned, an asynchronous writer aborted).
+    `when` names the moment for the log. Returns how many were dropped."""
+    results = _existing_results_queue()
+    dropped = 0
+    try:
+        while results is not None:
+            results.get_nowait()
+            dropped += 1
+    except queue.Empty:
+        pass
+    except (OSError, EOFError):  # the helper is gone: the next save gets a new, empty queue
+        sys.modules[MODULE]._results_queue = None
+    if dropped:
+        logger.warning("%s: dropped %d write result(s) of an abandoned checkpoint save from the checkpoint "
+                       "writer's queue (the next save would have written them into its metadata)", when, dropped)
+    return dropped
+
+
+def _existing_results_queue() -> Optional[object]:
+    module = sys.modules.get(MODULE)
+    return getattr(module, "_results_queue", None) if module is not None else None
 
 
 PATCHES = [

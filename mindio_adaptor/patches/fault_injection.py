@@ -1,6 +1,8 @@
 """MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
 the run at start), fired at the forward, backward and optimizer phases of the planned step, inside a
-checkpoint save of that iteration, and when the process exits."""
+checkpoint save of that iteration (before and after this rank writes its files), and when the process
+exits."""
+import functools
 import os
 
 import torch.distributed as dist
@@ -11,11 +13,17 @@ from mindio_adaptor.patches.megatron_job import current_iteration
 from mindio_adaptor.patches.recovery_session import SESSION
 
 
+# The rank's own process: an asynchronous save writes its files in a worker process, which must not fire.
+_rank_pid = None
+
+
 def _read_plan(wrapped, instance, args, kwargs):
+    global _rank_pid
     margs = args[0] if args else kwargs["args"]
     plan = FaultPlan.from_env()
     plan.check_world_size(margs.world_size)
     SESSION.job.fault_plan = plan
+    _rank_pid = os.getpid()
     if plan and _fire_optimizer_phase not in SESSION.job.before_optimizer_step:
         SESSION.job.before_optimizer_step.append(_fire_optimizer_phase)
         SESSION.job.before_leaving.append(_fire_exit_phase)
@@ -43,6 +51,21 @@ def _save_with_faults(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+def _written_with_faults(wrapped, instance, args, kwargs):
+    save_fn, preload_fn, save_args = wrapped(*args, **kwargs)
+    if save_fn is None or not SESSION.job.fault_plan:
+        return save_fn, preload_fn, save_args
+    # A module-level function in a partial: an asynchronous save pickles it for its worker process.
+    return functools.partial(_write_then_fire, save_fn), preload_fn, save_args
+
+
+def _write_then_fire(save_fn, *args, **kwargs):
+    result = save_fn(*args, **kwargs)
+    if os.getpid() == _rank_pid:
+        fire("written", current_iteration())
+    return result
+
+
 def _forward_with_faults(wrapped, instance, args, kwargs):
     if not SESSION.job.fault_plan:
         return wrapped(*args, **kwargs)
@@ -67,4 +90,6 @@ PATCHES = [
     Patch("megatron.core.pipeline_parallel.schedules", "backward_step", _backward_with_faults),
     # Only for tests and demos: a user's patched Megatron tree needs no hook inside the save.
     Patch("megatron.core.dist_checkpointing", "save", _save_with_faults, upstream=False),
+    Patch("megatron.core.dist_checkpointing.strategies.filesystem_async",
+          "FileSystemWriterAsync.get_save_function_and_args", _written_with_faults, upstream=False),
 ]

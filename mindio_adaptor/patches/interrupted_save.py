@@ -13,12 +13,15 @@ finalisation is a collective at the start of a later step, which after a fault c
 replacement process would have nothing to match it with), so at the decision each rank aborts its
 checkpoint writer (Megatron's own abort: the worker process is killed, a new one is made for the next
 save) and the unfinalized iterations are removed like an interrupted one.
+
+An abandoned save may also have left its write results in the checkpoint writer's queue; they are
+dropped at the decision, before training goes on to a later save (patches/checkpoint_writer).
 """
 import logging
 from typing import List, Optional
 
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches import checkpoint_writer, megatron_job
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 
@@ -53,6 +56,9 @@ def _abandon_unfinalized_async_saves() -> List[int]:
 def remove_after_decision(save_root: Optional[str], training_goes_on: bool) -> None:
     """Called on a rank that waited for the controller's decision, once it came."""
     iterations = _abandon_unfinalized_async_saves()
+    # No save of this rank runs now (stopped, the writer aborted): a result left in the writer's queue
+    # is an abandoned save's, and the next periodic save would take it for its own.
+    checkpoint_writer.discard_stale_write_results("after the decision")
     if SESSION.saves.iteration is not None:
         iterations.append(SESSION.saves.iteration)
     SESSION.saves.iteration = None

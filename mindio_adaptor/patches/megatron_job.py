@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from mindio_adaptor.patches import checkpoint_writer
 from mindio_adaptor.patches.recovery_session import StepSnapshot
 from mindio_adaptor.patches.training_state import distributed_optimizers, shard_state_tensors
 
@@ -301,6 +302,9 @@ def save_checkpoint_for_full_job(step: int, model, optimizer, scheduler, flops: 
 
     margs = args()
     root, async_save = margs.save, margs.async_save
+    # This process's earlier saves ended or were abandoned at the fault: what they left in the writer's
+    # queue would otherwise become this checkpoint's metadata.
+    checkpoint_writer.discard_stale_write_results(f"before the save of step {step}")
     margs.save, margs.async_save = save_dir, False
     try:
         with _rerun_state_for_every_rank(members, world_size):
