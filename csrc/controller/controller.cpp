@@ -1132,8 +1132,12 @@ std::string Controller::run_flow_action(const Flow& flow, const FlowStep& step, 
         }
         out = actions_.run_all(kind, step_targets(step, run), msg, step.interruptible);
         if (relayout) {
+            std::set<int> reporters = step_targets(step, run);  // a rank leaving with its slice reports nothing
+            for (const auto& [rank, result] : out.results) {
+                if (result == kLeavesTheJob) reporters.erase(rank);
+            }
             std::lock_guard<std::mutex> lock(mu_);
-            end_relayout_locked(step_targets(step, run), out.ok());
+            end_relayout_locked(reporters, out.ok());
         }
     }
     if (kind == ActionKind::Stop) ctx.stopped = true;
