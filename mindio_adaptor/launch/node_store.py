@@ -176,7 +176,7 @@ class NodeStore:
         if address is not None and address.incarnation == owner and lifeline.refused(address):
             self.lost_evidence = lifeline.EVIDENCE
             return True
-        self.lost_evidence = f"its beat was silent for {self.config.node_lost_after:g} s"
+        self.lost_evidence = self._silence()
         return bool(node_liveness.lost_nodes(self.store, [node], self.config.node_lost_after))
 
     def join_as_standby(self, log) -> Optional[int]:
@@ -238,25 +238,28 @@ class NodeStore:
                  "beat was silent for %g s", list(nodes),
                  cfg.node_lost_after)
         watch, lifelines = node_liveness.BeatWatch(self.store, nodes), lifeline.LifelineWatch(self.store, nodes)
-        while not self._job_over():
-            gone = lifelines.gone()
-            silent = {node: watch.owner_at_last_beat(node) for node in watch.lost(cfg.node_lost_after)}
-            for node, lost_owner in {**silent, **gone}.items():
-                if not lost_owner or self.store.check([_key_done(node)]):
-                    continue  # not started yet, or it ended its part of the job: nothing to take over
-                self.lost_evidence = (lifeline.EVIDENCE if node in gone
-                                      else f"its beat was silent for {cfg.node_lost_after:g} s")
-                try:
-                    self._own(node, first=False, lost_owner=lost_owner)
-                except NodeStoreError as err:
-                    log.info("standby: node %d: %s", node, err)
-                    continue
-                self.config.node_rank = node
-                lifelines.close()
-                return node
-            time.sleep(POLL_S)
-        lifelines.close()
-        return None
+        try:
+            while not self._job_over():
+                gone = lifelines.gone()
+                silent = {node: watch.owner_at_last_beat(node) for node in watch.lost(cfg.node_lost_after)}
+                for node, lost_owner in {**silent, **gone}.items():
+                    if not lost_owner or self.store.check([_key_done(node)]):
+                        continue  # not started yet, or it ended its part of the job: nothing to take over
+                    self.lost_evidence = lifeline.EVIDENCE if node in gone else self._silence()
+                    try:
+                        self._own(node, first=False, lost_owner=lost_owner)
+                    except NodeStoreError as err:
+                        log.info("standby: node %d: %s", node, err)
+                        continue
+                    self.config.node_rank = node
+                    return node
+                time.sleep(POLL_S)
+            return None
+        finally:
+            lifelines.close()
+
+    def _silence(self) -> str:
+        return f"its beat was silent for {self.config.node_lost_after:g} s"
 
     def _job_over(self) -> bool:
         nodes = range(self.config.nnodes)
