@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Tuple
 
 from mindio_adaptor.core.replica_layout import ReplicaLayout
+from mindio_adaptor.core.uneven_split import UnevenSplit
 
 
 class ScaleInRefused(RuntimeError):
@@ -87,8 +88,20 @@ def microbatches_at(new_dp: int, global_batch_size: int, micro_batch_size: int, 
         raise ScaleInRefused(
             f"cannot scale in from dp{old_dp} to dp{new_dp}: the global batch size {global_batch_size} is not a "
             f"multiple of micro-batch size {micro_batch_size} x dp{new_dp} = {per_step}, so the survivors cannot "
-            f"keep it")
+            f"keep it with as many micro-batches each"
+            f"{uneven_split_not_built(global_batch_size, micro_batch_size, new_dp)}")
     return global_batch_size // per_step
+
+
+def uneven_split_not_built(global_batch_size: int, micro_batch_size: int, new_dp: int) -> str:
+    """What the refusal adds about the uneven split (core/uneven_split): planned, not built into Megatron's
+    schedule, sampler and sample accounting yet (docs/elastic.md, "Not built yet")."""
+    try:
+        counts = UnevenSplit(global_batch_size, micro_batch_size, new_dp).counts()
+    except ValueError as why:
+        return f" ({why})"
+    return (f"; the uneven split it would take ({', '.join(map(str, counts))} micro-batches, each rank's loss "
+            f"weighted by its share) is not built yet")
 
 
 def check_every_shard_survives(layout: ReplicaLayout, survivors: Sequence[int]) -> None:

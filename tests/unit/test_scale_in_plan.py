@@ -27,6 +27,12 @@ def test_a_global_batch_the_survivors_cannot_share_is_refused_naming_the_sizes()
     with pytest.raises(ScaleInRefused, match=r"from dp4 to dp3: the global batch size 16 is not a multiple of "
                                              r"micro-batch size 2 x dp3 = 6"):
         plan_scale_in([[0, 1, 2, 3]], {3}, global_batch_size=16, micro_batch_size=2)
+    with pytest.raises(ScaleInRefused, match=r"dp4 to dp3: .* the uneven split it would take \(6, 5, 5 micro-batches, "
+                                             r"each rank's loss weighted by its share\) is not built yet"):
+        plan_scale_in([[0, 1, 2, 3]], {3}, global_batch_size=16, micro_batch_size=1)
+    with pytest.raises(ScaleInRefused, match=r"dp8 to dp6: .* \(4 micro-batches per step leave some of dp6 "
+                                             r"without any\)"):
+        plan_scale_in([list(range(8))], {6, 7}, global_batch_size=16, micro_batch_size=4)
 
 
 def test_a_shard_whose_holders_are_all_gone_is_refused_naming_it():
