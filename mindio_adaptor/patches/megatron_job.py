@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.patches import checkpoint_writer
+from mindio_adaptor.patches import checkpoint_writer, uneven_batches
 from mindio_adaptor.patches.recovery_session import StepSnapshot
 from mindio_adaptor.patches.training_state import distributed_optimizers, shard_state_tensors
 
@@ -271,7 +271,10 @@ def iterator_at_sample(old, who: str):
     if dataset is None:
         raise RuntimeError(f"{who}: the train data iterator does not expose its dataset; cannot position it "
                            f"at sample {margs.consumed_train_samples}")
-    loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
+    if uneven_batches.active():
+        loader = uneven_batches.data_loader(margs, dataset, margs.consumed_train_samples, who)
+    else:
+        loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
     if hasattr(old, "_shutdown_workers"):
         old._shutdown_workers()
     logger.info("%s: data iterator positioned at sample %d", who, margs.consumed_train_samples)
