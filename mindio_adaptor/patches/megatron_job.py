@@ -114,6 +114,9 @@ def snapshot_of_completed_step(step: int) -> StepSnapshot:
     margs = args()
     batch = (ps.get_data_parallel_world_size() * getattr(margs, "gtp_weight_remat_size", 1)
              * margs.micro_batch_size * get_num_microbatches())
+    share = uneven_batches.active()
+    if share is not None:  # the loop's count is this rank's share; count_the_whole_batch makes it the step's
+        batch = share.split.global_batch_size
     skipped = get_current_global_batch_size() - get_current_running_global_batch_size()
     flops = _train_loop_flops(margs.num_floating_point_operations_so_far)
     return StepSnapshot(step, margs.consumed_train_samples + batch, margs.skipped_train_samples + skipped,
