@@ -14,7 +14,9 @@ go on at dp1, and the optimizer's R=2 replicas fall to none; then node 1 returns
 the job grows back to tp2 x dp2 with R=2 at step 7. A fourth: a second fault while scaled in (rank 1's
 process killed during step 7 at dp2): the controller, which learned the layout at dp2, has rank 0 save the
 dump of step 6 alone and the job ends; a plain run loads that dump at dp4 and trains to the last step like
-the uninterrupted run."""
+the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
+each step's 8 micro-batches unevenly (3, 3, 2, their losses weighted by their shares) and train like the
+uninterrupted run."""
 
 import re
 from collections import defaultdict
