@@ -345,6 +345,8 @@ def test_dp3_uneven_trains_like_the_uninterrupted_dp4_run(scaled_in_to_dp3, refe
     assert sorted(run.losses) == list(range(1, LAST_STEP + 1)), sorted(run.losses)
     for step in range(1, LAST_STEP + 1):
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
+        # the gradient of the whole global batch: the weights make the uneven shares count as the full job's
+        assert run.grad_norms[step] == pytest.approx(reference.grad_norms[step], rel=1e-3), step
     expected, got = samples_by_step(reference.output), samples_by_step(run.output)
     for step in range(1, LAST_STEP + 1):  # every sample of the step once, the same set as the full job
         assert got[step] == expected[step], step
