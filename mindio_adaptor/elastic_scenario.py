@@ -43,10 +43,11 @@ def samples_by_step(output: str) -> Dict[int, Set[str]]:
 def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = None, arf_wait_s: float = 15,
                 train_iters: int = 8, on_line: Optional[Callable[[str], None]] = None,
                 timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
-                kill_rank: int = 1) -> Tuple[RunResult, List[int]]:
+                kill_rank: int = 1, nproc_per_node: int = 2) -> Tuple[RunResult, List[int]]:
     """The run and the pids lost with node 1 (and the process of `kill_rank`, with `kill_after`); the whole
     log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
-    replaces the default's 1000)."""
+    replaces the default's 1000). `nproc_per_node`: the four ranks on two nodes of two, or on four of one
+    (node 1 then holds rank 1 alone)."""
     if not 1 <= lose_after < train_iters or (return_at is not None and not lose_after + 1 < return_at <= train_iters):
         raise ValueError(f"node 1 lost after step {lose_after} and back at step {return_at} do not fit "
                          f"{train_iters} steps: 1 <= lose after < return - 1 < return <= steps")
@@ -85,10 +86,13 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
         holds, files = holds + [kill_after + 1], files + [killed_file]
     cluster = LocalCluster([*FLAGS, "--save", str(workdir / "ckpt"), "--save-interval", "1000",
                             "--hold-before-step", *map(str, holds), "--hold-until-file", *map(str, files), *flags],
-                           train_iters=train_iters, on_line=watch,
+                           nnodes=4 // nproc_per_node, nproc_per_node=nproc_per_node, train_iters=train_iters,
+                           on_line=watch,
                            env={"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}", "MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S})
     cluster.start_node("--node-rank", "0")
     node_1 = cluster.start_node("--node-rank", "1")
+    for node in range(2, 4 // nproc_per_node):
+        cluster.start_node("--node-rank", str(node))
     cluster.wait_for(step_done, f"step {lose_after}")
     lost = cluster.lose_node(node_1)
     lost_file.touch()

@@ -708,7 +708,7 @@ void Controller::handle_fault() {
         case Strategy::Retry:
         case Strategy::Recover: return run_flow(flow_for(chosen), ctx);
         case Strategy::Dump: return run_flow(flow_for(Strategy::Dump), ctx, "decided after " + plan.why);
-        default: return exit_all("no recovery possible: " + exit_reason(plan), 499);
+        default: return exit_all("no recovery possible: " + exit_reason(plan) + scale_in_refusal(plan, caps.elastic), 499);
     }
 }
 

@@ -180,6 +180,12 @@ std::string exit_reason(const Plan& plan) {
     return plan.why + "; dump impossible, no complete replica:" + missing_shards_text(plan.savers);
 }
 
+// Elastic training goes on from the survivors' copies: a shard no survivor holds rules the scale-in out too.
+std::string scale_in_refusal(const Plan& plan, bool elastic) {
+    if (!elastic || plan.savers.missing.empty()) return "";
+    return " elastic training cannot scale in either: no survivor holds these shards, the job ends";
+}
+
 std::vector<std::string> cluster_offer(const Plan& plan, const Capabilities& caps, Strategy chosen) {
     const DecisionInput& in = plan.input;
     const auto at_most = [&](Strategy s) { return static_cast<int>(chosen) <= static_cast<int>(s); };

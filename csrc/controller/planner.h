@@ -111,6 +111,7 @@ Plan plan_fault(const RankSnapshots& ranks, const ReplicaManager& replicas, cons
 // What the controller says when it ends the job with no recovery: the reasons, and when no dump is
 // possible either, the shards no available rank holds.
 std::string exit_reason(const Plan& plan);
+std::string scale_in_refusal(const Plan& plan, bool elastic);
 std::string missing_shards_text(const SaverPlan& plan);
 
 // The strategies the cluster manager may pick from once `chosen` is decided (after a policy): not

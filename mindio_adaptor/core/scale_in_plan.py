@@ -4,7 +4,9 @@ and at which sizes (docs/elastic.md).
 Every TP x PP rank of a data-parallel index that lost a rank leaves with it: a model replica missing a
 piece is no replica. The survivors are renumbered densely (the new rank of each is its index among the
 survivors, which keeps Megatron's rank order). The global batch size stays what it was: each survivor
-takes more micro-batches, so the samples of a step, and the losses, are those of the full job.
+takes more micro-batches, so the samples of a step, and the losses, are those of the full job; where the new
+size does not divide the step's micro-batches, some take one more, their losses weighed by their shares
+(core/uneven_split).
 
 The optimizer's replica count R (Megatron's distributed-optimizer instances) must divide the data-parallel
 size. Where it no longer does (dp2 R=2 losing a slice: dp1) R falls to the largest count that does, and
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Tuple
 
 from mindio_adaptor.core.replica_layout import ReplicaLayout
+from mindio_adaptor.core.uneven_split import UnevenSplit
 
 
 class ScaleInRefused(RuntimeError):
@@ -30,9 +33,14 @@ class ScaleInPlan:
     lost_dp_indices: Tuple[int, ...]
     old_dp: int
     new_dp: int
-    num_microbatches: int  # per survivor and step, at the new data-parallel size
+    num_microbatches: int  # per survivor and step at the new data-parallel size (the most, where uneven)
     old_replicas: int = 1  # the optimizer's replica count R before and after
     new_replicas: int = 1
+    split: Optional[UnevenSplit] = None  # the step's micro-batches among the survivors (core/uneven_split)
+
+    @property
+    def uneven(self) -> bool:
+        return self.split is not None and not self.split.even
 
     def new_rank(self, old_rank: int) -> int:
         if old_rank not in self.survivors:
@@ -41,9 +49,9 @@ class ScaleInPlan:
         return self.survivors.index(old_rank)
 
     def describe(self) -> str:
+        shares = self.split.describe() if self.split else f"{self.num_microbatches} micro-batches each"
         return (f"dp{self.old_dp} -> dp{self.new_dp} (data-parallel indices {list(self.lost_dp_indices)} lost "
-                f"a rank; survivors {list(self.survivors)}, {self.num_microbatches} micro-batches each"
-                f"{self.describe_replicas()})")
+                f"a rank; survivors {list(self.survivors)}, {shares}{self.describe_replicas()})")
 
     def describe_replicas(self) -> str:
         if self.new_replicas == self.old_replicas:
@@ -70,25 +78,24 @@ def plan_scale_in(dp_lists: Sequence[Sequence[int]], lost: Iterable[int], global
         raise ScaleInRefused(f"every data-parallel index (dp{old_dp}) lost a rank: nothing is left to go on with")
     leaving = {rank for ranks in dp_lists for i, rank in enumerate(ranks) if i in lost_indices}
     survivors = tuple(sorted(set(index_of) - leaving))
-    num_microbatches = microbatches_at(new_dp, global_batch_size, micro_batch_size, old_dp)
+    split = split_at(new_dp, global_batch_size, micro_batch_size, old_dp)
     old_replicas = new_replicas = 1
     if layout is not None:
         check_every_shard_survives(layout, survivors)
         old_replicas = layout.sets[0].replica_cnt
         new_replicas = replicas_at(new_dp, old_replicas)
     return ScaleInPlan(tuple(sorted(lost)), survivors, tuple(sorted(leaving - lost)), tuple(lost_indices), old_dp, new_dp,
-                       num_microbatches, old_replicas, new_replicas)
+                       split.microbatches(0), old_replicas, new_replicas, split)
 
 
-def microbatches_at(new_dp: int, global_batch_size: int, micro_batch_size: int, old_dp: int) -> int:
-    """Micro-batches per rank and step that keep the global batch size at `new_dp` ranks."""
-    per_step = micro_batch_size * new_dp
-    if global_batch_size % per_step:
-        raise ScaleInRefused(
-            f"cannot scale in from dp{old_dp} to dp{new_dp}: the global batch size {global_batch_size} is not a "
-            f"multiple of micro-batch size {micro_batch_size} x dp{new_dp} = {per_step}, so the survivors cannot "
-            f"keep it")
-    return global_batch_size // per_step
+def split_at(new_dp: int, global_batch_size: int, micro_batch_size: int, old_dp: int) -> UnevenSplit:
+    """The step's micro-batches among `new_dp` ranks, the global batch size kept: even shares where new_dp
+    divides them, else the uneven split (core/uneven_split)."""
+    try:
+        return UnevenSplit(global_batch_size, micro_batch_size, new_dp)
+    except ValueError as why:
+        raise ScaleInRefused(f"cannot scale in from dp{old_dp} to dp{new_dp} with the global batch size "
+                             f"{global_batch_size}: {why}") from None
 
 
 def check_every_shard_survives(layout: ReplicaLayout, survivors: Sequence[int]) -> None:

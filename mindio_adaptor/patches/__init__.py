@@ -8,6 +8,7 @@ PATCH_MODULES = [
     "arguments",
     "parallel_state",
     "training",
+    "uneven_batches",
     "optimizer_state",
     "fault_injection",
     "sections",

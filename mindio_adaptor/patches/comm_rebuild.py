@@ -29,6 +29,13 @@ def continue_epochs_of_the_job(session) -> int:
     return session.next_comm_epoch
 
 
+def catch_up_with_the_job(session) -> int:
+    """Before a rebuild among ranks of whom only some met in a world of their own since (the savers of a
+    scale-in's dump, in their own epoch): number epochs after the job's last one, so all agree."""
+    session.next_comm_epoch = max(session.next_comm_epoch, job_store.read_or(LAST_EPOCH, 0) + 1)
+    return session.next_comm_epoch
+
+
 def rebuild_world(session, margs, members: Sequence[int]) -> int:
     """Tear down every group and join a new default group among `members` (global ranks; the new
     rank of each is its index). Returns the epoch used."""

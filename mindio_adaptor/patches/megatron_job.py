@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.patches import checkpoint_writer
+from mindio_adaptor.patches import checkpoint_writer, uneven_batches
 from mindio_adaptor.patches.recovery_session import StepSnapshot
 from mindio_adaptor.patches.training_state import distributed_optimizers, shard_state_tensors
 
@@ -114,6 +114,9 @@ def snapshot_of_completed_step(step: int) -> StepSnapshot:
     margs = args()
     batch = (ps.get_data_parallel_world_size() * getattr(margs, "gtp_weight_remat_size", 1)
              * margs.micro_batch_size * get_num_microbatches())
+    share = uneven_batches.active()
+    if share is not None:  # the loop's count is this rank's share; count_the_whole_batch makes it the step's
+        batch = share.split.global_batch_size
     skipped = get_current_global_batch_size() - get_current_running_global_batch_size()
     flops = _train_loop_flops(margs.num_floating_point_operations_so_far)
     return StepSnapshot(step, margs.consumed_train_samples + batch, margs.skipped_train_samples + skipped,
@@ -271,7 +274,10 @@ def iterator_at_sample(old, who: str):
     if dataset is None:
         raise RuntimeError(f"{who}: the train data iterator does not expose its dataset; cannot position it "
                            f"at sample {margs.consumed_train_samples}")
-    loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
+    if uneven_batches.active():
+        loader = uneven_batches.data_loader(margs, dataset, margs.consumed_train_samples, who)
+    else:
+        loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
     if hasattr(old, "_shutdown_workers"):
         old._shutdown_workers()
     logger.info("%s: data iterator positioned at sample %d", who, margs.consumed_train_samples)

@@ -12,7 +12,7 @@ replacing them.
 import logging
 
 from mindio_adaptor.core.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in
-from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches import megatron_job, uneven_batches
 from mindio_adaptor.patches.recovery_session import StepSnapshot
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,27 @@ def apply_sizes(plan: ScaleInPlan, old_rank: int, init_call: tuple) -> tuple:
     returns the job's initialize_model_parallel call with the plan's optimizer replica count."""
     margs = megatron_job.args()
     margs.rank, margs.world_size = plan.new_rank(old_rank), len(plan.survivors)
+    if plan.uneven:
+        return resize_uneven(plan, init_call)
     return resize(plan.new_dp, plan.new_replicas, plan.num_microbatches, init_call, ScaleInRefused)
+
+
+def resize_uneven(plan: ScaleInPlan, init_call: tuple) -> tuple:
+    """As resize(), where the new size does not divide the step's micro-batches: this rank's share of them
+    in place of Megatron's calculator (patches/uneven_batches). The data-parallel rank is the new rank's
+    index in its data-parallel list: with TP x DP (PP = 1) and TP innermost, new rank // TP."""
+    margs = megatron_job.args()
+    dp_rank = margs.rank // margs.tensor_model_parallel_size
+    set_parallel_sizes(plan.new_dp, plan.new_replicas)
+    uneven_batches.install(plan.split, dp_rank)
+    init_args, init_kwargs = init_call
+    return init_args, {**init_kwargs, "num_distributed_optimizer_instances": plan.new_replicas}
+
+
+def set_parallel_sizes(data_parallel: int, replicas: int) -> None:
+    margs = megatron_job.args()
+    margs.data_parallel_size = data_parallel
+    margs.num_distributed_optimizer_instances = replicas
 
 
 def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: tuple, refused) -> tuple:
@@ -61,8 +81,7 @@ def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: 
     calculator disagrees with the plan."""
     reconfigure_num_microbatches_calculator, get_num_microbatches = microbatch_calculator()
     margs = megatron_job.args()
-    margs.data_parallel_size = data_parallel
-    margs.num_distributed_optimizer_instances = replicas
+    set_parallel_sizes(data_parallel, replicas)
     reconfigure_num_microbatches_calculator(margs.rank, None, margs.global_batch_size, margs.micro_batch_size,
                                             data_parallel, seq_length=margs.seq_length)
     if get_num_microbatches() != num_microbatches:

@@ -4,7 +4,7 @@ import logging
 import torch.distributed as dist
 
 from mindio_adaptor.core.replica_check import check_peers_agree
-from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches import megatron_job, uneven_batches
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 from mindio_adaptor.patches.training_state import shard_state_tensors
@@ -104,6 +104,7 @@ def _after_train_step(wrapped, instance, args, kwargs):
     finally:
         SESSION.job.scheduler_step_ends = -1  # a fault before the scheduler's step: nothing to complete
     margs, step = megatron_job.args(), megatron_job.current_iteration()
+    uneven_batches.count_the_whole_batch(margs, result, SESSION.job.scheduler)
     complete_step(step)  # an iteration whose update was skipped (no scheduler step)
     if SESSION.job.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
         report_optimizer_state_bytes()

@@ -14,7 +14,9 @@ go on at dp1, and the optimizer's R=2 replicas fall to none; then node 1 returns
 the job grows back to tp2 x dp2 with R=2 at step 7. A fourth: a second fault while scaled in (rank 1's
 process killed during step 7 at dp2): the controller, which learned the layout at dp2, has rank 0 save the
 dump of step 6 alone and the job ends; a plain run loads that dump at dp4 and trains to the last step like
-the uninterrupted run."""
+the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
+each step's 8 micro-batches unevenly (3, 3, 2, their losses weighted by their shares) and train like the
+uninterrupted run."""
 
 import re
 from collections import defaultdict
@@ -33,10 +35,15 @@ RETURN_AT_STEP = 7
 LAST_STEP = 8
 SAVED_AT_DP2 = 6  # --save-interval of the scale-in run: a checkpoint written after the scale-in, at dp2
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
+LEARNING_RATE = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?learning rate: ([\d.E+-]+) \|.*?global batch size:\s+(\d+)")
 
 
 def consumed_by_step(output: str) -> dict:
     return {int(step): int(samples) for step, samples in CONSUMED.findall(output)}
+
+
+def learning_rates_and_batch(output: str) -> dict:
+    return {int(step): (rate, int(batch)) for step, rate, batch in LEARNING_RATE.findall(output)}
 
 
 def ranks_by_step(output: str) -> dict:
@@ -322,3 +329,36 @@ def test_the_dump_saved_at_dp2_resumes_at_dp4_like_the_uninterrupted_run(resumed
     assert run.losses[first] == pytest.approx(reference.losses[first], rel=1e-4)
     mean = (reference.losses[first] + reference.losses[second]) / 2  # Megatron's first log after a resume
     assert run.losses[second] == pytest.approx(mean, rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def scaled_in_to_dp3(tmp_path_factory):
+    """dp4 R=2 on four one-rank nodes: node 1 (rank 1) lost after step 4, not replaced. The three survivors
+    cannot share the step's 8 micro-batches (global batch 16, micro-batch size 2) evenly: ranks 0, 2, 3 take
+    3, 3 and 2 of them (core/uneven_split), each loss weighted by its share (9/8, 9/8, 3/4)."""
+    return run_elastic(tmp_path_factory.mktemp("elastic_dp3"), lose_after=4, arf_wait_s=5, nproc_per_node=1)
+
+
+def test_dp3_uneven_trains_like_the_uninterrupted_dp4_run(scaled_in_to_dp3, reference):
+    run, _ = scaled_in_to_dp3
+    run.require_success()
+    assert sorted(run.losses) == list(range(1, LAST_STEP + 1)), sorted(run.losses)
+    for step in range(1, LAST_STEP + 1):
+        assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
+        # the gradient of the whole global batch: the weights make the uneven shares count as the full job's
+        assert run.grad_norms[step] == pytest.approx(reference.grad_norms[step], rel=1e-3), step
+    expected, got = samples_by_step(reference.output), samples_by_step(run.output)
+    for step in range(1, LAST_STEP + 1):  # every sample of the step once, the same set as the full job
+        assert got[step] == expected[step], step
+    consumed = consumed_by_step(run.output)
+    assert [consumed[s] for s in range(1, LAST_STEP + 1)] == [16 * s for s in range(1, LAST_STEP + 1)], consumed
+    # the scheduler and the log count the global batch: the learning rates and the batch size of the full job
+    assert learning_rates_and_batch(run.output) == learning_rates_and_batch(reference.output)
+    by_step = ranks_by_step(run.output)
+    # the new ranks 0, 1, 2 (the survivors 0, 2, 3) take 3, 3 and 2 of the step's 8 micro-batches
+    assert sorted(by_step[LAST_STEP]) == [0, 0, 0, 1, 1, 1, 2, 2], by_step[LAST_STEP]
+    [line] = re.findall(r"elastic training: scaled in dp4 -> dp3 [^\n]*", run.output)
+    assert "survivors [0, 2, 3], 3, 3, 2 micro-batches (uneven: each rank's loss weighted by its share)" in line
+    weights = re.findall(r"uneven split: data-parallel rank (\d) takes (\d) of 8 micro-batches, its loss weighted by "
+                         r"([\d.]+)", run.output)
+    assert sorted(weights) == [("0", "3", "1.125"), ("1", "3", "1.125"), ("2", "2", "0.75")], weights

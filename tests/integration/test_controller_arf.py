@@ -232,3 +232,37 @@ def test_the_scale_out_gives_the_controller_the_layout_of_the_start_again(tmp_pa
         assert [d for _, _, d in job.controller_events("relayout")][-1] == "type 0 R=2 [0,1,2,3,4,5,6,7]"
         assert [(s["replica_cnt"], s["ranks"]) for s in ctl.controller_layout()] == [(2, list(range(8)))]
         assert not job.controller_events("replica_refused") and not job.controller_events("relayout_incomplete")
+
+
+def test_a_loss_that_leaves_a_shard_without_holders_refuses_the_scale_in_and_ends_the_job(tmp_path, job_env,
+                                                                                       monkeypatch):
+    """Elastic training, dp4 R=2 (shard 0 held by ranks 0 and 2, shard 1 by 1 and 3): ranks 1 and 3 are lost
+    together and not replaced. Shard 1's state is gone with them, so neither process replacement, nor a dump,
+    nor a scale-in is possible: the controller says so, naming the shard and its holders, and ends the job
+    (the exit, as without elastic training); the survivors are told to exit and nothing scales in."""
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
+    job = Job(tmp_path, 4, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, idle_s=8)
+    try:
+        job.wait_ready()
+        for rank in (1, 3):
+            job.procs[rank].send_signal(signal.SIGKILL)
+        wait_until(lambda: job.controller_events("exit"), 30, "the controller ending the job")
+        [decision] = [d for _, _, d in job.controller_events("decision")]
+        assert decision.startswith("exit: faults 1:node 3:node") and "dump_possible=0" in decision, decision
+        [why] = [d for _, _, d in job.controller_events("exit")]
+        assert why.endswith("dump impossible, no complete replica: type 0 group 0 shard 1 (holders [1,3] all dead, "
+                            "faulty or behind); elastic training cannot scale in either: no survivor holds these "
+                            "shards, the job ends"), why
+        # Decided at once: no replacement is awaited (none could bring shard 1 back), nothing is saved or rebuilt.
+        assert actions_in_order(job) == ["prelock", "exit"]
+        assert not any(job.controller_events(kind) for kind in ("arf_wait", "dump", "scale_in", "retired"))
+        assert [d for _, _, d in job.controller_events("state")][-2:] == ["NORMAL->ABNORMAL", "ABNORMAL->EXIT"]
+        for rank in (0, 2):
+            wait_until(lambda: job.handler_calls(rank, "exit"), 10, f"rank {rank} told to exit")
+            assert [job.handler_calls(rank, name) for name in ("stop", "save_ckpt", "rebuild_group", "repair")] == \
+                [[], [], [], []], rank
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()

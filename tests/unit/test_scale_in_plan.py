@@ -23,10 +23,19 @@ def test_every_tp_rank_of_a_lost_data_parallel_index_leaves_and_survivors_are_re
         plan.new_rank(4)
 
 
-def test_a_global_batch_the_survivors_cannot_share_is_refused_naming_the_sizes():
-    with pytest.raises(ScaleInRefused, match=r"from dp4 to dp3: the global batch size 16 is not a multiple of "
-                                             r"micro-batch size 2 x dp3 = 6"):
-        plan_scale_in([[0, 1, 2, 3]], {3}, global_batch_size=16, micro_batch_size=2)
+def test_a_size_that_does_not_divide_the_step_takes_the_uneven_split():
+    plan = plan_scale_in([[0, 1, 2, 3]], {3}, global_batch_size=16, micro_batch_size=1)
+    assert (plan.new_dp, plan.uneven, plan.split.counts(), plan.num_microbatches) == (3, True, (6, 5, 5), 6)
+    assert plan.describe() == ("dp4 -> dp3 (data-parallel indices [3] lost a rank; survivors [0, 1, 2], 6, 5, 5 "
+                               "micro-batches (uneven: each rank's loss weighted by its share))")
+    even = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=1)
+    assert not even.uneven and even.split.counts() == (8, 8) and "8 micro-batches each" in even.describe()
+
+
+def test_a_global_batch_too_small_for_the_survivors_is_refused_naming_the_sizes():
+    with pytest.raises(ScaleInRefused, match=r"cannot scale in from dp8 to dp6 with the global batch size 16: 4 "
+                                             r"micro-batches per step leave some of dp6 without any"):
+        plan_scale_in([list(range(8))], {6, 7}, global_batch_size=16, micro_batch_size=4)
 
 
 def test_a_shard_whose_holders_are_all_gone_is_refused_naming_it():

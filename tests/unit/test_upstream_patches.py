@@ -85,11 +85,11 @@ def test_hand_modified_tree_conflicts_on_that_hunk_and_apply_changes_nothing(pri
     source.write_text(source.read_text().replace("def train_step(forward_step_func,", "def train_step(fwd,"))
     report = check_tree(pristine, FOLDER)
     conflicts = [(p, n) for p, n, v in verdicts(report) if v == CONFLICTING]
-    assert conflicts == [(TRAINING, 4)]
+    assert conflicts == [(TRAINING, 5)]
     assert report.state == CONFLICTING
-    assert all(v == APPLICABLE for p, n, v in verdicts(report) if (p, n) != (TRAINING, 4))
+    assert all(v == APPLICABLE for p, n, v in verdicts(report) if (p, n) != (TRAINING, 5))
     before = snapshot(pristine)
-    with pytest.raises(ApplyRefused, match=r"no file changed: megatron/training/training\.py hunk 4 .*"
+    with pytest.raises(ApplyRefused, match=r"no file changed: megatron/training/training\.py hunk 5 .*"
                                            r"hook on megatron\.training\.training\.train_step.* conflicts"):
         apply_patch_set(pristine, FOLDER)
     assert snapshot(pristine) == before
@@ -113,7 +113,7 @@ def test_cli_reports_per_hunk_and_exit_codes(pristine, capsys):
     assert cli.main(argv) == 1
     out = capsys.readouterr().out
     assert "megatron-core 0.19.2" in out and "supported" in out
-    assert "hunk 4  applicable  hook on megatron.training.training.train_step" in out
+    assert "hunk 5  applicable  hook on megatron.training.training.train_step" in out
     assert cli.main(["upstream", "apply", "--megatron-dir", str(pristine.root)]) == 0
     hunks = sum(d.read_text().count("\n@@ ") for d in FOLDER.glob("*.diff"))
     assert f"applied {hunks} hunk(s)" in capsys.readouterr().out
@@ -128,9 +128,9 @@ def test_cli_apply_refuses_a_conflict(pristine, capsys):
     source.write_text(source.read_text().replace("def train(\n", "def train_renamed(\n"))
     before = snapshot(pristine)
     assert cli.main(["upstream", "check", "--megatron-dir", str(pristine.root)]) == 3
-    assert "hunk 7  conflicting hook on megatron.training.training.train " in capsys.readouterr().out
+    assert "hunk 8  conflicting hook on megatron.training.training.train " in capsys.readouterr().out
     assert cli.main(["upstream", "apply", "--megatron-dir", str(pristine.root)]) == 3
-    assert "refused, no file changed: megatron/training/training.py hunk 7" in capsys.readouterr().err
+    assert "refused, no file changed: megatron/training/training.py hunk 8" in capsys.readouterr().err
     assert snapshot(pristine) == before
 
 

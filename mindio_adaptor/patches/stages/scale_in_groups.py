@@ -11,7 +11,7 @@ import time
 
 from mindio_adaptor.core.leaving_rank import LeavingTheJob, leaving_line
 from mindio_adaptor.patches import resized_layout, scale_in
-from mindio_adaptor.patches.comm_rebuild import rebuild_world
+from mindio_adaptor.patches.comm_rebuild import catch_up_with_the_job, rebuild_world
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ def scale_in_groups(session, megatron, action) -> int:
     old_rank = margs.rank
     if old_rank not in plan.survivors:
         leave(session, old_rank, plan)
+    catch_up_with_the_job(session)  # the dump's savers met in an epoch of their own; the other survivors did not
     epoch = rebuild_world(session, margs, plan.survivors)
     session.job.model_parallel_init = scale_in.apply_sizes(plan, old_rank, session.job.model_parallel_init)
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)

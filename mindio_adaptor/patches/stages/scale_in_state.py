@@ -10,7 +10,7 @@ import logging
 import time
 from datetime import datetime, timezone
 
-from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches import scale_in, uneven_batches
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -22,6 +22,7 @@ def scale_in_state(session, megatron, action) -> int:
         raise scale_in.ScaleInRefused(f"asked to load step {step} at the smaller size before the groups were "
                                       f"rebuilt for it")
     scale_in.resume_at_checkpoint(session, megatron, step, "scale in", scale_in.ScaleInRefused)
+    uneven_batches.weigh_loss(megatron.args(), session.job.optimizer)
     margs = megatron.args()
     if margs.rank == 0:
         logger.warning("elastic training: scaled in %s after step %d at %s: ranks %s were lost and not replaced "
