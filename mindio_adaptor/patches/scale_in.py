@@ -64,8 +64,7 @@ def resize_uneven(plan: ScaleInPlan, init_call: tuple) -> tuple:
     dp_rank = margs.rank // margs.tensor_model_parallel_size
     set_parallel_sizes(plan.new_dp, plan.new_replicas)
     uneven_batches.install(plan.split, dp_rank)
-    init_args, init_kwargs = init_call
-    return init_args, {**init_kwargs, "num_distributed_optimizer_instances": plan.new_replicas}
+    return with_replicas(init_call, plan.new_replicas)
 
 
 def set_parallel_sizes(data_parallel: int, replicas: int) -> None:
@@ -87,6 +86,11 @@ def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: 
     if get_num_microbatches() != num_microbatches:
         raise refused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at dp{data_parallel}, "
                       f"the plan {num_microbatches}")
+    return with_replicas(init_call, replicas)
+
+
+def with_replicas(init_call: tuple, replicas: int) -> tuple:
+    """The job's initialize_model_parallel call with `replicas` distributed-optimizer instances."""
     init_args, init_kwargs = init_call
     return init_args, {**init_kwargs, "num_distributed_optimizer_instances": replicas}
 
