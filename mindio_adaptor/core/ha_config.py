@@ -17,6 +17,9 @@ ENV_WORDS = {
     "elastic-training": "enable_elastic_training",
 }
 
+# Where a scale-out's returned ranks take the state (--elastic-scale-out-from).
+SCALE_OUT_SOURCES = ("replicas", "checkpoint")
+
 # Flags accepted now whose capability a later version of the adaptor brings.
 NOT_YET_ACTIVE: dict = {}
 
@@ -32,6 +35,7 @@ class HighAvailabilityConfig:
     enable_worker_reboot: bool = False
     enable_elastic_training: bool = False
     distributed_optimizer_no_replica: bool = False
+    elastic_scale_out_from: str = "replicas"
     optimizer_replica_num: int = 2
     verify_optimizer_replicas: bool = False
 
@@ -72,6 +76,9 @@ class HighAvailabilityConfig:
             flag = "--" + needs_ha[0].replace("_", "-")
             raise HighAvailabilityConfigError(
                 f"{flag} requires --enable-high-availability: add --enable-high-availability")
+        if self.elastic_scale_out_from not in SCALE_OUT_SOURCES:
+            raise HighAvailabilityConfigError(
+                f"--elastic-scale-out-from {self.elastic_scale_out_from!r}: choose from {', '.join(SCALE_OUT_SOURCES)}")
         if self.enable_elastic_training and not self.enable_worker_reboot:
             # The scale-in is what happens when a lost rank's replacement does not come in time.
             raise HighAvailabilityConfigError(

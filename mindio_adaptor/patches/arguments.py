@@ -3,7 +3,7 @@ import logging
 import os
 import re
 
-from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, HighAvailabilityConfig,
+from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, SCALE_OUT_SOURCES, HighAvailabilityConfig,
                                            HighAvailabilityConfigError)
 from mindio_adaptor.patches import warm_rank
 from mindio_adaptor.patches.patch import Patch
@@ -30,6 +30,11 @@ FLAGS = [
         action="store_true",
         help="Drop failed data-parallel replicas and continue with a smaller DP (needs "
              "--enable-high-availability).")),
+    ("--elastic-scale-out-from", dict(
+        choices=SCALE_OUT_SOURCES, default="replicas",
+        help="Where the ranks that return after a scale-in take the job's state: from the survivors' "
+             "memory, resharded to the original size (replicas, the default), or from a checkpoint the "
+             "survivors save first (checkpoint: slower, but a resume point if the scale-out fails).")),
     ("--optimizer-replica-num", dict(
         type=int, default=2, metavar="R",
         help="Copies of every optimizer shard with --enable-high-availability (default 2); must "

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from mindio_adaptor.core.state_reshard import Slot
 from mindio_adaptor.patches import checkpoint_writer, uneven_batches
 from mindio_adaptor.patches.recovery_session import StepSnapshot
 from mindio_adaptor.patches.training_state import distributed_optimizers, shard_state_tensors
@@ -204,6 +205,13 @@ def replica_peers_group():
     return ps.get_inter_distributed_optimizer_instance_group()
 
 
+
+def data_parallel_group():
+    """This rank's whole data-parallel group (every optimizer instance of it, with context parallelism)."""
+    from megatron.core import parallel_state as ps
+
+    return ps.get_data_parallel_group(with_context_parallel=True)
+
 # --- model and optimizer --------------------------------------------------------------------------
 
 def drop_gradients(model) -> None:
@@ -236,6 +244,36 @@ def materialize_optimizer_state(optimizer) -> None:
                 if state and "step" not in state:
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
 
+
+
+def optimizer_state_slots(model, optimizer) -> dict:
+    """This rank's part of every parameter's optimizer state, as core/state_reshard addresses it: for each
+    model parameter in its shard, the first of the parameter's (flattened) elements it holds and the fp32
+    main param and optimizer moments over them, keyed by the optimizer's index and the parameter's name.
+    The step count (a 0-dim tensor) is not in it: it comes with the optimizer's own state dict."""
+    names = {param: f"{index}.{name}" for index, chunk in enumerate(model) for name, param in chunk.named_parameters()}
+    slots = {}
+    for index, dopt in enumerate(distributed_optimizers(optimizer)):
+        for buffer_ranges in dopt.gbuf_ranges:
+            for bucket_ranges in buffer_ranges.values():
+                for bucket in bucket_ranges:
+                    for param, ranges in bucket["param_map"].items():
+                        tensors = dopt._get_main_param_and_optimizer_states(param)
+                        slots[f"{index}.{names[param]}"] = Slot(ranges["param"].start, {
+                            name: t for name, t in tensors.items() if t.dim() > 0})
+    return slots
+
+
+def optimizer_common_state(optimizer):
+    """The optimizer's state that every rank of a data-parallel group has alike (param groups, step count,
+    grad scaler; Megatron's optimizer state dict without the parameter state)."""
+    return optimizer.state_dict()
+
+
+def install_optimizer_common_state(optimizer, state) -> None:
+    """A freshly built optimizer takes `state` (optimizer_common_state of a peer) and allocates its moments,
+    to be filled from the peers."""
+    optimizer.load_state_dict(state)
 
 def _optimizers(optimizer) -> list:
     """The optimizer and, for a chain, each optimizer in it, in a fixed order."""

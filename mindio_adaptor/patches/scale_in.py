@@ -108,7 +108,7 @@ def resume_at_checkpoint(session, megatron, step: int, what: str, refused) -> No
     iterators started again at its sample with the current data-parallel rank and size."""
     if not session.save_root:
         raise refused(f"the run has no --save directory: there is no checkpoint to {what} from")
-    iteration, flops = rebuild_from_checkpoint(session.job, session.save_root, step)
+    iteration, flops = rebuild(session.job, session.save_root, step)
     if iteration != step:
         raise refused(f"asked to {what} from the checkpoint of step {step} under {session.save_root}; loaded "
                       f"step {iteration}")
@@ -116,14 +116,21 @@ def resume_at_checkpoint(session, megatron, step: int, what: str, refused) -> No
     session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
                                   megatron.rng_states())
     session.job.completed_steps.append(step)
+    restart_data_at(session, megatron, step, what)
+
+
+def restart_data_at(session, megatron, step: int, what: str) -> None:
+    """The data iterators started again at Megatron's consumed samples, with the current data-parallel rank
+    and size."""
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"{what.replace(' ', '-')} at step {step}"), step)
 
 
-def rebuild_from_checkpoint(job, root: str, step: int) -> tuple:
+def rebuild(job, root, step) -> tuple:
     """Model, DDP wrapper, optimizer and scheduler built again at the current sizes, loaded from the
-    checkpoint of `step` under `root`; they take the places of the job's old ones. Returns (iteration,
-    FLOPs so far) as loaded."""
+    checkpoint of `step` under `root` (with no `root`: loaded from nothing, freshly initialised, for a state
+    that comes from elsewhere); they take the places of the job's old ones. Returns (iteration, FLOPs so
+    far) as loaded (0, 0 without a checkpoint)."""
     from megatron.core.utils import get_model_config
     from megatron.training import training
 
@@ -134,12 +141,15 @@ def rebuild_from_checkpoint(job, root: str, step: int) -> tuple:
     old_model, old_optimizer, old_scheduler = job.model, job.optimizer, job.scheduler
     old_config = get_model_config(old_model[0])
     call_args, call_kwargs = with_current_groups(*job.setup_call)
-    pinned = margs.load, getattr(margs, "ckpt_step", None), margs.finetune, margs.no_load_optim, margs.no_load_rng
-    margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng = root, step, False, False, False
+    pinned = (margs.load, getattr(margs, "ckpt_step", None), margs.finetune, margs.no_load_optim, margs.no_load_rng,
+              getattr(margs, "pretrained_checkpoint", None))
+    (margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng,
+     margs.pretrained_checkpoint) = root, step, False, False, False, None
     try:
         model, optimizer, scheduler = training.setup_model_and_optimizer(*call_args, **call_kwargs)
     finally:
-        margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng = pinned
+        (margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng,
+         margs.pretrained_checkpoint) = pinned
     new_config = get_model_config(model[0])
     for name in TRAIN_LOOP_CONFIG_FIELDS:
         setattr(new_config, name, getattr(old_config, name, None))

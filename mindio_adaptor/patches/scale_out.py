@@ -2,7 +2,7 @@
 start again. A survivor of the scale-in takes back its original rank, world size and data-parallel size,
 and Megatron's micro-batch calculator its micro-batch count, with the same global batch size. A returned
 process started at the original sizes and keeps them. The model, DDP wrapper, optimizer and scheduler
-are built again and loaded the way the scale-in does it (patches/scale_in.rebuild_from_checkpoint)."""
+are built again and loaded the way the scale-in does it (patches/scale_in.rebuild)."""
 from mindio_adaptor.core.scale_out_plan import ScaleOutPlan, ScaleOutRefused, plan_scale_out
 from mindio_adaptor.patches import megatron_job, scale_in
 
@@ -28,3 +28,8 @@ def apply_original_sizes(plan: ScaleOutPlan, init_call: tuple) -> tuple:
     """Megatron's data-parallel size, replica count and micro-batch calculator at the original size;
     returns the job's initialize_model_parallel call with the original replica count."""
     return scale_in.resize(plan.new_dp, plan.replicas, plan.num_microbatches, init_call, ScaleOutRefused)
+
+def from_replicas(margs) -> bool:
+    """Whether the scale-out takes the state from the survivors' memory (patches/scale_out_from_replicas), not
+    from a checkpoint they save (`--elastic-scale-out-from`)."""
+    return margs.elastic_scale_out_from == "replicas"

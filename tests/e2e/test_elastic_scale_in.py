@@ -168,6 +168,21 @@ def test_the_log_names_the_scale_out(scaled_out):
     assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
 
 
+def test_the_returned_ranks_receive_the_state_from_the_replicas(scaled_out):
+    """--elastic-scale-out-from replicas (the default): no checkpoint saved at the scale-out; each survivor's new
+    shard lies in the whole state it held at dp2 R=2 (a copy, nothing received), the returned ranks' come
+    from the survivors."""
+    run, _ = scaled_out
+    assert "(state from the replicas in " in the_scale_out_line(run.output, "dp2 -> dp4")
+    assert re.search(rf"scale-out: no checkpoint of step {RETURN_AT_STEP - 1} saved", run.output)
+    assert "scale-out: checkpoint of step" not in run.output
+    received = {int(rank): int(count) for rank, count in re.findall(
+        rf"step {RETURN_AT_STEP - 1}'s optimizer state resharded from the replicas in memory at rank (\d) "
+        r"\(\d+ pieces, (\d+) bytes received\)", run.output)}
+    assert sorted(received) == [0, 1, 2, 3], run.output[-6000:]
+    assert received[0] == received[1] == 0 and received[2] > 0 and received[3] > 0, received
+
+
 def test_the_demo_summary_of_the_scale_out_run(scaled_out, reference):
     """`mindio-adaptor demo --scenario elastic` runs this scenario (mindio_adaptor/elastic_scenario) and prints
     this summary; checked here on this module's run rather than on a run of its own."""

@@ -43,7 +43,8 @@ class FakeMegatron:
         self.margs = SimpleNamespace(**{**dict(rank=0, world_size=1, distributed_timeout_minutes=1, curr_iteration=0,
                                                iteration=0, consumed_train_samples=0, skipped_train_samples=0,
                                                num_floating_point_operations_so_far=0.0, save=None,
-                                               async_save=False, dataloader_type="single"), **args})
+                                               async_save=False, dataloader_type="single",
+                                               elastic_scale_out_from="replicas"), **args})
         self.calls = []
         self.groups = {}
         self.loaded = None  # (iteration, flops) load_checkpoint_of_step returns
@@ -113,6 +114,18 @@ class FakeMegatron:
     def iterator_at_sample(self, old, who):
         self._record("iterator_at_sample", self.margs.consumed_train_samples, who)
         return iter(range(self.margs.consumed_train_samples, self.margs.consumed_train_samples + 100))
+
+    def optimizer_state_slots(self, model, optimizer):
+        return {"slots of": optimizer}
+
+    def data_parallel_group(self):
+        return "data-parallel group"
+
+    def optimizer_common_state(self, optimizer):
+        return {"common state of": optimizer}
+
+    def install_optimizer_common_state(self, optimizer, state):
+        self._record("install_optimizer_common_state", state)
 
     def load_checkpoint_of_step(self, model, optimizer, scheduler, step):
         self._record("load_checkpoint_of_step", step)

@@ -23,7 +23,7 @@ def scaled_in_session(step=5):
 
 def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(monkeypatch, caplog):
     loads = []
-    monkeypatch.setattr(scale_in, "rebuild_from_checkpoint", lambda job, root, step: loads.append((root, step))
+    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: loads.append((root, step))
                         or (4, 400.0))
     session, megatron = scaled_in_session(), FakeMegatron(global_batch_size=16)
     megatron.margs.consumed_train_samples = 64  # what the load set
@@ -41,7 +41,7 @@ def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(
 
 
 def test_a_checkpoint_of_another_step_or_no_plan_or_no_save_is_refused(monkeypatch):
-    monkeypatch.setattr(scale_in, "rebuild_from_checkpoint", lambda job, root, step: (3, 300.0))
+    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: (3, 300.0))
     with pytest.raises(ScaleInRefused, match="scale in from the checkpoint of step 4 under /ckpt; loaded step 3"):
         scale_in_state(scaled_in_session(), FakeMegatron(), action("repair", step=4))
     with pytest.raises(ScaleInRefused, match="before the groups were rebuilt"):

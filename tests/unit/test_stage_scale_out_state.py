@@ -1,5 +1,5 @@
 """stages/scale_out_state: every rank of the original size loads the checkpoint the survivors saved at the
-smaller size into a model and optimizer built again (patches/scale_in.rebuild_from_checkpoint); the
+smaller size into a model and optimizer built again (patches/scale_in.rebuild); the
 session's snapshot and the data position follow it; a returned process counts as joined (ROLLBACK then
 expects no state from a replica peer); rank 0 of a survivor logs the scale-out once."""
 import logging
@@ -15,18 +15,20 @@ from mindio_adaptor.patches.stages.scale_out_state import SCALE_OUT_STATE, scale
 
 SCALED_IN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
 PLAN = plan_scale_out(SCALED_IN, [2, 3], global_batch_size=16, micro_batch_size=2)
+FROM_CHECKPOINT = dict(elastic_scale_out_from="checkpoint")
 
 
 @pytest.fixture
 def loads(monkeypatch):
     seen = []
-    monkeypatch.setattr(scale_in, "rebuild_from_checkpoint", lambda job, root, step: seen.append((root, step))
+    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: seen.append((root, step))
                         or (6, 600.0))
     return seen
 
 
 def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(loads, caplog):
-    session, megatron = session_at(6, save_root="/ckpt"), FakeMegatron(global_batch_size=16, world_size=4)
+    session = session_at(6, save_root="/ckpt")
+    megatron = FakeMegatron(global_batch_size=16, world_size=4, **FROM_CHECKPOINT)
     session.scale_out = PLAN
     megatron.margs.consumed_train_samples = 96
     replay = FakeReplay()
@@ -38,11 +40,13 @@ def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(loads, caplog)
     [said] = [r.getMessage() for r in caplog.records if "elastic training: scaled out" in r.getMessage()]
     assert said.startswith("elastic training: scaled out dp2 -> dp4 (ranks [2, 3] returned; 2 micro-batches each) "
                            "after step 6 at ") and "training goes on from sample 96" in said
+    assert "(state loaded in " in said
     assert SCALE_OUT_STATE.on_training_thread
 
 
 def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_joined(loads, caplog):
-    session, megatron = session_at(None, save_root="/ckpt"), FakeMegatron(rank=2, world_size=4)
+    session = session_at(None, save_root="/ckpt")
+    megatron = FakeMegatron(rank=2, world_size=4, **FROM_CHECKPOINT)
     megatron.margs.consumed_train_samples = 96
     session.replacement.active = True
     session.replacement.train_data_iterator = holder = SimpleNamespace(iterable=iter(range(100)))
@@ -56,6 +60,7 @@ def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_jo
 
 def test_another_step_loaded_or_no_save_directory_is_refused(loads):
     with pytest.raises(ScaleOutRefused, match="scale out from the checkpoint of step 5 under /ckpt; loaded step 6"):
-        scale_out_state(session_at(6, save_root="/ckpt"), FakeMegatron(), action("repair", step=5))
+        scale_out_state(session_at(6, save_root="/ckpt"), FakeMegatron(**FROM_CHECKPOINT),
+                        action("repair", step=5))
     with pytest.raises(ScaleOutRefused, match="no --save directory"):
-        scale_out_state(session_at(6), FakeMegatron(), action("repair", step=6))
+        scale_out_state(session_at(6), FakeMegatron(**FROM_CHECKPOINT), action("repair", step=6))

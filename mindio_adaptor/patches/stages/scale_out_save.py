@@ -1,6 +1,7 @@
-"""SAVE_CKPT of a scale-out (elastic training), on every survivor of the scale-in: the checkpoint of the
-repair step at the smaller data-parallel size, which every rank of the original size then loads
-(stages/scale_out_state). The survivors are one complete copy of the job's state, in their own world
+"""SAVE_CKPT of a scale-out (elastic training) with `--elastic-scale-out-from checkpoint`, on every survivor
+of the scale-in: the checkpoint of the repair step at the smaller data-parallel size, which every rank of
+the original size then loads (stages/scale_out_state). From the replicas (the default) nothing is saved:
+the state goes from memory to memory at REPAIR. The survivors are one complete copy of the job's state, in their own world
 (CLEAN rebuilt it after the stop), so Megatron's own save_checkpoint writes it as a periodic save would,
 into a staging directory that the survivors' rank 0 publishes once every survivor is done (core/dump_dir):
 a crash leaves the previous resume point or this one. Megatron's per-rank rerun state is written for
@@ -12,6 +13,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.patches import scale_out
 from mindio_adaptor.patches.stages.save_dump import staging_prepared_by_one
 from mindio_adaptor.patches.stages.stage import Stage
 
@@ -23,6 +25,11 @@ def scale_out_save(session, megatron, action) -> int:
     scaled_in = session.scale_in
     if scaled_in is None:
         raise ScaleOutRefused(f"asked to save step {step} for a scale-out, but this rank never scaled in")
+    if scale_out.from_replicas(megatron.args()):
+        if megatron.args().rank == 0:
+            logger.info("scale-out: no checkpoint of step %d saved: the returned ranks take the state from the "
+                        "replicas", step)
+        return 0
     if not root:
         raise ScaleOutRefused("the run has no --save directory: there is nowhere to write the checkpoint the "
                               "scale-out loads")

@@ -1,35 +1,41 @@
 """REPAIR of a scale-out (elastic training), on every rank of the original world: the model, its DDP
-wrapper, the optimizer and the scheduler are built again at the original sizes by Megatron's own setup
-and load the checkpoint the survivors just saved at the smaller size (stages/scale_out_save); Megatron's
-distributed checkpoint reshards the optimizer state back. A returned process gets its state this way
-too, so it takes nothing from a replica peer. The data iterators start again at the checkpoint's sample
-with the original data-parallel rank and size, and ROLLBACK takes every rank to the repair step."""
+wrapper, the optimizer and the scheduler are built again at the original sizes by Megatron's own setup,
+and take the repair step's state either from the survivors' memory (`--elastic-scale-out-from replicas`,
+the default: patches/scale_out_from_replicas) or from the checkpoint the survivors just saved at the
+smaller size (`checkpoint`: stages/scale_out_save; Megatron's distributed checkpoint reshards the
+optimizer state back). A returned process gets its state this way too, not at ROLLBACK. The data
+iterators start again at the step's sample with the original data-parallel rank and size, and ROLLBACK
+takes every rank to the repair step."""
 import logging
 import time
 from datetime import datetime, timezone
 
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
-from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches import scale_in, scale_out
+from mindio_adaptor.patches.scale_out_from_replicas import resume_from_replicas
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 
 
 def scale_out_state(session, megatron, action) -> int:
-    started, step = time.monotonic(), action.step
-    scale_in.resume_at_checkpoint(session, megatron, step, "scale out", ScaleOutRefused)
-    margs = megatron.args()
-    if session.replacement.active and not session.replacement.joined:
+    started, step, margs = time.monotonic(), action.step, megatron.args()
+    returning = session.replacement.active and not session.replacement.joined
+    if scale_out.from_replicas(margs):
+        resume_from_replicas(session, megatron, step, returning)
+    else:
+        scale_in.resume_at_checkpoint(session, megatron, step, "scale out", ScaleOutRefused)
+    if returning:
         _position_returned_data(session, megatron, step)
         # A returned process has its state now: ROLLBACK expects none from a replica peer.
         session.replacement.joined, session.replacement.joined_at = True, step
     plan = session.scale_out
     if margs.rank == 0 and plan is not None:
         logger.warning("elastic training: scaled out %s after step %d at %s: ranks %s, retired by the scale-in, "
-                       "returned; training goes on from sample %d with the global batch size %d (loaded in %.2f s)",
-                       plan.describe(), step, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                       "returned; training goes on from sample %d with the global batch size %d (state %s in "
+                       "%.2f s)", plan.describe(), step, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
                        list(plan.returned), margs.consumed_train_samples, margs.global_batch_size,
-                       time.monotonic() - started)
+                       "from the replicas" if scale_out.from_replicas(margs) else "loaded", time.monotonic() - started)
     session.timeline.mark("scaled out", f"to {margs.world_size} ranks at step {step}")
     return 0
 

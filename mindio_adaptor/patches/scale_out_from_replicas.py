@@ -1,0 +1,63 @@
+"""The scale-out's REPAIR from the survivors' memory (`--elastic-scale-out-from replicas`, the default):
+the returned ranks receive their state from the replicas, with no checkpoint written or read.
+
+Every rank of the original world builds its model, DDP wrapper, optimizer and scheduler again at the
+original sizes, loaded from nothing (patches/scale_in.rebuild). Within each data-parallel group (the ranks
+of one tensor- and pipeline-parallel position), then:
+1. the step's common state (iteration, data position, FLOPs, RNG: the repair step's snapshot; the
+   optimizer's param groups and step count; the scheduler) goes from the group's first survivor to every
+   rank, which installs it, and the new optimizer allocates its moments;
+2. the optimizer state by parameter (fp32 main params and moments), cut for the smaller size in the
+   survivors' old optimizers, is resharded into the new ones' shards (core/state_reshard): a survivor
+   copies what it holds itself, the rest comes point to point from a survivor that holds it, spread over
+   the replicas.
+ROLLBACK then re-derives the model params from the main params on every rank. The survivors' old objects
+are dropped once their state was sent."""
+import logging
+import time
+
+from mindio_adaptor.core import state_reshard
+from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.patches import scale_in
+
+logger = logging.getLogger(__name__)
+
+
+def resume_from_replicas(session, megatron, step: int, returning: bool) -> None:
+    """REPAIR of the scale-out on one rank: `returning` for a process that returned for a retired rank."""
+    started, job = time.monotonic(), session.job
+    held = {} if returning else megatron.optimizer_state_slots(job.model, job.optimizer)
+    common = None if returning else common_state(session, megatron, step)
+    scale_in.rebuild(job, None, None)
+    group = megatron.data_parallel_group()
+    common = _first_survivors(state_reshard.gather(group, (megatron.args().rank, common)), step)
+    snapshot = common["snapshot"]
+    megatron.set_iteration_state(snapshot)
+    megatron.install_optimizer_common_state(job.optimizer, common["optimizer"])
+    if job.scheduler is not None and common["scheduler"] is not None:
+        job.scheduler.load_state_dict(common["scheduler"])
+    wanted = megatron.optimizer_state_slots(job.model, job.optimizer)
+    pieces, received = state_reshard.reshard_in_group(group, held, wanted)
+    session.latest = snapshot
+    if step not in job.completed_steps:
+        job.completed_steps.append(step)
+    scale_in.restart_data_at(session, megatron, step, "scale out")
+    logger.info("scale-out: step %d's optimizer state resharded from the replicas in memory at rank %d (%d "
+                "pieces, %d bytes received) in %.2f s", step, megatron.args().rank, pieces, received,
+                time.monotonic() - started)
+
+
+def common_state(session, megatron, step: int) -> dict:
+    """What a survivor gives the rest of its data-parallel group besides the optimizer shards."""
+    job = session.job
+    return {"snapshot": session.snapshot_of(step, "scale out from"),
+            "optimizer": megatron.optimizer_common_state(job.optimizer),
+            "scheduler": job.scheduler.state_dict() if job.scheduler is not None else None}
+
+
+def _first_survivors(reports, step: int) -> dict:
+    for _rank, common in reports:
+        if common is not None:
+            return common
+    raise ScaleOutRefused(f"no survivor of the scale-in in data-parallel group {[r for r, _ in reports]}: "
+                          f"nothing holds step {step}'s state")

@@ -1,0 +1,109 @@
+"""patches/scale_out_from_replicas: the scale-out's REPAIR without a checkpoint. Every rank builds its
+objects again loaded from nothing, takes the step's common state from its data-parallel group's first
+survivor, then its optimizer shard through core/state_reshard (the exchange itself: the integration test
+test_state_reshard_exchange). Here with a fake Megatron and the group's collectives replaced."""
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from recovery_fakes import FakeMegatron, FakeReplay, action, session_at, snapshot
+from mindio_adaptor.core import state_reshard
+from mindio_adaptor.core.scale_in_plan import plan_scale_in
+from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
+from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches.stages.scale_out_save import scale_out_save
+from mindio_adaptor.patches.stages.scale_out_state import scale_out_state
+
+SCALED_IN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
+PLAN = plan_scale_out(SCALED_IN, [2, 3], global_batch_size=16, micro_batch_size=2)
+
+
+class FakeScheduler:
+    def __init__(self, steps):
+        self.steps = steps
+
+    def state_dict(self):
+        return {"num_steps": self.steps}
+
+    def load_state_dict(self, state):
+        self.steps = state["num_steps"]
+
+
+@pytest.fixture
+def group(monkeypatch):
+    """The data-parallel group: ranks 0 (a survivor, whose report the test sets) and 2 (returned)."""
+    seen = SimpleNamespace(rebuilt=[], resharded=[], survivor=None)
+    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: seen.rebuilt.append((root, step)) or (0, 0.0))
+
+    def gather(group_, item):
+        assert group_ == "data-parallel group"
+        return [seen.survivor or item, (2, None)]
+
+    def reshard(group_, held, wanted):
+        seen.resharded.append((held, wanted))
+        return 3, 4096
+
+    monkeypatch.setattr(state_reshard, "gather", gather)
+    monkeypatch.setattr(state_reshard, "reshard_in_group", reshard)
+    return seen
+
+
+def survivor_session():
+    session = session_at(6)
+    session.latest = snapshot(6, samples=96)
+    session.job.optimizer, session.job.scheduler = "old optimizer", FakeScheduler(6)
+    session.scale_out = PLAN
+    return session
+
+
+def test_a_survivor_sends_its_state_and_reshards_its_own_shard_without_a_checkpoint(group, caplog):
+    session, megatron = survivor_session(), FakeMegatron(global_batch_size=16, world_size=4)
+    session.replay.iterators[1] = replay = FakeReplay()
+    with caplog.at_level(logging.INFO):
+        assert scale_out_state(session, megatron, action("repair", strategy="scale_out", step=6)) == 0
+    assert group.rebuilt == [(None, None)]  # built again, loaded from nothing
+    # It held its old optimizer's slots before the rebuild; the shard it wants is the new optimizer's.
+    [(held, _)] = group.resharded
+    assert held == {"slots of": "old optimizer"}  # the fake rebuild keeps the objects: wanted is alike here
+    assert megatron.called("install_optimizer_common_state") == [({"common state of": "old optimizer"},)]
+    assert megatron.called("set_iteration_state") == [(6,)]
+    assert (session.latest.iteration, session.latest.consumed_train_samples) == (6, 96)
+    assert replay.restarts == [(96, 6)] and megatron.called("load_checkpoint_of_step") == []
+    [said] = [r.getMessage() for r in caplog.records if "elastic training: scaled out" in r.getMessage()]
+    assert "training goes on from sample 96" in said and "(state from the replicas in " in said
+    assert any("resharded from the replicas in memory at rank 0 (3 pieces, 4096 bytes received)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_returned_process_takes_the_first_survivors_state_and_holds_nothing(group):
+    group.survivor = (0, {"snapshot": snapshot(6, samples=96), "optimizer": {"param_groups": "of rank 0"},
+                          "scheduler": {"num_steps": 6}})
+    session, megatron = session_at(None), FakeMegatron(rank=2, world_size=4)
+    session.job.scheduler = scheduler = FakeScheduler(0)
+    session.replacement.active = True
+    session.replacement.train_data_iterator = holder = SimpleNamespace(iterable=iter(range(100)))
+    scale_out_state(session, megatron, action("repair", strategy="scale_out", step=6))
+    [(held, _)] = group.resharded
+    assert held == {}
+    assert megatron.called("install_optimizer_common_state") == [({"param_groups": "of rank 0"},)]
+    assert scheduler.steps == 6 and session.latest.consumed_train_samples == 96
+    assert next(holder.iterable) == 96 and session.replacement.joined_at == 6 and not session.is_behind(6)
+
+
+def test_a_group_without_a_survivor_is_refused_naming_it(monkeypatch, group):
+    monkeypatch.setattr(state_reshard, "gather", lambda group_, item: [(1, None), (3, None)])
+    session, megatron = session_at(None), FakeMegatron(rank=1, world_size=4)
+    session.replacement.active = True
+    with pytest.raises(ScaleOutRefused, match=r"no survivor of the scale-in in data-parallel group \[1, 3\]: "
+                                              r"nothing holds step 6's state"):
+        scale_out_state(session, megatron, action("repair", strategy="scale_out", step=6))
+
+
+def test_from_the_replicas_the_survivors_save_no_checkpoint(caplog):
+    session, megatron = survivor_session(), FakeMegatron(world_size=2)
+    session.scale_in = SCALED_IN
+    with caplog.at_level(logging.INFO):
+        assert scale_out_save(session, megatron, action("save_ckpt", strategy="scale_out", step=6)) == 0
+    assert megatron.calls == []
+    assert any("no checkpoint of step 6 saved" in r.getMessage() for r in caplog.records)
