@@ -87,3 +87,10 @@ def test_elastic_training_beyond_data_and_tensor_parallelism_is_refused_at_the_s
                                                           r"--context-parallel-size 2: drop"):
         config.check_elastic(2, 2, 2, 1)
     HighAvailabilityConfig(enable_high_availability=True).check_elastic(2, 2, 2, 2)  # not asked for: no check
+
+
+def test_the_scale_out_source_is_one_of_two():
+    HighAvailabilityConfig(elastic_scale_out_from="checkpoint").check_flags(True)
+    with pytest.raises(HighAvailabilityConfigError, match=r"--elastic-scale-out-from 'disk': choose from replicas, "
+                                                          r"checkpoint"):
+        HighAvailabilityConfig(elastic_scale_out_from="disk").check_flags(True)
