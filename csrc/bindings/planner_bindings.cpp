@@ -83,10 +83,11 @@ Strategy strategy(const std::string& name) {
     return *s;
 }
 
-Capabilities capabilities(bool retry, bool recover) {
+Capabilities capabilities(bool retry, bool recover, bool elastic) {
     Capabilities caps;
     caps.retry = retry;
     caps.recover = recover;
+    caps.elastic = elastic;
     return caps;
 }
 
@@ -173,12 +174,14 @@ void bind_planner(py::module_& m) {
     m.attr("REPAIR_TYPES") = repair_types;
 
     m.def("plan_fault", [](const py::list& ranks, const std::map<int, std::string>& faults, const Layout& layout,
-                           bool retry, bool recover, int64_t lock_step, std::optional<std::string> policy) {
-        Capabilities caps = capabilities(retry, recover);
+                           bool retry, bool recover, int64_t lock_step, std::optional<std::string> policy,
+                           bool elastic) {
+        Capabilities caps = capabilities(retry, recover, elastic);
         Plan p = plan_fault(snapshots(ranks), replicas(layout), caps, faults_of(faults), lock_step);
         return plan_dict(p, caps, policy);
     }, py::arg("ranks"), py::arg("faults"), py::arg("layout") = Layout{}, py::arg("retry") = true,
        py::arg("recover") = false, py::arg("lock_step") = -1, py::arg("policy") = py::none(),
+       py::arg("elastic") = false,
        "The controller's decision: the fault context, the built-in strategy, its reasons, the savers; "
        "'chosen' after a policy's answer and 'cluster_offer' for that choice.");
 

@@ -708,6 +708,10 @@ void Controller::handle_fault() {
         case Strategy::Retry:
         case Strategy::Recover: return run_flow(flow_for(chosen), ctx);
         case Strategy::Dump: return run_flow(flow_for(Strategy::Dump), ctx, "decided after " + plan.why);
+        case Strategy::ScaleIn:  // only the cluster manager asks for it (a "downgrade"): no replacement will come
+            if (ctx.replace.empty()) replace_faulty(ctx);
+            return run_flow(flow_for(Strategy::ScaleIn), ctx,
+                            "the cluster manager chose the scale-in (downgrade): no replacement is awaited");
         default: return exit_all("no recovery possible: " + exit_reason(plan) + scale_in_refusal(plan, caps.elastic), 499);
     }
 }
@@ -884,7 +888,7 @@ bool Controller::scaled_in_locked() const {
 
 Capabilities Controller::caps_now_locked() const {
     Capabilities caps = cfg_.caps;
-    if (scaled_in_locked()) caps.retry = caps.recover = false;
+    if (scaled_in_locked()) caps.retry = caps.recover = caps.elastic = false;  // a second scale-in is not built
     return caps;
 }
 
@@ -982,6 +986,8 @@ void Controller::begin_dump(FlowRun& run) {
 // The scale-in's start: the dump it saves is of the repair step, which every survivor then reloads.
 void Controller::begin_scale_in(FaultContext& ctx, FlowRun& run) {
     std::lock_guard<std::mutex> lock(mu_);
+    // Chosen at the decision (the cluster manager's downgrade) rather than after a replacement's wait.
+    if (state_ == State::Abnormal) transition_locked(State::EnvClear, run.reason);
     ctx.reload_step = ctx.repair_step;
     event_locked("scale_in", "ranks " + list_text(ctx.replace) + " at step " + std::to_string(ctx.repair_step) +
                                  ": " + run.reason);

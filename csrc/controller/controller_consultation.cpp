@@ -74,7 +74,7 @@ Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, cons
     }
     Strategy picked = *cluster_strategy_;
     cluster_strategy_.reset();
-    std::string name = strategy_name(picked);
+    std::string name = cluster_name(picked);
     if (std::find(offer.strategies.begin(), offer.strategies.end(), name) == offer.strategies.end()) {
         LOG_WARN(kLog, cfg_.rank, "the cluster manager chose '" << name << "', which is not possible now; using "
                                                                 << strategy_name(own));
@@ -107,6 +107,7 @@ void Controller::notify_strategy(const std::string& strategy) {
     if (strategy == "retry") cluster_strategy_ = Strategy::Retry;
     else if (strategy == "recover") cluster_strategy_ = Strategy::Recover;
     else if (strategy == "dump") cluster_strategy_ = Strategy::Dump;
+    else if (strategy == cluster_name(Strategy::ScaleIn)) cluster_strategy_ = Strategy::ScaleIn;
     else if (strategy == "exit") cluster_strategy_ = Strategy::Exit;
     else if (strategy == "continue") continue_requested_ = true;
     else throw std::invalid_argument("strategy '" + strategy + "' is not implemented by this controller");

@@ -186,6 +186,19 @@ std::string scale_in_refusal(const Plan& plan, bool elastic) {
     return " elastic training cannot scale in either: no survivor holds these shards, the job ends";
 }
 
+// The scale-in without the wait for replacements, when the cluster manager knows none will come: only for
+// lost processes (a live faulty rank would have to leave the job first), and only where the dump it starts
+// from is possible (every shard has a surviving holder).
+bool scale_in_offerable(const Capabilities& caps, const DecisionInput& in) {
+    bool lost_processes_only = !in.kinds.empty() && std::all_of(in.kinds.begin(), in.kinds.end(),
+                                                                [](FaultKind k) { return k == FaultKind::Node; });
+    return caps.elastic && lost_processes_only && in.dump_possible && !in.during_repair;
+}
+
+const char* cluster_name(Strategy s) {
+    return s == Strategy::ScaleIn ? "downgrade" : strategy_name(s);
+}
+
 std::vector<std::string> cluster_offer(const Plan& plan, const Capabilities& caps, Strategy chosen) {
     const DecisionInput& in = plan.input;
     const auto at_most = [&](Strategy s) { return static_cast<int>(chosen) <= static_cast<int>(s); };
@@ -195,6 +208,7 @@ std::vector<std::string> cluster_offer(const Plan& plan, const Capabilities& cap
     std::vector<std::string> offer;
     if (retry && !node_fault) offer.push_back("retry");
     if (recover) offer.push_back("recover");
+    if (scale_in_offerable(caps, in) && chosen != Strategy::Exit) offer.push_back(cluster_name(Strategy::ScaleIn));
     if (in.dump_possible) offer.push_back("dump");
     offer.push_back("exit");
     return offer;

@@ -117,6 +117,10 @@ std::string missing_shards_text(const SaverPlan& plan);
 // The strategies the cluster manager may pick from once `chosen` is decided (after a policy): not
 // retry once the policy escalated, nor for a process/node fault; exit always.
 std::vector<std::string> cluster_offer(const Plan& plan, const Capabilities& caps, Strategy chosen);
+// Whether the cluster manager may choose the scale-in now (the reference's "downgrade"), and the names of
+// the strategies on that link (the reference's: the scale-in is "downgrade").
+bool scale_in_offerable(const Capabilities& caps, const DecisionInput& in);
+const char* cluster_name(Strategy s);
 
 // A fault policy escalated a memory or communication fault to replacement (a device to isolate): the
 // faulty ranks' processes are replaced instead of repaired in place.

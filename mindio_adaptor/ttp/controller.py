@@ -18,7 +18,7 @@ _port: Optional[int] = None
 
 _cluster_callbacks: Dict[str, Callable] = {}  # kept across controllers: a cluster manager registers them once
 _CLUSTER_ACTIONS = ("report_fault_ranks", "report_stop_complete", "report_strategies", "report_result")
-_IMPLEMENTED_STRATEGIES = ("retry", "recover", "dump", "exit", "continue")
+_IMPLEMENTED_STRATEGIES = ("retry", "recover", "downgrade", "dump", "exit", "continue")
 
 
 def _require() -> "_native.Controller":
@@ -146,8 +146,13 @@ def tft_notify_controller_stop_train(fault_ranks: Dict[int, int], stop_type: str
 
 
 def tft_notify_controller_change_strategy(strategy: str, params: str = "") -> int:
+    """The cluster manager's answer to report_strategies (one of the offered). `downgrade` is the scale-in
+    of elastic training without the wait for replacements (docs/elastic.md), offered for lost processes."""
     if strategy not in _IMPLEMENTED_STRATEGIES:
-        if strategy in ("downgrade", "upgrade", "migration"):
+        if strategy == "upgrade":
+            raise NotImplementedError("strategy 'upgrade' is not taken from the cluster manager: the controller "
+                                      "scales out by itself once every rank retired by the scale-in returned")
+        if strategy == "migration":
             raise NotImplementedError(f"strategy {strategy!r} is not implemented yet "
                                       f"(implemented: {', '.join(_IMPLEMENTED_STRATEGIES)})")
         raise ValueError(f"unknown strategy {strategy!r}")

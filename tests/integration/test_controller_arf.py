@@ -141,6 +141,44 @@ def test_replacement_that_never_comes_scales_in_with_elastic_training(tmp_path, 
         job.close()
 
 
+def test_the_cluster_manager_s_downgrade_scales_in_without_waiting_for_a_replacement(tmp_path, job_env, monkeypatch):
+    """The cluster manager knows no replacement will come (no spare node): offered the scale-in as the
+    reference's "downgrade", it chooses it, and the controller scales in at once instead of waiting
+    MINDIO_ARF_WAIT_S (a minute here) for rank 5's replacement."""
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "60")
+    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5)
+    offers = []
+
+    def choose(faults, strategies):
+        offers.append((faults, strategies))
+        ctl.tft_notify_controller_change_strategy("downgrade")
+
+    ctl.tft_register_mindx_callback("report_strategies", choose)
+    try:
+        job.wait_ready()
+        job.procs[5].send_signal(signal.SIGKILL)
+        live = [r for r in range(8) if r != 5]
+        results = job.wait_results(live, timeout=30)  # well inside the 60 s wait
+        assert all(r["result"] == "done" for r in results.values()), results
+        assert offers == [({5: 1}, ["recover", "downgrade", "dump", "exit"])]
+        assert [d for _, _, d in job.controller_events("cluster_strategy")] == ["downgrade"]
+        assert not job.controller_events("arf_wait") and not job.controller_events("dump")
+        assert actions_in_order(job) == ["prelock", "stop", "save_ckpt", "rename", "rebuild_group", "repair",
+                                         "rollback", "normal"]
+        [scale_in] = [d for _, _, d in job.controller_events("scale_in")]
+        assert scale_in == "ranks [5] at step 5: the cluster manager chose the scale-in (downgrade): no " \
+                           "replacement is awaited", scale_in
+        assert [d for _, _, d in job.controller_events("retired")] == ["rank 5"]
+        for rank in live:
+            assert job.handler_calls(rank, "rebuild_group") == [[[5]]], rank
+        assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->REPAIR", "REPAIR->NORMAL"]
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
 def test_a_live_rank_of_a_lost_slice_leaves_and_the_survivors_go_on(tmp_path, job_env, monkeypatch):
     """tp2 x dp4 (data-parallel lists [0,2,4,6] and [1,3,5,7]): rank 5 is lost and not replaced, so its
     slice, data-parallel index 2, goes with it, and rank 4, alive, leaves. It answers REBUILD_GROUP that it

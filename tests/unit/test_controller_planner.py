@@ -215,6 +215,23 @@ def test_lost_process_with_replacement_is_recovered_from_its_peer():
     assert r["by_rank"] == {0: [(0, RT["SEND"], [0], [2], [0, 2])], 2: [(0, RT["RECV_REPAIR"], [0], [2], [0, 2])]}
 
 
+def test_with_elastic_training_the_cluster_manager_is_offered_the_scale_in_for_lost_processes_only():
+    """The reference's "downgrade": the scale-in without waiting for replacements, which the cluster manager
+    may choose when it knows none will come; only for lost processes, and only where every shard survives."""
+    ranks = [5, 5, {"step": 5, "dead": True}, 5]
+    p = nat.plan_fault(ranks, {2: "node"}, DP4_R2, recover=True, elastic=True)
+    assert (p["strategy"], p["cluster_offer"]) == ("recover", ["recover", "downgrade", "dump", "exit"])
+    # A live rank's memory error: it would have to leave the job first; not offered.
+    p = nat.plan_fault([5, 5, 5, 5], {2: "memory"}, DP4_R2, recover=True, elastic=True)
+    assert "downgrade" not in p["cluster_offer"]
+    # Ranks 1 and 3 hold shard 1 alone: no survivor holds it, no dump and no scale-in.
+    ranks = [5, {"step": 5, "dead": True}, 5, {"step": 5, "dead": True}]
+    p = nat.plan_fault(ranks, {1: "node", 3: "node"}, DP4_R2, recover=True, elastic=True)
+    assert p["cluster_offer"] == ["exit"]
+    assert "downgrade" not in nat.plan_fault([5, 5, {"step": 5, "dead": True}, 5], {2: "node"}, DP4_R2,
+                                             recover=True)["cluster_offer"]
+
+
 def test_a_replacement_still_joining_counts_as_dead_and_prevents_a_reload():
     ranks = [{"step": 5, "ckpt_step": 4}] * 2 + [{"step": -1, "joining": True}, {"step": 5, "ckpt_step": 4}]
     p = nat.plan_fault(ranks, {2: "node"}, DP4_R2, recover=True)
