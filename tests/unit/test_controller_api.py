@@ -139,6 +139,10 @@ def test_unimplemented_parts_raise_not_implemented():
     try:
         with pytest.raises(NotImplementedError, match="'migration' is not implemented"):
             ctl.tft_notify_controller_change_strategy("migration")
+        with pytest.raises(NotImplementedError, match="'upgrade' is not taken from the cluster manager: the "
+                                                      "controller scales out by itself"):
+            ctl.tft_notify_controller_change_strategy("upgrade")
+        ctl.tft_notify_controller_change_strategy("downgrade")  # taken; used when a decision offered it
         with pytest.raises(ValueError, match="unknown strategy"):
             ctl.tft_notify_controller_change_strategy("teleport")
         with pytest.raises(NotImplementedError, match="TLS"):
