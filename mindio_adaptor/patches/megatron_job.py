@@ -205,12 +205,12 @@ def replica_peers_group():
     return ps.get_inter_distributed_optimizer_instance_group()
 
 
-
 def data_parallel_group():
     """This rank's whole data-parallel group (every optimizer instance of it, with context parallelism)."""
     from megatron.core import parallel_state as ps
 
     return ps.get_data_parallel_group(with_context_parallel=True)
+
 
 # --- model and optimizer --------------------------------------------------------------------------
 
@@ -245,7 +245,6 @@ def materialize_optimizer_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
 
 
-
 def optimizer_state_slots(model, optimizer) -> dict:
     """This rank's part of every parameter's optimizer state, as core/state_reshard addresses it: for each
     model parameter in its shard, the first of the parameter's (flattened) elements it holds and the fp32
@@ -274,6 +273,7 @@ def install_optimizer_common_state(optimizer, state) -> None:
     """A freshly built optimizer takes `state` (optimizer_common_state of a peer) and allocates its moments,
     to be filled from the peers."""
     optimizer.load_state_dict(state)
+
 
 def _optimizers(optimizer) -> list:
     """The optimizer and, for a chain, each optimizer in it, in a fixed order."""

@@ -29,6 +29,7 @@ def apply_original_sizes(plan: ScaleOutPlan, init_call: tuple) -> tuple:
     returns the job's initialize_model_parallel call with the original replica count."""
     return scale_in.resize(plan.new_dp, plan.replicas, plan.num_microbatches, init_call, ScaleOutRefused)
 
+
 def from_replicas(margs) -> bool:
     """Whether the scale-out takes the state from the survivors' memory (patches/scale_out_from_replicas), not
     from a checkpoint they save (`--elastic-scale-out-from`)."""
