@@ -38,7 +38,8 @@ def test_empty_spans_need_nothing_and_hold_nothing():
 
 def test_elements_no_rank_holds_are_named():
     held = {0: {"w": span(0, 4)}}
-    with pytest.raises(ReshardError, match=r"no rank holds element 4 of w \(rank 2 wants \[0, 6\); held: \[\(0, 0, 4\)\]"):
+    with pytest.raises(ReshardError,
+                       match=r"no rank holds element 4 of w \(rank 2 wants \[0, 6\); held: \[\(0, 0, 4\)\]"):
         plan_reshard(held, {2: {"w": span(0, 6)}})
     with pytest.raises(ReshardError, match="no rank holds element 0 of b .*held: nowhere"):
         plan_reshard(held, {2: {"b": span(0, 1)}})

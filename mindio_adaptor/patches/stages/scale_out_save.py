@@ -1,11 +1,11 @@
-"""SAVE_CKPT of a scale-out (elastic training) with `--elastic-scale-out-from checkpoint`, on every survivor
-of the scale-in: the checkpoint of the repair step at the smaller data-parallel size, which every rank of
-the original size then loads (stages/scale_out_state). From the replicas (the default) nothing is saved:
-the state goes from memory to memory at REPAIR. The survivors are one complete copy of the job's state, in their own world
-(CLEAN rebuilt it after the stop), so Megatron's own save_checkpoint writes it as a periodic save would,
-into a staging directory that the survivors' rank 0 publishes once every survivor is done (core/dump_dir):
-a crash leaves the previous resume point or this one. Megatron's per-rank rerun state is written for
-every rank of the original world, the returned ones included."""
+"""SAVE_CKPT of a scale-out (elastic training) with `--elastic-scale-out-from checkpoint`, on every survivor of
+the scale-in: the checkpoint of the repair step at the smaller data-parallel size, which every rank of the
+original size then loads (stages/scale_out_state). From the replicas (the default) nothing is saved: the state
+goes from memory to memory at REPAIR. The survivors are one complete copy of the job's state, in their own
+world (CLEAN rebuilt it after the stop), so Megatron's own save_checkpoint writes it as a periodic save would,
+into a staging directory that the survivors' rank 0 publishes once every survivor is done (core/dump_dir): a
+crash leaves the previous resume point or this one. Megatron's per-rank rerun state is written for every rank
+of the original world, the returned ones included."""
 import logging
 import time
 
