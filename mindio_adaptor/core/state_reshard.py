@@ -102,7 +102,8 @@ def _source(candidates, key: str, position: int, want: Span, dst: int, sent) -> 
 
 def exchange(pieces: Sequence[Piece], me: int, held: Mapping[str, Slot], wanted: Mapping[str, Slot]) -> int:
     """Carry out this rank's part of the plan: local copies, then one buffer per peer and dtype each way,
-    all posted at once. Returns the bytes this rank received from others."""
+    all posted at once. Returns the bytes this rank received from others. The waits are bounded by the
+    process group's timeout."""
     outgoing: Dict[int, List[Piece]] = defaultdict(list)
     incoming: Dict[int, List[Piece]] = defaultdict(list)
     with torch.no_grad():
@@ -117,11 +118,13 @@ def exchange(pieces: Sequence[Piece], me: int, held: Mapping[str, Slot], wanted:
                 incoming[piece.src].append(piece)
         sends = {dst: _packed(held, list_of) for dst, list_of in outgoing.items()}
         receives = {src: _empty_buffers(wanted, list_of) for src, list_of in incoming.items()}
-        requests = [dist.isend(buffer, dst, tag=tag) for dst, buffers in sorted(sends.items())
-                    for tag, buffer in enumerate(buffers.values())]
-        requests += [dist.irecv(buffer, src, tag=tag) for src, buffers in sorted(receives.items())
-                     for tag, buffer in enumerate(buffers.values())]
-        for request in requests:
+        # One batch: with NCCL, a send and a receive between the same two ranks posted apart can wait on
+        # each other (a survivor may both send and receive).
+        ops = [dist.P2POp(dist.isend, buffer, dst, tag=tag) for dst, buffers in sorted(sends.items())
+               for tag, buffer in enumerate(buffers.values())]
+        ops += [dist.P2POp(dist.irecv, buffer, src, tag=tag) for src, buffers in sorted(receives.items())
+                for tag, buffer in enumerate(buffers.values())]
+        for request in dist.batch_isend_irecv(ops) if ops else []:
             request.wait()
         for src, buffers in receives.items():
             _unpack(wanted, incoming[src], buffers)
