@@ -39,12 +39,12 @@ def status_table(status: dict) -> str:
              f"{'rank':>4}  {'health':<12}  {'step':>6}  {'heard':>8}  {'node':<16}  flags"]
     lines += [f"{r['rank']:>4}  {r['health']:<12}  {r['step']:>6}  {_heard(r):>8}  {r['domain'] or '-':<16}  "
               f"{', '.join(r['flags'])}" for r in status["ranks"]]
-    lines += ["", *layout_lines(status["shards"], status["dp_size"])]
-    lines += ["", *scaling_lines(status["scaling"], status["scale_out_note"])]
+    lines += ["", *layout_lines(status["shards"], status.get("dp_size"))]
+    lines += ["", *scaling_lines(status.get("scaling", []), status.get("scale_out_note", ""))]
     lines += ["", "recoveries:" if status["recoveries"] else "recoveries: none"]
     for r in status["recoveries"]:
         took = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f} s"
-        resized = f", {r['resized']}" if r["resized"] else ""
+        resized = f", {r['resized']}" if r.get("resized") else ""
         lines.append(f"  #{r['number']} {r['strategy']} at +{r['started_s']:.1f} s, took {took}, {r['outcome']}"
                      f"{resized} ({', '.join(r['faults']) or 'no fault reported'})")
     faults = ", ".join(f"{k} {n}" for k, n in sorted(status["faults_by_kind"].items())) or "none"

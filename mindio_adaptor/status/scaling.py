@@ -78,11 +78,14 @@ def scale_events(events: Sequence[Tuple[float, str, str]], world_size: int,
 
 def scale_out_note(events: Sequence[Tuple[float, str, str]]) -> str:
     """The controller's latest word on a scale-out that has not happened (a return, the wait for the
-    others, a return lost, the returned sent away); empty when there is none since the last scale event."""
-    note = ""
+    others, a return lost, the returned sent away) since the last scale-in; empty when there is none, or
+    once a scale-out began (how it ended is its scale event's outcome)."""
+    note, scaled_in = "", False
     for _, kind, detail in events:
         if kind in ("scale_in", "scale_out"):
-            note = ""
+            note, scaled_in = "", kind == "scale_in"
+        elif not scaled_in:
+            continue
         elif kind == "returned":
             note = f"{detail} returned after the scale-in"
         elif kind == "return_lost":
@@ -99,12 +102,16 @@ def _begin(so_far: List[ScaleEvent], t: float, kind: str, detail: str, size_now:
         raise ValueError(f"controller event {kind} {detail!r}: expected 'ranks [..] at step N[: why]'")
     ranks, step = _numbers(match.group(1)), int(match.group(2))
     if kind == "scale_in":
-        event = ScaleEvent(len(so_far) + 1, t, "in", step, size_now, None, match.group(3) or "", lost=ranks)
+        event = ScaleEvent(len(so_far) + 1, t, "in", step, size_now, None, _reason(match.group(3)), lost=ranks)
     else:
         event = ScaleEvent(len(so_far) + 1, t, "out", step, size_now, None,
                            f"ranks {ranks} returned after the scale-in and are ready", returned=ranks)
     so_far.append(event)
     return event
+
+
+def _reason(text: Optional[str]) -> str:
+    return (text or "").rstrip("; ")  # the controller's reason may end with its parts' separator
 
 
 def _start_dp(events, world_size: int, layout: Sequence[dict]) -> Optional[int]:
