@@ -11,18 +11,19 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from mindio_adaptor.status.scaling import ScaleEvent, dp_size_of, scale_events, scale_out_note
+from mindio_adaptor.status.scaling import ScaleEvent, dp_size_of, retired_ranks, scale_events, scale_out_note
 
 Event = Tuple[float, str, str]  # (seconds since the controller started, kind, detail)
 
-HEALTH_ORDER = ("healthy", "suspect", "disconnected", "joining", "dead", "left", "finished", "unregistered")
+HEALTH_ORDER = ("healthy", "suspect", "disconnected", "joining", "retired", "dead", "left", "finished", "unregistered")
+_GONE = ("retired", "dead", "left", "unregistered")  # holders whose copy is out of reach
 _FAULT_DETAIL = re.compile(r"^rank (\d+) (\w+):")
 
 
 @dataclass
 class RankStatus:
     rank: int
-    health: str  # one of HEALTH_ORDER
+    health: str  # one of HEALTH_ORDER; "retired": a scale-in dropped it (status/scaling.retired_ranks)
     step: int  # the last step it reported complete (-1: none yet)
     flags: List[str]
     heartbeat_lag_s: Optional[float] = None  # since the controller last heard from it; None: not connected
@@ -100,7 +101,8 @@ def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], count
     """ranks: the controller's rank table as controller_ranks() gives it ({"step", "flags", "silent_ms",
     "heartbeat_ms", "domain"} per rank); layout: its replica sets as controller_layout() gives them
     ({"optimizer_type", "group", "replica_cnt", "ranks"} each)."""
-    rank_statuses = [_rank_status(r, entry) for r, entry in enumerate(ranks)]
+    retired = retired_ranks(events)
+    rank_statuses = [_rank_status(r, entry, r in retired) for r, entry in enumerate(ranks)]
     scaling = scale_events(events, len(ranks), layout)
     return JobStatus(state=state, ranks=rank_statuses,
                      faults_by_kind=_count(kind for _, kind in _faults(events)),
@@ -120,7 +122,7 @@ def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]
     out = []
     for shard in range(count):
         holders = members[shard::count]
-        live = [h for h in holders if h in by_rank and by_rank[h].health not in ("dead", "left", "unregistered")]
+        live = [h for h in holders if h in by_rank and by_rank[h].health not in _GONE]
         domains = [by_rank[h].domain for h in holders if h in by_rank and by_rank[h].domain]
         shared = sorted({d for d in domains if domains.count(d) > 1})
         out.append(ShardStatus(int(replica_set["optimizer_type"]), int(replica_set.get("group", 0)), shard, holders,
@@ -128,9 +130,12 @@ def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]
     return out
 
 
-def _rank_status(rank: int, entry: dict) -> RankStatus:
+def _rank_status(rank: int, entry: dict, retired: bool = False) -> RankStatus:
     silent_ms, period_ms = entry.get("silent_ms", -1), entry.get("heartbeat_ms", 0)
-    return RankStatus(rank, _health(entry["flags"]), entry["step"], list(entry["flags"]),
+    health = _health(entry["flags"])
+    if retired and health in ("dead", "left"):  # dropped on purpose by a scale-in: no fault to look at
+        health = "retired"
+    return RankStatus(rank, health, entry["step"], list(entry["flags"]),
                       silent_ms / 1000.0 if silent_ms >= 0 else None, period_ms / 1000.0 if period_ms else None,
                       entry.get("domain", ""))
 

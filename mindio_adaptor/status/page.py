@@ -8,7 +8,7 @@ from mindio_adaptor.status.job_status import JobStatus
 
 REFRESH_S = 3
 MAX_SHARD_ROWS = 64  # beyond this many shards, the layout table lists only those that need a look
-_COLOURS = {"healthy": "#2e7d32", "suspect": "#ef6c00", "disconnected": "#ef6c00", "joining": "#1565c0",
+_COLOURS = {"healthy": "#2e7d32", "suspect": "#ef6c00", "disconnected": "#ef6c00", "joining": "#1565c0", "retired": "#6d4c41",
             "dead": "#c62828", "left": "#616161", "finished": "#616161", "unregistered": "#9e9e9e"}
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }

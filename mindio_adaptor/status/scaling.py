@@ -12,7 +12,7 @@ grows back only to the original size). A size none of these gives is None, shown
 """
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 _RANKS_AT_STEP = re.compile(r"^ranks \[([\d,]*)\] at step (-?\d+)(?:: (.*))?$", re.S)
 _RANK = re.compile(r"^rank (\d+)")
@@ -94,6 +94,20 @@ def scale_out_note(events: Sequence[Tuple[float, str, str]]) -> str:
         elif kind in ("scale_out_wait", "scale_out_abandoned"):
             note = detail
     return note
+
+
+def retired_ranks(events: Sequence[Tuple[float, str, str]]) -> Set[int]:
+    """Ranks a scale-in retired (lost, or left with their slice) that no scale-out took back: events
+    `retired` and `rejoined`."""
+    retired: Set[int] = set()
+    for _, kind, detail in events:
+        if kind in ("retired", "rejoined") and _RANK.match(detail):
+            rank = int(_RANK.match(detail).group(1))
+            if kind == "retired":
+                retired.add(rank)
+            else:
+                retired.discard(rank)
+    return retired
 
 
 def _begin(so_far: List[ScaleEvent], t: float, kind: str, detail: str, size_now: Optional[int]) -> ScaleEvent:

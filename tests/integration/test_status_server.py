@@ -139,6 +139,7 @@ def test_a_scale_in_shows_in_the_metrics_json_and_table(tmp_path, job_env, monke
         assert (event["direction"], event["sizes"], event["lost"], event["after_step"], event["outcome"]) == \
             ("in", "dp4 -> dp3", [3], 5, "training goes on"), event
         assert [(r["strategy"], r["resized"]) for r in status["recoveries"]] == [("recover -> scale_in", "dp4 -> dp3")]
+        assert status["ranks"][3]["health"] == "retired" and status["health"]["dead"] == 0
         table = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "status", "--controller",
                                 "%s:%d" % server.address, "--token", TOKEN], capture_output=True, text=True, timeout=60)
         assert table.returncode == 0, table.stderr

@@ -86,6 +86,15 @@ def test_a_live_rank_leaving_with_its_slice_is_named_and_tp_lists_give_one_size(
     assert summary(event) == (1, "in", "dp4 -> dp3", [5], [4], [], "training goes on")
     assert [entry["ranks"] for entry in LOGS["left_with_slice"]["layout"]] == [[0, 2, 6], [1, 3, 7]]
     assert status.dp_size == 3
+    assert [r.health for r in status.ranks] == ["healthy"] * 4 + ["retired"] * 2 + ["healthy"] * 2
+
+
+def test_retired_ranks_are_retired_until_a_scale_out_takes_them_back():
+    assert [r.rank for r in status_of("scaled_in").ranks if r.health == "retired"] == [6, 7]
+    assert status_of("scaled_in").health_counts()["dead"] == 0
+    assert [r.health for r in status_of("scaled_out").ranks] == ["healthy"] * 8
+    out = metrics_of("scaled_in")
+    assert out[("mindio_ranks", (("health", "retired"),))] == 2 and out[("mindio_ranks", (("health", "dead"),))] == 0
 
 
 def test_sizes_no_layout_gives_are_unknown_not_guessed():
