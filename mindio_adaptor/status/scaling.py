@@ -66,8 +66,9 @@ def scale_events(events: Sequence[Tuple[float, str, str]], world_size: int,
             continue
         elif kind == "left_with_slice":
             current.left_with_slice += _ranks_in(detail)
-        elif kind in ("relayout", "relayout_incomplete") and _layout_lists(kind, detail):
-            current.dp_after = len(_layout_lists(kind, detail)[0])
+        elif kind in ("relayout", "relayout_incomplete"):
+            lists = _layout_lists(kind, detail)
+            current.dp_after = len(lists[0]) if lists else current.dp_after
         elif kind == "state" and current.outcome == "in progress":
             state = detail.partition("->")[2]
             if state in ("NORMAL", "EXIT", "FINAL"):
