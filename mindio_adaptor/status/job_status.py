@@ -1,6 +1,7 @@
 """What an operator wants to know about a running job, from what the controller keeps: its state and
 term, each rank's health, last step and node, the replica layout (which holders of a shard share a
-node), the faults it saw, what it decided, and each recovery with its duration.
+node), the faults it saw, what it decided, each recovery with its duration, and the job's scaling
+history and data-parallel size (elastic training, status/scaling).
 
 A pure function of the controller's views (state, rank table, layout, event log, counters), so the
 status page, the metrics and the terminal table all say the same thing, and a test can feed it a
@@ -10,16 +11,19 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from mindio_adaptor.status.scaling import ScaleEvent, dp_size_of, retired_ranks, scale_events, scale_out_note
+
 Event = Tuple[float, str, str]  # (seconds since the controller started, kind, detail)
 
-HEALTH_ORDER = ("healthy", "suspect", "disconnected", "joining", "dead", "left", "finished", "unregistered")
+HEALTH_ORDER = ("healthy", "suspect", "disconnected", "joining", "retired", "dead", "left", "finished", "unregistered")
+_GONE = ("retired", "dead", "left", "unregistered")  # holders whose copy is out of reach
 _FAULT_DETAIL = re.compile(r"^rank (\d+) (\w+):")
 
 
 @dataclass
 class RankStatus:
     rank: int
-    health: str  # one of HEALTH_ORDER
+    health: str  # one of HEALTH_ORDER; "retired": a scale-in dropped it (status/scaling.retired_ranks)
     step: int  # the last step it reported complete (-1: none yet)
     flags: List[str]
     heartbeat_lag_s: Optional[float] = None  # since the controller last heard from it; None: not connected
@@ -52,6 +56,7 @@ class Recovery:
     ended_s: Optional[float] = None
     outcome: str = "in progress"  # "training goes on", "job ended", "in progress"
     faults: List[str] = field(default_factory=list)  # "rank 3 uce"
+    resized: str = ""  # a scale-in or scale-out within it: "dp8 -> dp6"
 
     @property
     def duration_s(self) -> Optional[float]:
@@ -69,6 +74,9 @@ class JobStatus:
     last_event_s: float  # controller time (s since it started) of its latest event
     term: int = 1  # the controller's term: 1 for the first, one more for each takeover
     shards: List[ShardStatus] = field(default_factory=list)
+    dp_size: Optional[int] = None  # the data-parallel size of the layout now; None: not reported
+    scaling: List[ScaleEvent] = field(default_factory=list)
+    scale_out_note: str = ""  # the controller's latest word on a scale-out not yet made
 
     def health_counts(self) -> Dict[str, int]:
         counts = {health: 0 for health in HEALTH_ORDER}
@@ -83,6 +91,8 @@ class JobStatus:
             raw["notes"] = shard.notes()
         for recovery, raw in zip(self.recoveries, out["recoveries"]):
             raw["duration_s"] = recovery.duration_s
+        for event, raw in zip(self.scaling, out["scaling"]):
+            raw["sizes"] = event.sizes
         return out
 
 
@@ -91,13 +101,16 @@ def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], count
     """ranks: the controller's rank table as controller_ranks() gives it ({"step", "flags", "silent_ms",
     "heartbeat_ms", "domain"} per rank); layout: its replica sets as controller_layout() gives them
     ({"optimizer_type", "group", "replica_cnt", "ranks"} each)."""
-    rank_statuses = [_rank_status(r, entry) for r, entry in enumerate(ranks)]
+    retired = retired_ranks(events)
+    rank_statuses = [_rank_status(r, entry, r in retired) for r, entry in enumerate(ranks)]
+    scaling = scale_events(events, len(ranks), layout)
     return JobStatus(state=state, ranks=rank_statuses,
                      faults_by_kind=_count(kind for _, kind in _faults(events)),
                      decisions_by_strategy=_count(d.split(":")[0] for _, k, d in events if k == "decision"),
-                     recoveries=recoveries(events), counters=dict(counters),
+                     recoveries=_with_resizes(recoveries(events), scaling), counters=dict(counters),
                      last_event_s=events[-1][0] if events else 0.0, term=term,
-                     shards=[shard for replica_set in layout for shard in _shards(replica_set, rank_statuses)])
+                     shards=[shard for replica_set in layout for shard in _shards(replica_set, rank_statuses)],
+                     dp_size=dp_size_of(layout), scaling=scaling, scale_out_note=scale_out_note(events))
 
 
 def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]:
@@ -109,7 +122,7 @@ def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]
     out = []
     for shard in range(count):
         holders = members[shard::count]
-        live = [h for h in holders if h in by_rank and by_rank[h].health not in ("dead", "left", "unregistered")]
+        live = [h for h in holders if h in by_rank and by_rank[h].health not in _GONE]
         domains = [by_rank[h].domain for h in holders if h in by_rank and by_rank[h].domain]
         shared = sorted({d for d in domains if domains.count(d) > 1})
         out.append(ShardStatus(int(replica_set["optimizer_type"]), int(replica_set.get("group", 0)), shard, holders,
@@ -117,9 +130,12 @@ def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]
     return out
 
 
-def _rank_status(rank: int, entry: dict) -> RankStatus:
+def _rank_status(rank: int, entry: dict, retired: bool = False) -> RankStatus:
     silent_ms, period_ms = entry.get("silent_ms", -1), entry.get("heartbeat_ms", 0)
-    return RankStatus(rank, _health(entry["flags"]), entry["step"], list(entry["flags"]),
+    health = _health(entry["flags"])
+    if retired and health in ("dead", "left"):  # dropped on purpose by a scale-in: no fault to look at
+        health = "retired"
+    return RankStatus(rank, health, entry["step"], list(entry["flags"]),
                       silent_ms / 1000.0 if silent_ms >= 0 else None, period_ms / 1000.0 if period_ms else None,
                       entry.get("domain", ""))
 
@@ -152,7 +168,8 @@ def _count(items) -> Dict[str, int]:
 def recoveries(events: Sequence[Event]) -> List[Recovery]:
     """One per departure from NORMAL: from the first fault (or the state change, when no fault came
     first) to the return to NORMAL (training goes on) or to EXIT/FINAL (the job ended), with the
-    controller's decision and the faults within."""
+    controller's decision and the faults within. A decision that ended in a scale-in is "recover ->
+    scale_in"; a scale-out (no fault: the retired ranks returned) is "scale_out"."""
     out: List[Recovery] = []
     current: Optional[Recovery] = None
     state = "INIT"
@@ -173,7 +190,21 @@ def recoveries(events: Sequence[Event]) -> List[Recovery]:
                 current.faults.append(f"rank {rank} {fault_kind}")
         elif current is not None and kind == "decision" and current.strategy == "undecided":
             current.strategy = detail.split(":")[0]
+        elif current is not None and kind == "scale_in":
+            current.strategy += " -> scale_in"  # the decision, and what it became (docs/status.md)
+        elif current is not None and kind == "scale_out" and current.strategy == "undecided":
+            current.strategy = "scale_out"  # not a fault's: the retired ranks returned
     return out
+
+
+def _with_resizes(recoveries_: List[Recovery], scaling: Sequence[ScaleEvent]) -> List[Recovery]:
+    """Each recovery names the resize made within it (a scale-in, a scale-out)."""
+    for recovery in recoveries_:
+        ended = float("inf") if recovery.ended_s is None else recovery.ended_s
+        for event in scaling:
+            if recovery.started_s <= event.at_s <= ended:
+                recovery.resized = event.sizes
+    return recoveries_
 
 
 def _begin(recoveries_so_far: List[Recovery], t: float) -> Recovery:

@@ -27,6 +27,7 @@ class JobCollector:
         yield GaugeMetricFamily("mindio_controller_term", "the controller's term: 1 for the first, one more for "
                                 "each takeover", value=status.term)
         yield from _layout(status)
+        yield from _scaling(status)
         yield _ranks(status)
         yield _steps(status)
         yield _heartbeat_lags(status)
@@ -57,6 +58,17 @@ def _layout(status: JobStatus):
     yield GaugeMetricFamily("mindio_shards_sharing_a_node", "optimizer shards with more than one copy on one node "
                             "(losing that node loses those copies)", value=sum(1 for s in status.shards
                                                                                 if s.shared_domains))
+
+
+def _scaling(status: JobStatus):
+    if status.dp_size is not None:
+        yield GaugeMetricFamily("mindio_data_parallel_size", "the data-parallel size of the replica layout the "
+                                "ranks reported last", value=status.dp_size)
+    by_direction = {"in": 0, "out": 0}
+    for event in status.scaling:
+        by_direction[event.direction] += 1
+    yield _labelled_counter("mindio_scale_events", "scale-ins and scale-outs the controller began (elastic "
+                            "training), by direction", "direction", by_direction)
 
 
 def _ranks(status: JobStatus) -> GaugeMetricFamily:

@@ -8,7 +8,7 @@ from mindio_adaptor.status.job_status import JobStatus
 
 REFRESH_S = 3
 MAX_SHARD_ROWS = 64  # beyond this many shards, the layout table lists only those that need a look
-_COLOURS = {"healthy": "#2e7d32", "suspect": "#ef6c00", "disconnected": "#ef6c00", "joining": "#1565c0",
+_COLOURS = {"healthy": "#2e7d32", "suspect": "#ef6c00", "disconnected": "#ef6c00", "joining": "#1565c0", "retired": "#6d4c41",
             "dead": "#c62828", "left": "#616161", "finished": "#616161", "unregistered": "#9e9e9e"}
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -25,9 +25,9 @@ def status_page(status: JobStatus, token: Optional[str]) -> str:
         f"<meta http-equiv='refresh' content='{escape(refresh)}'>",
         "<title>mindio_adaptor: job status</title>", f"<style>{_STYLE}</style></head><body>",
         f"<h1>Controller {escape(status.state)} (term {status.term}) &middot; {len(status.ranks)} ranks &middot; "
-        f"last event at +{status.last_event_s:.1f} s</h1>",
+        f"{_dp_size(status)}last event at +{status.last_event_s:.1f} s</h1>",
         _health_pills(status), "<h2>Ranks</h2>", _rank_table(status), "<h2>Replica layout</h2>",
-        _layout_table(status), "<h2>Recoveries</h2>",
+        _layout_table(status), "<h2>Scaling</h2>", _scaling_table(status), "<h2>Recoveries</h2>",
         _recovery_table(status), "<h2>Faults and decisions</h2>", _counts_table(status),
         "</body></html>"])
 
@@ -67,6 +67,25 @@ def _layout_table(status: JobStatus) -> str:
             + "".join(rows) + "</table>" + more)
 
 
+def _dp_size(status: JobStatus) -> str:
+    return "" if status.dp_size is None else f"data-parallel size {status.dp_size} &middot; "
+
+
+def _scaling_table(status: JobStatus) -> str:
+    """Each scale-in and scale-out (elastic training), and the controller's word on a scale-out to come."""
+    note = f"<p>scale-out: {escape(status.scale_out_note)}</p>" if status.scale_out_note else ""
+    if not status.scaling:
+        return "<p>none</p>" + note
+    rows = []
+    for e in status.scaling:
+        ranks = (f"returned {e.returned}" if e.direction == "out" else f"lost {e.lost}" +
+                 (f", left with their slices {e.left_with_slice}" if e.left_with_slice else ""))
+        rows.append(f"<tr><td>{e.number}</td><td>{e.direction}</td><td>{escape(e.sizes)}</td><td>{e.after_step}</td>"
+                    f"<td>+{e.at_s:.1f} s</td><td>{escape(ranks)}</td><td>{escape(e.why)}</td>"
+                    f"<td>{escape(e.outcome)}</td></tr>")
+    return ("<table><tr><th>#</th><th>direction</th><th>size</th><th>after step</th><th>at</th><th>ranks</th>"
+            "<th>why</th><th>outcome</th></tr>" + "".join(rows) + "</table>" + note)
+
 
 def _lag(rank) -> str:
     if rank.heartbeat_lag_s is None:
@@ -80,8 +99,9 @@ def _recovery_table(status: JobStatus) -> str:
     rows = []
     for r in status.recoveries:
         took = "-" if r.duration_s is None else f"{r.duration_s:.2f} s"
+        outcome = f"{r.outcome}, {r.resized}" if r.resized else r.outcome
         rows.append(f"<tr><td>{r.number}</td><td>{escape(r.strategy)}</td><td>{escape(', '.join(r.faults))}</td>"
-                    f"<td>+{r.started_s:.1f} s</td><td>{took}</td><td>{escape(r.outcome)}</td></tr>")
+                    f"<td>+{r.started_s:.1f} s</td><td>{took}</td><td>{escape(outcome)}</td></tr>")
     return ("<table><tr><th>#</th><th>strategy</th><th>faults</th><th>at</th><th>took</th><th>outcome</th></tr>"
             + "".join(rows) + "</table>")
 

@@ -76,7 +76,8 @@ def main():
                    "data-parallel list per TP rank); a scale-in's REBUILD_GROUP on a rank of a slice that lost a "
                    "rank answers that it leaves, and the process exits LEFT_THE_JOB")
     p.add_argument("--relayout", type=int, default=0,
-                   help="1: at REBUILD_GROUP report the layout of the ranks left (a scale-in) or of all (a scale-out)")
+                   help="1: at REBUILD_GROUP report the layout of the ranks left (a scale-in: whole data-parallel "
+                   "slices, with --tp a lost rank's slice peers too) or of all (a scale-out)")
     p.add_argument("--idle-after-repair", type=int, default=0,
                    help="1: after a repair, run the steps and wait 'in a collective' again instead of ending")
     a = p.parse_args()
@@ -121,10 +122,13 @@ def main():
             gone.clear()
         else:
             gone.update(fault_ranks)
-        left = [r for r in range(a.world_size) if r not in gone]
-        replicas = max(n for n in range(1, min(a.replicas, len(left)) + 1) if len(left) % n == 0)
-        ttp.tft_set_optimizer_replica(rank, [{"rank_list": left, "replica_cnt": replicas, "replica_shift": 0}])
-        emit(rank=rank, relayout=left, replicas=replicas)
+        # Whole data-parallel slices go: with TP, a gone rank's slice peers too (they left with it).
+        dropped = {r // a.tp for r in gone}
+        lists = [[r for r in dp_list if r // a.tp not in dropped] for dp_list in dp_lists]
+        replicas = max(n for n in range(1, min(a.replicas, len(lists[0])) + 1) if len(lists[0]) % n == 0)
+        ttp.tft_set_optimizer_replica(rank, [{"rank_list": ranks, "replica_cnt": replicas, "replica_shift": 0,
+                                              "optimizer_type": 0} for ranks in lists])
+        emit(rank=rank, relayout=lists, replicas=replicas)
         return result
 
     ttp.tft_register_rebuild_group_handler(lambda fault_ranks, args, ctx: rebuild_group(fault_ranks))

@@ -1,8 +1,9 @@
 """The controller's status over real HTTP while a real controller repairs a fault of real processor
 processes: the page, /metrics (Prometheus text, parsed with prometheus_client's own parser) and
 /status.json move as the job does; a request without the job's token is refused; the terminal table of
-`mindio-adaptor status` says the same."""
+`mindio-adaptor status` says the same; a scale-in (elastic training) shows in all three."""
 import json
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -112,3 +113,42 @@ def test_a_request_without_the_jobs_token_is_refused(job, token):
         assert table.returncode != 0 and "401" in table.stderr
     finally:
         server.stop()
+
+
+def test_a_scale_in_shows_in_the_metrics_json_and_table(tmp_path, job_env, monkeypatch):
+    """Elastic training, dp4 R=2: rank 3 is lost and not replaced within MINDIO_ARF_WAIT_S, and the job
+    scales in to dp3 (the survivors report the layout at dp3): the data-parallel size, the scale event and the
+    recovery that became the scale-in."""
+    monkeypatch.setenv("MINDIO_TOKEN", TOKEN)
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
+    job = Job(tmp_path, 4, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, relayout=1, idle_s=10)
+    server = StatusServer(controller_status, TOKEN).start()
+    try:
+        job.wait_ready()
+        before = metrics(server)
+        assert before[("mindio_data_parallel_size", ())] == 4
+        assert before[("mindio_scale_events_total", (("direction", "in"),))] == 0
+        job.procs[3].send_signal(signal.SIGKILL)
+        wait_until(lambda: controller_status().dp_size == 3 and controller_status().state == "NORMAL", 30,
+                   "training at dp3")
+        after = metrics(server)
+        assert after[("mindio_data_parallel_size", ())] == 3
+        assert after[("mindio_scale_events_total", (("direction", "in"),))] == 1
+        status = json.loads(get(server, "/status.json")[2])
+        [event] = status["scaling"]
+        assert (event["direction"], event["sizes"], event["lost"], event["after_step"], event["outcome"]) == \
+            ("in", "dp4 -> dp3", [3], 5, "training goes on"), event
+        assert [(r["strategy"], r["resized"]) for r in status["recoveries"]] == [("recover -> scale_in", "dp4 -> dp3")]
+        assert status["ranks"][3]["health"] == "retired" and status["health"]["dead"] == 0
+        table = subprocess.run([sys.executable, "-m", "mindio_adaptor.cli", "status", "--controller",
+                                "%s:%d" % server.address, "--token", TOKEN], capture_output=True, text=True, timeout=60)
+        assert table.returncode == 0, table.stderr
+        assert "(data-parallel size 3)" in table.stdout
+        assert "  #1 in dp4 -> dp3 after step 5 at +" in table.stdout
+        assert "ranks [3] lost (process replacement timed out after 1500 ms (MINDIO_ARF_WAIT_S)" in table.stdout
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        server.stop()
+        job.close()

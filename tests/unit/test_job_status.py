@@ -15,8 +15,8 @@ def test_each_rank_has_one_health_and_its_heartbeat_lag_while_connected():
         [(0, "healthy", 7), (1, "suspect", 6), (2, "dead", 5), (3, "unregistered", -1), (4, "disconnected", 7)]
     assert [(r.heartbeat_lag_s, r.heartbeat_period_s) for r in status.ranks] == \
         [(0.15, 2.0), (7.0, 2.0), (None, 2.0), (None, None), (None, 0.5)]
-    assert status.health_counts() == {"healthy": 1, "suspect": 1, "disconnected": 1, "joining": 0, "dead": 1,
-                                      "left": 0, "finished": 0, "unregistered": 1}
+    assert status.health_counts() == {"healthy": 1, "suspect": 1, "disconnected": 1, "joining": 0, "retired": 0,
+                                      "dead": 1, "left": 0, "finished": 0, "unregistered": 1}
     assert status.counters == {"heartbeats": 12} and status.last_event_s == 3.0
 
 
