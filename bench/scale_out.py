@@ -69,12 +69,16 @@ def main():
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--return-at", type=int, default=7)
     parser.add_argument("--iters", type=int, default=8)
-    parser.add_argument("--arf-wait-s", type=float, default=25.0,
-                        help="MINDIO_ARF_WAIT_S: the scale-in's wait, and the wait for the returned set")
+    parser.add_argument("--arf-wait-s", type=float, default=60.0,
+                        help="MINDIO_ARF_WAIT_S: the scale-in's wait, and the wait for the returned set (their start-up, "
+                             "slow on a busy machine, must fit in it)")
+    parser.add_argument("--workdir", default=None, help="where the runs' logs and checkpoints go (default: a new "
+                                                        "temporary directory, kept and named)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="scale_out_") as tmp:
-        k_total, k_state, _ = scale_out("checkpoint", args, Path(tmp))
-        r_total, r_state, resharded = scale_out("replicas", args, Path(tmp))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="scale_out_"))
+    print(f"runs under {workdir}", flush=True)
+    k_total, k_state, _ = scale_out("checkpoint", args, workdir)
+    r_total, r_state, resharded = scale_out("replicas", args, workdir)
     if resharded != 4:
         sys.exit(f"scale_out: {resharded} ranks logged a reshard from the replicas, expected 4")
     print(f"\nmodel: {args.num_layers} layers, hidden {args.hidden_size}; dp2 -> dp4 at step {args.return_at}")
