@@ -10,6 +10,7 @@ import pytest
 from torch.distributed import HashStore
 
 from mindio_adaptor.launch import lifeline
+from mindio_adaptor.launch.config import DEFAULT_LOST_AFTER_S
 from mindio_adaptor.launch.lifeline import LifelineAddress, LifelineWatch
 
 HOLDER = """
@@ -42,6 +43,12 @@ def watched(port, incarnation=2, node=1):
     return watch
 
 
+# How long a test waits for a killed holder to be proven gone. A killed process's end takes a fraction of a
+# second on a quiet host; the suite runs on two cores with many processes (CI, load average near 30 seen), where
+# the test itself may wait seconds for a core: the bound is generous, the proof is what is tested.
+KILLED_PROVEN_GONE_S = 30
+
+
 def gone_within(watch, seconds):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -57,8 +64,9 @@ def test_a_killed_launcher_is_proven_gone_at_once(holder):
     watch = watched(port)
     began = time.monotonic()
     proc.kill()
-    assert gone_within(watch, 5) == {1: 2}
-    assert time.monotonic() - began < 2.0
+    assert gone_within(watch, KILLED_PROVEN_GONE_S) == {1: 2}
+    # Before the beat's rule (--node-lost-after, DEFAULT_LOST_AFTER_S by default) could say anything.
+    assert time.monotonic() - began < DEFAULT_LOST_AFTER_S
     assert lifeline.refused(LifelineAddress(2, "127.0.0.1", port))
 
 
@@ -72,7 +80,7 @@ def test_a_stopped_launcher_is_never_taken_for_gone(holder):
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     proc.kill()
-    assert gone_within(watch, 5) == {1: 2}  # still watched after the stall
+    assert gone_within(watch, KILLED_PROVEN_GONE_S) == {1: 2}  # still watched after the stall
 
 
 def test_a_launcher_that_left_on_purpose_is_not_gone(holder):
@@ -95,7 +103,8 @@ def test_a_new_owner_is_watched_and_the_old_one_forgotten(holder):
     store.set(key, LifelineAddress(3, "127.0.0.1", port).encode())  # the same holder, as a new incarnation
     assert watch.gone() == {}  # holds the new one now
     proc.kill()
-    assert gone_within(watch, 5) == {1: 3}
+    # (On failure: whether the watch gave up the address, or still holds a connection.)
+    assert gone_within(watch, KILLED_PROVEN_GONE_S) == {1: 3}, (watch._done, watch._conns)
 
 
 def test_what_gives_no_proof(holder):
