@@ -11,6 +11,9 @@
 //   MINDIO_TOKEN                   shared secret every processor must present
 //   MINDIO_ARF_WAIT_S              seconds the controller waits for a restarted process to replace a
 //                                  dead rank and report ready (ARF), 0.1..3600 (default 600)
+//   MINDIO_SCALE_OUT_WAIT_S        seconds a scaled-in job waits, from the first return, for every rank the
+//                                  scale-in retired to return and be ready before it sends the returned
+//                                  ones away, 0.1..3600 (default: MINDIO_ARF_WAIT_S)
 //   MINDIO_TAKEOVER_WAIT_S         seconds a backup that took over waits for the other ranks to register
 //                                  after the first; those that do not are dead, 0.1..3600 (default 10:
 //                                  twice the 5 s a processor's failed connect to a lost node may take)

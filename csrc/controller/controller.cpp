@@ -1017,13 +1017,13 @@ bool Controller::scale_out_due_locked() {
     const auto now = Clock::now();
     if (!first_return_) first_return_ = now;
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *first_return_).count();
-    ScaleOutJudgement j = judge_scale_out(view, waited, cfg_.arf_wait_ms);
+    ScaleOutJudgement j = judge_scale_out(view, waited, cfg_.scale_out_wait_ms);
     if (j.verdict == ScaleOutVerdict::Wait) {
         if (j.why != scale_out_wait_) {
             scale_out_wait_ = j.why;
             event_locked("scale_out_wait", j.why);
-            LOG_INFO(kLog, cfg_.rank, "elastic training: " << j.why << " (up to " << cfg_.arf_wait_ms
-                                                          << " ms, MINDIO_ARF_WAIT_S)");
+            LOG_INFO(kLog, cfg_.rank, "elastic training: " << j.why << " (up to " << cfg_.scale_out_wait_ms
+                                                          << " ms, MINDIO_SCALE_OUT_WAIT_S)");
         }
         return false;
     }

@@ -53,6 +53,7 @@ struct ControllerConfig {
     int silence_limit_ms = 60000;    // MINDIO_SILENCE_LIMIT_S: a rank silent this long is hung
     int save_wait_ms = 120000;       // MINDIO_SAVE_WAIT_S: a fault waits this long for a save to finish
     int arf_wait_ms = 600000;        // MINDIO_ARF_WAIT_S: wait for restarted processes to register and be ready
+    int scale_out_wait_ms = 600000;  // MINDIO_SCALE_OUT_WAIT_S: wait for every retired rank's return (elastic)
     // MINDIO_TAKEOVER_WAIT_S: after a backup took over, ranks not registered with it this long after the
     // first are dead (they died with the old controller's node).
     int takeover_wait_ms = 10000;

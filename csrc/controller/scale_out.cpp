@@ -44,7 +44,8 @@ ScaleOutJudgement judge_scale_out(const std::vector<ReturnView>& ranks, int64_t 
         return j;
     }
     j.verdict = ScaleOutVerdict::Abandon;
-    j.why = "no scale-out: after " + std::to_string(waited_ms) + " ms (MINDIO_ARF_WAIT_S " + std::to_string(wait_ms) +
+    j.why = "no scale-out: after " + std::to_string(waited_ms) + " ms (MINDIO_SCALE_OUT_WAIT_S " +
+            std::to_string(wait_ms) +
             " ms)" + missing.substr(0, missing.size() - 1) + "; returned ranks " + list_text(j.returned) +
             " are sent away and the job goes on at its smaller size";
     return j;

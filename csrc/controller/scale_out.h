@@ -3,7 +3,7 @@
 //
 // The rule: the job scales out only to its original size, once every retired rank has a returned
 // process that is connected and reported ready; the survivors train on meanwhile. Returned processes
-// that do not make the set complete within the wait (MINDIO_ARF_WAIT_S, from the first return) are
+// that do not make the set complete within the wait (MINDIO_SCALE_OUT_WAIT_S, from the first return) are
 // sent away, and the job goes on at its smaller size.
 #pragma once
 #include <cstdint>
@@ -29,7 +29,7 @@ struct ScaleOutJudgement {
     std::string why;                         // for Wait and Abandon
 };
 
-// waited_ms: since the first return (the caller's clock); wait_ms: MINDIO_ARF_WAIT_S.
+// waited_ms: since the first return (the caller's clock); wait_ms: MINDIO_SCALE_OUT_WAIT_S.
 ScaleOutJudgement judge_scale_out(const std::vector<ReturnView>& ranks, int64_t waited_ms, int64_t wait_ms);
 
 }  // namespace mindio

@@ -4,6 +4,7 @@ step; a replacement that never comes leads to a dump (or, with elastic training,
 rank of a lost data-parallel slice leaves, and after which the controller plans on the layout the survivors
 report); registrations that may not replace are refused."""
 import contextlib
+import re
 import signal
 
 import pytest
@@ -270,6 +271,20 @@ def test_the_scale_out_gives_the_controller_the_layout_of_the_start_again(tmp_pa
         assert [d for _, _, d in job.controller_events("relayout")][-1] == "type 0 R=2 [0,1,2,3,4,5,6,7]"
         assert [(s["replica_cnt"], s["ranks"]) for s in ctl.controller_layout()] == [(2, list(range(8)))]
         assert not job.controller_events("replica_refused") and not job.controller_events("relayout_incomplete")
+
+
+def test_a_return_incomplete_within_the_scale_out_wait_is_sent_away(tmp_path, job_env, monkeypatch):
+    """The scale-out's wait is its own setting (MINDIO_SCALE_OUT_WAIT_S; the scale-in waited MINDIO_ARF_WAIT_S,
+    1.5 s): rank 6 returns, rank 7 does not within 3 s of it, so rank 6 is sent away and the job stays at dp6."""
+    monkeypatch.setenv("MINDIO_SCALE_OUT_WAIT_S", "3")
+    with scaled_in_to_dp6(tmp_path, monkeypatch) as job:
+        returned = job.spawn(6, restarted=True, track=False)
+        wait_until(lambda: job.controller_events("scale_out_abandoned"), 30, "rank 6 sent away")
+        [away] = [d for _, _, d in job.controller_events("scale_out_abandoned")]
+        assert re.match(r"no scale-out: after \d+ ms \(MINDIO_SCALE_OUT_WAIT_S 3000 ms\) ranks \[7\] have not "
+                        r"returned; returned ranks \[6\] are sent away", away), away
+        returned.wait(timeout=20)  # told to exit
+        assert not job.controller_events("scale_out") and ctl.controller_state() == "NORMAL"
 
 
 def test_a_loss_that_leaves_a_shard_without_holders_refuses_the_scale_in_and_ends_the_job(tmp_path, job_env,

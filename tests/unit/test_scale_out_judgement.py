@@ -1,6 +1,6 @@
 """csrc/controller/scale_out.h through the bindings: when a job scaled in by elastic training grows back.
 Only to the original size: every retired rank returned (a connected restarted process) and ready; a set
-still incomplete after the wait (MINDIO_ARF_WAIT_S from the first return) is sent away."""
+still incomplete after the wait (MINDIO_SCALE_OUT_WAIT_S from the first return) is sent away."""
 import pytest
 
 from mindio_adaptor import _native as nat
@@ -37,7 +37,7 @@ def test_an_incomplete_return_waits_then_is_sent_away(ranks, missing):
     assert waiting["verdict"] == "wait" and missing in waiting["why"], waiting
     late = judge(ranks, waited_ms=20000)
     assert late["verdict"] == "abandon", late
-    assert late["why"].startswith("no scale-out: after 20000 ms (MINDIO_ARF_WAIT_S 20000 ms)") and missing in late["why"]
+    assert late["why"].startswith("no scale-out: after 20000 ms (MINDIO_SCALE_OUT_WAIT_S 20000 ms)") and missing in late["why"]
     assert "are sent away and the job goes on at its smaller size" in late["why"]
 
 
