@@ -51,8 +51,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                 timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
                 kill_rank: int = 1, nproc_per_node: int = 2, lost_node: int = 1,
                 returning_nodes: Optional[Sequence[int]] = None) -> Tuple[RunResult, List[int]]:
-    """The run and the pids lost with node 1 (and the process of `kill_rank`, with `kill_after`); the whole
-    log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
+    """The run and the pids lost with the lost node (and the process of `kill_rank`, with `kill_after`); the
+    whole log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
     replaces the default's 1000). `nproc_per_node`: the four ranks on two nodes of two, or on four of one
     (node 1 then holds rank 1 alone). `lost_node`: the node lost after `lose_after`; `returning_nodes`: the
     nodes started again once the job scaled in, with `return_at` (default: the lost node alone). The run's

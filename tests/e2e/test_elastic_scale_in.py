@@ -221,7 +221,8 @@ def tp2_scaled_in_and_out(tmp_path_factory):
     launchers of nodes 2 and 3 start, and at step 7 the job grows back to dp2 (as scaled_out)."""
     run, lost = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, return_at=RETURN_AT_STEP,
                             arf_wait_s=ARF_WAIT_OUT_S, flags=["--tensor-model-parallel-size", "2"],
-                            nproc_per_node=1, lost_node=TP2_LOST_NODE, returning_nodes=(TP2_LEAVING_NODE, TP2_LOST_NODE))
+                            nproc_per_node=1, lost_node=TP2_LOST_NODE,
+                            returning_nodes=(TP2_LEAVING_NODE, TP2_LOST_NODE))
     return run, lost
 
 
