@@ -11,12 +11,18 @@ fits in the run. A held step is long: the hang rule gets a fixed step limit (MIN
 
 With `kill_after` (a second fault while scaled in), the process of `kill_rank` on node 0 is SIGKILLed once
 step `kill_after` is logged at the smaller size, while the survivors wait before the next step.
+
+With `lost_node` another node than node 1 is lost; with `returning_nodes` new launchers of several nodes
+start once the job scaled in: the lost node's, and those of nodes whose launchers ended because their
+workers left the job with their data-parallel slice (tp2 across one-rank nodes: the lost rank's TP peer).
+Such a node's launcher must have ended before its new one starts (it owns its node rank until then).
 """
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -43,11 +49,14 @@ def samples_by_step(output: str) -> Dict[int, Set[str]]:
 def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = None, arf_wait_s: float = 15,
                 train_iters: int = 8, on_line: Optional[Callable[[str], None]] = None,
                 timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
-                kill_rank: int = 1, nproc_per_node: int = 2) -> Tuple[RunResult, List[int]]:
-    """The run and the pids lost with node 1 (and the process of `kill_rank`, with `kill_after`); the whole
-    log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
+                kill_rank: int = 1, nproc_per_node: int = 2, lost_node: int = 1,
+                returning_nodes: Optional[Sequence[int]] = None) -> Tuple[RunResult, List[int]]:
+    """The run and the pids lost with the lost node (and the process of `kill_rank`, with `kill_after`); the
+    whole log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
     replaces the default's 1000). `nproc_per_node`: the four ranks on two nodes of two, or on four of one
-    (node 1 then holds rank 1 alone)."""
+    (node 1 then holds rank 1 alone). `lost_node`: the node lost after `lose_after`; `returning_nodes`: the
+    nodes started again once the job scaled in, with `return_at` (default: the lost node alone). The run's
+    `launcher_codes` name each node's launchers' exit codes, in start order."""
     if not 1 <= lose_after < train_iters or (return_at is not None and not lose_after + 1 < return_at <= train_iters):
         raise ValueError(f"node 1 lost after step {lose_after} and back at step {return_at} do not fit "
                          f"{train_iters} steps: 1 <= lose after < return - 1 < return <= steps")
@@ -55,8 +64,13 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
         raise ValueError(f"a second fault after step {kill_after} needs the job scaled in then and not back: "
                          f"lose after {lose_after} < kill after < steps {train_iters}, no return (return at "
                          f"{return_at})")
+    nnodes = 4 // nproc_per_node
+    returning = [lost_node] if returning_nodes is None else list(returning_nodes)
+    if not 0 < lost_node < nnodes or lost_node not in returning or not set(returning) <= set(range(1, nnodes)):
+        raise ValueError(f"lost node {lost_node} and returning nodes {returning} must be nodes 1..{nnodes - 1} "
+                         f"(node 0 hosts the launchers' store), the lost node among those returning")
     workdir.mkdir(parents=True, exist_ok=True)
-    lost_file, returned_file = workdir / "node_1_lost", workdir / "node_1_returned"
+    lost_file, returned_file = workdir / f"node_{lost_node}_lost", workdir / f"node_{lost_node}_returned"
     killed_file = workdir / f"rank_{kill_rank}_killed"
     for marker in (lost_file, returned_file, killed_file):
         marker.unlink(missing_ok=True)
@@ -86,24 +100,34 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
         holds, files = holds + [kill_after + 1], files + [killed_file]
     cluster = LocalCluster([*FLAGS, "--save", str(workdir / "ckpt"), "--save-interval", "1000",
                             "--hold-before-step", *map(str, holds), "--hold-until-file", *map(str, files), *flags],
-                           nnodes=4 // nproc_per_node, nproc_per_node=nproc_per_node, train_iters=train_iters,
+                           nnodes=nnodes, nproc_per_node=nproc_per_node, train_iters=train_iters,
                            on_line=watch,
                            env={"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}", "MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S})
-    cluster.start_node("--node-rank", "0")
-    node_1 = cluster.start_node("--node-rank", "1")
-    for node in range(2, 4 // nproc_per_node):
-        cluster.start_node("--node-rank", str(node))
+    launchers = {node: [cluster.start_node("--node-rank", str(node))] for node in range(nnodes)}
     cluster.wait_for(step_done, f"step {lose_after}")
-    lost = cluster.lose_node(node_1)
+    lost = cluster.lose_node(launchers[lost_node][0])
     lost_file.touch()
     if return_at is not None:
         cluster.wait_for(scaled_in, "the scale-in")
-        cluster.start_node("--node-rank", "1")
+        for node in returning:
+            _wait_for_the_end_of(cluster, launchers[node][-1], node)
+            launchers[node].append(cluster.start_node("--node-rank", str(node)))
     if kill_after is not None:
         cluster.wait_for(second_step_done, f"step {kill_after}")
         os.killpg(pids[kill_rank], signal.SIGKILL)  # the worker leads its process group (LocalCluster.lose_node)
         lost.append(pids[kill_rank])
         killed_file.touch()
     run = cluster.wait(timeout)
+    run.launcher_codes = {node: [proc.returncode for proc in procs] for node, procs in launchers.items()}
     (workdir / "output.txt").write_text(run.output)
     return run, lost
+
+
+def _wait_for_the_end_of(cluster: LocalCluster, launcher, node: int, timeout: float = 120) -> None:
+    """A returning node's launcher that was not lost ends once its workers left the job (with their slice)."""
+    try:
+        launcher.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        cluster.kill()
+        raise AssertionError(f"node {node}'s launcher still runs {timeout:g} s after the scale-in, so no new one "
+                             f"can take its node rank:\n" + "".join(cluster.lines)[-6000:]) from None

@@ -51,6 +51,7 @@ class RunResult:
     num_zeros: Dict[int, float] = field(default_factory=dict)
     digest: Optional[str] = None
     leftover: List[str] = field(default_factory=list)  # processes of the run still alive after it ended
+    launcher_codes: Dict[int, List[Optional[int]]] = field(default_factory=dict)  # node -> its launchers' exits
 
     def require_success(self) -> "RunResult":
         if self.returncode != 0:

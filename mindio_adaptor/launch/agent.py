@@ -80,8 +80,13 @@ class NodeAgent:
         if self.fenced:
             return outcome.code
         try:
-            # A node hosting a controller keeps it until every node is done: it may lead the job by then.
-            if not self.store.leave(wait_for_all=self.controller.hosted):
+            # A node hosting a controller keeps it until every node is done: it may lead the job by then. Not
+            # a node whose workers all left a job that goes on: see _all_left.
+            keeps_controller = self.controller.hosted and not self._all_left()
+            if self.controller.hosted and not keeps_controller:
+                self.log.info("every worker of this node left the job, which goes on: the node ends now, not at "
+                              "the job's end, and its controller with it; the processors follow the next of the list")
+            if not self.store.leave(wait_for_all=keeps_controller):
                 self.log.info("stopped waiting for the other nodes to finish after %.0f s", EXIT_BARRIER_S)
         except DistError:  # node 0 is gone: nobody to tell
             pass
@@ -182,6 +187,14 @@ class NodeAgent:
         self._stop(signal.SIGTERM, "node 0 lost")
         return Outcome(1, f"lost the launchers' store on node 0 ({cfg.master_addr}:{self.store.port}) and no new "
                           f"node 0 came within {cfg.node0_wait:g} s (--node0-wait)")
+
+    def _all_left(self) -> bool:
+        """Every local worker left the job, which goes on without this node (a scale-in dropped their slices):
+        the node ends now, its backup controller with it, rather than at the job's end. Its node rank must be
+        free for their return (a new launcher of it brings the ranks back for a scale-out and hosts its
+        controller's slot again); and a job that goes on for hours would find the exit barrier's bound
+        (EXIT_BARRIER_S) stop that controller anyway. Node 0 hosts the launchers' store and waits in any case."""
+        return len(self.left_the_job) == len(self.workers)
 
     def _finished(self) -> Outcome:
         if self.ended:

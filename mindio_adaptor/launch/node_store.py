@@ -163,6 +163,9 @@ class NodeStore:
         if incarnation is None:
             raise NodeStoreError(f"another launcher took node rank {node}'s place first")
         self.incarnation = incarnation
+        # A node whose launcher ended while the job went on (its workers left it, elastic training) is in the
+        # job again: node 0's exit barrier waits for this launcher, not the last one's "done".
+        store.delete_key(_key_done(node))
         self._owner_value = store.get(node_liveness.owner_key(node)).decode()
         self._beat = node_liveness.NodeBeat(cfg.master_addr, self.port, cfg.run_id, node, cfg.node_lost_after)
         self._beat.start()

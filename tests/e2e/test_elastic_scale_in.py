@@ -9,9 +9,10 @@ new launcher of node 1 starts once the job scaled in, and step 7 waits for its r
 run is checked several ways against the uninterrupted dp4 run: losses, consumed samples, the samples of
 every step, node 0's processes, the log. The scale-in run also saves
 a checkpoint at dp2 (step 6), which two short plain runs load, one at dp4 and one at dp2. A third faulted
-run: tp2 x dp2 (one data-parallel slice, both its TP ranks, per node), node 1 lost: node 0's two TP ranks
-go on at dp1, and the optimizer's R=2 replicas fall to none; then node 1 returns as in the second run, and
-the job grows back to tp2 x dp2 with R=2 at step 7. A fourth: a second fault while scaled in (rank 1's
+run: tp2 x dp2 on four one-rank nodes (TP pairs (0, 1) and (2, 3)), node 3 lost: rank 2, alive, leaves the job
+with its data-parallel slice (exit 87, its launcher ends 0), ranks 0 and 1 go on at dp1, and the optimizer's
+R=2 replicas fall to none; then new launchers of nodes 2 and 3 start, and the job grows back to tp2 x dp2
+with R=2 at step 7. A fourth: a second fault while scaled in (rank 1's
 process killed during step 7 at dp2): the controller, which learned the layout at dp2, has rank 0 save the
 dump of step 6 alone and the job ends; a plain run loads that dump at dp4 and trains to the last step like
 the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
@@ -225,12 +226,18 @@ def test_the_checkpoint_saved_at_dp2_loads_at_dp4_and_at_dp2(resumed, reference)
     assert run.losses[second] == pytest.approx(mean, rel=1e-4), nproc
 
 
+TP2_LOST_NODE, TP2_LEAVING_NODE = 3, 2  # one rank per node: rank 3 lost, rank 2 (its TP peer) leaves
+
+
 @pytest.fixture(scope="module")
 def tp2_scaled_in_and_out(tmp_path_factory):
-    """tp2 x dp2, node 1 (data-parallel index 1: ranks 2 and 3) lost after step 4: the job goes on at dp1;
-    then a new launcher of node 1 starts, and at step 7 the job grows back to dp2 (as scaled_out)."""
+    """tp2 x dp2 on four one-rank nodes, node 3 (rank 3, of data-parallel index 1) lost after step 4: rank 2,
+    alive, leaves the job with its slice and node 2's launcher ends; ranks 0 and 1 go on at dp1. Then new
+    launchers of nodes 2 and 3 start, and at step 7 the job grows back to dp2 (as scaled_out)."""
     run, lost = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, return_at=RETURN_AT_STEP,
-                            arf_wait_s=ARF_WAIT_OUT_S, flags=["--tensor-model-parallel-size", "2"])
+                            arf_wait_s=ARF_WAIT_OUT_S, flags=["--tensor-model-parallel-size", "2"],
+                            nproc_per_node=1, lost_node=TP2_LOST_NODE,
+                            returning_nodes=(TP2_LEAVING_NODE, TP2_LOST_NODE))
     return run, lost
 
 
@@ -254,8 +261,35 @@ def test_tp2_the_log_names_dp1_and_the_replicas_gone(tp2_scaled_in_and_out):
     output = tp2_scaled_in_and_out[0].output
     lines = re.findall(r"elastic training: scaled in dp2 -> dp1 [^\n]*", output)
     assert len(lines) == 1, output[-6000:]
-    assert "survivors [0, 1], 8 micro-batches each" in lines[0]
+    assert "(data-parallel indices [1] lost a rank; survivors [0, 1], 8 micro-batches each" in lines[0]
     assert "optimizer replicas R=2 -> R=1: the job has no replica now, its next fault ends in the dump" in lines[0]
+    assert "ranks [3] were lost and not replaced within MINDIO_ARF_WAIT_S" in lines[0]
+    assert len(re.findall(r"elastic training: scaling in without ranks \[3\] after step 4 \(process replacement "
+                          r"timed out", output)) == 1, output[-6000:]
+
+
+def test_tp2_the_live_rank_of_the_lost_slice_leaves_the_job(tp2_scaled_in_and_out):
+    """Rank 2 (node 2), whose TP peer rank 3 was lost, leaves on purpose: its line, its exit code 87, node 2's
+    launcher ending 0 with a summary naming it, and the controller retiring it beside the lost rank."""
+    run, lost = tp2_scaled_in_and_out
+    output = run.output
+    leaving = re.findall(r"elastic training: rank 2 leaves the job [^\n]*", output)
+    assert len(leaving) == 1, output[-6000:]
+    assert re.search(r"after step 4 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: its data-parallel slice lost a rank "
+                     r"\(ranks \[3\] were lost and not replaced\); the job goes on without it, dp2 -> dp1 ", leaving[0])
+    assert "this process exits (code 87, LEFT_THE_JOB" in output
+    first = process_ids(output)[2]["starting"][0]
+    assert first not in lost
+    assert re.search(rf"node {TP2_LEAVING_NODE}\] rank 2 \(local rank 0, pid {first}\) ended: exit code 87 "
+                     r"\(LEFT_THE_JOB\): it left the job, which goes on without it", output), output[-6000:]
+    assert re.search(rf"node {TP2_LEAVING_NODE}\] summary: no local worker exited 0; ranks \[2\] left the job, "
+                     r"which went on without them \(elastic training\); exit code 0", output), output[-6000:]
+    assert len(re.findall(r"elastic training: ranks \[2\] leave the job with their data-parallel slices, which "
+                          r"lost a rank; the survivors go on without them", output)) == 1, output[-6000:]
+    # node 2's first launcher ended 0 (its worker left), node 3's was lost; the new launchers of both ended 0
+    assert run.launcher_codes[TP2_LEAVING_NODE] == [0, 0], run.launcher_codes
+    assert run.launcher_codes[TP2_LOST_NODE][1:] == [0], run.launcher_codes
+    assert run.launcher_codes[0] == run.launcher_codes[1] == [0], run.launcher_codes
 
 
 def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
@@ -263,6 +297,9 @@ def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
     line = the_scale_out_line(run.output, "dp1 -> dp2")
     assert re.search(rf"\(ranks \[2, 3\] returned; 4 micro-batches each; optimizer replicas R=1 -> R=2\) after "
                      rf"step {RETURN_AT_STEP - 1} at .*training goes on from sample 96", line), line
+    # both returned ranks registered as returns for the ranks the scale-in retired (the lost one and the leaver)
+    for rank in (2, 3):
+        assert len(re.findall(rf"rank {rank} returned after the scale-in \(a restarted process\)", run.output)) == 1
     # The replica layout rank 0 built last, at the scale-out: both data-parallel lists hold two replicas again.
     layouts = re.findall(r"rank 0\] INFO replica layout: ([^\n]*)", run.output)
     assert layouts[-1].startswith("[ReplicaSet(type=0, groups=[(0,), (2,)], R=2), ReplicaSet(type=0, groups=[(1,), "
@@ -272,9 +309,11 @@ def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
     assert sorted(by_step[RETURN_AT_STEP - 1]) == [0] * 8 + [1] * 8, by_step[RETURN_AT_STEP - 1]
     assert sorted(by_step[LAST_STEP]) == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4, by_step[LAST_STEP]
     seen = process_ids(run.output)
-    for rank in (2, 3):  # one process lost with node 1, the returned one finished the run
-        gone, last = seen[rank]["starting"]
-        assert gone in lost and seen[rank]["done"] == [last], (seen, lost)
+    # rank 3: one process lost with node 3; rank 2: one that left the job; the returned ones finished the run
+    gone, last = seen[3]["starting"]
+    assert gone in lost and seen[3]["done"] == [last], (seen, lost)
+    left, last = seen[2]["starting"]
+    assert left not in lost and seen[2]["done"] == [last], (seen, lost)
 
 
 SECOND_FAULT_AFTER = 6  # rank 1's process is killed during step 7, the second at dp2

@@ -14,7 +14,8 @@ appends what it is to OUT/rank<RANK>.jsonl, and plays a scenario:
           OUT/holder.pid) and one in its own process group (OUT/helper.pid), then SIGKILLs itself: its
           connection stays open; the others wait to be stopped
   dropped FAULT_RANK exits LEFT_THE_JOB after the first all_reduce (a scale-in dropped it); the others go
-          on for 3 s (a job that trains on without it), record "went_on" and exit 0
+          on for 3 s (a job that trains on without it; where WENT_ON_WHEN_FILE is set, until that file exists,
+          60 s at most), record "went_on" and exit 0
   left    every rank registers a processor and leaves (tft_destroy_processor: its training is over); then
           FAULT_RANK aborts (SIGABRT, as a library failing at exit) and the others exit 0
 """
@@ -113,6 +114,16 @@ def leave_then_abort(out, rank, fault_rank):
         os.abort()
 
 
+def go_on_until(path):
+    """Long after the launchers saw the LEFT_THE_JOB exit: 3 s, or until `path` exists (60 s at most)."""
+    if not path:
+        time.sleep(3.0)
+        return
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def main():
     scenario, out, fault_rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -137,7 +148,7 @@ def main():
     elif scenario == "dropped":
         if rank == fault_rank:
             os._exit(LEFT_THE_JOB)
-        time.sleep(3.0)  # long after the launchers saw the LEFT_THE_JOB exit
+        go_on_until(os.environ.get("WENT_ON_WHEN_FILE"))
         record(out, rank, event="went_on")
         os._exit(0)
     dist.destroy_process_group()

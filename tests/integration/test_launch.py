@@ -139,6 +139,34 @@ def test_a_rank_that_left_the_job_is_not_restarted_and_the_job_goes_on(tmp_path)
     assert "the job ends" not in logs[0] + logs[1]
 
 
+def test_a_node_whose_workers_all_left_ends_without_waiting_for_the_job(tmp_path):
+    """Node 1 hosts a backup controller (--controllers 2), and its only worker leaves the job: its launcher
+    ends at once, its controller with it, while node 0's worker trains on; a node hosting a controller
+    otherwise waits for every node at the end. (Its node rank is then free for a new launcher: the
+    scale-out's return, tests/e2e/test_elastic_scale_in.py.)"""
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "dropped-hosting",
+              "--worker-reboot", "--max-restarts", "1", "--controllers", "2"]
+    release = tmp_path / "node_1_ended"  # node 0's worker trains on until node 1's launcher ended
+    env = dict(ENV, WENT_ON_WHEN_FILE=str(release))
+    nodes = [subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, "dropped", str(tmp_path), "1"],
+                              env=env, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    try:
+        node_1 = nodes[1].communicate(timeout=TIMEOUT_S)[1]
+        assert nodes[1].returncode == 0, node_1
+        assert not events(tmp_path, 0, "went_on") and nodes[0].poll() is None  # the job goes on without node 1
+        release.touch()
+        node_0 = nodes[0].communicate(timeout=TIMEOUT_S)[1]
+    finally:
+        for node in nodes:
+            node.kill() if node.poll() is None else None
+    assert "summary: no local worker exited 0; ranks [1] left the job" in node_1
+    assert re.search(r"node 1\] backup controller started as pid \d+", node_1), node_1
+    assert "every worker of this node left the job, which goes on: the node ends now, not at the job's end, and " \
+           "its controller with it" in node_1
+    assert "stopped waiting for the other nodes" not in node_1
+    assert nodes[0].returncode == 0 and len(events(tmp_path, 0, "went_on")) == 1, node_0
+
+
 def external_controller(world_size):
     """A controller in this process, and the workers' environment that finds it (with its token)."""
     from mindio_adaptor.ttp import controller as ctl
