@@ -233,9 +233,11 @@ TP2_LOST_NODE, TP2_LEAVING_NODE = 3, 2  # one rank per node: rank 3 lost, rank 2
 def tp2_scaled_in_and_out(tmp_path_factory):
     """tp2 x dp2 on four one-rank nodes, node 3 (rank 3, of data-parallel index 1) lost after step 4: rank 2,
     alive, leaves the job with its slice and node 2's launcher ends; ranks 0 and 1 go on at dp1. Then new
-    launchers of nodes 2 and 3 start, and at step 7 the job grows back to dp2 (as scaled_out)."""
+    launchers of nodes 2 and 3 start, and at step 7 the job grows back to dp2 (as scaled_out, but through a
+    checkpoint: --elastic-scale-out-from checkpoint, so that path keeps its end-to-end run)."""
     run, lost = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, return_at=RETURN_AT_STEP,
-                            arf_wait_s=ARF_WAIT_OUT_S, flags=["--tensor-model-parallel-size", "2"],
+                            arf_wait_s=ARF_WAIT_OUT_S,
+                            flags=["--tensor-model-parallel-size", "2", "--elastic-scale-out-from", "checkpoint"],
                             nproc_per_node=1, lost_node=TP2_LOST_NODE,
                             returning_nodes=(TP2_LEAVING_NODE, TP2_LOST_NODE))
     return run, lost
@@ -297,6 +299,11 @@ def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
     line = the_scale_out_line(run.output, "dp1 -> dp2")
     assert re.search(rf"\(ranks \[2, 3\] returned; 4 micro-batches each; optimizer replicas R=1 -> R=2\) after "
                      rf"step {RETURN_AT_STEP - 1} at .*training goes on from sample 96", line), line
+    # --elastic-scale-out-from checkpoint: the survivors saved the repair step at dp1, every rank loaded it
+    assert "(state loaded in " in line and "resharded from the replicas" not in run.output
+    savers = re.findall(rf"rank (\d)\] INFO scale-out: checkpoint of step {RETURN_AT_STEP - 1} saved at dp1 and "
+                        r"published", run.output)
+    assert sorted(savers) == ["0", "1"], savers
     # both returned ranks registered as returns for the ranks the scale-in retired (the lost one and the leaver)
     for rank in (2, 3):
         assert len(re.findall(rf"rank {rank} returned after the scale-in \(a restarted process\)", run.output)) == 1
