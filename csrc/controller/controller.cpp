@@ -1040,10 +1040,15 @@ void Controller::send_returned_away_locked(const ScaleOutJudgement& j) {
     LOG_ERROR(kLog, cfg_.rank, "elastic training: " << j.why);
     FaultContext none;
     none.repair_step = repair_step_;
+    // The EXIT names the scale-out (the process leaves; the job goes on), and the goodbye after it keeps the
+    // processor from registering again as a new return.
+    const std::string why = "sent away: the scale-out did not happen";
+    const std::string bye = encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, why}));
     for (int rank : j.returned) {
         RankEntry& r = ranks_[rank];
-        actions_.send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::Exit));
-        server_.close(r.conn, "sent away: the scale-out did not happen");
+        actions_.send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::ScaleOut));
+        server_.send(r.conn, bye);
+        server_.close(r.conn, why);
         r.dead = r.left = true;
         r.joining = r.ready = false;
     }

@@ -17,6 +17,8 @@ from mindio_adaptor.patches.decision import Decision
 
 logger = logging.getLogger(__name__)
 
+# The strategy of the EXIT a controller sends a returned process when the scale-out does not happen.
+SENT_AWAY_STRATEGY = "scale_out"
 # A link down this long is no blip: the processor's first reconnect attempts were refused or timed out.
 TERM_GRACE_S = 2.0
 
@@ -64,6 +66,8 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
                      "checkpoint can be agreed on: this rank exits (code %d) after %s; the job resumes "
                      "from its last complete checkpoint", step, lost, CONTROLLER_LOST, summary)
         raise SystemExit(CONTROLLER_LOST) from exc
+    if replacement and not verdict.go_on and verdict.strategy == SENT_AWAY_STRATEGY:
+        _leave_as_sent_away(session)
     decision = f"{verdict.strategy or 'exit'} at step {verdict.repair_step}"
     for hook in list(session.job.decided):
         hook(verdict.go_on)
@@ -75,6 +79,17 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
     logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
                  decision, summary, ENDED_BY_CONTROLLER)
     raise SystemExit(ENDED_BY_CONTROLLER) from exc
+
+
+def _leave_as_sent_away(session) -> None:
+    """A process that returned for a rank a scale-in retired, told to exit because not every retired rank
+    returned in time: the job goes on at its smaller size without it, so it leaves (not 86, which tells every
+    launcher that the job ended)."""
+    end_recovery(session, "sent away: no scale-out")
+    logger.warning("elastic training: this returned process is sent away: not every rank the scale-in retired "
+                   "returned within MINDIO_SCALE_OUT_WAIT_S, and the job goes on at its smaller size; this process "
+                   "exits (code %d, LEFT_THE_JOB: not restarted)", LEFT_THE_JOB)
+    raise SystemExit(LEFT_THE_JOB)
 
 
 def _parked_work(session, link):

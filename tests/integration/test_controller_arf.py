@@ -284,6 +284,9 @@ def test_a_return_incomplete_within_the_scale_out_wait_is_sent_away(tmp_path, jo
         assert re.match(r"no scale-out: after \d+ ms \(MINDIO_SCALE_OUT_WAIT_S 3000 ms\) ranks \[7\] have not "
                         r"returned; returned ranks \[6\] are sent away", away), away
         returned.wait(timeout=20)  # told to exit
+        # Told goodbye after its EXIT, it does not register again as a new return (it once did, and a
+        # scale-out then started with a process about to exit).
+        assert [d for _, _, d in job.controller_events("returned")] == ["rank 6"]
         assert not job.controller_events("scale_out") and ctl.controller_state() == "NORMAL"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from recovery_fakes import FakeMegatron, action, session_at
 from mindio_adaptor.core import processor_link
-from mindio_adaptor.core.exit_codes import LEFT_THE_JOB
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 from mindio_adaptor.core.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.processor_link import LEAVES_THE_JOB, ControllerAction, ControllerDecision
 from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
@@ -98,3 +98,24 @@ def test_a_parked_rank_that_leaves_exits_left_the_job_with_one_line(monkeypatch,
     said = [r.getMessage() for r in caplog.records if "leaves the job" in r.getMessage()]
     assert said == [f"{session.leaving}; this process exits (code {LEFT_THE_JOB}, LEFT_THE_JOB: not restarted, the "
                     f"job goes on)"]
+
+
+class DecidedLink(ParkedLink):
+    def __init__(self, strategy):
+        super().__init__()
+        self.decided = strategy
+
+    def await_decision(self, timeout_s=None, between=None):
+        return ControllerDecision(False, self.decided, 6)
+
+
+@pytest.mark.parametrize("strategy, code", [("scale_out", LEFT_THE_JOB), ("exit", ENDED_BY_CONTROLLER)])
+def test_a_returned_process_sent_away_leaves_and_an_ended_job_ends(monkeypatch, caplog, strategy, code):
+    """A returned process told to exit because the scale-out did not happen (the EXIT of strategy scale_out)
+    leaves (87: not restarted, the job goes on); any other EXIT ends it as the job's end (86)."""
+    monkeypatch.setattr(processor_link, "current", lambda: DecidedLink(strategy))
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as ended:
+        decision_wait.wait_for_decision(session_at(None), RuntimeError("ARF FINISH"), 6, replacement=True)
+    assert ended.value.code == code
+    sent_away = [r for r in caplog.records if "this returned process is sent away" in r.getMessage()]
+    assert len(sent_away) == (1 if strategy == "scale_out" else 0)
