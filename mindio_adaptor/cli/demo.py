@@ -36,7 +36,7 @@ FAULT_KINDS = ("kill", "raise", "hang")
 HANG_ENV = {"MINDIO_STOP_TIMEOUT_S": "5"}
 HA = ["--enable-high-availability"]
 # How long the controller waits for node 1 before scaling in, and for its return: the returned ranks' start-up
-# (about 20 s from registration to ready on two shared cores) must fit in it.
+# (from registration to ready, 7 s to over 20 s on two shared cores, with the load) must fit in it.
 ELASTIC_ARF_WAIT_S = 25
 LOSS_TOLERANCE = 1e-4  # relative: at another data-parallel size the reductions run in another order
 _STEP = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?lm loss: ([\d.E+-]+)")
