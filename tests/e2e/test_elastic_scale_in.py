@@ -17,13 +17,17 @@ process killed during step 7 at dp2): the controller, which learned the layout a
 dump of step 6 alone and the job ends; a plain run loads that dump at dp4 and trains to the last step like
 the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
 each step's 8 micro-batches unevenly (3, 3, 2, their losses weighted by their shares) and train like the
-uninterrupted run."""
+uninterrupted run; then node 1 returns and the job grows back from dp3 to dp4 at step 7, the uneven pieces
+undone (2 micro-batches each, no weight), and ends like the uninterrupted run."""
 
+import contextlib
+import io
 import re
 from collections import defaultdict
 
 import pytest
 
+from mindio_adaptor.cli import build_parser, demo
 from mindio_adaptor.elastic_scenario import run_elastic, samples_by_step
 from mindio_adaptor.tiny_job import process_ids, run_training
 
@@ -32,6 +36,7 @@ ARF_WAIT_S = 15  # how long the controller waits for node 1's replacement before
 # The scale-out run: the returned ranks' start-up (a replacement's, on two shared cores) must fit in the
 # controller's wait for the whole set to be ready, which is MINDIO_ARF_WAIT_S as well.
 ARF_WAIT_OUT_S = 25
+LOST_DURING_STEP = 5  # node 1 is lost after step 4, while the job holds before step 5
 RETURN_AT_STEP = 7
 LAST_STEP = 8
 SAVED_AT_DP2 = 6  # --save-interval of the scale-in run: a checkpoint written after the scale-in, at dp2
@@ -68,11 +73,29 @@ def scaled_in(scaled_in_dir):
 
 
 @pytest.fixture(scope="module")
-def scaled_out(tmp_path_factory):
-    """As scaled_in, then node 1 returns: a new launcher of node 1 starts once the job scaled in, and the
-    survivors' step 7 waits until the controller decides the scale-out (mindio_adaptor/elastic_scenario)."""
-    return run_elastic(tmp_path_factory.mktemp("elastic_out"), lose_after=4, return_at=RETURN_AT_STEP,
-                       arf_wait_s=ARF_WAIT_OUT_S)
+def demo_of_the_scale_out(tmp_path_factory, reference):
+    """`mindio-adaptor demo --scenario elastic --steps 8 --fault-step 5`: its arguments parsed by the CLI's own
+    parser and the scenario run by the demo's own code (cli/demo.elastic, what the command runs after its
+    reference run), in this process, with this module's reference in place of the demo's (the same flags,
+    trained once per session). The run is scaled_in's, then node 1 returns: a new launcher of node 1 starts
+    once the job scaled in, and the survivors' step 7 waits until the controller decides the scale-out
+    (mindio_adaptor/elastic_scenario). Returns what the demo printed, its exit code, the run and the pids lost
+    with node 1."""
+    workdir = tmp_path_factory.mktemp("elastic_out")
+    args = build_parser().parse_args(["demo", "--scenario", "elastic", "--steps", str(LAST_STEP), "--fault-step",
+                                      str(LOST_DURING_STEP), "--workdir", str(workdir), "--timeout", "400"])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code, run, lost = demo.elastic(args, demo.Timeline(), reference, workdir)
+    (workdir / "demo_output.txt").write_text(printed.getvalue())
+    return printed.getvalue(), code, run, lost
+
+
+@pytest.fixture(scope="module")
+def scaled_out(demo_of_the_scale_out):
+    """The demo's run: as scaled_in, then node 1 returns and the job scales out to dp4 at step 7."""
+    _, _, run, lost = demo_of_the_scale_out
+    return run, lost
 
 
 @pytest.fixture(params=["scaled_in", "scaled_out"])
@@ -184,17 +207,31 @@ def test_the_returned_ranks_receive_the_state_from_the_replicas(scaled_out):
     assert received[0] == received[1] == 0 and received[2] > 0 and received[3] > 0, received
 
 
-def test_the_demo_summary_of_the_scale_out_run(scaled_out, reference):
-    """`mindio-adaptor demo --scenario elastic` runs this scenario (mindio_adaptor/elastic_scenario) and prints
-    this summary; checked here on this module's run rather than on a run of its own."""
-    from mindio_adaptor.cli.demo import elastic_summary
-
-    run, _ = scaled_out
-    lines, ok = elastic_summary(run, reference)
-    assert ok, lines
-    assert lines[:2] == ["scaled in dp4 -> dp2 after step 4", f"scaled out dp2 -> dp4 after step {RETURN_AT_STEP - 1}"]
-    assert f"steps completed {LAST_STEP} of {LAST_STEP}" in lines[2]
-    assert "every step saw the same samples as the uninterrupted run" in lines
+def test_the_demo_prints_the_timeline_and_summary_of_the_scale_out_run(demo_of_the_scale_out):
+    """What `mindio-adaptor demo --scenario elastic` prints of this run: its timeline and its summary."""
+    printed, code, _, _ = demo_of_the_scale_out
+    assert code == 0, printed[-6000:]
+    timeline = [line.split("] ", 1)[1] for line in printed.splitlines() if re.match(r"\[ *\d+\.\d\d s\] ", line)]
+    assert timeline[0] == (f"run on two nodes; node 1 lost during step {LOST_DURING_STEP}, a new node 1 started once "
+                           f"the job scaled in, back at step {RETURN_AT_STEP}"), timeline
+    in_order = ["controller: no replacement came; scaling in without ranks [2,3] after step 4",
+                "scaled in dp4 -> dp2 after step 4",
+                f"controller: every retired rank is back and ready; scaling out with ranks [2,3] after step "
+                f"{RETURN_AT_STEP - 1}",
+                f"scaled out dp2 -> dp4 after step {RETURN_AT_STEP - 1}", "run finished"]
+    assert [line for line in timeline if line in in_order] == in_order, timeline
+    returns = [line for line in timeline if "returned after the scale-in" in line]
+    assert sorted(returns) == [f"controller: rank {r} returned after the scale-in (node 1's new launcher)"
+                               for r in (2, 3)], timeline
+    for step in range(1, LAST_STEP + 1):
+        assert re.search(rf"^  elastic run: step {step}/{LAST_STEP} loss \d", printed, re.M), step
+    summary = printed.split("\nsummary\n", 1)[1].splitlines()
+    assert summary[:3] == ["  scaled in dp4 -> dp2 after step 4",
+                           f"  scaled out dp2 -> dp4 after step {RETURN_AT_STEP - 1}",
+                           f"  run exited 0; steps completed {LAST_STEP} of {LAST_STEP}"], summary
+    assert re.fullmatch(r"  largest relative loss difference to the uninterrupted run: \S+ \(at most 0.0001\)",
+                        summary[3]), summary
+    assert summary[4] == "  every step saw the same samples as the uninterrupted run", summary
 
 
 @pytest.fixture(scope="module", params=[4, 2], ids=["dp4", "dp2"])
@@ -396,17 +433,23 @@ def test_the_dump_saved_at_dp2_resumes_at_dp4_like_the_uninterrupted_run(resumed
 def scaled_in_to_dp3(tmp_path_factory):
     """dp4 R=2 on four one-rank nodes: node 1 (rank 1) lost after step 4, not replaced. The three survivors
     cannot share the step's 8 micro-batches (global batch 16, micro-batch size 2) evenly: ranks 0, 2, 3 take
-    3, 3 and 2 of them (core/uneven_split), each loss weighted by its share (9/8, 9/8, 3/4)."""
-    return run_elastic(tmp_path_factory.mktemp("elastic_dp3"), lose_after=4, arf_wait_s=5, nproc_per_node=1)
+    3, 3 and 2 of them (core/uneven_split), each loss weighted by its share (9/8, 9/8, 3/4). Then node 1
+    returns (a new one-rank launcher, as in scaled_out) and at step 7 the job grows back to dp4, where the
+    uneven pieces are undone: Megatron's own calculator (2 micro-batches), its sampler, no weight. The wait
+    (MINDIO_ARF_WAIT_S) is the scale-out run's: the returned rank must be ready within it of its registration
+    (3 s on a quiet machine, over 15 s under a load of 45: docs/elastic.md)."""
+    return run_elastic(tmp_path_factory.mktemp("elastic_dp3"), lose_after=4, return_at=RETURN_AT_STEP,
+                       arf_wait_s=ARF_WAIT_OUT_S, nproc_per_node=1)
 
 
-def test_dp3_uneven_trains_like_the_uninterrupted_dp4_run(scaled_in_to_dp3, reference):
+def test_dp3_uneven_and_back_at_dp4_trains_like_the_uninterrupted_dp4_run(scaled_in_to_dp3, reference):
     run, _ = scaled_in_to_dp3
     run.require_success()
     assert sorted(run.losses) == list(range(1, LAST_STEP + 1)), sorted(run.losses)
-    for step in range(1, LAST_STEP + 1):
+    for step in range(1, LAST_STEP + 1):  # at dp4, dp3 (steps 5, 6) and dp4 again (steps 7, 8)
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
-        # the gradient of the whole global batch: the weights make the uneven shares count as the full job's
+        # the gradient of the whole global batch: the weights make the uneven shares count as the full job's,
+        # and once back at dp4 no rank weighs its loss any more
         assert run.grad_norms[step] == pytest.approx(reference.grad_norms[step], rel=1e-3), step
     expected, got = samples_by_step(reference.output), samples_by_step(run.output)
     for step in range(1, LAST_STEP + 1):  # every sample of the step once, the same set as the full job
@@ -415,11 +458,37 @@ def test_dp3_uneven_trains_like_the_uninterrupted_dp4_run(scaled_in_to_dp3, refe
     assert [consumed[s] for s in range(1, LAST_STEP + 1)] == [16 * s for s in range(1, LAST_STEP + 1)], consumed
     # the scheduler and the log count the global batch: the learning rates and the batch size of the full job
     assert learning_rates_and_batch(run.output) == learning_rates_and_batch(reference.output)
+
+
+def test_dp3_takes_3_3_2_micro_batches_and_dp4_again_2_each(scaled_in_to_dp3):
+    run, _ = scaled_in_to_dp3
     by_step = ranks_by_step(run.output)
-    # the new ranks 0, 1, 2 (the survivors 0, 2, 3) take 3, 3 and 2 of the step's 8 micro-batches
-    assert sorted(by_step[LAST_STEP]) == [0, 0, 0, 1, 1, 1, 2, 2], by_step[LAST_STEP]
+    # Step 6, the one step wholly at dp3 (step 5 also names the micro-batches begun at dp4 before the loss): the
+    # new ranks 0, 1, 2 (the survivors 0, 2, 3) take 3, 3 and 2 of the step's 8
+    assert sorted(by_step[RETURN_AT_STEP - 1]) == [0, 0, 0, 1, 1, 1, 2, 2], by_step[RETURN_AT_STEP - 1]
+    # Back at dp4, Megatron's own calculator: 2 micro-batches on each of ranks 0-3. Step 7 may also name the
+    # micro-batches the survivors began at dp3 before the scale-out stopped them; rank 3 is only at dp4.
+    assert sorted(by_step[LAST_STEP]) == [0, 0, 1, 1, 2, 2, 3, 3], by_step[LAST_STEP]
+    assert by_step[RETURN_AT_STEP].count(3) == 2, by_step[RETURN_AT_STEP]
     [line] = re.findall(r"elastic training: scaled in dp4 -> dp3 [^\n]*", run.output)
     assert "survivors [0, 2, 3], 3, 3, 2 micro-batches (uneven: each rank's loss weighted by its share)" in line
     weights = re.findall(r"uneven split: data-parallel rank (\d) takes (\d) of 8 micro-batches, its loss weighted by "
                          r"([\d.]+)", run.output)
+    # logged once each, at the scale-in's REPAIR; the scale-out's REPAIR weighs nothing
     assert sorted(weights) == [("0", "3", "1.125"), ("1", "3", "1.125"), ("2", "2", "0.75")], weights
+
+
+def test_dp3_grows_back_to_dp4_when_node_1_returns(scaled_in_to_dp3):
+    run, lost = scaled_in_to_dp3
+    lines = re.findall(r"elastic training: scaled out dp3 -> dp4 [^\n]*", run.output)
+    assert len(lines) == 1, run.output[-6000:]
+    assert re.search(rf"\(ranks \[1\] returned; 2 micro-batches each; optimizer replicas R=1 -> R=2\) after step "
+                     rf"{RETURN_AT_STEP - 1} at .*: ranks \[1\], retired by the scale-in, returned; training goes on "
+                     r"from sample 96 with the global batch size 16", lines[0]), lines[0]
+    assert len(re.findall(rf"elastic training: scaling out with ranks \[1\] after step {RETURN_AT_STEP - 1}",
+                          run.output)) == 1
+    seen = process_ids(run.output)
+    for rank in (0, 2, 3):  # the survivors: the same process from start to end
+        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+    gone, last = seen[1]["starting"]  # one process lost with node 1, the returned one finished the run
+    assert gone in lost and seen[1]["done"] == [last], (seen, lost)

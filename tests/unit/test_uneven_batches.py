@@ -77,3 +77,19 @@ def test_the_step_counts_the_global_batch_in_samples_and_scheduler(megatron_calc
     megatron_calculator.reconfigure_num_microbatches_calculator(0, None, 16, 1, 4)
     uneven_batches.count_the_whole_batch(margs, ({}, 0), scheduler)  # an even size: Megatron's count is right
     assert scheduler.increments == [-2] and margs.consumed_train_samples == 60
+
+
+def test_the_scale_outs_rebuilt_optimizer_drops_the_weight(megatron_calculator):
+    """The scale-out's REPAIR: the rebuilt optimizer takes the place of the one Megatron holds
+    (patches/scale_in.take_place_of), and the weight, an attribute of the old one, goes with it."""
+    from mindio_adaptor.patches.scale_in import take_place_of
+
+    uneven_batches.install(UnevenSplit(16, 1, 3), dp_rank=2)
+    held = Optimizer()  # the object Megatron's pretrain() and train() keep
+    uneven_batches.weigh_loss(SimpleNamespace(calculate_per_token_loss=False), held)
+    assert held.scale_loss(torch.tensor(1.0)).item() == 2.0 * 15 / 16
+    megatron_calculator.reconfigure_num_microbatches_calculator(0, None, 16, 1, 4)  # the scale-out's sizes
+    take_place_of(held, Optimizer())
+    assert held.scale_loss(torch.tensor(1.0)).item() == 2.0  # train() entered again takes this one
+    uneven_batches.weigh_loss(SimpleNamespace(calculate_per_token_loss=False), held)  # no uneven share: nothing
+    assert held.scale_loss(torch.tensor(1.0)).item() == 2.0
