@@ -32,6 +32,10 @@ from mindio_adaptor.tiny_job import LocalCluster, RunResult
 
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
 HELD_STEP_LIMIT_S = "300"
+# With a return: how long the controller waits, from the first return, for every returned rank to be ready
+# (MINDIO_SCALE_OUT_WAIT_S). Their start-up takes 3 s on a quiet machine and over 20 s on two busy cores; a
+# returned set sent away would leave the held step waiting out HELD_STEP_LIMIT_S, so this stays well inside it.
+SCALE_OUT_WAIT_S = "180"
 _STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
 _SAMPLE_IDS = re.compile(r"sample ids step (\d+) rank \d+: ([\d,-]+)")
 _STARTED = re.compile(r"rank (\d+) pid (\d+) starting")
@@ -102,7 +106,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                             "--hold-before-step", *map(str, holds), "--hold-until-file", *map(str, files), *flags],
                            nnodes=nnodes, nproc_per_node=nproc_per_node, train_iters=train_iters,
                            on_line=watch,
-                           env={"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}", "MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S})
+                           env={"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}", "MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S,
+                                "MINDIO_SCALE_OUT_WAIT_S": SCALE_OUT_WAIT_S})
     launchers = {node: [cluster.start_node("--node-rank", str(node))] for node in range(nnodes)}
     cluster.wait_for(step_done, f"step {lose_after}")
     lost = cluster.lose_node(launchers[lost_node][0])

@@ -35,9 +35,9 @@ FAULT_KINDS = ("kill", "raise", "hang")
 # keeps the hung rank's failed STOP short.
 HANG_ENV = {"MINDIO_STOP_TIMEOUT_S": "5"}
 HA = ["--enable-high-availability"]
-# How long the controller waits for node 1 before scaling in, and for its return: the returned ranks' start-up
-# (from registration to ready, 7 s to over 20 s on two shared cores, with the load) must fit in it.
-ELASTIC_ARF_WAIT_S = 25
+# How long the controller waits for node 1 before scaling in (the wait for its return, which must fit the
+# returned ranks' start-up, is elastic_scenario.SCALE_OUT_WAIT_S).
+ELASTIC_ARF_WAIT_S = 15
 LOSS_TOLERANCE = 1e-4  # relative: at another data-parallel size the reductions run in another order
 _STEP = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?lm loss: ([\d.E+-]+)")
 

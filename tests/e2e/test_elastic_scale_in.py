@@ -33,9 +33,7 @@ from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 ARF_WAIT_S = 15  # how long the controller waits for node 1's replacement before scaling in
-# The scale-out run: the returned ranks' start-up (a replacement's, on two shared cores) must fit in the
-# controller's wait for the whole set to be ready, which is MINDIO_ARF_WAIT_S as well.
-ARF_WAIT_OUT_S = 25
+# (The scale-out's wait for the returned ranks is its own, MINDIO_SCALE_OUT_WAIT_S: elastic_scenario.)
 LOST_DURING_STEP = 5  # node 1 is lost after step 4, while the job holds before step 5
 RETURN_AT_STEP = 7
 LAST_STEP = 8
@@ -273,7 +271,7 @@ def tp2_scaled_in_and_out(tmp_path_factory):
     launchers of nodes 2 and 3 start, and at step 7 the job grows back to dp2 (as scaled_out, but through a
     checkpoint: --elastic-scale-out-from checkpoint, so that path keeps its end-to-end run)."""
     run, lost = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, return_at=RETURN_AT_STEP,
-                            arf_wait_s=ARF_WAIT_OUT_S,
+                            arf_wait_s=ARF_WAIT_S,
                             flags=["--tensor-model-parallel-size", "2", "--elastic-scale-out-from", "checkpoint"],
                             nproc_per_node=1, lost_node=TP2_LOST_NODE,
                             returning_nodes=(TP2_LEAVING_NODE, TP2_LOST_NODE))
@@ -435,11 +433,11 @@ def scaled_in_to_dp3(tmp_path_factory):
     cannot share the step's 8 micro-batches (global batch 16, micro-batch size 2) evenly: ranks 0, 2, 3 take
     3, 3 and 2 of them (core/uneven_split), each loss weighted by its share (9/8, 9/8, 3/4). Then node 1
     returns (a new one-rank launcher, as in scaled_out) and at step 7 the job grows back to dp4, where the
-    uneven pieces are undone: Megatron's own calculator (2 micro-batches), its sampler, no weight. The wait
-    (MINDIO_ARF_WAIT_S) is the scale-out run's: the returned rank must be ready within it of its registration
-    (3 s on a quiet machine, over 15 s under a load of 45: docs/elastic.md)."""
+    uneven pieces are undone: Megatron's own calculator (2 micro-batches), its sampler, no weight. The returned
+    rank must be ready within MINDIO_SCALE_OUT_WAIT_S of its registration (3 s on a quiet machine, over 15 s
+    under a load of 45: docs/elastic.md; elastic_scenario.SCALE_OUT_WAIT_S)."""
     return run_elastic(tmp_path_factory.mktemp("elastic_dp3"), lose_after=4, return_at=RETURN_AT_STEP,
-                       arf_wait_s=ARF_WAIT_OUT_S, nproc_per_node=1)
+                       arf_wait_s=ARF_WAIT_S, nproc_per_node=1)
 
 
 def test_dp3_uneven_and_back_at_dp4_trains_like_the_uninterrupted_dp4_run(scaled_in_to_dp3, reference):
