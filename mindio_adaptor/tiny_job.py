@@ -31,6 +31,15 @@ TINY_GPT_FLAGS = [
     "--eval-iters", "0", "--eval-interval", "1000", "--seed", "1234",
 ]
 
+# The environment of every process of a tiny job. TORCH_COMPILE_DISABLE: Megatron's set_jit_fusion_options
+# warms up its torch.compile'd fusions (bias+GeLU, bias+dropout+add) whatever the flags say, and the tiny job
+# turns those fusions off (TINY_GPT_FLAGS), so no step calls them; compiling them with inductor on the CPU
+# cost each 4-process run about 15 CPU-seconds of its ~46 (7-8 s of wall time on two cores, measured). Run
+# eagerly, the warm-up draws other random numbers than compiled, so parameters differ from a run without it:
+# every run compared with another must have this environment (run_training and LocalCluster give it).
+JOB_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "TORCH_COMPILE_DISABLE": "1"}
+
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+)"
                         r".*?lm loss: ([\d.E+-]+).*?grad norm: ([\d.]+)")
 _NUM_ZEROS = re.compile(r"iteration\s+(\d+)/.*?num zeros: ([\d.]+)")
@@ -119,8 +128,7 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
                f"--nproc-per-node={nproc}", str(script or EXAMPLE), *TINY_GPT_FLAGS,
                "--train-iters", str(train_iters), *flags]
     run_id = uuid.uuid4().hex
-    full_env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1", RUN_ID_ENV: run_id, **(env or {})}
+    full_env = {**os.environ, **JOB_ENV, RUN_ID_ENV: run_id, **(env or {})}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=full_env, cwd=cwd, start_new_session=True)
     lines: List[str] = []
@@ -202,8 +210,7 @@ class LocalCluster:
         self.common = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
                        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", self.run_id[:12], *launch_flags]
         self.script = [str(EXAMPLE), *TINY_GPT_FLAGS, "--train-iters", str(train_iters), *flags]
-        self.env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1",
-                    "PYTHONUNBUFFERED": "1", RUN_ID_ENV: self.run_id, **(env or {})}
+        self.env = {**os.environ, **JOB_ENV, RUN_ID_ENV: self.run_id, **(env or {})}
         self.on_line = on_line
         self.lines: List[str] = []
         self.launchers: List[subprocess.Popen] = []

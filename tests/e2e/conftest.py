@@ -7,8 +7,10 @@ from mindio_adaptor.tiny_job import load_params, run_training
 
 HA = ["--enable-high-availability"]
 # "ha" and "ha_tp2" also name every micro-batch's samples (tests/e2e/test_elastic_scale_in.py compares
-# them); that changes no result.
-REFERENCE_FLAGS = {"plain": [], "ha": [*HA, "--log-sample-ids"],
+# them), and "ha" checks after every step that each optimizer shard's holders agree
+# (tests/e2e/test_replica_parity.py reads it: one run fewer); neither changes a result (the check only
+# reads and gathers digests; test_replica_parity's overlapped run, without it, ends on the same digest).
+REFERENCE_FLAGS = {"plain": [], "ha": [*HA, "--log-sample-ids", "--verify-optimizer-replicas"],
                    "ha_tp2": [*HA, "--tensor-model-parallel-size", "2", "--log-sample-ids"],
                    "ha_no_replica": [*HA, "--distributed-optimizer-no-replica"]}
 

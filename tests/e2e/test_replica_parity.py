@@ -50,15 +50,16 @@ def test_zero_count_is_not_double_counted():
         assert abs(replicated.num_zeros[step] - zeros) <= 4, (step, zeros, replicated.num_zeros[step])
 
 
-def test_tp2xdp2_replicas_match_plain(tmp_path):
+def test_tp2xdp2_replicas_match_plain(tmp_path, reference_runs):
+    # The replicated side is the session's tp2 reference (its extra log flags change no number).
     tp2 = ["--tensor-model-parallel-size", "2"]
     plain = run_training([*tp2, "--params-out", str(tmp_path / "plain")]).require_success()
-    replicated = run_training([*tp2, *HA, "--params-out", str(tmp_path / "ha")]).require_success()
-    assert_close_runs(plain, replicated, load_params(tmp_path / "plain"), load_params(tmp_path / "ha"))
+    replicated, params_replicated = reference_runs("ha_tp2")
+    assert_close_runs(plain, replicated, load_params(tmp_path / "plain"), params_replicated)
 
 
-def test_holders_of_each_shard_stay_identical_every_step():
-    run = run_training([*HA, "--verify-optimizer-replicas"]).require_success()
+def test_holders_of_each_shard_stay_identical_every_step(reference_runs):
+    run, _ = reference_runs("ha")  # trained with --verify-optimizer-replicas (tests/e2e/conftest.py)
     for step in range(1, 9):
         assert f"step {step}: every optimizer shard identical on its 2 holders" in run.output
     assert "diverged" not in run.output
