@@ -1,6 +1,7 @@
 """patches/scale_out_from_replicas: the scale-out's REPAIR without a checkpoint. Every rank builds its
 objects again loaded from nothing, takes the step's common state from its data-parallel group's first
-survivor, then its optimizer shard through core/state_reshard (the exchange itself: test_state_reshard). Here with a fake Megatron and the group's collectives replaced."""
+survivor, then its optimizer shard through core/state_reshard (the exchange itself: test_state_reshard).
+Here with a fake Megatron and the group's collectives replaced."""
 import logging
 from types import SimpleNamespace
 
