@@ -261,6 +261,37 @@ def test_the_checkpoint_saved_at_dp2_loads_at_dp4_and_at_dp2(resumed, reference)
     assert run.losses[second] == pytest.approx(mean, rel=1e-4), nproc
 
 
+@pytest.fixture(scope="module")
+def tp2_on_two_nodes(tmp_path_factory):
+    """The issue's layout: tp2 x dp2 on two nodes of two ranks, one data-parallel slice per node (ranks 0, 1 on
+    node 0; 2, 3 on node 1). Node 1 is lost after step 4 and not replaced (a 5 s wait: nothing comes): its
+    whole slice is gone with it, no live rank has to leave, and node 0's two TP ranks go on at dp1."""
+    return run_elastic(tmp_path_factory.mktemp("elastic_tp2_two_nodes"), lose_after=4, arf_wait_s=5,
+                       flags=["--tensor-model-parallel-size", "2"])
+
+
+def test_tp2_dp2_on_two_nodes_goes_on_at_dp1_like_the_uninterrupted_run(tp2_on_two_nodes, reference_runs):
+    run, lost = tp2_on_two_nodes
+    run.require_success()
+    reference, _ = reference_runs("ha_tp2")
+    for step in range(1, LAST_STEP + 1):
+        assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
+    expected, got = samples_by_step(reference.output), samples_by_step(run.output)
+    for step in range(1, LAST_STEP + 1):
+        assert got[step] == expected[step], step
+    assert consumed_by_step(run.output)[LAST_STEP] == consumed_by_step(reference.output)[LAST_STEP] == 16 * LAST_STEP
+    # dp1 from step 5 on: both TP ranks of the one slice left name the same 8 micro-batches
+    assert sorted(ranks_by_step(run.output)[LAST_STEP]) == [0] * 8 + [1] * 8
+    [line] = re.findall(r"elastic training: scaled in dp2 -> dp1 [^\n]*", run.output)
+    assert "(data-parallel indices [1] lost a rank; survivors [0, 1], 8 micro-batches each" in line, line
+    assert "ranks [2, 3] were lost and not replaced within MINDIO_ARF_WAIT_S" in line, line
+    assert "leaves the job" not in run.output  # the lost node held the whole slice
+    seen = process_ids(run.output)
+    for rank in (0, 1):
+        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+    assert all(seen[rank]["starting"][0] in lost for rank in (2, 3)), (seen, lost)
+
+
 TP2_LOST_NODE, TP2_LEAVING_NODE = 3, 2  # one rank per node: rank 3 lost, rank 2 (its TP peer) leaves
 
 
