@@ -54,13 +54,15 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                 train_iters: int = 8, on_line: Optional[Callable[[str], None]] = None,
                 timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
                 kill_rank: int = 1, nproc_per_node: int = 2, lost_node: int = 1,
-                returning_nodes: Optional[Sequence[int]] = None) -> Tuple[RunResult, List[int]]:
+                returning_nodes: Optional[Sequence[int]] = None,
+                also_lost: Sequence[int] = ()) -> Tuple[RunResult, List[int]]:
     """The run and the pids lost with the lost node (and the process of `kill_rank`, with `kill_after`); the
     whole log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
     replaces the default's 1000). `nproc_per_node`: the four ranks on two nodes of two, or on four of one
     (node 1 then holds rank 1 alone). `lost_node`: the node lost after `lose_after`; `returning_nodes`: the
-    nodes started again once the job scaled in, with `return_at` (default: the lost node alone). The run's
-    `launcher_codes` name each node's launchers' exit codes, in start order."""
+    nodes started again once the job scaled in, with `return_at` (default: the lost node alone); `also_lost`:
+    nodes lost at the same moment (no return). The run's `launcher_codes` name each node's launchers' exit
+    codes, in start order."""
     if not 1 <= lose_after < train_iters or (return_at is not None and not lose_after + 1 < return_at <= train_iters):
         raise ValueError(f"node 1 lost after step {lose_after} and back at step {return_at} do not fit "
                          f"{train_iters} steps: 1 <= lose after < return - 1 < return <= steps")
@@ -73,6 +75,10 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     if not 0 < lost_node < nnodes or lost_node not in returning or not set(returning) <= set(range(1, nnodes)):
         raise ValueError(f"lost node {lost_node} and returning nodes {returning} must be nodes 1..{nnodes - 1} "
                          f"(node 0 hosts the launchers' store), the lost node among those returning")
+    if also_lost and (return_at is not None or lost_node in also_lost
+                      or not set(also_lost) <= set(range(1, nnodes))):
+        raise ValueError(f"nodes {list(also_lost)} lost with node {lost_node} must be other nodes of 1..{nnodes - 1}, "
+                         f"and none returns")
     workdir.mkdir(parents=True, exist_ok=True)
     lost_file, returned_file = workdir / f"node_{lost_node}_lost", workdir / f"node_{lost_node}_returned"
     killed_file = workdir / f"rank_{kill_rank}_killed"
@@ -111,6 +117,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     launchers = {node: [cluster.start_node("--node-rank", str(node))] for node in range(nnodes)}
     cluster.wait_for(step_done, f"step {lose_after}")
     lost = cluster.lose_node(launchers[lost_node][0])
+    for node in also_lost:
+        lost += cluster.lose_node(launchers[node][0])
     lost_file.touch()
     if return_at is not None:
         cluster.wait_for(scaled_in, "the scale-in")

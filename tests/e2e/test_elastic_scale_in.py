@@ -28,6 +28,7 @@ from collections import defaultdict
 import pytest
 
 from mindio_adaptor.cli import build_parser, demo
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
 from mindio_adaptor.elastic_scenario import run_elastic, samples_by_step
 from mindio_adaptor.tiny_job import process_ids, run_training
 
@@ -290,6 +291,30 @@ def test_tp2_dp2_on_two_nodes_goes_on_at_dp1_like_the_uninterrupted_run(tp2_on_t
     for rank in (0, 1):
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
     assert all(seen[rank]["starting"][0] in lost for rank in (2, 3)), (seen, lost)
+
+
+@pytest.fixture(scope="module")
+def shard_without_holder(tmp_path_factory):
+    """dp4 R=2 on four one-rank nodes (shard 0 held by ranks 0 and 2, shard 1 by 1 and 3): nodes 1 and 3 are
+    lost together after step 4. Shard 1 is gone with both its holders: no replacement, dump or scale-in can
+    bring it back."""
+    return run_elastic(tmp_path_factory.mktemp("elastic_no_holder"), lose_after=4, arf_wait_s=5,
+                       nproc_per_node=1, lost_node=1, also_lost=(3,))
+
+
+def test_a_shard_without_any_holder_is_refused_naming_it_and_the_job_ends(shard_without_holder):
+    """A clear refusal, then the exit as without elastic training: the controller names the shard and its
+    holders and why it does not scale in, nothing is saved, and the survivors end (86: resume from the last
+    checkpoint)."""
+    run, lost = shard_without_holder
+    assert run.returncode == ENDED_BY_CONTROLLER, run.output[-6000:]
+    [why] = re.findall(r"state ABNORMAL -> EXIT: no recovery possible: [^\n]*", run.output)
+    assert "dump impossible, no complete replica: type 0 group 0 shard 1 (holders [1,3] all dead, faulty or " \
+           "behind); elastic training cannot scale in either: no survivor holds these shards, the job ends" in why, why
+    for absent in ("scaling in without ranks", "elastic training: scaled in", "dump of step", "waiting up to"):
+        assert absent not in run.output, absent
+    assert run.launcher_codes[0] == run.launcher_codes[2] == [ENDED_BY_CONTROLLER], run.launcher_codes
+    assert max(run.losses) == 4, sorted(run.losses)
 
 
 TP2_LOST_NODE, TP2_LEAVING_NODE = 3, 2  # one rank per node: rank 3 lost, rank 2 (its TP peer) leaves
