@@ -113,15 +113,18 @@ def resume_at_checkpoint(session, megatron, step: int, what: str, refused) -> No
         raise refused(f"asked to {what} from the checkpoint of step {step} under {session.save_root}; loaded "
                       f"step {iteration}")
     margs = megatron.args()
-    session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
-                                  megatron.rng_states())
-    session.job.completed_steps.append(step)
-    restart_data_at(session, megatron, step, what)
+    resume_at(session, megatron, StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples,
+                                              flops, megatron.rng_states()), what)
 
 
-def restart_data_at(session, megatron, step: int, what: str) -> None:
-    """The data iterators started again at Megatron's consumed samples, with the current data-parallel rank
-    and size."""
+def resume_at(session, megatron, snapshot: StepSnapshot, what: str) -> None:
+    """The end of a resize's REPAIR, once the state of `snapshot`'s step is in place: it is the session's last
+    completed step, and the data iterators start again at Megatron's consumed samples, with the current
+    data-parallel rank and size."""
+    step = snapshot.iteration
+    session.latest = snapshot
+    if step not in session.job.completed_steps:
+        session.job.completed_steps.append(step)
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"{what.replace(' ', '-')} at step {step}"), step)
 

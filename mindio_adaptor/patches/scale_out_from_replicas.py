@@ -38,10 +38,7 @@ def resume_from_replicas(session, megatron, step: int, returning: bool) -> None:
         job.scheduler.load_state_dict(common["scheduler"])
     wanted = megatron.optimizer_state_slots(job.model, job.optimizer)
     pieces, received = state_reshard.reshard_in_group(group, held, wanted)
-    session.latest = snapshot
-    if step not in job.completed_steps:
-        job.completed_steps.append(step)
-    scale_in.restart_data_at(session, megatron, step, "scale out")
+    scale_in.resume_at(session, megatron, snapshot, "scale out")
     logger.info("scale-out: step %d's optimizer state resharded from the replicas in memory at rank %d (%d "
                 "pieces, %d bytes received) in %.2f s", step, megatron.args().rank, pieces, received,
                 time.monotonic() - started)

@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 def scale_out_state(session, megatron, action) -> int:
     started, step, margs = time.monotonic(), action.step, megatron.args()
     returning = session.replacement.active and not session.replacement.joined
-    if scale_out.from_replicas(margs):
+    from_replicas = scale_out.from_replicas(margs)
+    if from_replicas:
         resume_from_replicas(session, megatron, step, returning)
     else:
         scale_in.resume_at_checkpoint(session, megatron, step, "scale out", ScaleOutRefused)
@@ -33,9 +34,10 @@ def scale_out_state(session, megatron, action) -> int:
     if margs.rank == 0 and plan is not None:
         logger.warning("elastic training: scaled out %s after step %d at %s: ranks %s, retired by the scale-in, "
                        "returned; training goes on from sample %d with the global batch size %d (state %s in "
-                       "%.2f s)", plan.describe(), step, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-                       list(plan.returned), margs.consumed_train_samples, margs.global_batch_size,
-                       "from the replicas" if scale_out.from_replicas(margs) else "loaded", time.monotonic() - started)
+                       "%.2f s)", plan.describe(), step,
+                       datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), list(plan.returned),
+                       margs.consumed_train_samples, margs.global_batch_size,
+                       "from the replicas" if from_replicas else "loaded", time.monotonic() - started)
     session.timeline.mark("scaled out", f"to {margs.world_size} ranks at step {step}")
     return 0
 
