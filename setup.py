@@ -18,7 +18,11 @@ if native_sources:
             include_dirs=["csrc"],
             cxx_std=17,
             extra_compile_args=["-O2", "-Wall"],
-            extra_link_args=["-pthread"],
+            # A toolchain that links libstdc++ statically (seen: the CUDA image's /opt/gcc g++) puts a second
+            # copy of it in the module; exported, its symbols mix with the copy torch loaded, and the first
+            # number a C++ stream formats crashed the controller (docs/gpu_check.md). Kept private, each copy
+            # stays whole; with a shared libstdc++ the flag changes nothing.
+            extra_link_args=["-pthread", "-Wl,--exclude-libs,ALL"],
         )
     )
 

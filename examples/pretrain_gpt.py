@@ -54,8 +54,9 @@ def get_batch(data_iterator):
     batch = next(data_iterator)
     if "sample_id" in batch:
         log_sample_ids(batch["sample_id"])
-    return (batch["tokens"], batch["labels"], batch["loss_mask"], batch.get("attention_mask"),
-            batch["position_ids"])
+    # to the accelerator, as Megatron's own get_batch does (a no-op under the CPU device layer)
+    return tuple(None if t is None else t.cuda(non_blocking=True) for t in (
+        batch["tokens"], batch["labels"], batch["loss_mask"], batch.get("attention_mask"), batch["position_ids"]))
 
 
 def loss_func(loss_mask, output_tensor, model=None):

@@ -5,6 +5,7 @@ from mindio_adaptor.core import cpu_torch, logs
 # Modules of this package whose PATCHES are applied, in order.
 PATCH_MODULES = [
     "cpu_support",
+    "dataset_helpers",
     "arguments",
     "parallel_state",
     "training",

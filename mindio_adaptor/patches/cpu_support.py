@@ -93,10 +93,6 @@ def _set_rng_state(wrapped, instance, args, kwargs):
     torch.set_rng_state(new_state)
 
 
-def _skip(wrapped, instance, args, kwargs):
-    return None
-
-
 def _no_device_arch(wrapped, instance, args, kwargs):
     return 0  # older than any GPU: Megatron keeps its conservative defaults
 
@@ -116,8 +112,6 @@ RANDOM = "megatron.core.tensor_parallel.random"
 PATCHES = [
     Patch(RANDOM, "_get_cuda_rng_state", _get_rng_state, _on_cpu, upstream=False),
     Patch(RANDOM, "_set_cuda_rng_state", _set_rng_state, _on_cpu, upstream=False),
-    # The helpers are compiled when megatron-core is built; the package ships no Makefile.
-    Patch("megatron.core.datasets.utils", "compile_helpers", _skip, _on_cpu, upstream=False),
     Patch("megatron.training.initialize", "initialize_megatron", _allow_no_cuda, _on_cpu, upstream=False),
     Patch("megatron.training.utils.common_utils", "get_device_arch_version", _no_device_arch, _on_cpu,
           upstream=False),

@@ -11,7 +11,8 @@ import sys
 from mindio_adaptor.patches import registry
 from mindio_adaptor.tiny_job import params_digest
 
-registry.patch_all(only=("cpu_support",))  # device emulation only; a no-op where a GPU or NPU exists
+# device emulation (a no-op where a GPU or NPU exists) and the shipped dataset helpers only
+registry.patch_all(only=("cpu_support", "dataset_helpers"))
 
 import megatron.training  # noqa: E402
 import torch  # noqa: E402
