@@ -157,7 +157,9 @@ Plan plan_fault(const RankSnapshots& ranks, const ReplicaManager& replicas, cons
     for (const auto& [rank, f] : p.ctx.faults) in.kinds.insert(f.kind);
     in.repairable = every_rank_repairable(replicas, p.ctx);
     p.savers = replicas.savers(p.ctx.unavailable);
-    in.dump_possible = !replicas.empty() && p.savers.complete();
+    // Before the first update completes nothing is worth a checkpoint (the job's start is its resume point):
+    // a save would be asked for step -1, which no rank has (seen on a GPU, docs/gpu_check.md).
+    in.dump_possible = !replicas.empty() && p.savers.complete() && p.ctx.repair_step >= 0;
     p.reloadable_step = reloadable_step(ranks, p.ctx);
     in.reload_possible = p.reloadable_step >= 0;
     if (!in.repairable) p.ctx.reload_step = p.reloadable_step;
@@ -177,6 +179,7 @@ std::string missing_shards_text(const SaverPlan& plan) {
 
 std::string exit_reason(const Plan& plan) {
     if (plan.input.dump_possible) return plan.why;
+    if (plan.ctx.repair_step < 0) return plan.why + "; nothing to dump: no step has completed yet";
     return plan.why + "; dump impossible, no complete replica:" + missing_shards_text(plan.savers);
 }
 

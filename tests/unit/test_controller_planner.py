@@ -182,6 +182,14 @@ def test_unknown_error_is_dumped():
     assert p["cluster_offer"] == ["dump", "exit"]
 
 
+def test_a_fault_before_any_step_completed_ends_the_job_without_asking_for_a_save():
+    # seen on a GPU: a fault in step 1 was decided dump of step -1, and every saver failed its save
+    p = nat.plan_fault([-1, -1, -1, -1], {2: "unknown"}, DP4_R2)
+    assert (p["strategy"], p["repair_step"], p["dump_possible"]) == ("exit", -1, False)
+    assert p["exit_reason"].endswith("; nothing to dump: no step has completed yet")
+    assert "dump" not in p["cluster_offer"]
+
+
 def test_a_lost_process_whose_peer_has_a_memory_error_ends_the_job():
     p = nat.plan_fault([5, 5, 5, {"step": 5, "dead": True}], {1: "memory", 3: "node"}, DP4_R2)
     assert (p["strategy"], p["dump_possible"]) == ("exit", False)
