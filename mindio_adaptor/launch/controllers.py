@@ -47,10 +47,16 @@ class ControllerStartError(RuntimeError):
 
 
 def reachable_host(config: LaunchConfig) -> str:
-    """The address the other nodes reach this one at: loopback when the job runs on this host alone."""
-    if socket.gethostbyname(config.master_addr).startswith("127."):
+    """The address the other nodes reach this one at: loopback when the job runs on this host alone, else this
+    host's address on the route to node 0. Not the host name's address: on many hosts (Debian's /etc/hosts) it is
+    127.0.1.1, and a lifeline published there made a watcher on another host take a refused connection to its own
+    loopback for proof that a healthy node was gone (seen with each node in a network namespace of its own)."""
+    master = socket.gethostbyname(config.master_addr)
+    if master.startswith("127."):
         return "127.0.0.1"
-    return socket.gethostbyname(socket.gethostname())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((master, config.master_port or 9))  # a datagram socket's connect only picks the route
+        return probe.getsockname()[0]
 
 
 class HostedController:
