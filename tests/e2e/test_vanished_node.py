@@ -1,0 +1,108 @@
+"""A node that vanishes on the real megatron.training (dp4, R=2, gloo, --enable-worker-reboot): each launcher on a
+host of its own (a network namespace, tests/netns_hosts.py), node 1's link taken down at the bridge after step 3.
+Its launcher and workers keep running and nobody hears a FIN or a RST from them: the survivors wait in a gloo
+collective on peers that never answer. The hang rule names the silent ranks, the standby on a third host takes
+node 1's place on the beat's evidence, its workers join and are repaired from node 0's ranks, and the run ends
+with the uninterrupted run's losses and digest. When node 1's link comes back (after the job ended) its old
+launcher finds the job's store gone and, past --node0-wait, stops its workers and exits 1."""
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mindio_adaptor.tiny_job import LocalCluster, _pump, process_ids
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from netns_hosts import NetnsHosts, available  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(bool(available()), reason=available() or "-")]
+FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]
+STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
+
+
+class HostedCluster(LocalCluster):
+    """LocalCluster whose launchers each run on a host of `hosts`; node 0's host holds the launchers' store."""
+
+    def __init__(self, hosts, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hosts = hosts
+        endpoint = self.common.index("--rdzv-endpoint") + 1
+        self.common[endpoint] = f"{hosts.address(0)}:{self.common[endpoint].rsplit(':', 1)[1]}"
+        self.env.update(hosts.environment(0))
+
+    def start_on(self, host, *node_flags):
+        proc = self.hosts.popen(host, [sys.executable, "-m", "mindio_adaptor.launch", *self.common, *node_flags,
+                                       *self.script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=self.env, start_new_session=True)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, self.lines, self.on_line), daemon=True)
+        reader.start()
+        self.launchers.append(proc)
+        self._readers.append(reader)
+        return proc
+
+
+@pytest.fixture(scope="module")
+def node_1_vanished():
+    step_3 = threading.Event()
+
+    def on_line(line):
+        match = STEP_LOGGED.search(line)
+        if match and int(match.group(1)) == 3:
+            step_3.set()
+
+    with NetnsHosts(3) as hosts:
+        # --node0-wait: the job ends while node 1 is cut off; back, its old launcher finds no store and waits that
+        # long for a new node 0 (600 s by default) before it stands down
+        cluster = HostedCluster(hosts, FLAGS, launch_flags=["--node-lost-after", "3", "--node0-wait", "20"],
+                                on_line=on_line)
+        cluster.start_on(0, "--node-rank", "0")
+        node_1 = cluster.start_on(1, "--node-rank", "1")
+        cluster.start_on(2, "--standby")
+        cluster.wait_for(step_3, "step 3")
+        old_workers = [child.pid for child in psutil.Process(node_1.pid).children()]
+        hosts.vanish(1)
+        cluster.lost.append(node_1)  # not waited for with the others: it is unreachable until it comes back
+        try:
+            for launcher in cluster.launchers:
+                if launcher is not node_1:
+                    launcher.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+            raise AssertionError("the job did not end within 600 s:\n" + "".join(cluster.lines)[-6000:]) from None
+        hosts.come_back(1)
+        try:
+            node_1_code = node_1.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            node_1_code = None
+        old_alive = [pid for pid in old_workers if psutil.pid_exists(pid)]
+        run = cluster.wait(timeout=30)  # every launcher has ended: the output, and what was left behind
+        yield run, node_1_code, old_alive
+
+
+def test_the_run_ends_as_the_uninterrupted_one(node_1_vanished, reference_runs):
+    run, _, _ = node_1_vanished
+    run.require_success()
+    reference, _ = reference_runs("ha")
+    assert run.losses == reference.losses
+    assert run.digest == reference.digest
+    assert not run.leftover
+
+
+def test_the_silent_ranks_are_named_and_replaced_by_the_standby(node_1_vanished):
+    run, _, _ = node_1_vanished
+    assert re.search(r"silent and hung: .*silent: \[2,3\]", run.output), run.output[-4000:]
+    assert "decision recover: faults 2:node 3:node" in run.output
+    assert re.search(r"node 1 was lost: this launcher takes its place .*beat was silent for 3 s", run.output)
+    seen = process_ids(run.output)
+    for rank in (0, 1):  # node 0's processes never change
+        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+
+
+def test_the_old_launcher_stands_down_when_its_link_comes_back(node_1_vanished):
+    run, node_1_code, old_alive = node_1_vanished
+    assert node_1_code == 1 and not old_alive, (node_1_code, old_alive)
+    assert re.search(r"node 1\] node 1 lost the launchers' store .* waits up to 20 s \(--node0-wait\)", run.output)
