@@ -9,8 +9,9 @@ The rank's replacement was started alone by node 1's second launcher, which had 
 environment when it started: the store and controller of the first node 0, dead since the second fault,
 and MINDIO_REHOSTED_SLOT (that launcher had re-hosted slot 1), which made the not-yet-registered process
 skip node 1's store, the only one that answered. It died at once, 50 times. Now every process a launcher
-starts gets the job's current lists, read from the launchers' store at its start, and the slot only with
-the launcher's first workers (launch/membership).
+starts gets the job's current lists, read from the launchers' store at its start, and the slot only until
+the members adopted it (launch/membership). On the code before that, both sequences here ended in group
+restarts whose workers could not register (a dead controller, a backup leading nothing) and never finished.
 
 The sequence and its mirror (node 0 replaced, then node 1, then a rank of node 0 killed) each end
 bit-identical to the uninterrupted run, every launcher exiting 0. Each fault comes once the previous
@@ -86,8 +87,10 @@ def play(first, second, rank_killed, out):
     story.wait(cluster, lambda: story.recovered(2), f"a step after node {second}'s replacement")
     killed = story.pids[rank_killed]
     os.kill(killed, signal.SIGKILL)  # the worker process alone, not its node
-    run = cluster.wait(timeout=500)
-    (out / "output.log").write_text(run.output)  # the whole story, for a failure
+    try:
+        run = cluster.wait(timeout=500)
+    finally:  # the whole story, for a failure
+        (out / "output.log").write_text("".join(cluster.lines))
     codes = [proc.returncode for proc in cluster.launchers if proc not in cluster.lost]
     return run, codes, killed
 
