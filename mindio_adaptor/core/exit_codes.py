@@ -21,6 +21,11 @@ LEFT_THE_JOB = 87
 # A rank that lost the controller while it waited for a decision: nothing was decided, so it ends like a
 # crash (the launcher may start it again, the job resumes from its last complete checkpoint).
 CONTROLLER_LOST = 1
+# A replacement process (worker reboot) that reached none of the job's stores, or none of its controllers,
+# during its start: nothing to join with the addresses it was given (core/unreachable_job). Its launcher
+# starts it again only once the job's lists changed (a lost node re-hosted its slot), never with the same
+# ones: it would fail the same way. 88: as 86 and 87, none of the codes crashes produce.
+JOB_UNREACHABLE = 88
 
 
 def describe(returncode: int) -> str:
@@ -35,4 +40,6 @@ def describe(returncode: int) -> str:
         return f"exit code {returncode} (ENDED_BY_CONTROLLER)"
     if returncode == LEFT_THE_JOB:
         return f"exit code {returncode} (LEFT_THE_JOB)"
+    if returncode == JOB_UNREACHABLE:
+        return f"exit code {returncode} (JOB_UNREACHABLE)"
     return f"exit code {returncode}"

@@ -102,13 +102,18 @@ def copy_into(address: Tuple[str, int], names: Sequence[str], timeout_s: float =
         value = read_or(name, _MISSING, timeout_s)
         if value is _MISSING:
             continue
-        try:
-            _connect(address, timeout_s).set(PREFIX + name, pickle.dumps(value))
-        except Exception as exc:
-            _clients.pop(address, None)
-            raise JobStoreError(f"'{name}' could not be copied into the store at {_where(address)}: {exc}") from exc
+        write_into(address, name, value, timeout_s)
         copied.append(name)
     return copied
+
+
+def write_into(address: Tuple[str, int], name: str, value: Any, timeout_s: float = 30.0) -> None:
+    """Write one fact into the store at `address` only."""
+    try:
+        _connect(address, timeout_s).set(PREFIX + name, pickle.dumps(value))
+    except Exception as exc:
+        _clients.pop(address, None)
+        raise JobStoreError(f"'{name}' could not be written into the store at {_where(address)}: {exc}") from exc
 
 
 _MISSING = object()

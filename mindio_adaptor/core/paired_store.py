@@ -26,6 +26,10 @@ ENV_STORES = "MINDIO_STORE_ADDRS"
 # Set by a launcher that replaced a lost node and hosts its slot again (core/rehosted_slot): that store is
 # new and holds none of the job's facts until the members adopt it.
 ENV_REHOSTED_SLOT = "MINDIO_REHOSTED_SLOT"
+# The fact the members write into a re-hosted slot's new store once they adopted it (core/rehosted_slot): from
+# then on it holds the job's facts like the others, and a process starting on that node need not skip it nor
+# announce the slot again. The launcher hosting that store reads it (launch/membership).
+REHOSTED_STORE_ADOPTED = "control/rehosted_store_adopted"
 PROBE_S = 2.0  # a store that does not accept a connection within this is skipped (a dead host's silence)
 # The paired store is given longer: members that fell back from it on a slow answer would meet elsewhere
 # than the others. A dead host refuses at once (its port closed) or stays silent; only silence costs this.

@@ -10,7 +10,9 @@ of the leading node would end the job (nothing left to take over). So:
   (MINDIO_REHOSTED_SLOT=i) publishes the slot's new addresses in every store of the job that answers;
 - adopt: every member, at the next rebuild of the communicators (every replacement has registered by
   then, so its announcement is there), takes the announced slots into its lists and its processor's, and
-  copies the job's facts into the new store, which may have to serve the job when its controller leads.
+  copies the job's facts into the new store, which may have to serve the job when its controller leads;
+  then marks the store adopted (REHOSTED_STORE_ADOPTED), which ends the announcing: the launcher gives
+  MINDIO_REHOSTED_SLOT only to the processes it starts before that (launch/membership).
 
 The leader never changes here: a slot is only re-hosted after its node was lost, so it was not leading.
 """
@@ -22,7 +24,8 @@ from typing import List, MutableMapping, Optional, Sequence
 
 from mindio_adaptor.core import job_store, processor_link
 from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_addresses
-from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES, rehosted_slot, store_addresses
+from mindio_adaptor.core.paired_store import (ENV_REHOSTED_SLOT, ENV_STORES, REHOSTED_STORE_ADOPTED, rehosted_slot,
+                                              store_addresses)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ def adopt(facts: Sequence[str], environ: MutableMapping[str, str] = os.environ) 
         if (controllers[slot], stores[slot]) == (controller, store):
             continue
         copied = job_store.copy_into(store, facts)  # read where this process meets the job now
+        job_store.write_into(store, REHOSTED_STORE_ADOPTED, slot)  # after the facts: they are there once it is
         controllers[slot], stores[slot] = controller, store
         link = processor_link.current_or_none()
         if link is not None:

@@ -14,11 +14,13 @@ from typing import Dict, List, Optional
 
 from torch.distributed import DistError
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB, describe
-from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES
+from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB, describe
+from mindio_adaptor.core.paired_store import ENV_STORES
+from mindio_adaptor.launch import membership
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
+from mindio_adaptor.launch.membership import Membership
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage
 from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
@@ -54,8 +56,9 @@ class NodeAgent:
         self.ended_after_leaving: Dict[int, int] = {}  # rank -> the exit of a process whose training was over
         self.left_the_job: List[int] = []  # ranks a scale-in dropped: their processes exited LEFT_THE_JOB
         self.controller = HostedController(config, store, log)
-        self._controllers_env: Dict[str, str] = {}  # the controllers' list and token, for every worker
-        self._stores_env: Dict[str, str] = {}  # the generation's workers' stores beside the controllers
+        self._controllers_env: Dict[str, str] = {}  # the controllers' list and token, as last read
+        self._stores_env: Dict[str, str] = {}  # the generation's workers' stores beside the controllers, as last read
+        self._joined_generation: Optional[int] = None  # a replacing launcher: the generation it joined
         self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
         self.fenced = False  # another launcher took this node rank: leave the job to it
         self._refill_at: Optional[float] = None  # when the warm pool is filled again after a hand-out
@@ -214,7 +217,8 @@ class NodeAgent:
     def _start_generation(self, generation: int, replacing: bool = False) -> None:
         self.generation = generation
         self.master_port = self.store.open_generation(generation)
-        self._stores_env = self.store.worker_stores(generation)
+        if replacing:
+            self._joined_generation = generation
         pids = [self._start(w, restarted=replacing) for w in self.workers]
         warm = sum(w.warm for w in self.workers)
         self.log.info("generation %d: started ranks %s as pids %s%s%s; workers' store at %s:%d%s", generation,
@@ -237,15 +241,29 @@ class NodeAgent:
         if spares:
             self.log.info("warm spare workers started: pids %s", spares)
 
-    def _rehosted_env(self) -> Dict[str, str]:
-        """A node that hosts a lost node's slot again: its workers announce the slot's new addresses."""
-        return {ENV_REHOSTED_SLOT: str(self.config.node_rank)} if self.controller.rehosts else {}
+    def _membership(self) -> Membership:
+        """The job's lists now (launch/membership), kept as the last known for a rejoin of a new node 0."""
+        known = Membership(self.master_port, {**self._controllers_env, **self._stores_env})
+        now = membership.current(self.config, self.store, self.generation, known)
+        self.master_port = now.master_port
+        self._controllers_env = {k: v for k, v in now.lists.items() if k != ENV_STORES}
+        self._stores_env = {k: v for k, v in now.lists.items() if k == ENV_STORES}
+        return now
 
-    def _start(self, worker: Worker, restarted: bool) -> int:
+    def _env_for(self, worker: Worker, restarted: bool) -> Dict[str, str]:
+        """What a process of `worker` started now gets: the job's current lists, and the re-hosted slot where
+        it applies (launch/membership)."""
+        worker.given = self._membership()
+        rehosted = membership.rehosted_slot_env(self.config, self.store, self.controller.rehosts,
+                                                self._joined_generation, self.generation)
+        return worker_env(self.config, worker.local_rank, worker.given.master_port,
+                          restart_count=self.generation + worker.reboots, restarted=restarted,
+                          extra={**worker.given.lists, **rehosted})
+
+    def _start(self, worker: Worker, restarted: bool, alone: bool = False) -> int:
         """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
-        env = worker_env(self.config, worker.local_rank, self.master_port,
-                         restart_count=self.generation + worker.reboots, restarted=restarted,
-                         extra={**self._controllers_env, **self._stores_env, **self._rehosted_env()})
+        env = self._env_for(worker, restarted)
+        worker.alone = alone
         warm = self.warm.take() if restarted else None
         if warm is not None:
             try:
@@ -301,9 +319,23 @@ class NodeAgent:
         if generation <= self.generation or self.ended:
             return False
         self.log.info("another node restarts the whole group: generation %d", generation)
-        self._stop(signal.SIGTERM, "group restart")
-        self._start_generation(generation)
+        if self._stop_for_group_restart():
+            self._start_generation(generation)
         return True
+
+    def _stop_for_group_restart(self) -> bool:
+        """Stop every local worker for a group restart; False when the restart must not start: a worker
+        exited ENDED_BY_CONTROLLER (before or during the stop: the controller decided the end meanwhile) or
+        another node saw one. Nothing is restarted after a decided end (docs/launch.md)."""
+        codes = self._stop(signal.SIGTERM, "group restart")
+        ended = sorted(rank for rank, code in codes.items() if code == ENDED_BY_CONTROLLER)
+        if not ended and not self.store.controller_ended():
+            return True
+        self.ended = True
+        self.store.mark_controller_end()
+        self.log.info("no group restart: the recovery controller ended the job (%s); nothing is restarted",
+                      f"ranks {ended} exited {describe(ENDED_BY_CONTROLLER)}" if ended else "seen on another node")
+        return False
 
     def _check_workers(self) -> Optional[Outcome]:
         for worker in self.workers:
@@ -333,9 +365,13 @@ class NodeAgent:
             return None
         # Other nodes' workers are out of sight: assume they run (a launcher per node sees only its own).
         peers_running = self.config.nnodes > 1 or any(w.running() for w in self.workers if w is not worker)
+        no_reboot = self._no_blind_reboot(worker, code)
         verdict = on_exit(code, worker_reboot=self.config.worker_reboot, ended=self.ended,
                           rank_reboots=worker.reboots, group_restarts=self.generation,
-                          max_restarts=self.config.max_restarts, peers_running=peers_running)
+                          max_restarts=self.config.max_restarts, peers_running=peers_running,
+                          reboots_stopped=bool(no_reboot))
+        if no_reboot and verdict in (Verdict.RESTART_GROUP, Verdict.GIVE_UP):
+            self.log.info("rank %d: no more reboots of this rank: %s", worker.rank, no_reboot)
         if verdict is Verdict.DONE:
             self.log.info("%s%s", what, "; not restarted: the recovery controller ended the job" if code else "")
         elif verdict is Verdict.ENDED:
@@ -351,11 +387,25 @@ class NodeAgent:
         elif verdict is Verdict.RESTART_GROUP:
             self.log.info("%s; restarting the whole group (group restart %d of %d)", what, self.generation + 1,
                           self.config.max_restarts)
-            self._stop(signal.SIGTERM, "group restart")
-            self._start_generation(self.store.request_restart(self.generation))
+            if self._stop_for_group_restart():
+                self._start_generation(self.store.request_restart(self.generation))
         else:
             return self._give_up(what)
         return None
+
+    def _no_blind_reboot(self, worker: Worker, code: int) -> str:
+        """Why `worker`'s rank must not be started again alone now (empty: it may): its process could reach
+        nothing of the job and the job's lists are still those it got, or it is in a restart loop
+        (launch/restart_loop)."""
+        worker.loop.ended(code, worker.lived_s(), worker.alone)
+        if code == JOB_UNREACHABLE and worker.given is not None:
+            now = self._membership()
+            if now == worker.given:
+                return (f"its process reached none of the job's stores or controllers ({describe(code)}), and the "
+                        f"launchers' store names the same ones now: {now.describe()}")
+            self.log.info("rank %d: its process reached none of the job's stores or controllers; the job's lists "
+                          "changed since its start: %s", worker.rank, now.describe())
+        return worker.loop.cause() if worker.loop.stuck() else ""
 
     def _tell_controller(self, worker: Worker, code: int) -> bool:
         """The OS's word that a rank's process ended, to the recovery controller leading the job (when the
@@ -387,7 +437,7 @@ class NodeAgent:
 
     def _reboot(self, worker: Worker, what: str) -> None:
         worker.reboots += 1
-        pid = self._start(worker, restarted=True)
+        pid = self._start(worker, restarted=True, alone=True)
         self.log.info("%s; worker reboot: rank %d started again alone as pid %d%s (MINDIO_RESTARTED=1, restart %d "
                       "of %d for this rank)", what, worker.rank, pid, ", a warm spare" if worker.warm else "",
                       worker.reboots, self.config.max_restarts)
@@ -403,8 +453,9 @@ class NodeAgent:
 
     # --- stopping ------------------------------------------------------------------------------------------
 
-    def _stop(self, sig: int, why: str) -> None:
-        """Stop every running local worker (sig, then SIGKILL after the grace); one line says how each ended."""
+    def _stop(self, sig: int, why: str) -> Dict[int, int]:
+        """Stop every running local worker (sig, then SIGKILL after the grace); one line says how each ended.
+        Returns {rank: return code} of those stopped and of those that had ended unanswered before."""
         # Workers that ended by themselves since the last check are named here too, or never.
         ended = {w.rank: w.poll() for w in self.workers if w.proc and not w.running() and w.pid not in self._reported}
         codes: Dict[int, int] = stop_all(self.workers, sig, self.config.shutdown_timeout)
@@ -415,6 +466,7 @@ class NodeAgent:
         if ended:
             self.log.info("ended before the stop (%s): %s", why,
                           ", ".join(f"rank {rank} {describe(code)}" for rank, code in sorted(ended.items())))
+        return {**ended, **codes}
 
     def _publish_end(self, reason: str) -> None:
         try:

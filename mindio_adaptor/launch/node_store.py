@@ -29,7 +29,8 @@ from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCP
 from torch.distributed.elastic.utils.distributed import get_free_port
 
 from mindio_adaptor.core.comm import host_store
-from mindio_adaptor.core.paired_store import ENV_STORES
+from mindio_adaptor.core.job_store import PREFIX
+from mindio_adaptor.core.paired_store import ENV_STORES, REHOSTED_STORE_ADOPTED
 from mindio_adaptor.launch import lifeline, node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key, controllers_keys, reachable_host
@@ -353,6 +354,18 @@ class NodeStore:
             self.store.set(key, address)
         else:
             self.store.compare_set(key, "", address)
+
+    def generation_port(self, generation: int) -> Optional[int]:
+        """The port of `generation`'s workers' store on node 0 as published now (a new node 0 hosts a new
+        one), or None while none is."""
+        key = _key_port(generation)
+        return int(self.store.get(key)) if self.store.check([key]) else None
+
+    def rehosted_store_adopted(self, generation: int) -> bool:
+        """Whether the members adopted the workers' store this node hosts for `generation` as a re-hosted
+        slot's (core/rehosted_slot marks it once the job's facts are copied there)."""
+        store = self._worker_stores.get(generation)
+        return store is not None and store.check([PREFIX + REHOSTED_STORE_ADOPTED])
 
     def worker_stores(self, generation: int) -> Dict[str, str]:
         """What every worker gets with --controllers: the workers' stores of `generation` in node order,

@@ -17,12 +17,13 @@ class Verdict(Enum):
 
 
 def on_exit(returncode: int, *, worker_reboot: bool, ended: bool, rank_reboots: int, group_restarts: int,
-            max_restarts: int, peers_running: bool = True) -> Verdict:
+            max_restarts: int, peers_running: bool = True, reboots_stopped: bool = False) -> Verdict:
     """`rank_reboots`: how often this rank was already started again alone; `group_restarts`: how often the
     whole group was. Both count against --max-restarts separately: a rank that used up its own reboots falls
     back to the torchrun behaviour (a group restart while those remain). `peers_running`: some other worker
     of the job may still run; a worker started again alone needs survivors to meet, so without any, the
-    group is started again instead."""
+    group is started again instead. `reboots_stopped`: the rank must not be started again alone now (a restart
+    loop, or a process that reached nothing of the job: launch/restart_loop), as if its reboots were used up."""
     if returncode == 0:
         return Verdict.DONE
     if returncode == ENDED_BY_CONTROLLER:
@@ -31,7 +32,7 @@ def on_exit(returncode: int, *, worker_reboot: bool, ended: bool, rank_reboots: 
         return Verdict.LEFT
     if ended:
         return Verdict.DONE  # after a decided end, a failing process is expected; never restarted
-    if worker_reboot and peers_running and rank_reboots < max_restarts:
+    if worker_reboot and peers_running and rank_reboots < max_restarts and not reboots_stopped:
         return Verdict.REBOOT_WORKER
     if group_restarts < max_restarts:
         return Verdict.RESTART_GROUP

@@ -16,6 +16,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import psutil
 
+from mindio_adaptor.launch.membership import Membership
+from mindio_adaptor.launch.restart_loop import RestartLoop
+
 KILL_WAIT_S = 10.0  # after SIGKILL a process is gone at once unless stuck in the kernel: bound it anyway
 
 
@@ -26,10 +29,17 @@ class Worker:
         self.starts = 0  # processes started for this rank, over all generations
         self.reboots = 0  # of those, started again alone (worker reboot)
         self.warm = False  # the current process was a warm worker (launch/warm_worker.py)
+        self.alone = False  # the current process was started again alone (worker reboot)
+        self.started_at = 0.0  # time.monotonic() when the current process was started or handed its rank
+        self.given: Optional[Membership] = None  # the job's lists the current process got
+        self.loop = RestartLoop()
+
+    def lived_s(self) -> float:
+        return time.monotonic() - self.started_at
 
     def start(self, command: Sequence[str], env: Mapping[str, str]) -> int:
         self.proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
-        self.starts, self.warm = self.starts + 1, False
+        self.starts, self.warm, self.started_at = self.starts + 1, False, time.monotonic()
         return self.proc.pid
 
     def hand_to(self, warm: subprocess.Popen, env: Mapping[str, str], argv: Sequence[str]) -> int:
@@ -37,7 +47,7 @@ class Worker:
         warm.stdin.write(json.dumps({"env": dict(env), "argv": list(argv)}) + "\n")
         warm.stdin.close()
         self.proc = warm
-        self.starts, self.warm = self.starts + 1, True
+        self.starts, self.warm, self.started_at = self.starts + 1, True, time.monotonic()
         return warm.pid
 
     @property

@@ -21,7 +21,7 @@ import inspect
 import logging
 import os
 
-from mindio_adaptor.core import warm_assignment
+from mindio_adaptor.core import unreachable_job, warm_assignment
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
@@ -47,7 +47,10 @@ def _init_on_the_fake_backend(wrapped, instance, args, kwargs):
     bound = inspect.signature(wrapped).bind(*args, **kwargs).arguments
     rank = warm_rank.rank_before_the_world(bound["rank"])
     progress.active = progress.fake_world = True
-    who = f"warm spare (stand-in rank {rank})" if warm_assignment.provisional() else f"replacement process of rank {rank}"
+    provisional = warm_assignment.provisional()
+    who = f"warm spare (stand-in rank {rank})" if provisional else f"replacement process of rank {rank}"
+    if not provisional:  # a warm spare has no rank's addresses yet: checked when it takes one (patches/warm_spare)
+        unreachable_job.exit_if_unreachable(who)
     logger.info("%s: Megatron starts on the fake backend; it joins the running job's communicators when the "
                 "controller rebuilds them", who)
     return wrapped(backend="fake", store=FakeStore(), rank=rank, world_size=bound["world_size"],

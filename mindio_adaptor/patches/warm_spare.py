@@ -25,7 +25,7 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import warm_assignment
+from mindio_adaptor.core import unreachable_job, warm_assignment
 from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
@@ -39,6 +39,7 @@ def take_the_assigned_rank(model) -> None:
 
     stand_in = dist.get_rank()
     rank = warm_rank.adopt(f"Megatron initialised and the model built as stand-in rank {stand_in}")
+    unreachable_job.exit_if_unreachable(f"warm spare taking rank {rank}")
     started = time.monotonic()
     # Also when the rank is the stand-in's: the stand-in read no replica layout, so its optimizer instances are
     # Megatron's own cut, not yet the layout's.
