@@ -9,7 +9,7 @@ after the log line of a random step (so they land in every phase of a step):
   node   a node lost: its launcher and workers SIGKILLed; a new launcher with its node rank is started
          --replace-after s later, as a rescheduled pod would be. Node 0 (the host of the launchers' store)
          only with --node0 (or in a --sequence).
-One fault per ~--every s of fault-free training (or --count), spread over the run; a fault waits for the
+One fault per --every s of training at --step-s a step (or --count), spread over the run; a fault waits for the
 step it follows, so it never lands before the previous one recovered.
 
 Per fault: kind, target, the step it followed, seconds to recovery (from the fault to the first step
@@ -18,8 +18,8 @@ none such as a short stall, the first step logged after it ended), the controlle
 and the outcome (recovered, or how the job ended). Per run: the final params digest and every loss line
 against an uninterrupted reference run of the same flags, trained once in the same invocation; the steps
 whose loss line is missing; the job's processes left behind; the share of faults recovered with no operator;
-the goodput (productive step time / training wall time: the steps' own logged times, each step once, over
-the time from the first step's start to the last step's line) as a ratio to the reference's.
+the goodput (productive step time / training wall time: the steps trained, each once, at the run's median
+step time, over the time from the first step's start to the last step's line) as a ratio to the reference's.
 
 The model is the tiny GPT made bigger (4 layers, hidden 256) so that a step takes ~0.6 s on a loaded two-core
 machine, as a real step is long against the recovery's fixed costs; --model-flags changes it.
@@ -54,7 +54,7 @@ LAUNCH_FLAGS = ["--controllers", "2", "--node-lost-after", "3"]
 ENV = {"MINDIO_TAKEOVER_WAIT_S": "3"}
 NPROC_PER_NODE, NNODES = 2, 2
 STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
-RECOVERED = re.compile(r"recovery \d+ on rank \d+, step \d+, .*; first step done")
+RECOVERED = re.compile(r"INFO recovery \d+ on rank \d+, step \d+, .*; first step done")
 DECISION = re.compile(r"\] decision (\w+)")
 STALL_S = (3.0, 8.0)
 # What a failed run's end is told by: the controller's decisions and state, errors, launchers' restarts.
@@ -255,14 +255,15 @@ def compare(soak: Soak, reference: RunResult) -> Dict[str, object]:
 
 
 def goodput(run: RunResult, lines: List[tuple]) -> float:
-    """Productive step time (each step's own logged time, once) over the time from the first step's start
-    to the last step's line."""
+    """Productive step time over the time from the first step's start to the last step's line. Productive:
+    the steps trained, each once, at the run's median step time (a step's logged time includes any recovery
+    it followed: Megatron's interval timer ran through it)."""
     arrivals = [t for t, line in lines if STEP_LOGGED.search(line)]
     if not arrivals or not run.step_ms:
         return 0.0
-    first = min(run.step_ms)
-    wall = arrivals[-1] - (arrivals[0] - run.step_ms[first] / 1000)
-    return sum(run.step_ms.values()) / 1000 / wall
+    step_s = statistics.median(run.step_ms.values()) / 1000
+    wall = arrivals[-1] - arrivals[0] + step_s
+    return len(run.step_ms) * step_s / wall
 
 
 def report(title: str, soak: Soak, reference: RunResult, reference_goodput: float) -> Dict[str, object]:
@@ -316,6 +317,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--every", type=float, default=30.0, help="seconds of fault-free training per fault")
     parser.add_argument("--sequence", help="a fixed list of faults instead, e.g. node1,node0,kill:rank=2")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--step-s", type=float, default=0.6, help="the step time a plan assumes (a seed gives one "
+                        "plan whatever the machine's speed): faults per run = steps * step-s / every")
     parser.add_argument("--model-flags", default=MODEL_FLAGS, help=f"Megatron flags of the model ({MODEL_FLAGS})")
     parser.add_argument("--replace-after", type=float, default=3.0, help="seconds from a node's loss to its new "
                         "launcher")
@@ -326,7 +329,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--faults {args.faults!r}: kinds are {', '.join(KINDS)}")
     model_flags = args.model_flags.split()
     reference, reference_rate, step_s = reference_run(args.steps, model_flags)
-    count = args.count or max(1, round(args.steps * step_s / args.every))
+    count = args.count or max(1, round(args.steps * args.step_s / args.every))
     plans = {f"sequence {args.sequence}": parse_sequence(args.sequence, args.steps)} if args.sequence else {
         f"seed {seed}": random_plan(seed, kinds, args.node0, count, args.steps) for seed in args.seeds or [args.seed]}
     results = {}
