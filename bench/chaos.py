@@ -86,7 +86,7 @@ class Soak:
     faults: List[Fault]
     run: Optional[RunResult] = None
     launcher_codes: Dict[int, List[Optional[int]]] = field(default_factory=dict)
-    ended: str = "finished"  # or "hung: ..."
+    ended: str = "finished"  # or "job ended: ...", "job hung: ..."
     lines: List[tuple] = field(default_factory=list)  # (arrival time, line)
 
 
@@ -167,7 +167,7 @@ class Log:
                 if self.top_step != seen:
                     last_progress, seen = time.monotonic(), self.top_step
                 if time.monotonic() - last_progress > quiet_limit:
-                    return f"job hung: no step logged for {quiet_limit:g} s after step {self.top_step}"
+                    return f"hung: no step logged for {quiet_limit:g} s after step {self.top_step}"
                 self.changed.wait(1.0)
         return ""
 
@@ -181,20 +181,21 @@ def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_
                            env=ENV, launch_flags=LAUNCH_FLAGS, on_line=log)
     soak = Soak(faults)
     nodes = {node: [cluster.start_node("--node-rank", str(node))] for node in range(NNODES)}
+    stopped = ""  # why the faults left were not injected
     for fault in faults:
-        why_not = log.wait_for_step(fault.after_step, cluster, quiet_limit)
-        if why_not:
-            soak.ended = why_not
+        stopped = log.wait_for_step(fault.after_step, cluster, quiet_limit)
+        if stopped:
             break
         time.sleep(fault.delay * step_s)
         _inject(fault, cluster, nodes, replace_after)
+        print(f"  {time.strftime('%H:%M:%S')} {fault.name()}: {fault.outcome}", flush=True)
     try:
-        soak.run = cluster.wait(timeout=quiet_limit + steps * step_s * 4)
+        soak.run = cluster.wait(timeout=quiet_limit + (0 if stopped else steps * step_s * 4))
+        if soak.run.returncode != 0:
+            soak.ended = f"job ended: exit {soak.run.returncode}" + (f" ({stopped})" if "hung" in stopped else "")
     except AssertionError as hung:  # killed by wait: the job neither finished nor ended
-        soak.ended = f"job hung: {str(hung).splitlines()[0]}"
+        soak.ended = f"job hung: {stopped or str(hung).splitlines()[0]}"
         soak.run = RunResult(-1, "".join(cluster.lines))
-    if soak.ended == "finished" and soak.run.returncode != 0:
-        soak.ended = f"job ended: exit {soak.run.returncode}"
     soak.launcher_codes = {node: [p.returncode for p in procs] for node, procs in nodes.items()}
     soak.lines = log.lines
     _judge(soak)
@@ -284,8 +285,10 @@ def report(title: str, soak: Soak, reference: RunResult, reference_goodput: floa
     print(f"  faults recovered with no operator: {len(recovered)}/{len(injected)}; goodput ratio to the fault-free "
           f"run: {ratio:.3f}")
     if soak.ended != "finished" or len(recovered) < len(injected) or not checked["digest_equal"]:
-        decisive = [line.rstrip() for _, line in soak.lines if DECISIVE.search(line)]
-        print("  its last decisive lines:\n    " + "\n    ".join(line[:300] for line in decisive[-12:]))
+        failed = next((f.at for f in injected if f.outcome != "recovered"), None) or start
+        decisive = [line.rstrip()[:300] for t, line in soak.lines if t >= failed and DECISIVE.search(line)]
+        print("  its decisive lines from the first fault not recovered:\n    " +
+              "\n    ".join(decisive[:10] + (["..."] if len(decisive) > 14 else []) + decisive[10:][-4:]))
     return {**checked, "faults": soak.faults, "injected": len(injected), "recovered": len(recovered),
             "goodput_ratio": ratio, "ended": soak.ended}
 
