@@ -131,7 +131,7 @@ def random_plan(seed: int, kinds: Sequence[str], node0: bool, count: int, steps:
     faults = []
     for lo, hi in zip(bounds, bounds[1:]):
         kind = rng.choice(kinds)
-        after = rng.randint(lo, max(lo, hi - max(1, (hi - lo) // 3)))  # the slice's last third: room to recover
+        after = rng.randint(lo, max(lo, hi - max(1, (hi - lo) // 3)))  # not its last third: room to recover
         if kind == "node":
             target = rng.randrange(NNODES) if node0 else rng.randrange(1, NNODES)
         else:
