@@ -15,9 +15,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pretrain_gpt.py"
+BENCH = EXAMPLE.parent.parent / "bench"
 
 TINY_GPT_FLAGS = [
     "--distributed-backend", "gloo", "--transformer-impl", "local", "--use-cpu-initialization",
@@ -101,6 +102,11 @@ def process_ids(output: str) -> Dict[int, Dict[str, List[int]]]:
     for _, rank, pid, when in sorted(starts):
         seen.setdefault(int(rank), {}).setdefault(when, []).append(int(pid))
     return seen
+
+
+def loss_lines(output: str) -> List[Tuple[int, float]]:
+    """Every loss line of the output, in order, as (step, loss): a step logged twice appears twice."""
+    return [(int(m.group(1)), float(m.group(3))) for m in _ITERATION.finditer(output)]
 
 
 def parse_output(returncode: int, output: str) -> RunResult:
@@ -188,6 +194,17 @@ def _pump(stream, lines: List[str], on_line):
             on_line(line)
 
 
+def bench_script(name: str):
+    """A script of bench/ as a module: the tests play a bench's own scenarios through its code."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_params(directory: str, nproc: int = 4) -> List[dict]:
     import torch
 
@@ -246,6 +263,25 @@ class LocalCluster:
         launcher.wait(timeout=10)
         self.lost.append(launcher)
         return [launcher.pid, *(w.pid for w in workers)]
+
+    def worker_of(self, rank: int):
+        """The live worker process (psutil.Process) of `rank` among the running launchers' children, or None."""
+        import psutil
+
+        for launcher in self.launchers:
+            if launcher in self.lost or launcher.poll() is not None:
+                continue
+            try:
+                children = psutil.Process(launcher.pid).children()
+            except psutil.NoSuchProcess:
+                continue
+            for child in children:
+                try:
+                    if child.status() != psutil.STATUS_ZOMBIE and child.environ().get("RANK") == str(rank):
+                        return child
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+        return None
 
     def wait(self, timeout: float = 400) -> RunResult:
         """Wait for every launcher not lost; the first non-zero exit code among them is the run's."""

@@ -1,0 +1,43 @@
+"""The chaos soak's fault plans (bench/chaos.py): a seed gives one plan, node 0 is spared unless allowed, a
+fixed sequence is read as written or refused with the grammar named."""
+import pytest
+
+from mindio_adaptor.tiny_job import bench_script
+
+
+@pytest.fixture(scope="module")
+def chaos():
+    return bench_script("chaos")
+
+
+def test_a_seed_gives_one_plan_of_increasing_steps_inside_the_run(chaos):
+    names = [[f.name() for f in chaos.random_plan(seed, chaos.KINDS, True, 6, 300)] for seed in (7, 7, 8)]
+    assert names[0] == names[1] != names[2]
+    steps = [f.after_step for f in chaos.random_plan(7, chaos.KINDS, True, 6, 300)]
+    assert steps == sorted(set(steps)) and 1 <= steps[0] and steps[-1] < 300
+
+
+def test_node_0_is_lost_only_when_allowed(chaos):
+    spared = [f for seed in range(20) for f in chaos.random_plan(seed, ["node"], False, 5, 300)]
+    allowed = [f for seed in range(20) for f in chaos.random_plan(seed, ["node"], True, 5, 300)]
+    assert {f.target for f in spared} == {1}
+    assert {f.target for f in allowed} == {0, 1}
+
+
+def test_stalls_last_3_to_8_s_and_only_the_kinds_asked_for_are_drawn(chaos):
+    faults = [f for seed in range(10) for f in chaos.random_plan(seed, ["stall"], False, 6, 300)]
+    assert {f.kind for f in faults} == {"stall"} and all(3 <= f.stall_s <= 8 for f in faults)
+
+
+def test_a_sequence_is_read_as_written(chaos):
+    faults = chaos.parse_sequence("node1,node0,kill:rank=2,stall:rank=1,s=4.5@250", 300)
+    assert [(f.kind, f.target) for f in faults] == [("node", 1), ("node", 0), ("kill", 2), ("stall", 1)]
+    assert faults[3].stall_s == 4.5 and faults[3].after_step == 250
+    assert [f.after_step for f in faults[:3]] == sorted({f.after_step for f in faults[:3]})
+    assert [f.after_step for f in chaos.parse_sequence("node0@3,node0@6", 8)] == [3, 6]
+
+
+@pytest.mark.parametrize("bad", ["nod1", "kill:rank=9", "node0@8", "node1,,node0", "kill"])
+def test_a_bad_sequence_is_refused_with_its_grammar(chaos, bad):
+    with pytest.raises(SystemExit, match="chaos: "):
+        chaos.parse_sequence(bad, 8)
