@@ -138,8 +138,7 @@ def _controllers(args, environ: Mapping[str, str], nnodes: int, reboot: bool) ->
             raise LaunchConfigError(f"--controllers {count}: one per node at most (failure domains), and there "
                                     f"are {nnodes} nodes")
         return count, ""
-    if not reboot or external or not _training_asks(args, environ, SCRIPT_HA_FLAG,
-                                                                        "enable_high_availability"):
+    if not reboot or external or not _training_asks(args, environ, SCRIPT_HA_FLAG, "enable_high_availability"):
         return 0, ""
     count = min(DEFAULT_HOSTED_CONTROLLERS, nnodes)
     return count, (f"the default with worker reboot: one per node on the first {count} of {nnodes} "

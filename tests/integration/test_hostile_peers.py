@@ -4,6 +4,7 @@ registering and heartbeating through every attack; a launcher's lifeline port; t
 
 Each attack is bounded in count and time, and each asserts numbers: what the controller kept (RSS), what
 it logged (bytes of stderr), what it spent (CPU seconds), how many descriptors came back."""
+import json
 import os
 import random
 import re
@@ -15,7 +16,6 @@ import sys
 import threading
 import time
 import urllib.request
-import json
 from pathlib import Path
 
 import pytest
