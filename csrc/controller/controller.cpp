@@ -20,16 +20,27 @@ bool tokens_equal(const std::string& a, const std::string& b) {
     return diff == 0;
 }
 
+constexpr int kMaxWorldSize = 1 << 20;  // a rank table entry each: a typo must not allocate gigabytes
+
 int valid_world_size(int world_size) {
-    if (world_size < 1) throw std::invalid_argument("world_size must be >= 1");
+    if (world_size < 1 || world_size > kMaxWorldSize) {
+        throw std::invalid_argument("world_size must be in 1.." + std::to_string(kMaxWorldSize) + ", got " +
+                                    std::to_string(world_size));
+    }
     return world_size;
 }
+
+// Every rank of the job may connect at once before any registers; beyond that a margin for launchers'
+// reports and reconnects. The rest are closed at accept (net/server.h).
+size_t max_unauthenticated(int world_size) { return static_cast<size_t>(std::max(world_size, 1)) + 1024; }
+
+const char* const kWrongToken = "wrong token (MINDIO_TOKEN differs)";
 
 }  // namespace
 
 Controller::Controller(ControllerConfig config)
     : cfg_(std::move(config)),
-      server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms),
+      server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms, max_unauthenticated(cfg_.world_size)),
       ranks_(valid_world_size(cfg_.world_size), cfg_.caps.recover,
              LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}, cfg_.caps.elastic),
       actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
@@ -143,7 +154,8 @@ std::map<std::string, uint64_t> Controller::stats() const {
     }
     return {{"accepted", s.accepted},     {"rejected_frames", s.rejected}, {"frames", s.frames},
             {"registered", registered},  {"dead", dead},                  {"refused_registrations", registrations_refused_},
-            {"heartbeats", heartbeats_}, {"left", left}};
+            {"heartbeats", heartbeats_}, {"left", left},                  {"refused_unauthenticated", refusals_.total()},
+            {"closed_over_cap", s.over_cap}, {"accept_pauses", s.accept_pauses}};
 }
 
 // ---- server thread: the rank table -------------------------------------------------------------
@@ -158,8 +170,9 @@ void Controller::on_frame(uint64_t conn, Frame&& frame) {
             rank = ranks_.rank_of_conn(conn);
         }
         if (rank < 0) {
-            server_.close(conn, "expected Register first, got message type " + std::to_string(int(frame.type)));
-            return;
+            std::lock_guard<std::mutex> lock(mu_);
+            return refuse_unproven_locked(conn, "not a Register first",
+                                          "expected Register first, got message type " + std::to_string(int(frame.type)));
         }
         auto check_rank = [&](int claimed) {
             if (claimed != rank) {
@@ -198,21 +211,37 @@ void Controller::on_frame(uint64_t conn, Frame&& frame) {
                 throw ProtocolError("message type " + std::to_string(int(frame.type)) + " is not sent by processors");
         }
     } catch (const ProtocolError& e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (ranks_.rank_of_conn(conn) < 0) return refuse_unproven_locked(conn, "undecodable frame", e.what());
         LOG_WARN(kLog, cfg_.rank, "closing connection " << conn << ": " << e.what());
         server_.close(conn, e.what());
     }
 }
 
+void Controller::refuse_unproven_locked(uint64_t conn, const std::string& kind, const std::string& detail) {
+    if (refusals_.note(kind)) {
+        LOG_WARN(kLog, cfg_.rank, "refused connection " << conn << ": " << detail
+                                      << " (further refusals this period are counted, then summarised)");
+    }
+    server_.close(conn, "refused: " + kind);
+}
+
 void Controller::handle_register(uint64_t conn, const std::string& body) {
     auto m = decode_as<RegisterMsg>(body);
+    // The token first: a peer without it learns nothing about the job (its size, ranks or processes).
+    const bool proven = !cfg_.token.empty();
+    if (proven && !tokens_equal(cfg_.token, m.token)) {
+        server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{1, kWrongToken, false, 0})));
+        std::lock_guard<std::mutex> lock(mu_);
+        ++registrations_refused_;
+        return refuse_unproven_locked(conn, "wrong token", std::string("a registration with a ") + kWrongToken);
+    }
     std::string refusal;
     if (m.world_size != cfg_.world_size) {
         refusal = "world size " + std::to_string(m.world_size) + " differs from the controller's " +
                   std::to_string(cfg_.world_size);
     } else if (m.rank < 0 || m.rank >= cfg_.world_size) {
         refusal = "rank " + std::to_string(m.rank) + " is out of range 0.." + std::to_string(cfg_.world_size - 1);
-    } else if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
-        refusal = "wrong token (MINDIO_TOKEN differs)";
     } else if (m.heartbeat_ms < 10 || m.heartbeat_ms > 600000) {
         refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
     }
@@ -226,9 +255,11 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
     if (refusal.empty()) refusal = ranks_.arf_refusal(m, state_);
     if (!refusal.empty()) {
         ++registrations_refused_;
+        server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{result, refusal, false, term_})));
+        if (!proven) return refuse_unproven_locked(conn, "registration refused", "registration of rank " +
+                                                                                   std::to_string(m.rank) + ": " + refusal);
         event_locked("register_refused", "rank " + std::to_string(m.rank) + ": " + refusal);
         LOG_WARN(kLog, cfg_.rank, "refused registration of rank " << m.rank << " on connection " << conn << ": " << refusal);
-        server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{result, refusal, false, term_})));
         server_.close(conn, "registration refused: " + refusal);
         return;
     }
@@ -295,12 +326,14 @@ void Controller::supersede_locked(uint64_t newer) {
 // touched, and a rank already known dead or gone is only acknowledged.
 void Controller::handle_process_ended(uint64_t conn, const std::string& body) {
     auto m = decode_as<ProcessEndedMsg>(body);
+    if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
+        server_.send(conn, encode_frame(MsgType::ProcessEndedAck, 0, encode(RegisterAckMsg{1, kWrongToken})));
+        std::lock_guard<std::mutex> lock(mu_);
+        return refuse_unproven_locked(conn, "wrong token", std::string("a process-ended report with a ") + kWrongToken);
+    }
     int result = 0;
     std::string answer;
-    if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
-        result = 1;
-        answer = "wrong token (MINDIO_TOKEN differs)";
-    } else if (m.rank < 0 || m.rank >= cfg_.world_size) {
+    if (m.rank < 0 || m.rank >= cfg_.world_size) {
         result = 1;
         answer = "rank " + std::to_string(m.rank) + " is out of range 0.." + std::to_string(cfg_.world_size - 1);
     }
@@ -321,8 +354,10 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m, bool* had
     std::string who = "rank " + std::to_string(m.rank);
     std::string process = "process " + std::to_string(m.pid) + " (" + m.how + ")";
     if (!r.registered || (r.pid != 0 && r.pid != m.pid)) {
-        return who + (r.registered ? " is now process " + std::to_string(r.pid) : " never registered") + ": " +
-               process + " changes nothing";
+        // The answer does not name the rank's current process: a peer that could forge a report (no
+        // token) would learn the pid that makes its next report a kill.
+        return who + (r.registered ? " is now another process" : " never registered") + ": " + process +
+               " changes nothing";
     }
     if (r.left && !r.dead) {
         // It said goodbye (its training is over) and then failed on its way out: nothing to replace.
@@ -432,7 +467,16 @@ void Controller::on_closed(uint64_t conn, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     int rank = ranks_.rank_of_conn(conn);
     if (rank < 0) {
-        if (reason != "connection closed by peer") LOG_WARN(kLog, cfg_.rank, "connection " << conn << " closed: " << reason);
+        // Refusals were counted where they were decided; what the transport decided is counted here.
+        static const char* const decided[] = {"connection closed by peer", "refused: ", "registration refused: ",
+                                              "process-ended report answered"};
+        for (const char* prefix : decided) {
+            if (reason.rfind(prefix, 0) == 0) return;
+        }
+        if (refusals_.note(reason.substr(0, reason.find(':')))) {
+            LOG_WARN(kLog, cfg_.rank, "connection " << conn << " closed: " << reason
+                                          << " (further ones this period are counted, then summarised)");
+        }
         return;
     }
     if (!ranks_.disconnect(conn)) return;
@@ -547,6 +591,8 @@ void Controller::run() {
     while (!stopping_) {
         cv_.wait_for(lock, kTick);
         if (stopping_) break;
+        std::string refused = refusals_.summary_due(Clock::now());
+        if (!refused.empty()) LOG_WARN(kLog, cfg_.rank, refused);
         if (superseded_) continue;  // another controller leads the job
         detect_dead_locked();
         judge_liveness_locked();

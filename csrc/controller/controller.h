@@ -6,9 +6,11 @@
 // (run_flow). The consultations of a fault policy and the cluster manager are in
 // controller_consultation.cpp. One mutex guards all of it.
 //
-// Security: a processor must present the shared token (MINDIO_TOKEN) at registration; the comparison
-// is constant-time. TLS is not implemented: the link is plaintext, so the token only keeps other jobs
-// and stray clients out; run the job on a trusted network.
+// Security (docs/security.md): a processor's Register and a launcher's ProcessEnded are checked against
+// the shared token (MINDIO_TOKEN) first, in constant time; a refusal says nothing about the job. Peers
+// that did not prove it are refused at their first bad frame and logged in aggregate (refusal_tally.h).
+// TLS is not implemented: the link is plaintext, so the token only keeps other jobs and stray clients
+// out; run the job on a trusted network.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -28,6 +30,7 @@
 #include "controller/liveness.h"
 #include "controller/planner.h"
 #include "controller/rank_table.h"
+#include "controller/refusal_tally.h"
 #include "controller/replica_manager.h"
 #include "controller/scale_out.h"
 #include "controller/state_machine.h"
@@ -126,6 +129,8 @@ private:
     void handle_reply(uint64_t seq, const ActionReplyMsg& m);
     void handle_goodbye(const GoodbyeMsg& m);
     void handle_process_ended(uint64_t conn, const std::string& body);
+    // A peer that did not prove the token is refused: counted, logged in aggregate (refusal_tally.h).
+    void refuse_unproven_locked(uint64_t conn, const std::string& kind, const std::string& detail);
     std::string process_ended_locked(const ProcessEndedMsg& m, bool* had_left);
     void say_goodbye();
 
@@ -227,6 +232,7 @@ private:
     std::optional<Strategy> cluster_strategy_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
     uint64_t registrations_refused_ = 0;
+    RefusalTally refusals_;  // of peers that did not prove the token (refusal_tally.h)
     uint64_t heartbeats_ = 0;  // handled, for stats() (the scale benchmark's rate)
     PolicyCallback policy_;
     int policy_timeout_ms_ = 5000;

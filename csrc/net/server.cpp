@@ -16,14 +16,20 @@ namespace {
 
 constexpr size_t kMaxPendingOut = 64u * 1024u * 1024u;  // a peer this far behind is not reading
 constexpr size_t kReadBudget = 1u << 20;                // per wake-up, so one peer cannot starve the rest
+constexpr size_t kUnauthReadBudget = 8u * 1024u;        // per wake-up, for a peer that has not registered
+constexpr uint32_t kMaxUnauthBody = 4096;               // a Register or ProcessEnded is well under 1 KiB
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);  // between accept attempts at the fd limit
 constexpr uint64_t kListenTag = 0, kWakeTag = ~0ull;
 constexpr const char* kLog = "server";
 constexpr size_t kLogFlushFrom = 256;  // loop turns that write to this many connections are logged (debug)
 
 }  // namespace
 
-Server::Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms)
-    : listener_(listener), auth_timeout_ms_(auth_timeout_ms), frame_timeout_ms_(frame_timeout_ms) {}
+Server::Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms, size_t max_unauthenticated)
+    : listener_(listener),
+      auth_timeout_ms_(auth_timeout_ms),
+      frame_timeout_ms_(frame_timeout_ms),
+      max_unauthenticated_(max_unauthenticated) {}
 
 Server::~Server() { stop(); }
 
@@ -91,7 +97,10 @@ void Server::close(uint64_t conn, const std::string& reason) {
 void Server::authenticate(uint64_t conn) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = conns_.find(conn);
-    if (it != conns_.end()) it->second.authenticated = true;
+    if (it == conns_.end() || it->second.authenticated) return;
+    it->second.authenticated = true;
+    it->second.parser.set_max_body(kMaxBody);
+    --unauthenticated_;
 }
 
 void Server::drain(int timeout_ms) {
@@ -115,6 +124,7 @@ void Server::loop() {
     std::vector<epoll_event> events(512);
     while (running_) {
         int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 50);
+        resume_accepting_if_due();
         std::vector<std::pair<uint64_t, Frame>> frames;
         std::vector<Closed> closed;
         for (int i = 0; i < n; ++i) {
@@ -140,13 +150,33 @@ void Server::loop() {
 void Server::accept_all() {
     while (true) {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
-        set_nodelay(fd);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) pause_accepting(errno);
+            return;
+        }
         std::lock_guard<std::mutex> lock(mu_);
+        if (accept_paused_) {
+            double ms = std::chrono::duration<double, std::milli>(Clock::now() - accept_paused_since_).count();
+            LOG_WARN(kLog, -1, "accepting connections again after " << static_cast<int64_t>(ms) << " ms at the fd limit");
+            accept_paused_ = false;
+        }
+        if (unauthenticated_ >= max_unauthenticated_) {
+            close_fd(fd);
+            note_over_cap_locked();
+            continue;
+        }
+        if (over_cap_) {
+            LOG_WARN(kLog, -1, "accepting connections again: " << over_cap_in_episode_ << " were closed at accept while "
+                                   << max_unauthenticated_ << " unregistered connections were open");
+            over_cap_ = false;
+        }
+        set_nodelay(fd);
         uint64_t id = next_id_++;
         Conn& c = conns_[id];
         c.fd = fd;
         c.auth_deadline = Clock::now() + std::chrono::milliseconds(auth_timeout_ms_);
+        c.parser.set_max_body(kMaxUnauthBody);
+        ++unauthenticated_;
         watch_.insert(id);
         epoll_event ev{};
         ev.events = EPOLLIN;
@@ -156,23 +186,66 @@ void Server::accept_all() {
     }
 }
 
+void Server::note_over_cap_locked() {
+    ++stats_.over_cap;
+    if (!over_cap_) {
+        LOG_WARN(kLog, -1, "closing new connections at accept: " << max_unauthenticated_
+                               << " connections that have not registered are open (the cap)");
+        over_cap_ = true;
+        over_cap_in_episode_ = 0;
+    }
+    ++over_cap_in_episode_;
+}
+
+// At the fd limit the listening socket stays readable and accept fails at once: left in the epoll set it
+// would wake the loop without pause. It leaves the set and is tried again every kAcceptBackoff.
+void Server::pause_accepting(int error) {
+    epoll_event ev{};
+    ev.events = 0;
+    ev.data.u64 = kListenTag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.accept_pauses;
+    accept_resume_at_ = Clock::now() + kAcceptBackoff;
+    if (!accept_paused_) {
+        LOG_WARN(kLog, -1, "cannot accept connections (" << std::strerror(error) << "): trying again every "
+                               << kAcceptBackoff.count() << " ms until descriptors are free");
+        accept_paused_ = true;
+        accept_paused_since_ = Clock::now();
+    }
+}
+
+void Server::resume_accepting_if_due() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!accept_paused_ || Clock::now() < accept_resume_at_) return;
+        accept_resume_at_ = Clock::now() + kAcceptBackoff;  // accept_all pauses it again, or clears the flag
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenTag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+}
+
 void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& frames, std::vector<Closed>& closed) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
     Conn& c = it->second;
+    if (!c.close_reason.empty()) return;  // answered and closing (this loop turn): nothing more is read
     char buf[65536];
-    size_t budget = kReadBudget;
+    size_t budget = c.authenticated ? kReadBudget : kUnauthReadBudget;
     bool eof = false;
     std::string error;
     while (budget > 0) {
-        ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
+        size_t want = std::min(sizeof buf, budget);
+        ssize_t got = ::recv(c.fd, buf, want, 0);
         if (got > 0) {
             c.parser.feed(buf, static_cast<size_t>(got));
             budget -= std::min(budget, static_cast<size_t>(got));
             // A short read emptied the socket: the next recv would only say EAGAIN (one syscall per
             // frame saved; epoll is level-triggered, so bytes or an EOF arriving later are reported).
-            if (static_cast<size_t>(got) < sizeof buf) break;
+            if (static_cast<size_t>(got) < want) break;
             continue;
         }
         if (got == 0) eof = true;
@@ -182,6 +255,12 @@ void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& fra
     try {
         Frame frame;
         while (c.parser.next(frame)) {
+            if (!c.authenticated) {
+                // A processor or launcher waits for the answer to its first frame; a second one before
+                // it is a flood (refused registrations were each handled, stored and logged).
+                if (c.handed_frame) throw ProtocolError("a second frame before the first was answered");
+                c.handed_frame = true;
+            }
             frames.emplace_back(id, std::move(frame));
             ++stats_.frames;
         }
@@ -227,6 +306,7 @@ void Server::drop_locked(uint64_t id, const std::string& reason, std::vector<Clo
     if (it == conns_.end()) return;
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
     close_fd(it->second.fd);
+    if (!it->second.authenticated) --unauthenticated_;
     conns_.erase(it);
     dirty_.erase(id);
     watch_.erase(id);

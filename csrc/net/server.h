@@ -2,6 +2,11 @@
 // connections are handed to a Listener outside the lock; other threads queue sends and closes.
 // A malformed frame, a connection that does not authenticate in time, or a frame that stays
 // incomplete too long closes that connection only, with a logged reason.
+//
+// What an unauthenticated peer can cost is bounded: its frames' bodies are capped (kMaxUnauthBody, a
+// Register is far smaller), it may send one frame before it is answered (authenticate() or close()),
+// it is read a few KiB at a time, and at most max_unauthenticated such connections are open (the rest
+// are closed at accept). At the fd limit accepting pauses (kAcceptBackoff) instead of spinning.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -26,6 +31,8 @@ public:
     };
     struct Stats {
         uint64_t accepted = 0, rejected = 0, frames = 0;
+        uint64_t over_cap = 0;       // connections closed at accept: too many unauthenticated ones open
+        uint64_t accept_pauses = 0;  // times accepting paused at the fd limit
     };
     // The same bytes for several connections.
     struct Outgoing {
@@ -33,7 +40,7 @@ public:
         std::string bytes;
     };
 
-    Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms);
+    Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms, size_t max_unauthenticated);
     ~Server();
     int start(const std::string& host, int port);  // returns the bound port
     void stop();
@@ -55,6 +62,7 @@ private:
         FrameParser parser;
         std::string out;
         bool authenticated = false;
+        bool handed_frame = false;  // unauthenticated and its one frame already handed to the listener
         bool want_out = false;
         Clock::time_point auth_deadline;
         Clock::time_point partial_since;
@@ -68,6 +76,9 @@ private:
 
     void loop();
     void accept_all();
+    void pause_accepting(int error);
+    void resume_accepting_if_due();
+    void note_over_cap_locked();
     void read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& frames, std::vector<Closed>& closed);
     void flush_locked(uint64_t id, Conn& c, std::vector<Closed>& closed);
     void drop_locked(uint64_t id, const std::string& reason, std::vector<Closed>& closed);
@@ -76,6 +87,11 @@ private:
 
     Listener& listener_;
     const int auth_timeout_ms_, frame_timeout_ms_;
+    const size_t max_unauthenticated_;
+    size_t unauthenticated_ = 0;
+    bool accept_paused_ = false, over_cap_ = false;  // an episode in progress (logged at its start and end)
+    Clock::time_point accept_paused_since_, accept_resume_at_;
+    uint64_t over_cap_in_episode_ = 0;
     int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
     std::atomic<bool> running_{false};
     std::thread thread_;

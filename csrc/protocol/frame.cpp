@@ -33,7 +33,7 @@ struct Header {
     uint32_t crc;
 };
 
-Header parse_header(const char* p) {
+Header parse_header(const char* p, uint32_t max_body) {
     uint32_t magic = static_cast<uint32_t>(get_le(p, 4));
     if (magic != kMagic) {
         std::ostringstream os;
@@ -50,9 +50,9 @@ Header parse_header(const char* p) {
     if (h.type < kMinMsgType || h.type > kMaxMsgType) {
         throw ProtocolError("unknown message type " + std::to_string(h.type));
     }
-    if (h.body_len > kMaxBody) {
+    if (h.body_len > max_body) {
         throw ProtocolError("body length " + std::to_string(h.body_len) + " exceeds the limit of " +
-                            std::to_string(kMaxBody) + " bytes");
+                            std::to_string(max_body) + " bytes");
     }
     return h;
 }
@@ -88,7 +88,7 @@ bool FrameParser::next(Frame& out) {
     if (buffered() < kHeaderSize) return false;
     // The header is validated as soon as it is complete, so an oversized length is refused before
     // any of its body is buffered.
-    Header h = parse_header(buffer_.data() + offset_);
+    Header h = parse_header(buffer_.data() + offset_, max_body_);
     if (buffered() < kHeaderSize + h.body_len) return false;
     const char* body = buffer_.data() + offset_ + kHeaderSize;
     uint32_t actual = crc32(body, h.body_len);

@@ -62,9 +62,12 @@ public:
     void feed(const char* data, size_t len) { buffer_.append(data, len); }
     bool next(Frame& out);
     size_t buffered() const { return buffer_.size() - offset_; }
+    // The largest body a header may announce (kMaxBody unless lowered, e.g. before a peer registers).
+    void set_max_body(uint32_t max_body) { max_body_ = max_body; }
 
 private:
     std::string buffer_;
+    uint32_t max_body_ = kMaxBody;
     size_t offset_ = 0;
 };
 

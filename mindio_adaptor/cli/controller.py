@@ -1,17 +1,37 @@
 """`mindio-adaptor controller`: a standalone controller (the reference's rank -1 mode), started by a
-job manager beside the training job. Runs until SIGINT/SIGTERM or until the job exits."""
+job manager beside the training job. Runs until SIGINT/SIGTERM or until the job exits.
+
+It binds loopback unless told otherwise, and listens on another address only with the job's token
+(MINDIO_TOKEN, or --token-file): without one anybody who reaches the port could register as a rank or
+report a rank's process ended. Every start-up error is one line on stderr, exit 2, printed before the
+"listening" line a parent waits for (docs/security.md)."""
+import ipaddress
 import logging
+import os
 import signal
+import socket
+import sys
 import threading
 
+from mindio_adaptor.core.controller_address import ENV_TOKEN
+
 logger = logging.getLogger(__name__)
+
+MAX_WORLD_SIZE = 1 << 20  # the native controller's limit (a rank table entry each)
+
+
+class StartError(ValueError):
+    """A start-up error of the user's making: one line, exit 2."""
 
 
 def register(subparsers):
     p = subparsers.add_parser("controller", help="run a standalone recovery controller for a job")
-    p.add_argument("--world-size", type=int, required=True, help="number of training ranks")
-    p.add_argument("--port", type=int, required=True, help="TCP port (0 picks a free one)")
-    p.add_argument("--host", default="0.0.0.0", help="address to bind (default all)")
+    p.add_argument("--world-size", required=True, help="number of training ranks")
+    p.add_argument("--port", required=True, help="TCP port (0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; any other needs the job's token)")
+    p.add_argument("--token-file", default=None,
+                   help="file holding the job's token, readable by its owner only (mode 0600); else MINDIO_TOKEN")
     p.add_argument("--no-uce", action="store_true", help="never repair online; dump instead")
     p.add_argument("--backup", action="store_true",
                    help="a backup controller: idle until ranks that lost their controller register with it, "
@@ -24,31 +44,110 @@ def register(subparsers):
                    help="elastic training's scale-in (with --arf): when a dead rank's replacement does not come "
                         "within MINDIO_ARF_WAIT_S, the survivors go on at a smaller data-parallel size instead of "
                         "dumping (docs/elastic.md)")
-    p.add_argument("--status-port", type=int, default=None,
+    p.add_argument("--status-port", default=None,
                    help="serve the status page and /metrics on this port (default: MINDIO_STATUS_PORT, else none); "
-                        "requests need the job's token (MINDIO_TOKEN)")
+                        "requests need the job's token")
     p.add_argument("--status-host", default=None, help="interface of the status page (default: MINDIO_STATUS_HOST, "
                                                        "else 127.0.0.1)")
     p.set_defaults(func=run)
 
 
+def int_in(flag: str, value: str, low: int, high: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise StartError(f"{flag} {value!r}: expected a whole number in {low}..{high}") from None
+    if not low <= number <= high:
+        raise StartError(f"{flag} {value}: expected a whole number in {low}..{high}")
+    return number
+
+
+def read_token_file(path: str) -> str:
+    """The token from a file that only its owner can read: one others could read is no secret."""
+    try:
+        st = os.stat(path)
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise StartError(f"--token-file {path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
+    if st.st_mode & 0o077 or st.st_uid != os.getuid():
+        raise StartError(f"--token-file {path}: mode {st.st_mode & 0o777:o}, owner uid {st.st_uid}: it must be "
+                         f"yours and readable by you only (chmod 600 {path})")
+    if not token:
+        raise StartError(f"--token-file {path}: the file is empty")
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError as err:
+        raise StartError(f"--host {host!r}: cannot resolve it ({err.strerror or err})") from None
+    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def job_token(args) -> str:
+    token = os.environ.get(ENV_TOKEN, "")
+    if args.token_file:
+        from_file = read_token_file(args.token_file)
+        if token and token != from_file:
+            raise StartError(f"--token-file {args.token_file} and {ENV_TOKEN} give different tokens: give one")
+        token = from_file
+    if not token and not is_loopback(args.host):
+        raise StartError(f"--host {args.host}: refusing to listen beyond this machine without the job's token "
+                         f"(anyone reaching the port could register as a rank or end one); set {ENV_TOKEN} or "
+                         f"--token-file FILE (mode 600) here and {ENV_TOKEN} in the job, or bind --host 127.0.0.1")
+    return token
+
+
+def checked(args):
+    """(world size, port, status port or None, token), or StartError naming the value and the fix."""
+    from mindio_adaptor.status.controller_source import status_port_from_env
+
+    world_size = int_in("--world-size", args.world_size, 1, MAX_WORLD_SIZE)
+    port = int_in("--port", args.port, 0, 65535)
+    try:
+        status_port = (status_port_from_env() if args.status_port is None
+                       else int_in("--status-port", args.status_port, 0, 65535))
+    except ValueError as err:
+        raise StartError(str(err)) from None
+    token = job_token(args)
+    if status_port is not None and not token:
+        raise StartError(f"--status-port {status_port}: the status page answers only requests with the job's token; "
+                         f"set {ENV_TOKEN} or --token-file FILE")
+    return world_size, port, status_port, token
+
+
 def run(args) -> int:
+    try:
+        world_size, port, status_port, token = checked(args)
+    except StartError as err:
+        print(f"mindio-adaptor controller: {err}", file=sys.stderr, flush=True)
+        return 2
+    os.environ[ENV_TOKEN] = token  # the native controller and the status server read it there
+    return serve(args, world_size, port, status_port)
+
+
+def serve(args, world_size: int, port: int, status_port) -> int:
     from mindio_adaptor.status.controller_source import start_if_asked
+    from mindio_adaptor.status.server import StatusServerError
     from mindio_adaptor.ttp import controller as ctl
 
-    if args.world_size < 1:
-        raise SystemExit(f"--world-size must be >= 1, got {args.world_size}")
-    ctl.tft_init_controller(-1, args.world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
+    ctl.tft_init_controller(-1, world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
                             backup=args.backup, enable_scale_in=args.elastic)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     status = None
     try:
-        port = ctl.tft_start_controller(args.host, args.port, enable_tls=False)
-        print(f"{'backup ' if args.backup else ''}controller listening on {args.host}:{port} for {args.world_size} "
+        try:
+            status = start_if_asked(status_port, args.status_host)
+            port = ctl.tft_start_controller(args.host, port, enable_tls=False)
+        except (StatusServerError, RuntimeError, OSError) as err:
+            print(f"mindio-adaptor controller: cannot start: {err}", file=sys.stderr, flush=True)
+            return 2
+        print(f"{'backup ' if args.backup else ''}controller listening on {args.host}:{port} for {world_size} "
               f"ranks", flush=True)
-        status = start_if_asked(args.status_port, args.status_host)
         if status is not None:
             print("status page on http://%s:%d/" % status.address, flush=True)
         while not done.wait(0.5):

@@ -1,6 +1,7 @@
 """`mindio-adaptor timeline LOGS... -o timeline.svg|png`: each recovery of a run as a picture, one lane per
 rank and one bar per phase, from the logs the job wrote (status/timeline_picture), and its critical path
 printed (status/critical_path): which milestone waited for which rank, and how long."""
+import sys
 from pathlib import Path
 
 FORMATS = (".svg", ".png")
@@ -17,6 +18,12 @@ def run(args) -> int:
     from mindio_adaptor.status.critical_path import describe
     from mindio_adaptor.status.timeline_picture import NoRecoveries, draw, read_recoveries
 
+    try:
+        import matplotlib  # noqa: F401 (an optional dependency: named here rather than in a traceback)
+    except ImportError:
+        print("mindio-adaptor timeline: drawing needs matplotlib, which is not installed: "
+              "pip install 'mindio_adaptor[timeline]'", file=sys.stderr)
+        return 2
     if args.output.suffix.lower() not in FORMATS:
         raise SystemExit(f"-o {args.output}: the picture must end in .svg or .png")
     missing = [str(p) for p in args.logs if not p.is_file()]

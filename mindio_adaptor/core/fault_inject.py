@@ -31,7 +31,8 @@ Once per job: before firing, a marker file is created with O_CREAT|O_EXCL in the
 exists the fault has already fired in this job (before a recompute, a resume from checkpoint or a process
 restart) and is skipped. The marker is written BEFORE firing so a kill cannot leave it unwritten.
 State directory: the caller's, else env MINDIO_FAULT_STATE_DIR, else
-``<tempdir>/mindio_fault_state/<job id>`` with the job id from TORCHELASTIC_RUN_ID (torchrun; its
+``<tempdir>/mindio_fault_state-<uid>/<job id>`` (created private to this user, refused when another
+user owns it or may write to it: a marker planted there would silence a planned fault) with the job id from TORCHELASTIC_RUN_ID (torchrun; its
 placeholder "none" does not count) or SLURM_JOB_ID. With none of these the plan refuses to start: without
 a job identity "once per job" cannot hold and a restarted rank would fail again forever.
 """
@@ -42,6 +43,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -216,9 +218,26 @@ def resolve_state_dir(environ: Mapping[str, str], state_dir: Optional[str] = Non
         job_id = environ.get(name, "").strip()
         if job_id and job_id != "none":
             safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in job_id)
-            return os.path.join(tempfile.gettempdir(), "mindio_fault_state", f"{name.lower()}-{safe}")
+            return _private_dir(os.path.join(tempfile.gettempdir(), f"mindio_fault_state-{os.getuid()}",
+                                             f"{name.lower()}-{safe}"))
     raise FaultSpecError(f"{ENV_SPEC} is set but no state directory for its once-per-job markers: set "
                          f"{ENV_STATE_DIR} (or run under torchrun with --rdzv-id, or under Slurm)")
+
+
+def _private_dir(path: str) -> str:
+    """`path` and its parent, made with mode 700 if missing; FaultSpecError unless both are this user's
+    own directories that nobody else may write to."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        for directory in (os.path.dirname(path), path):
+            st = os.lstat(directory)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                raise FaultSpecError(f"fault state directory {directory!r} is not a directory of yours that only you "
+                                     f"may write to (mode {st.st_mode & 0o777:o}, uid {st.st_uid}): remove it, or set "
+                                     f"{ENV_STATE_DIR} to a private directory")
+    except OSError as exc:
+        raise FaultSpecError(f"fault state directory {path!r} is unusable: {exc}; set {ENV_STATE_DIR}") from exc
+    return path
 
 
 # ---------------------------------------------------------------- firing

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Tuple
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER
+from mindio_adaptor.core.controller_address import controller_addresses
 from mindio_adaptor.core.ha_config import ENV_OVERRIDE, HighAvailabilityConfig, HighAvailabilityConfigError
 from mindio_adaptor.launch.slurm import SlurmError, SlurmPlace, slurm_place
 
@@ -128,14 +128,17 @@ def _controllers(args, environ: Mapping[str, str], nnodes: int, reboot: bool) ->
     """--controllers, else hosted by default where a job of ours replaces processes: the in-job controller
     lives in rank 0's process, so rank 0's death (or node 0's) would take the recovery down with it. Not
     where the user runs a controller of their own (MINDIO_CONTROLLER_ADDR) or the script is not ours."""
+    try:  # checked here, at start: otherwise only the first report of a worker's death would read it
+        external = controller_addresses(environ)
+    except ValueError as err:
+        raise LaunchConfigError(str(err)) from None
     if args.controllers is not None:
         count = _at_least("--controllers", int(args.controllers), 0)
         if count > nnodes:
             raise LaunchConfigError(f"--controllers {count}: one per node at most (failure domains), and there "
                                     f"are {nnodes} nodes")
         return count, ""
-    if not reboot or environ.get(ENV_CONTROLLER) or not _training_asks(args, environ, SCRIPT_HA_FLAG,
-                                                                        "enable_high_availability"):
+    if not reboot or external or not _training_asks(args, environ, SCRIPT_HA_FLAG, "enable_high_availability"):
         return 0, ""
     count = min(DEFAULT_HOSTED_CONTROLLERS, nnodes)
     return count, (f"the default with worker reboot: one per node on the first {count} of {nnodes} "

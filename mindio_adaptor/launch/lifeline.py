@@ -14,10 +14,11 @@ decides, as before.
 from __future__ import annotations
 
 import select
+import selectors
 import socket
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, Optional, Set
 
 if TYPE_CHECKING:  # the holder side runs in every launcher; it needs no torch
     from torch.distributed import Store
@@ -25,6 +26,8 @@ if TYPE_CHECKING:  # the holder side runs in every launcher; it needs no torch
 GOODBYE = b"L"  # sent before a deliberate close: this launcher left, it was not lost
 EVIDENCE = "its launcher's process is gone: its lifeline closed and its port refuses connections"
 CONNECT_S = 1.0  # a watcher's connection attempt; a host that does not answer by then is left to the beat
+MAX_HELD = 256  # connections a lifeline holds at once (a few watchers each hold one)
+LEAVE_S = 5.0  # the longest leave() waits for the goodbyes to go out
 
 
 def lifeline_key(node: int) -> str:
@@ -58,49 +61,93 @@ def published(store: Store, node: int) -> Optional[LifelineAddress]:
 
 
 class Lifeline:
-    """This launcher's end of it: a listening socket whose connections are held open and never read."""
+    """This launcher's end of it: a listening socket whose connections are held open and never answered.
+
+    A held connection whose peer closed it is dropped (it proves nothing to anybody), and at most MAX_HELD
+    are held: beyond that a new one is closed at once. Its watcher then sees a closed connection to a port
+    that still listens, which is no proof of a death: that node is left to the beat, never taken."""
 
     def __init__(self, host: str):
         self._server = socket.create_server(("", 0), backlog=64)
+        self._server.setblocking(False)
         self.host, self.port = host, self._server.getsockname()[1]
-        self._held: List[socket.socket] = []
-        self._leaving = False
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, name="lifeline", daemon=True)
+        self._held: Set[socket.socket] = set()
+        self._refused_over_cap = 0
+        self._leaving = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._server, selectors.EVENT_READ)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._thread = threading.Thread(target=self._serve, name="lifeline", daemon=True)
         self._thread.start()
 
     def publish(self, store: Store, node: int, incarnation: int) -> None:
         store.set(lifeline_key(node), LifelineAddress(incarnation, self.host, self.port).encode())
 
-    def _accept(self) -> None:
+    def held(self) -> int:
+        return len(self._held)
+
+    def _serve(self) -> None:
+        while not self._leaving.is_set():
+            for key, _ in self._selector.select(timeout=1.0):
+                if key.fileobj is self._server:
+                    self._accept_all()
+                elif key.fileobj is not self._wake_r:
+                    self._check_held(key.fileobj)
+        self._say_goodbyes()
+
+    def _accept_all(self) -> None:
         while True:
             try:
                 conn, _ = self._server.accept()
-            except OSError:  # closed by leave()
+            except OSError:  # nothing more queued (or at the fd limit: tried again on the next wake-up)
                 return
-            with self._lock:
-                if not self._leaving:
-                    self._held.append(conn)
-                    continue
-            _say_goodbye(conn)
+            if len(self._held) >= MAX_HELD:
+                self._refused_over_cap += 1
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self._held.add(conn)
+            self._selector.register(conn, selectors.EVENT_READ)
 
-    def leave(self) -> None:
-        """Say goodbye on every connection, those still in the listen queue too, then stop listening: the
-        watchers see a departure. (One that connects in the instant before the close sees a loss: the
-        caller says the node is done before this, and a watcher checks that before it takes the node.)"""
-        with self._lock:
-            self._leaving = True
-            held, self._held = self._held, []
-        for conn in held:
+    def _check_held(self, conn: socket.socket) -> None:
+        """A watcher never writes: readable means its end closed (drop it) or stray bytes (read, ignored)."""
+        try:
+            if conn.recv(4096):
+                return
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            pass
+        self._selector.unregister(conn)
+        self._held.discard(conn)
+        conn.close()
+
+    def _say_goodbyes(self) -> None:
+        for conn in list(self._held):
             _say_goodbye(conn)
-        self._server.setblocking(False)
+        self._held.clear()
         while True:
             try:
                 conn, _ = self._server.accept()
             except OSError:
                 break
             _say_goodbye(conn)
+        self._selector.close()
         self._server.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def leave(self) -> None:
+        """Say goodbye on every connection, those still in the listen queue too, then stop listening: the
+        watchers see a departure. (One that connects in the instant before the close sees a loss: the
+        caller says the node is done before this, and a watcher checks that before it takes the node.)"""
+        self._leaving.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._thread.join(LEAVE_S)
 
 
 def _say_goodbye(conn: socket.socket) -> None:

@@ -114,14 +114,14 @@ def _start_in_job_controller(rank, world, controller, config):
 
 def _start_status_page(announce_token: bool) -> None:
     """MINDIO_STATUS_PORT asks for the controller's status page and /metrics. Its requests need the job's
-    token: one the user chose (MINDIO_TOKEN) they know; one the job made is logged once with the page's
-    address, so the job's log (as private as its environment) is where the operator finds it."""
-    from mindio_adaptor.status.controller_source import start_if_asked
+    token: one the user chose (MINDIO_TOKEN) they know; one the job made is written to a file only this
+    user can read, whose path (never the token: logs are copied and shared) the log names once."""
+    from mindio_adaptor.status.controller_source import start_if_asked, write_token_file
 
     SESSION.status_server = start_if_asked()
     if SESSION.status_server is not None and announce_token:
-        logger.info("status page (token made by this job): http://%s:%d/?token=%s", *SESSION.status_server.address,
-                    os.environ[ENV_TOKEN])
+        logger.info("status page at http://%s:%d/: the token this job made is in %s (readable by you only)",
+                    *SESSION.status_server.address, write_token_file(os.environ[ENV_TOKEN]))
 
 
 def _publish_contact(contact, needed: bool) -> None:

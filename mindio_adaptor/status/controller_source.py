@@ -1,6 +1,7 @@
 """The running controller of this process (ttp/controller) as a JobStatus source, and the opt-in start of
 its status server (MINDIO_STATUS_PORT) for the in-job and the standalone controller."""
 import os
+import tempfile
 from typing import Optional
 
 from mindio_adaptor.core.controller_address import ENV_TOKEN
@@ -31,3 +32,13 @@ def start_if_asked(port: Optional[int] = None, host: Optional[str] = None) -> Op
         return None
     host = host or os.environ.get(STATUS_HOST_ENV, "127.0.0.1")
     return StatusServer(controller_status, os.environ.get(ENV_TOKEN, ""), host, port).start()
+
+
+def write_token_file(token: str) -> str:
+    """A file holding `token`, in a fresh directory of mode 700, the file of mode 600; returns its path."""
+    directory = tempfile.mkdtemp(prefix="mindio-status-")
+    path = os.path.join(directory, "token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return path

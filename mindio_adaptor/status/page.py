@@ -1,8 +1,6 @@
 """The status page: one self-contained HTML document (no script, no external resource), refreshed by
 the browser every few seconds."""
 from html import escape
-from typing import Optional
-from urllib.parse import quote
 
 from mindio_adaptor.status.job_status import JobStatus
 
@@ -18,8 +16,10 @@ table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 0
 """
 
 
-def status_page(status: JobStatus, token: Optional[str]) -> str:
-    refresh = f"{REFRESH_S}; url=/?token={quote(token)}" if token else str(REFRESH_S)
+def status_page(status: JobStatus) -> str:
+    # The refresh reloads "/" without the token: the browser holds it in a cookie (status/server.py), so
+    # it never sits in an address that history, proxies or a shoulder can read.
+    refresh = f"{REFRESH_S}; url=/"
     return "\n".join([
         "<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
         f"<meta http-equiv='refresh' content='{escape(refresh)}'>",

@@ -17,7 +17,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("arrives", ["during_the_wait", "before_the_decision", "unmarked"])
-def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env, arrives):
+def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env, monkeypatch, arrives):
+    # With the job's token the refused replacement below proved it belongs to the job: its refusal is
+    # an event. (Without a token nobody proves it, and refusals are only counted and summarised.)
+    monkeypatch.setenv("MINDIO_TOKEN", "arf-test-token")
     # 0.5 s heartbeat: starting the replacement's interpreter on a loaded 2-core host has stalled
     # healthy ranks past three 0.2 s periods (declared dead, so the replacement ended in a dump).
     job = Job(tmp_path, 8, enable_arf=True, heartbeat_s=0.5)

@@ -152,3 +152,29 @@ def test_a_scale_in_shows_in_the_metrics_json_and_table(tmp_path, job_env, monke
     finally:
         server.stop()
         job.close()
+
+
+def test_the_token_stays_out_of_addresses_and_headers_say_no_version():
+    """?token= is answered with a cookie and a page whose refresh carries no token; the cookie and a
+    lower-case `bearer` are accepted; the Server header names no Python version."""
+    from mindio_adaptor.status.job_status import job_status
+
+    server = StatusServer(lambda: job_status("NORMAL", [], [], {}), TOKEN).start()
+    base = "http://%s:%d" % server.address
+    try:
+        with urllib.request.urlopen(f"{base}/?token={TOKEN}", timeout=10) as answer:
+            page, cookie, server_header = answer.read().decode(), answer.headers["Set-Cookie"], answer.headers["Server"]
+        assert TOKEN not in page and "url=/'" in page
+        assert cookie.startswith(f"mindio_token={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert server_header == "mindio-status" and "Python" not in server_header
+        for headers in ({"Cookie": f"mindio_token={TOKEN}"}, {"Authorization": f"bearer {TOKEN}"},
+                        {"Authorization": f"BEARER  {TOKEN}"}):
+            request = urllib.request.Request(f"{base}/status.json", headers=headers)
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert answer.status == 200, headers
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/", headers={"Cookie": "mindio_token=nope"}),
+                                   timeout=10)
+        assert refused.value.code == 401
+    finally:
+        server.stop()

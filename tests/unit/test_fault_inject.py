@@ -91,7 +91,7 @@ def test_state_dir_order(tmp_path):
     assert resolve_state_dir(env, "/explicit") == "/explicit"
     assert resolve_state_dir(env) == "/from/env"
     del env[ENV_STATE_DIR]
-    assert resolve_state_dir(env).endswith(os.path.join("mindio_fault_state", "torchelastic_run_id-abc"))
+    assert resolve_state_dir(env).endswith(os.path.join(f"mindio_fault_state-{os.getuid()}", "torchelastic_run_id-abc"))
     env["TORCHELASTIC_RUN_ID"] = "none"  # torchrun's shared default is no job identity
     assert resolve_state_dir(env).endswith("slurm_job_id-42")
     assert resolve_state_dir({"TORCHELASTIC_RUN_ID": "a/../b"}).endswith("torchelastic_run_id-a_.._b")

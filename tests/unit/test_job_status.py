@@ -71,6 +71,6 @@ def test_a_large_layout_lists_only_the_shards_that_need_a_look():
               "domain": "node0" if r < 100 or r == 101 else "node1"} for r in range(200)]
     # 100 shards, shard j on ranks j (node0) and j + 100 (node1); rank 101 is on node0: one crowded shard
     layout = [{"optimizer_type": 0, "group": 0, "replica_cnt": 2, "ranks": list(range(200))}]
-    page = status_page(job_status("NORMAL", ranks, [], {}, layout=layout), None)
+    page = status_page(job_status("NORMAL", ranks, [], {}, layout=layout))
     assert page.count("node node0 holds several copies") == 1 and "<td>0</td><td>0</td><td>1</td>" in page
     assert "99 more shards: copies on distinct nodes, every copy alive" in page

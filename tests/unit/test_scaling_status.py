@@ -143,17 +143,17 @@ def test_a_job_that_never_scaled_says_so():
     assert status.scaling == [] and status.dp_size == 8
     table = status_table(json.loads(json.dumps(status.to_json())))
     assert "\nscaling: none\n" in table and "(data-parallel size 8)" in table
-    page = status_page(status, None)
+    page = status_page(status)
     assert "<h2>Scaling</h2>\n<p>none</p>" in page and "data-parallel size 8 &middot;" in page
 
 
 def test_the_page_has_the_same_rows():
-    page = status_page(status_of("left_with_slice"), None)
+    page = status_page(status_of("left_with_slice"))
     assert "data-parallel size 3 &middot;" in page
     assert "<td>1</td><td>in</td><td>dp4 -&gt; dp3</td>" in page
     assert "<td>lost [5], left with their slices [4]</td>" in page
     assert "training goes on, dp4 -&gt; dp3" in page  # the recovery's outcome
-    away = status_page(status_of("sent_away", until_kind="scale_out_abandoned"), None)
+    away = status_page(status_of("sent_away", until_kind="scale_out_abandoned"))
     assert "<p>scale-out: no scale-out: after " in away
 
 

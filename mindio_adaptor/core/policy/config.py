@@ -50,6 +50,8 @@ def read_json(path: str) -> object:
     except json.JSONDecodeError as error:
         raise PolicyFileError(path, f"not valid JSON: {error.msg} at line {error.lineno} "
                               f"column {error.colno}") from None
+    except RecursionError:  # a policy file is a few levels deep; thousands are no policy
+        raise PolicyFileError(path, "nested too deeply to be a policy file") from None
 
 
 @functools.lru_cache(maxsize=None)
