@@ -55,6 +55,7 @@ class RunResult:
     returncode: int
     output: str
     losses: Dict[int, float] = field(default_factory=dict)
+    loss_line_steps: List[int] = field(default_factory=list)  # the step of every loss line, in order: once each
     grad_norms: Dict[int, float] = field(default_factory=dict)
     step_ms: Dict[int, float] = field(default_factory=dict)
     num_zeros: Dict[int, float] = field(default_factory=dict)
@@ -107,6 +108,7 @@ def parse_output(returncode: int, output: str) -> RunResult:
     result = RunResult(returncode, output)
     for m in _ITERATION.finditer(output):
         step = int(m.group(1))
+        result.loss_line_steps.append(step)
         result.step_ms[step] = float(m.group(2))
         result.losses[step] = float(m.group(3))
         result.grad_norms[step] = float(m.group(4))
