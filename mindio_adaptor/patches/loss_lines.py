@@ -76,5 +76,5 @@ def _print_unless_printed(wrapped, instance, args, kwargs):
 PATCHES = [
     Patch("megatron.training.training", "train_step", _recording_train_step),
     Patch("megatron.training.training", "training_log", _training_log_once),
-    Patch("megatron.training.training", "print_rank_last", _print_unless_printed),
+    Patch("megatron.training.utils.common_utils", "print_rank_last", _print_unless_printed),
 ]

@@ -63,7 +63,8 @@ def test_online_repair_driven_by_the_client_handlers(repaired, reference_runs):
     assert "online repair finished at step 4" in out
     assert not [line for line in ADAPTOR_HANDLING if line in out]
     reference, _ = reference_runs("ha")
-    assert repaired.losses == reference.losses  # step 5 computed again from step 4, every step logged
+    assert repaired.losses == reference.losses  # step 5 computed again from step 4
+    assert sorted(repaired.loss_line_steps) == list(range(1, 9))  # every step's line once
     assert repaired.digest == reference.digest
 
 

@@ -145,6 +145,7 @@ def test_two_ranks_holding_different_shards_repaired_together(tmp_path, referenc
     assert re.search(r"rank 2\] INFO repair of step 4: received my optimizer shard .* from rank 0", run.output)
     reference, _ = reference_runs("ha")
     assert run.digest == reference.digest
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
 
 
 def test_tp2_dp2_fault_repaired_online(tmp_path, reference_runs):
@@ -154,6 +155,7 @@ def test_tp2_dp2_fault_repaired_online(tmp_path, reference_runs):
     assert "online repair finished at step 4" in run.output
     reference, _ = reference_runs("ha_tp2")
     assert run.digest == reference.digest
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
 
 
 def test_without_replicas_the_periodic_checkpoint_is_reloaded_online(tmp_path, reference_runs):
@@ -171,6 +173,7 @@ def test_without_replicas_the_periodic_checkpoint_is_reloaded_online(tmp_path, r
         assert len(seen["starting"]) == 1 and seen["done"] == seen["starting"], (rank, seen)
     reference, _ = reference_runs("ha_no_replica")
     assert run.losses == reference.losses
+    assert sorted(run.loss_line_steps) == list(range(1, 9))  # steps 4 and 5, computed again, printed once
     assert run.digest == reference.digest
 
 
