@@ -59,11 +59,11 @@ FLOWS: Dict[str, Flow] = {
                 "repair": (REPAIR_FROM_PEER,), "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "dump": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,), "exit": (END_IF_HUNG,)},
     "scale_in": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,),
-                 "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,), "rollback": (ROLL_BACK, LOG_REPAIR_STEP),
-                 "exit": (END_IF_HUNG,)},
+                 "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,),
+                 "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "scale_out": {"stop": (STOP,), "clean": (REBUILD_GROUPS,), "save_ckpt": (SCALE_OUT_SAVE,),
-                  "rebuild_group": (SCALE_OUT_GROUPS,), "repair": (SCALE_OUT_STATE,), "rollback": (ROLL_BACK, LOG_REPAIR_STEP),
-                  "exit": (END_IF_HUNG,)},
+                  "rebuild_group": (SCALE_OUT_GROUPS,), "repair": (SCALE_OUT_STATE,),
+                  "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "exit": {"stop": (STOP,), "exit": (END_IF_HUNG,)},
     "none": {"stop": (STOP,), "exit": (END_IF_HUNG,)},  # an action before any decision
 }

@@ -27,8 +27,8 @@ def log_repair_step(session, megatron, action) -> int:
     megatron.log_step_line(job.model, job.optimizer, step, reduced, verdict.grad_norm, verdict.num_zeros,
                            verdict.skipped)
     if megatron.is_last_rank():
-        logger.info("step %d: loss line printed after the recovery (%s)", step,
-                    "reduced before the fault" if verdict.source == "reduced" else "reduced again from every rank's part")
+        how = "reduced before the fault" if verdict.source == "reduced" else "reduced again from every rank's part"
+        logger.info("step %d: loss line printed after the recovery (%s)", step, how)
     return 0
 
 
