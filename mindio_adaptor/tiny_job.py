@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -139,11 +141,14 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        stacks = stacks_of_run(run_id)  # before the kill: where each process of the hung run waits
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every worker it started
         proc.wait()
         reader.join(10)
-        raise AssertionError(f"training did not finish within {timeout} s; last output:\n"
-                             f"{''.join(lines)[-6000:]}")
+        report = Path(tempfile.gettempdir()) / f"mindio-hung-run-{run_id}.txt"
+        report.write_text(f"{' '.join(command)}\n\n{''.join(lines)}\n\n{stacks}")
+        raise AssertionError(f"training did not finish within {timeout} s; output and every process's stacks in "
+                             f"{report}; last output:\n{''.join(lines)[-6000:]}")
     reader.join(30)
     result = parse_output(proc.returncode, "".join(lines))
     result.leftover = processes_left(run_id)
@@ -154,27 +159,52 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
 RUN_ID_ENV = "MINDIO_TINY_JOB_RUN"  # marks every process a run starts, whatever session it moves to
 
 
+def stacks_of_run(run_id: str, per_process_s: float = 20.0, total_s: float = 180.0) -> str:
+    """Every thread's stack in every process of the run (`py-spy dump`, when py-spy is installed), for
+    at most total_s."""
+    import psutil
+
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return "(no stacks: py-spy is not installed; `pip install py-spy` to have them here)"
+    dumps, deadline = [], time.monotonic() + total_s
+    for p in _processes_of_run(run_id):
+        if time.monotonic() > deadline:
+            dumps.append(f"===== pid {p.pid}: no stacks (the {total_s:.0f} s for all of them are spent)")
+            continue
+        try:
+            done = subprocess.run([spy, "dump", "--pid", str(p.pid)], capture_output=True, text=True,
+                                  timeout=per_process_s)
+            dumps.append(f"===== pid {p.pid}: {' '.join(p.cmdline())[:200]}\n{done.stdout}{done.stderr}")
+        except (subprocess.TimeoutExpired, psutil.Error) as err:
+            dumps.append(f"===== pid {p.pid}: no stacks ({err})")
+    return "\n".join(dumps)
+
+
+def _processes_of_run(run_id: str) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and p.environ().get(RUN_ID_ENV) == run_id:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def processes_left(run_id: str, grace_s: float = 10.0) -> List[str]:
     """Processes of the run (they carry its id in their environment) still alive `grace_s` after it
     ended, as 'pid name: command line' strings; they are killed, so one run's leftovers do not disturb
     the next."""
     import psutil
 
-    def alive():
-        found = []
-        for p in psutil.process_iter(["pid", "name", "cmdline"]):
-            try:
-                if p.pid != os.getpid() and p.environ().get(RUN_ID_ENV) == run_id:
-                    found.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return found
-
     deadline = time.monotonic() + grace_s
-    left = alive()
+    left = _processes_of_run(run_id)
     while left and time.monotonic() < deadline:
         time.sleep(0.5)
-        left = alive()
+        left = _processes_of_run(run_id)
     for p in left:
         try:
             p.kill()
