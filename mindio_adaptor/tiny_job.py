@@ -145,8 +145,7 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every worker it started
         proc.wait()
         reader.join(10)
-        report = Path(tempfile.gettempdir()) / f"mindio-hung-run-{run_id}.txt"
-        report.write_text(f"{' '.join(command)}\n\n{''.join(lines)}\n\n{stacks}")
+        report = hung_run_report(run_id, " ".join(command), "".join(lines), stacks)
         raise AssertionError(f"training did not finish within {timeout} s; output and every process's stacks in "
                              f"{report}; last output:\n{''.join(lines)[-6000:]}")
     reader.join(30)
@@ -179,6 +178,13 @@ def stacks_of_run(run_id: str, per_process_s: float = 20.0, total_s: float = 180
         except (subprocess.TimeoutExpired, psutil.Error) as err:
             dumps.append(f"===== pid {p.pid}: no stacks ({err})")
     return "\n".join(dumps)
+
+
+def hung_run_report(run_id: str, what: str, output: str, stacks: str) -> Path:
+    """A file with a hung run's output and stacks (stacks_of_run), named in the error it ends with."""
+    report = Path(tempfile.gettempdir()) / f"mindio-hung-run-{run_id}.txt"
+    report.write_text(f"{what}\n\n{output}\n\n{stacks}")
+    return report
 
 
 def _processes_of_run(run_id: str) -> list:
@@ -286,9 +292,11 @@ class LocalCluster:
         try:
             codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in running]
         except subprocess.TimeoutExpired:
+            stacks = stacks_of_run(self.run_id)
             self.kill()
-            raise AssertionError(f"the cluster did not finish within {timeout} s; last output:\n"
-                                 f"{''.join(self.lines)[-6000:]}")
+            report = hung_run_report(self.run_id, " ".join(self.script), "".join(self.lines), stacks)
+            raise AssertionError(f"the cluster did not finish within {timeout} s; output and every process's stacks "
+                                 f"in {report}; last output:\n{''.join(self.lines)[-6000:]}")
         for reader in self._readers:
             reader.join(30)
         result = parse_output(next((c for c in codes if c), 0), "".join(self.lines))
