@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -56,6 +58,7 @@ class RunResult:
     returncode: int
     output: str
     losses: Dict[int, float] = field(default_factory=dict)
+    loss_line_steps: List[int] = field(default_factory=list)  # the step of every loss line, in order: once each
     grad_norms: Dict[int, float] = field(default_factory=dict)
     step_ms: Dict[int, float] = field(default_factory=dict)
     num_zeros: Dict[int, float] = field(default_factory=dict)
@@ -113,6 +116,7 @@ def parse_output(returncode: int, output: str) -> RunResult:
     result = RunResult(returncode, output)
     for m in _ITERATION.finditer(output):
         step = int(m.group(1))
+        result.loss_line_steps.append(step)
         result.step_ms[step] = float(m.group(2))
         result.losses[step] = float(m.group(3))
         result.grad_norms[step] = float(m.group(4))
@@ -143,11 +147,13 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        stacks = stacks_of_run(run_id)  # before the kill: where each process of the hung run waits
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every worker it started
         proc.wait()
         reader.join(10)
-        raise AssertionError(f"training did not finish within {timeout} s; last output:\n"
-                             f"{''.join(lines)[-6000:]}")
+        report = hung_run_report(run_id, " ".join(command), "".join(lines), stacks)
+        raise AssertionError(f"training did not finish within {timeout} s; output and every process's stacks in "
+                             f"{report}; last output:\n{''.join(lines)[-6000:]}")
     reader.join(30)
     result = parse_output(proc.returncode, "".join(lines))
     result.leftover = processes_left(run_id)
@@ -158,27 +164,59 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
 RUN_ID_ENV = "MINDIO_TINY_JOB_RUN"  # marks every process a run starts, whatever session it moves to
 
 
+def stacks_of_run(run_id: str, per_process_s: float = 20.0, total_s: float = 180.0) -> str:
+    """Every thread's stack in every process of the run (`py-spy dump`, when py-spy is installed), for
+    at most total_s."""
+    import psutil
+
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return "(no stacks: py-spy is not installed; `pip install py-spy` to have them here)"
+    dumps, deadline = [], time.monotonic() + total_s
+    for p in _processes_of_run(run_id):
+        if time.monotonic() > deadline:
+            dumps.append(f"===== pid {p.pid}: no stacks (the {total_s:.0f} s for all of them are spent)")
+            continue
+        try:
+            done = subprocess.run([spy, "dump", "--pid", str(p.pid)], capture_output=True, text=True,
+                                  timeout=per_process_s)
+            dumps.append(f"===== pid {p.pid}: {' '.join(p.cmdline())[:200]}\n{done.stdout}{done.stderr}")
+        except (subprocess.TimeoutExpired, psutil.Error) as err:
+            dumps.append(f"===== pid {p.pid}: no stacks ({err})")
+    return "\n".join(dumps)
+
+
+def hung_run_report(run_id: str, what: str, output: str, stacks: str) -> Path:
+    """A file with a hung run's output and stacks (stacks_of_run), named in the error it ends with."""
+    report = Path(tempfile.gettempdir()) / f"mindio-hung-run-{run_id}.txt"
+    report.write_text(f"{what}\n\n{output}\n\n{stacks}")
+    return report
+
+
+def _processes_of_run(run_id: str) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and p.environ().get(RUN_ID_ENV) == run_id:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def processes_left(run_id: str, grace_s: float = 10.0) -> List[str]:
     """Processes of the run (they carry its id in their environment) still alive `grace_s` after it
     ended, as 'pid name: command line' strings; they are killed, so one run's leftovers do not disturb
     the next."""
     import psutil
 
-    def alive():
-        found = []
-        for p in psutil.process_iter(["pid", "name", "cmdline"]):
-            try:
-                if p.pid != os.getpid() and p.environ().get(RUN_ID_ENV) == run_id:
-                    found.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return found
-
     deadline = time.monotonic() + grace_s
-    left = alive()
+    left = _processes_of_run(run_id)
     while left and time.monotonic() < deadline:
         time.sleep(0.5)
-        left = alive()
+        left = _processes_of_run(run_id)
     for p in left:
         try:
             p.kill()
@@ -290,9 +328,11 @@ class LocalCluster:
         try:
             codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in running]
         except subprocess.TimeoutExpired:
+            stacks = stacks_of_run(self.run_id)
             self.kill()
-            raise AssertionError(f"the cluster did not finish within {timeout} s; last output:\n"
-                                 f"{''.join(self.lines)[-6000:]}")
+            report = hung_run_report(self.run_id, " ".join(self.script), "".join(self.lines), stacks)
+            raise AssertionError(f"the cluster did not finish within {timeout} s; output and every process's stacks "
+                                 f"in {report}; last output:\n{''.join(self.lines)[-6000:]}")
         for reader in self._readers:
             reader.join(30)
         result = parse_output(next((c for c in codes if c), 0), "".join(self.lines))

@@ -9,6 +9,7 @@ PATCH_MODULES = [
     "arguments",
     "parallel_state",
     "training",
+    "loss_lines",  # inside exception_loop's train_step: a step computed again is recorded again
     "uneven_batches",
     "optimizer_state",
     "fault_injection",

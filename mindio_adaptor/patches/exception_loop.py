@@ -62,8 +62,8 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
             where = (f"in step {step}; back to the reloaded checkpoint" if decision.flow == "reload" else
                      f"in step {step}; the job changed its data-parallel size ({decision.flow})"
                      if decision.flow in ("scale_in", "scale_out") else
-                     f"in step {step}, completed by the update of its replica peers; its loss, reduced for "
-                     f"display only, is not printed")
+                     f"in step {step}, completed by the update of its replica peers; its loss line is printed "
+                     f"at the rollback")
             raise train_reentry.ResumeTraining(decision.repair_step, where) from exc
 
 

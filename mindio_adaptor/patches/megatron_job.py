@@ -212,6 +212,70 @@ def data_parallel_group():
     return ps.get_data_parallel_group(with_context_parallel=True)
 
 
+# --- loss lines ------------------------------------------------------------------------------------
+
+def world_size() -> int:
+    return dist.get_world_size()
+
+
+def is_last_rank() -> bool:
+    """The rank that prints Megatron's loss lines (print_rank_last)."""
+    return dist.get_rank() == dist.get_world_size() - 1
+
+
+def prints_loss_line(step: int, is_first_iteration: bool = False) -> bool:
+    """Whether Megatron's training_log prints a line for `step`."""
+    return step % args().log_interval == 0 or bool(is_first_iteration)
+
+
+def detached_losses(losses_reduced) -> list:
+    """train_step's forward-backward output (one dict of loss tensors per micro-batch), kept aside."""
+    return [{key: value.detach().clone() for key, value in micro_batch.items()} for micro_batch in losses_reduced or ()]
+
+
+def gather_objects(obj) -> list:
+    """Every rank's `obj`, in rank order (a collective of the whole job)."""
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, obj)
+    return everyone
+
+
+def reduce_step_losses(model, local: list) -> dict:
+    """The reduction train_step makes of a step's losses for display, done again from this rank's part:
+    token-weighted losses summed over the data-parallel group, per-micro-batch means kept local."""
+    from megatron.training import training
+
+    pg_collection = (training.get_attr_wrapped_model(model[0], "pg_collection")
+                     or training.ProcessGroupCollection.use_mpu_process_groups())
+    group = getattr(pg_collection, "dp_cp_gtp_remat", None) or pg_collection.dp_cp
+    reduced = {}
+    for key in local[0]:
+        parts = [micro_batch[key].view(-1) for micro_batch in local]
+        if parts[0].numel() == 2:
+            total = torch.vstack(parts).sum(dim=0)
+            dist.all_reduce(total, group=group)
+            reduced[key] = float(total[0] / total[1])
+        else:
+            reduced[key] = float(torch.cat(parts).mean())
+    return reduced
+
+
+def log_step_line(model, optimizer, step: int, reduced: dict, grad_norm, num_zeros, skipped: bool) -> None:
+    """Megatron's training_log of `step` from its recorded values, on every rank (it has collectives)."""
+    from megatron.training import training
+
+    def as_logged(stat):  # train_step's max over the model-parallel group: a float32's value
+        return None if stat is None else torch.tensor([stat], dtype=torch.float32).item()
+
+    margs = args()
+    loss_dict = {key: torch.tensor(value, dtype=torch.float) for key, value in reduced.items()}
+    training.training_log(
+        loss_dict, {}, training.get_canonical_lr_for_logging(optimizer.param_groups), step,
+        optimizer.get_loss_scale().item(), False, int(skipped), as_logged(grad_norm),
+        training.calc_params_l2_norm(model) if margs.log_params_norm else None, as_logged(num_zeros), None,
+        pg_collection=training.get_attr_wrapped_model(model[0], "pg_collection"))
+
+
 # --- model and optimizer --------------------------------------------------------------------------
 
 def drop_gradients(model) -> None:

@@ -31,6 +31,7 @@ from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.stages.drop_gradients import DROP_GRADIENTS
 from mindio_adaptor.patches.stages.end_if_hung import END_IF_HUNG
 from mindio_adaptor.patches.stages.injected_fault import REPAIR_FAULT_POINT
+from mindio_adaptor.patches.stages.log_repair_step import LOG_REPAIR_STEP
 from mindio_adaptor.patches.stages.publish_dump import PUBLISH_DUMP
 from mindio_adaptor.patches.stages.rebuild_groups import REBUILD_GROUPS
 from mindio_adaptor.patches.stages.reload_checkpoint import RELOAD_CHECKPOINT
@@ -51,18 +52,18 @@ Flow = Dict[str, Tuple[Stage, ...]]  # action name -> its stages, in order
 
 FLOWS: Dict[str, Flow] = {
     "retry": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (REPAIR_FROM_PEER,),
-              "rollback": (ROLL_BACK,), "exit": (END_IF_HUNG,)},
+              "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "reload": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (RELOAD_CHECKPOINT,),
-               "rollback": (ROLL_BACK,), "exit": (END_IF_HUNG,)},
+               "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "recover": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, DROP_GRADIENTS), "rebuild_group": (REBUILD_GROUPS,),
-                "repair": (REPAIR_FROM_PEER,), "rollback": (ROLL_BACK,), "exit": (END_IF_HUNG,)},
+                "repair": (REPAIR_FROM_PEER,), "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "dump": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,), "exit": (END_IF_HUNG,)},
     "scale_in": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,),
-                 "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,), "rollback": (ROLL_BACK,),
-                 "exit": (END_IF_HUNG,)},
+                 "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,),
+                 "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "scale_out": {"stop": (STOP,), "clean": (REBUILD_GROUPS,), "save_ckpt": (SCALE_OUT_SAVE,),
-                  "rebuild_group": (SCALE_OUT_GROUPS,), "repair": (SCALE_OUT_STATE,), "rollback": (ROLL_BACK,),
-                  "exit": (END_IF_HUNG,)},
+                  "rebuild_group": (SCALE_OUT_GROUPS,), "repair": (SCALE_OUT_STATE,),
+                  "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
     "exit": {"stop": (STOP,), "exit": (END_IF_HUNG,)},
     "none": {"stop": (STOP,), "exit": (END_IF_HUNG,)},  # an action before any decision
 }

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Optional, Set
 
+from mindio_adaptor.core.loss_line import LossLineBook
 from mindio_adaptor.core.recovery_timeline import Timeline
 from mindio_adaptor.core.training_thread import TrainingThread
 from mindio_adaptor.patches.training_state import TrainingState
@@ -74,6 +75,7 @@ class RecoverySession:
     replacement: ReplacementProgress = field(default_factory=ReplacementProgress)
     reentry: Reentry = field(default_factory=Reentry)
     replay: StepReplay = field(default_factory=StepReplay)
+    losses: LossLineBook = field(default_factory=LossLineBook)  # each step's loss line (patches/loss_lines)
     save_root: Optional[str] = None  # --save as the run started; a dump points args.save elsewhere meanwhile
     next_comm_epoch: int = 1
     comm_reinits_in_place: int = 0  # since this process's group objects were created (core/comm_in_place)

@@ -4,7 +4,7 @@ import logging
 import torch.distributed as dist
 
 from mindio_adaptor.core.replica_check import check_peers_agree
-from mindio_adaptor.patches import megatron_job, uneven_batches
+from mindio_adaptor.patches import loss_lines, megatron_job, uneven_batches
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 from mindio_adaptor.patches.training_state import shard_state_tensors
@@ -53,6 +53,7 @@ def _bracketed(step):
         for hook in SESSION.job.before_optimizer_step:
             hook(iteration)
         result = step(*args, **kwargs)
+        loss_lines.note_update(iteration, result)
         SESSION.job.scheduler_step_ends = iteration
         return result
 

@@ -56,6 +56,7 @@ def test_training_goes_on_under_the_backup_and_ends_bit_identical(controller_los
     run.require_success()
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
+    assert sorted(run.loss_line_steps) == list(range(1, 9))  # each step's line once
     assert run.digest == reference.digest
 
 

@@ -57,7 +57,7 @@ def test_a_rank_frozen_in_a_step_and_in_the_final_save_is_no_fault(frozen_run, r
     assert freezer.frozen == [2, 1]
     reference, _ = reference_runs("ha")
     assert run.digest == reference.digest
-    assert sorted(run.losses) == list(range(1, 9))
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
     for rank in (2, 1):
         assert re.search(rf"rank {rank} silent for \d+ ms with its connection open", run.output), rank
         assert re.search(rf"rank {rank} heard again after \d+ ms of silence: not a fault", run.output), rank

@@ -120,7 +120,7 @@ def test_the_job_ends_at_the_last_step_on_dp2(scaled_in):
 
 def test_losses_match_the_uninterrupted_run(elastic_run, reference):
     run, _ = elastic_run
-    assert set(run.losses) >= set(range(1, LAST_STEP + 1)), sorted(run.losses)
+    assert sorted(run.loss_line_steps) == list(range(1, LAST_STEP + 1)), run.loss_line_steps  # once each
     for step in range(1, LAST_STEP + 1):
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
 
@@ -337,7 +337,7 @@ def tp2_scaled_in_and_out(tmp_path_factory):
 def test_tp2_dp2_scaled_in_and_out_trains_like_the_uninterrupted_run(tp2_scaled_in_and_out, reference_runs):
     run = tp2_scaled_in_and_out[0].require_success()
     reference, _ = reference_runs("ha_tp2")
-    assert set(run.losses) >= set(range(1, LAST_STEP + 1)), sorted(run.losses)
+    assert sorted(run.loss_line_steps) == list(range(1, LAST_STEP + 1)), run.loss_line_steps  # once each
     for step in range(1, LAST_STEP + 1):
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
     expected, got = samples_by_step(reference.output), samples_by_step(run.output)
@@ -499,7 +499,7 @@ def scaled_in_to_dp3(tmp_path_factory):
 def test_dp3_uneven_and_back_at_dp4_trains_like_the_uninterrupted_dp4_run(scaled_in_to_dp3, reference):
     run, _ = scaled_in_to_dp3
     run.require_success()
-    assert sorted(run.losses) == list(range(1, LAST_STEP + 1)), sorted(run.losses)
+    assert sorted(run.loss_line_steps) == list(range(1, LAST_STEP + 1)), run.loss_line_steps
     for step in range(1, LAST_STEP + 1):  # at dp4, dp3 (steps 5, 6) and dp4 again (steps 7, 8)
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
         # the gradient of the whole global batch: the weights make the uneven shares count as the full job's,

@@ -26,7 +26,7 @@ def test_a_fired_fault_does_not_fire_again_in_the_same_job(tmp_path):
     (tmp_path / "kill-rank2-step3-optimizer.fired").write_text("fired earlier in this job\n")
     run = run_training(HA, env=inject("kill:rank=2,step=3,phase=optimizer", tmp_path)).require_success()
     assert "already fired in this job" in run.output
-    assert sorted(run.losses) == list(range(1, 9))
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
 
 
 def test_kill_in_the_optimizer_phase_ends_the_process(tmp_path):

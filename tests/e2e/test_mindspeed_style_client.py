@@ -47,9 +47,15 @@ def test_online_repair_driven_by_the_client_handlers(repaired, reference_runs):
     out = repaired.require_success().output
     assert "rank 1] WARNING training raised RuntimeError: UCE ERROR injected (reported as UCE)" in out
     assert "decision retry: faults 1:memory repair_step=4" in out
-    for rank in (0, 2, 3):  # stopped in step 5's collectives, they report a stop, not a fault of their own
-        assert re.search(rf"rank {rank}\] WARNING training raised RuntimeError: FORCE STOP: rank stopped by the "
-                         rf"controller .*\(reported as NORMAL\)", out), rank
+    # Stopped in step 5's collectives, after the decision, the others report a stop, not a fault of their own;
+    # or, where a peer's STOP closed its connections before this rank's own STOP was handled (8 of 30 runs under
+    # a load of 35), the collective's error, which changes nothing: the decision was taken before any STOP.
+    decided = out.index("decision retry: faults 1:memory repair_step=4")
+    for rank in (0, 2, 3):
+        stop = re.search(rf"rank {rank}\] WARNING training raised RuntimeError: (FORCE STOP: rank stopped by the "
+                         rf"controller .*\(reported as NORMAL\)|\[\S+gloo\S+\] Connection closed by peer .*\(reported "
+                         rf"as HCCL_FAILED\))", out)
+        assert stop and stop.start() > decided, rank
     assert sorted(handler_lines(out, "stop")) == [0, 1, 2, 3]
     assert sorted(handler_lines(out, "clean")) == [0, 1, 2, 3]
     repairs = handler_lines(out, "repair")
@@ -63,7 +69,8 @@ def test_online_repair_driven_by_the_client_handlers(repaired, reference_runs):
     assert "online repair finished at step 4" in out
     assert not [line for line in ADAPTOR_HANDLING if line in out]
     reference, _ = reference_runs("ha")
-    assert repaired.losses == reference.losses  # step 5 computed again from step 4, every step logged
+    assert repaired.losses == reference.losses  # step 5 computed again from step 4
+    assert sorted(repaired.loss_line_steps) == list(range(1, 9))  # every step's line once
     assert repaired.digest == reference.digest
 
 

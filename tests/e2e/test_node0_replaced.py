@@ -78,6 +78,7 @@ def test_the_run_ends_bit_identical_to_the_uninterrupted_one(node_0_lost, refere
     run.require_success()
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
+    assert sorted(run.loss_line_steps) == list(range(1, 9))  # each step's line once
     assert run.digest == reference.digest
 
 

@@ -60,6 +60,7 @@ def test_node_1_lost_twice_and_replaced_ends_bit_identical(node_1_lost_twice, re
     run.require_success()
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
+    assert sorted(run.loss_line_steps) == list(range(1, 9))  # each step's line once
     assert run.digest == reference.digest
 
 

@@ -67,7 +67,7 @@ def test_uce_error_in_forward_is_repaired_online(tmp_path, reference_runs):
     assert re.search(r"repair of step 4: received my optimizer shard \(\d+ tensors, \d+ bytes\) from rank 3",
                      run.output)
     assert "online repair finished at step 4" in run.output
-    assert sorted(run.losses) == list(range(1, 9))
+    assert sorted(run.loss_line_steps) == list(range(1, 9))  # step 5 computed again, its line printed once
     for rank, seen in process_ids(run.output).items():  # one process per rank, from start to end
         assert len(seen["starting"]) == 1 and seen["done"] == seen["starting"], (rank, seen)
     assert len(process_ids(run.output)) == 4
@@ -127,9 +127,12 @@ def test_uce_error_mid_update_is_repaired_at_the_last_completed_step(tmp_path, r
         assert len(seen["starting"]) == 1 and seen["done"] == seen["starting"], (rank, seen)
     reference, _ = reference_runs("ha")
     # Step 5's loss is reduced over the data-parallel group after the update, for display only: the
-    # fault interrupted that reduction and the step is not recomputed, so it is not printed.
-    assert sorted(run.losses) == [1, 2, 3, 4, 6, 7, 8]
-    assert run.losses == {step: loss for step, loss in reference.losses.items() if step != 5}
+    # fault interrupted that reduction and the step is not recomputed; every rank still holds its part of
+    # it, so the rollback reduces it again and step 5's line is printed once, as the uninterrupted run's.
+    assert "step 5: loss line printed after the recovery (reduced again from every rank's part)" in run.output
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
+    assert run.losses == reference.losses
+    assert run.grad_norms == reference.grad_norms
     assert run.digest == reference.digest
 
 
@@ -142,6 +145,7 @@ def test_two_ranks_holding_different_shards_repaired_together(tmp_path, referenc
     assert re.search(r"rank 2\] INFO repair of step 4: received my optimizer shard .* from rank 0", run.output)
     reference, _ = reference_runs("ha")
     assert run.digest == reference.digest
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
 
 
 def test_tp2_dp2_fault_repaired_online(tmp_path, reference_runs):
@@ -151,6 +155,7 @@ def test_tp2_dp2_fault_repaired_online(tmp_path, reference_runs):
     assert "online repair finished at step 4" in run.output
     reference, _ = reference_runs("ha_tp2")
     assert run.digest == reference.digest
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
 
 
 def test_without_replicas_the_periodic_checkpoint_is_reloaded_online(tmp_path, reference_runs):
@@ -168,6 +173,7 @@ def test_without_replicas_the_periodic_checkpoint_is_reloaded_online(tmp_path, r
         assert len(seen["starting"]) == 1 and seen["done"] == seen["starting"], (rank, seen)
     reference, _ = reference_runs("ha_no_replica")
     assert run.losses == reference.losses
+    assert sorted(run.loss_line_steps) == list(range(1, 9))  # steps 4 and 5, computed again, printed once
     assert run.digest == reference.digest
 
 

@@ -32,7 +32,7 @@ def test_killed_rank_0_is_replaced_and_only_its_pid_changes(tmp_path, reference_
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
     assert len(set(seen[0]["starting"])) == 2 and seen[0]["done"] == seen[0]["starting"][1:], seen
     reference, _ = reference_runs("ha")
-    assert sorted(run.losses) == list(range(1, 9))
+    assert sorted(run.loss_line_steps) == list(range(1, 9))  # each step's line once
     assert run.losses == reference.losses
     assert run.digest == reference.digest
 
@@ -62,4 +62,5 @@ def test_hung_rank_is_ended_and_replaced_by_a_warm_spare(tmp_path, reference_run
         assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
     assert len(set(seen[3]["starting"])) == 2, seen
     assert run.losses == reference_runs("ha")[0].losses
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
     assert run.digest == reference_runs("ha")[0].digest

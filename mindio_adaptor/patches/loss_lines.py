@@ -1,0 +1,80 @@
+"""Each step's loss line printed once, recoveries included (core/loss_line says which line is owed).
+
+On every rank, per step: the micro-batch losses train_step's forward-backward returns (this rank's part,
+before the data-parallel reduction), the optimizer step's gradient norm, zeros and skip, and the reduced
+losses train_step returns once the reduction finished. Around Megatron's training_log: whether this
+process is the printer (the last rank), and the last step whose line it printed; a line of a step printed
+already (computed again after a reload from a checkpoint) is dropped. The rollback's last stage
+(stages/log_repair_step) prints the repair step's line where it is owed.
+"""
+from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.patches.recovery_session import SESSION
+
+FORWARD_BACKWARD_ARG = 6  # train_step(forward_step_func, data_iterator, model, optimizer, scheduler, config, fb)
+ITERATION_ARG = 3  # training_log(loss_dict, total_loss_dict, learning_rate, iteration, ...)
+
+
+def note_update(step: int, result) -> None:
+    """The optimizer step's (update_successful, grad_norm, num_zeros_in_grad) of `step` on this rank."""
+    if isinstance(result, tuple) and len(result) == 3:
+        record = SESSION.losses.record(step)
+        successful, grad_norm, num_zeros = result
+        record.skipped = not successful
+        record.grad_norm = None if grad_norm is None else float(grad_norm)
+        record.num_zeros = None if num_zeros is None else float(num_zeros)
+
+
+def _recording_train_step(wrapped, instance, args, kwargs):
+    step = megatron_job.current_iteration()
+    record = SESSION.losses.start(step, megatron_job.world_size())
+    if len(args) > FORWARD_BACKWARD_ARG:
+        args = (*args[:FORWARD_BACKWARD_ARG], _keeping_losses(args[FORWARD_BACKWARD_ARG], record),
+                *args[FORWARD_BACKWARD_ARG + 1:])
+    result = wrapped(*args, **kwargs)
+    if isinstance(result, tuple) and result and isinstance(result[0], dict) and result[0]:
+        record.reduced = {key: float(value) for key, value in result[0].items()}
+    return result
+
+
+def _keeping_losses(forward_backward, record):
+    def forward_backward_kept(*args, **kwargs):
+        losses = forward_backward(*args, **kwargs)
+        record.local = megatron_job.detached_losses(losses)
+        return losses
+
+    return forward_backward_kept
+
+
+def _training_log_once(wrapped, instance, args, kwargs):
+    book = SESSION.losses
+    step = args[ITERATION_ARG] if len(args) > ITERATION_ARG else kwargs["iteration"]
+    book.printer = megatron_job.is_last_rank()
+    book.line_step = step
+    try:
+        result = wrapped(*args, **kwargs)
+    finally:
+        book.line_step = None
+    if megatron_job.prints_loss_line(step, kwargs.get("is_first_iteration", False)):
+        book.highest_printed = max(book.highest_printed, step)
+    return result
+
+
+def _print_unless_printed(wrapped, instance, args, kwargs):
+    """Megatron's print on the last rank; inside training_log, once per step."""
+    book = SESSION.losses
+    step = book.line_step
+    if step is None:
+        return wrapped(*args, **kwargs)
+    if book.printed_already(step):
+        return None
+    result = wrapped(*args, **kwargs)
+    book.highest_printed = max(book.highest_printed, step)
+    return result
+
+
+PATCHES = [
+    Patch("megatron.training.training", "train_step", _recording_train_step),
+    Patch("megatron.training.training", "training_log", _training_log_once),
+    Patch("megatron.training.utils.common_utils", "print_rank_last", _print_unless_printed),
+]
