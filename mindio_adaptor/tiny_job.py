@@ -272,9 +272,10 @@ class LocalCluster:
         self.lost: List[subprocess.Popen] = []
         self._readers: List[threading.Thread] = []
 
-    def start_node(self, *node_flags: str) -> subprocess.Popen:
-        """A launcher: `start_node("--node-rank", "1")`, or `start_node("--standby")`."""
-        proc = subprocess.Popen([sys.executable, "-m", "mindio_adaptor.launch", *self.common, *node_flags,
+    def start_node(self, *node_flags: str, prefix: Sequence[str] = ()) -> subprocess.Popen:
+        """A launcher: `start_node("--node-rank", "1")`, or `start_node("--standby")`; `prefix`: a command that runs
+        it elsewhere (e.g. `ip netns exec HOST`)."""
+        proc = subprocess.Popen([*prefix, sys.executable, "-m", "mindio_adaptor.launch", *self.common, *node_flags,
                                  *self.script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=self.env, start_new_session=True)
         reader = threading.Thread(target=_pump, args=(proc.stdout, self.lines, self.on_line), daemon=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, _pump, process_ids
+from mindio_adaptor.tiny_job import LocalCluster, process_ids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from netns_hosts import NetnsHosts, available  # noqa: E402
@@ -35,14 +35,7 @@ class HostedCluster(LocalCluster):
         self.env.update(hosts.environment(0))
 
     def start_on(self, host, *node_flags):
-        proc = self.hosts.popen(host, [sys.executable, "-m", "mindio_adaptor.launch", *self.common, *node_flags,
-                                       *self.script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=self.env, start_new_session=True)
-        reader = threading.Thread(target=_pump, args=(proc.stdout, self.lines, self.on_line), daemon=True)
-        reader.start()
-        self.launchers.append(proc)
-        self._readers.append(reader)
-        return proc
+        return self.start_node(*node_flags, prefix=self.hosts.command(host, []))
 
 
 @pytest.fixture(scope="module")

@@ -120,3 +120,36 @@ class Job:
 def actions_in_order(job):
     """The names of the actions the controller sent, in order."""
     return [d.split(" ")[0] for _, _, d in job.controller_events("action")]
+
+
+# ---- frames by hand, for the tests of the wire under abuse ------------------------------------------
+
+def frame(type_name, message, seq=0):
+    from mindio_adaptor import _native as nat
+
+    kind = nat.MSG_TYPES[type_name]
+    return nat.encode_frame(kind, seq, nat.encode_message(kind, message))
+
+
+def register_frame(token, rank=0, world_size=4):
+    return frame("REGISTER", {"rank": rank, "world_size": world_size, "heartbeat_ms": 200, "token": token})
+
+
+def read_until_closed(sock, timeout, what):
+    """Everything the controller sent until it closed the connection; fails naming `what` if it kept it open."""
+    import socket
+
+    sock.settimeout(timeout)
+    received = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        except socket.timeout:
+            break
+        if not chunk:
+            return received
+        received += chunk
+    raise AssertionError(f"the controller kept {what} open")

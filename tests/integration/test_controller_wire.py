@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from controller_harness import Job, wait_until
+from controller_harness import Job, wait_until, frame, read_until_closed
+from controller_harness import register_frame as harness_register_frame
 from mindio_adaptor import _native as nat
 from mindio_adaptor.launch.controller_report import ControllerContact, ControllerReportError, report_process_ended
 from mindio_adaptor.ttp import controller as ctl
@@ -19,28 +20,12 @@ T = nat.MSG_TYPES
 TOKEN = "fuzz-test-token"
 
 
-def frame(type_name, message, seq=0):
-    return nat.encode_frame(T[type_name], seq, nat.encode_message(T[type_name], message))
-
-
 def register_frame(rank=0, world_size=4, token=TOKEN):
-    return frame("REGISTER", {"rank": rank, "world_size": world_size, "heartbeat_ms": 200, "token": token})
+    return harness_register_frame(token, rank, world_size)
 
 
 def closed_by_peer(sock, timeout=4.0):
-    """Reads until the controller closes the connection; returns everything it sent."""
-    sock.settimeout(timeout)
-    received = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            return received
-        if not chunk:
-            return received
-        received += chunk
-    raise AssertionError("the controller did not close a malformed connection")
+    return read_until_closed(sock, timeout, "a malformed connection")
 
 
 def malformed_cases(rng):

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from controller_harness import REPO, WORKER, wait_until
+from controller_harness import REPO, WORKER, wait_until, frame, read_until_closed
+from controller_harness import register_frame as harness_register_frame
 from mindio_adaptor import _native as nat
 from mindio_adaptor.launch.controller_report import ControllerContact, ControllerReportError, report_process_ended
 from mindio_adaptor.launch.lifeline import MAX_HELD, Lifeline
@@ -33,28 +34,12 @@ TOKEN = "hostile-test-token"
 WORLD = 2
 
 
-def frame(type_name, message, seq=0):
-    return nat.encode_frame(T[type_name], seq, nat.encode_message(T[type_name], message))
-
-
 def register_frame(rank=0, world_size=WORLD, token=TOKEN):
-    return frame("REGISTER", {"rank": rank, "world_size": world_size, "heartbeat_ms": 200, "token": token})
+    return harness_register_frame(token, rank, world_size)
 
 
 def answer_of(sock, timeout=10.0):
-    """Everything the peer sent until it closed the connection (bounded)."""
-    sock.settimeout(timeout)
-    received = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except (ConnectionResetError, socket.timeout):
-            return received
-        if not chunk:
-            return received
-        received += chunk
-    raise AssertionError("the controller kept a refused connection open")
+    return read_until_closed(sock, timeout, "a refused connection")
 
 
 def rss_kib(pid):
