@@ -153,7 +153,7 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
         reader.join(10)
         report = hung_run_report(run_id, " ".join(command), "".join(lines), stacks)
         raise AssertionError(f"training did not finish within {timeout} s; output and every process's stacks in "
-                             f"{report}; last output:\n{''.join(lines)[-6000:]}")
+                             f"{report}; last output:\n{''.join(lines)[-6000:]}\n{stacks_excerpt(stacks)}")
     reader.join(30)
     result = parse_output(proc.returncode, "".join(lines))
     result.leftover = processes_left(run_id)
@@ -184,6 +184,11 @@ def stacks_of_run(run_id: str, per_process_s: float = 20.0, total_s: float = 180
         except (subprocess.TimeoutExpired, psutil.Error) as err:
             dumps.append(f"===== pid {p.pid}: no stacks ({err})")
     return "\n".join(dumps)
+
+
+def stacks_excerpt(stacks: str, limit: int = 12000) -> str:
+    """The stacks as far as an error message carries them: a CI log keeps the message, not the report's file."""
+    return stacks if len(stacks) <= limit else stacks[:limit] + f"\n... ({len(stacks) - limit} more characters)"
 
 
 def hung_run_report(run_id: str, what: str, output: str, stacks: str) -> Path:
@@ -333,7 +338,7 @@ class LocalCluster:
             self.kill()
             report = hung_run_report(self.run_id, " ".join(self.script), "".join(self.lines), stacks)
             raise AssertionError(f"the cluster did not finish within {timeout} s; output and every process's stacks "
-                                 f"in {report}; last output:\n{''.join(self.lines)[-6000:]}")
+                                 f"in {report}; last output:\n{''.join(self.lines)[-6000:]}\n{stacks_excerpt(stacks)}")
         for reader in self._readers:
             reader.join(30)
         result = parse_output(next((c for c in codes if c), 0), "".join(self.lines))

@@ -1,5 +1,6 @@
 """tiny_job.run_training on a run that never ends: it is killed at its timeout, and the error names a file
-with the run's output and, where py-spy is installed, every process's stacks taken before the kill."""
+with the run's output and, where py-spy is installed (scripts/install_env.sh installs it), every process's
+stacks taken before the kill; the error carries the stacks too."""
 import re
 import shutil
 from pathlib import Path
@@ -20,6 +21,7 @@ def test_a_hung_run_leaves_its_processes_stacks(tmp_path):
     assert "started" in text
     if shutil.which("py-spy"):
         assert "wait_forever (hangs.py:5)" in text, text[-3000:]
+        assert "wait_forever (hangs.py:5)" in str(failed.value)  # the error itself carries them (a CI log)
     else:
         assert "py-spy is not installed" in text
     report.unlink()
