@@ -151,9 +151,8 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every worker it started
         proc.wait()
         reader.join(10)
-        report = hung_run_report(run_id, " ".join(command), "".join(lines), stacks)
-        raise AssertionError(f"training did not finish within {timeout} s; output and every process's stacks in "
-                             f"{report}; last output:\n{''.join(lines)[-6000:]}\n{stacks_excerpt(stacks)}")
+        raise hung_run_error(f"training did not finish within {timeout} s", run_id, " ".join(command),
+                             "".join(lines), stacks)
     reader.join(30)
     result = parse_output(proc.returncode, "".join(lines))
     result.leftover = processes_left(run_id)
@@ -186,16 +185,15 @@ def stacks_of_run(run_id: str, per_process_s: float = 20.0, total_s: float = 180
     return "\n".join(dumps)
 
 
-def stacks_excerpt(stacks: str, limit: int = 12000) -> str:
-    """The stacks as far as an error message carries them: a CI log keeps the message, not the report's file."""
-    return stacks if len(stacks) <= limit else stacks[:limit] + f"\n... ({len(stacks) - limit} more characters)"
-
-
-def hung_run_report(run_id: str, what: str, output: str, stacks: str) -> Path:
-    """A file with a hung run's output and stacks (stacks_of_run), named in the error it ends with."""
+def hung_run_error(why: str, run_id: str, what: str, output: str, stacks: str, limit: int = 12000) -> AssertionError:
+    """The error of a run killed at its timeout: a file keeps its whole output and stacks (stacks_of_run); the
+    message carries the output's end and the stacks as far as `limit`, since a CI log keeps the message only."""
     report = Path(tempfile.gettempdir()) / f"mindio-hung-run-{run_id}.txt"
     report.write_text(f"{what}\n\n{output}\n\n{stacks}")
-    return report
+    if len(stacks) > limit:
+        stacks = stacks[:limit] + f"\n... ({len(stacks) - limit} more characters)"
+    return AssertionError(f"{why}; output and every process's stacks in {report}; last output:\n{output[-6000:]}\n"
+                          f"{stacks}")
 
 
 def _processes_of_run(run_id: str) -> list:
@@ -336,9 +334,8 @@ class LocalCluster:
         except subprocess.TimeoutExpired:
             stacks = stacks_of_run(self.run_id)
             self.kill()
-            report = hung_run_report(self.run_id, " ".join(self.script), "".join(self.lines), stacks)
-            raise AssertionError(f"the cluster did not finish within {timeout} s; output and every process's stacks "
-                                 f"in {report}; last output:\n{''.join(self.lines)[-6000:]}\n{stacks_excerpt(stacks)}")
+            raise hung_run_error(f"the cluster did not finish within {timeout} s", self.run_id, " ".join(self.script),
+                                 "".join(self.lines), stacks)
         for reader in self._readers:
             reader.join(30)
         result = parse_output(next((c for c in codes if c), 0), "".join(self.lines))
