@@ -6,6 +6,8 @@ Every TP rank builds the same deterministic mock dataset, so no batch broadcast 
 parallelism is not supported by this example). At the end rank 0 prints `params digest <hex>`: a
 SHA-256 over the exact bytes of every model parameter of every rank, to compare runs for bit-identity.
 """
+import dataclasses
+import inspect
 import os
 import sys
 import time
@@ -19,12 +21,22 @@ mindio_adaptor.patch_all()
 import torch  # noqa: E402
 
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder  # noqa: E402
-from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset  # noqa: E402
+from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset, MockGPTLowLevelDataset  # noqa: E402
 from megatron.core.enums import ModelType  # noqa: E402
 from megatron.training import get_args, get_tokenizer  # noqa: E402
-from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args  # noqa: E402
-from megatron.training.arguments import parse_and_validate_args  # noqa: E402
+from megatron.core import mpu  # noqa: E402
+from megatron.training import training as megatron_training_module  # noqa: E402
 from megatron.training.training import pretrain  # noqa: E402
+
+try:  # megatron-core 0.18 on: pretrain takes one config built from the arguments
+    from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
+    from megatron.training.arguments import parse_and_validate_args
+    CONFIG_FORM = True
+except ImportError:  # before: pretrain parses the arguments itself and calls a model provider
+    CONFIG_FORM = False
+
+
+DATASET_FIELDS = {f.name for f in dataclasses.fields(GPTDatasetConfig)}  # the field above came in 0.13
 
 
 def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None):
@@ -40,9 +52,11 @@ def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None
         reset_attention_mask=False,
         eod_mask_loss=False,
         create_attention_mask=True,
-        mid_level_dataset_surplus=0.005,
+        **({"mid_level_dataset_surplus": 0.005} if "mid_level_dataset_surplus" in DATASET_FIELDS else {}),
     )
     dataset = MockGPTDatasetWithIds if args.log_sample_ids else MockGPTDataset
+    if not hasattr(MockGPTLowLevelDataset(tokenizer), "vocab_size"):
+        dataset = type(dataset.__name__, (InVocabulary, dataset), {})
     return BlendedMegatronDatasetBuilder(dataset, train_val_test_num_samples, lambda: True, config).build()
 
 
@@ -65,7 +79,33 @@ def loss_func(loss_mask, output_tensor, model=None):
     loss = torch.sum(losses * loss_mask)
     num_tokens = loss_mask.sum().clone().detach().to(torch.int)
     report = torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])
+    if REPORT_REDUCED_HERE:
+        torch.distributed.all_reduce(report, group=mpu.get_data_parallel_group())
+        return loss, num_tokens, {"lm loss": (report[0], report[1])}
     return loss, num_tokens, {"lm loss": report}
+
+
+# Before megatron-core 0.16 (at the latest) train_step summed (loss, tokens) pairs already reduced over the
+# data-parallel ranks by the loss function; later it takes each rank's [loss, tokens] and reduces them itself.
+REPORT_REDUCED_HERE = "isinstance(val, tuple)" in inspect.getsource(megatron_training_module)
+
+
+class InVocabularyLowLevel(MockGPTLowLevelDataset):
+    """Before megatron-core 0.13 the mock documents count their tokens up to 4095 whatever the vocabulary; as
+    later versions do, the tokens are taken modulo the vocabulary (the end-of-document token stays)."""
+
+    def __getitem__(self, idx):
+        sample = super().__getitem__(idx)
+        sample[:-1] %= self.tokenizer.vocab_size
+        return sample
+
+
+class InVocabulary:
+    """Mixed into a mock dataset class: its documents come from InVocabularyLowLevel."""
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path, config):
+        return InVocabularyLowLevel(config.tokenizer)
 
 
 class MockGPTDatasetWithIds(MockGPTDataset):
@@ -118,6 +158,34 @@ def forward_step(data_iterator, model, return_schedule_plan=False):
     return output, partial(loss_func, loss_mask)
 
 
+def model_provider(pre_process=True, post_process=True, vp_stage=None):
+    """The GPT of Megatron's core models for versions whose pretrain takes a model provider (before 0.18):
+    the layer spec of Megatron's own modules or of Transformer Engine, by --transformer-impl."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    args = get_args()
+    config = core_transformer_config_from_args(args)
+    if args.num_experts:
+        spec = gpt_layer_specs.get_gpt_decoder_block_spec(
+            config, use_transformer_engine=args.transformer_impl == "transformer_engine",
+            normalization=args.normalization)
+    else:
+        build = (gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec
+                 if args.transformer_impl == "transformer_engine" else gpt_layer_specs.get_gpt_layer_local_spec)
+        spec = build(num_experts=args.num_experts, moe_grouped_gemm=args.moe_grouped_gemm,
+                     qk_layernorm=args.qk_layernorm, multi_latent_attention=args.multi_latent_attention)
+    extra = {} if vp_stage is None else {"vp_stage": vp_stage}
+    return GPTModel(config=config, transformer_layer_spec=spec, vocab_size=args.padded_vocab_size,
+                    max_sequence_length=args.max_position_embeddings, pre_process=pre_process,
+                    post_process=post_process, fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
+                    parallel_output=True,
+                    share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
+                    position_embedding_type=args.position_embedding_type, rotary_percent=args.rotary_percent,
+                    rotary_base=args.rotary_base, **extra)
+
+
 def add_example_args(parser):
     group = parser.add_argument_group("example")
     group.add_argument("--params-out", default=None, metavar="DIR",
@@ -140,9 +208,14 @@ def main():
     # One line per process at start and at the end: a recovery that replaced a process shows as a
     # rank with two starts or two PIDs.
     say(f"rank {os.environ.get('RANK', '?')} pid {os.getpid()} starting")
-    args = parse_and_validate_args(extra_args_provider=add_example_args)
-    cfg = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
-    pretrain(cfg, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
+    if CONFIG_FORM:
+        args = parse_and_validate_args(extra_args_provider=add_example_args)
+        cfg = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
+        pretrain(cfg, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
+    else:
+        pretrain(train_valid_test_datasets_provider, model_provider, ModelType.encoder_or_decoder, forward_step,
+                 extra_args_provider=add_example_args)
+        args = get_args()
     model = mindio_adaptor.training_model()
     digest = params_digest(model)
     if args.params_out:

@@ -346,9 +346,13 @@ class LocalCluster:
     def wait_for(self, event: threading.Event, what: str, timeout: float = 300) -> None:
         """Wait for `event` (set by on_line when a line shows up); if it never comes, kill the cluster and
         fail with the end of its output."""
-        if not event.wait(timeout):
-            self.kill()
-            raise AssertionError(f"{what} never logged:\n" + "".join(self.lines)[-6000:])
+        deadline = time.monotonic() + timeout
+        while not event.wait(1.0):
+            ended = all(proc.poll() is not None for proc in self.launchers)
+            if ended or time.monotonic() > deadline:
+                self.kill()
+                why = "every launcher ended before it" if ended else f"not within {timeout} s"
+                raise AssertionError(f"{what} never logged ({why}):\n" + "".join(self.lines)[-6000:])
 
     def kill(self) -> None:
         for proc in self.launchers:

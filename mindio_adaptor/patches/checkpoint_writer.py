@@ -63,5 +63,6 @@ def _existing_results_queue() -> Optional[object]:
 
 
 PATCHES = [
-    Patch(MODULE, "get_write_results_queue", _live_results_queue),
+    Patch(MODULE, "get_write_results_queue", _live_results_queue, first="0.17"),
+    Patch(MODULE, "_get_write_results_queue", _live_results_queue, last="0.16"),  # private before 0.17
 ]

@@ -97,6 +97,10 @@ def _no_device_arch(wrapped, instance, args, kwargs):
     return 0  # older than any GPU: Megatron keeps its conservative defaults
 
 
+def _no_fused_kernels(wrapped, instance, args, kwargs):
+    return None  # it builds no kernel, it only asks nvcc for CUDA's version, which a CPU machine lacks
+
+
 def _allow_no_cuda(wrapped, instance, args, kwargs):
     kwargs["allow_no_cuda"] = True
     return wrapped(*args, **kwargs)
@@ -114,5 +118,8 @@ PATCHES = [
     Patch(RANDOM, "_set_cuda_rng_state", _set_rng_state, _on_cpu, upstream=False),
     Patch("megatron.training.initialize", "initialize_megatron", _allow_no_cuda, _on_cpu, upstream=False),
     Patch("megatron.training.utils.common_utils", "get_device_arch_version", _no_device_arch, _on_cpu,
-          upstream=False),
+          upstream=False, first="0.18"),
+    Patch("megatron.training.utils", "get_device_arch_version", _no_device_arch, _on_cpu, upstream=False,
+          last="0.17"),
+    Patch("megatron.legacy.fused_kernels", "load", _no_fused_kernels, _on_cpu, upstream=False, last="0.16"),
 ]

@@ -8,11 +8,13 @@ already (computed again after a reload from a checkpoint) is dropped. The rollba
 (stages/log_repair_step) prints the repair step's line where it is owed.
 """
 from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.patches.call_arguments import argument, has_parameter, with_argument
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 
-FORWARD_BACKWARD_ARG = 6  # train_step(forward_step_func, data_iterator, model, optimizer, scheduler, config, fb)
-ITERATION_ARG = 3  # training_log(loss_dict, total_loss_dict, learning_rate, iteration, ...)
+# The record of the step train_step runs, for a forward-backward it looks up itself (megatron-core 0.12; later
+# versions pass the function to train_step)
+_running = {"record": None}
 
 
 def note_update(step: int, result) -> None:
@@ -28,10 +30,15 @@ def note_update(step: int, result) -> None:
 def _recording_train_step(wrapped, instance, args, kwargs):
     step = megatron_job.current_iteration()
     record = SESSION.losses.start(step, megatron_job.world_size())
-    if len(args) > FORWARD_BACKWARD_ARG:
-        args = (*args[:FORWARD_BACKWARD_ARG], _keeping_losses(args[FORWARD_BACKWARD_ARG], record),
-                *args[FORWARD_BACKWARD_ARG + 1:])
-    result = wrapped(*args, **kwargs)
+    if has_parameter(wrapped, "forward_backward_func"):
+        forward_backward = argument(wrapped, args, kwargs, "forward_backward_func")
+        args, kwargs = with_argument(wrapped, args, kwargs, "forward_backward_func",
+                                     _keeping_losses(forward_backward, record))
+    _running["record"] = record
+    try:
+        result = wrapped(*args, **kwargs)
+    finally:
+        _running["record"] = None
     if isinstance(result, tuple) and result and isinstance(result[0], dict) and result[0]:
         record.reduced = {key: float(value) for key, value in result[0].items()}
     return result
@@ -46,9 +53,16 @@ def _keeping_losses(forward_backward, record):
     return forward_backward_kept
 
 
+def _forward_backward_kept(wrapped, instance, args, kwargs):
+    """train_step's own lookup of the forward-backward function (megatron-core 0.12)."""
+    forward_backward = wrapped(*args, **kwargs)
+    record = _running["record"]
+    return forward_backward if record is None else _keeping_losses(forward_backward, record)
+
+
 def _training_log_once(wrapped, instance, args, kwargs):
     book = SESSION.losses
-    step = args[ITERATION_ARG] if len(args) > ITERATION_ARG else kwargs["iteration"]
+    step = argument(wrapped, args, kwargs, "iteration")
     book.printer = megatron_job.is_last_rank()
     book.line_step = step
     try:
@@ -76,5 +90,8 @@ def _print_unless_printed(wrapped, instance, args, kwargs):
 PATCHES = [
     Patch("megatron.training.training", "train_step", _recording_train_step),
     Patch("megatron.training.training", "training_log", _training_log_once),
-    Patch("megatron.training.utils.common_utils", "print_rank_last", _print_unless_printed),
+    Patch("megatron.training.training", "get_forward_backward_func", _forward_backward_kept),
+    # megatron.training.utils became a package in 0.18
+    Patch("megatron.training.utils.common_utils", "print_rank_last", _print_unless_printed, first="0.18"),
+    Patch("megatron.training.utils", "print_rank_last", _print_unless_printed, last="0.17"),
 ]

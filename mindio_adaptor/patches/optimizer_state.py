@@ -11,6 +11,10 @@ megatron-core 0.19 has three defects there, hit by every CPU run (see shared not
    parameter: `_set_main_param_and_optimizer_states` then fails on the missing key. The step comes
    from the optimizer's own state dict (2.), so the parameter state may leave it as it is.
 Each parameter gets its own copy of the saved step, restored after the parameter-state load.
+
+megatron-core 0.12 also calls `quantize_param_shard` after every step, with no FP8 parameter, and without
+Transformer Engine that call raises whatever it is given; 0.13 returns when there is nothing to quantize, and
+so does the patch here.
 """
 import torch
 
@@ -63,6 +67,11 @@ def _keep_step_when_missing(wrapped, instance, args, kwargs):
     return wrapped(model_param, tensors, **kwargs)
 
 
+def _nothing_to_quantize(wrapped, instance, args, kwargs):
+    model_params = args[0] if args else kwargs["model_params"]
+    return None if len(model_params) == 0 else wrapped(*args, **kwargs)
+
+
 def _give_each_param_its_step(optimizer, step: float):
     for state in optimizer.state.values():
         if "step" in state:
@@ -74,9 +83,10 @@ PATCHES = [
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_state_dict", _load_state_dict,
           _plain_torch_adam),
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_parameter_state_from_dp_reshardable",
-          _load_parameter_state, _plain_torch_adam),
+          _load_parameter_state, _plain_torch_adam, first="0.15"),  # the dp_reshardable format came in 0.15
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_parameter_state_from_dp_zero",
           _load_parameter_state, _plain_torch_adam),
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}._set_main_param_and_optimizer_states",
           _keep_step_when_missing, _plain_torch_adam),
+    Patch("megatron.core.optimizer.distrib_optimizer", "quantize_param_shard", _nothing_to_quantize, last="0.12"),
 ]

@@ -2,8 +2,10 @@
 
 A patch names a module, an attribute path inside it and a wrapt wrapper. `patch_all()` registers a
 post-import hook per module, so it may run before or after `import megatron`. Applying is idempotent,
-`unpatch_all()` puts every original back, and a target missing from the installed Megatron raises
-`PatchTargetMissing` naming it and the versions we support.
+`unpatch_all()` puts every original back. At the first patched module's import the installed megatron-core's
+series is checked against the supported range (patches/megatron_versions; outside it: UnsupportedMegatron),
+and only the rows serving that series apply; a served target or module missing from the installed Megatron
+raises `PatchTargetMissing` naming it and the supported range.
 
 Megatron often binds functions by name (`from megatron.training.arguments import validate_args`), so
 applying a patch also replaces the original in every already-imported megatron module that holds it.
@@ -25,11 +27,10 @@ import wrapt
 
 from mindio_adaptor.core import hook_points
 from mindio_adaptor.patches import fault_handling as fault_handling_mode
+from mindio_adaptor.patches import megatron_versions
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
-
-SUPPORTED_MEGATRON = ("0.19",)  # megatron-core release series we test against
 
 
 class PatchTargetMissing(RuntimeError):
@@ -107,9 +108,10 @@ def _apply_module_patches(module):
     with _lock:
         if not _active:
             return
-        _check_version()
+        series = _check_version()
         for patch in all_patches(_selected):
-            if patch.module == module.__name__ and patch.applied is None and patch.enabled():
+            if (patch.module == module.__name__ and patch.applied is None and patch.serves(series)
+                    and patch.enabled()):
                 _apply(patch, module)
 
 
@@ -178,8 +180,7 @@ def _resolve_owner(patch: Patch, module):
     if owner is None or not hasattr(owner, name):
         raise PatchTargetMissing(
             f"mindio_adaptor cannot patch {patch.target}: not found in the installed Megatron "
-            f"({_megatron_version()}); supported megatron-core versions: "
-            f"{', '.join(v + '.x' for v in SUPPORTED_MEGATRON)}")
+            f"({_megatron_version()}); it serves {megatron_versions.supported_range()}")
     return owner, name
 
 
@@ -199,15 +200,42 @@ def _megatron_version() -> str:
         return "megatron-core of unknown version"
 
 
-_version_checked = False
+_checked_series: Optional[megatron_versions.Series] = None
 
 
-def _check_version():
-    global _version_checked
-    if _version_checked:
-        return
-    _version_checked = True
-    version = _megatron_version()
-    if not any(f" {v}." in version for v in SUPPORTED_MEGATRON):
-        logger.warning("mindio_adaptor is tested with megatron-core %s; found %s",
-                       ", ".join(v + ".x" for v in SUPPORTED_MEGATRON), version)
+def _check_version() -> megatron_versions.Series:
+    """The installed series, checked once: in the supported range, and every module a served patch names
+    present (a module Megatron lacks would otherwise never be imported, and its patches never applied)."""
+    global _checked_series
+    if _checked_series is not None:
+        return _checked_series
+    version = megatron_versions.installed_version()
+    series = megatron_versions.check_supported(version)
+    missing = sorted({p.module for p in all_patches(_selected) if p.serves(series) and not _module_exists(p.module)})
+    if missing:
+        raise PatchTargetMissing(f"mindio_adaptor cannot patch megatron-core {version}: no module {missing}; "
+                                 f"it serves {megatron_versions.supported_range()}")
+    if series not in megatron_versions.TESTED:
+        logger.warning("mindio_adaptor serves megatron-core %s with the adapters of its range; found %s, a series "
+                       "not run end to end here (tested: %s)", megatron_versions.supported_range(), version,
+                       ", ".join(megatron_versions.text(t) for t in megatron_versions.TESTED))
+    _checked_series = series
+    return series
+
+
+def _module_exists(name: str) -> bool:
+    """Whether megatron has module `name`, found by path (importing it here would run it before its patches);
+    `megatron` is a namespace package, and the first portion holding the top package is the one imported."""
+    if name in sys.modules:
+        return True
+    import megatron
+
+    top, *rest = name.split(".")[1:]
+    for base in megatron.__path__:
+        if _is_module(Path(base, top)):
+            return _is_module(Path(base, top, *rest))
+    return False
+
+
+def _is_module(path: Path) -> bool:
+    return path.with_suffix(".py").is_file() or path.is_dir()  # a folder: a package, or a namespace package

@@ -1,0 +1,86 @@
+"""Which megatron-core versions the adaptor serves, stated once: the version check at patch time, each patch's
+version range (patches/patch), the upstream tool and the docs read it from here.
+
+A release series is a (major, minor) pair. Megatron names some targets differently across series, or lacks them:
+such a target is declared by one Patch row per range of series, each naming the target as that range has it
+(the version's adapter), so every series in the range has every patch it needs, and none is skipped unseen.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Optional, Tuple
+
+Series = Tuple[int, int]
+
+FIRST: Series = (0, 12)  # MindSpeed-LLM's base, so the reference system's users
+LAST: Series = (0, 19)
+# Series that ran the end-to-end suite here (README's compatibility table); others in the range are served by
+# the same adapters but have not been run.
+TESTED: Tuple[Series, ...] = ((0, 12), (0, 19))
+
+
+class UnsupportedMegatron(RuntimeError):
+    """The installed megatron-core is outside FIRST..LAST."""
+
+
+def series_of(version: str) -> Series:
+    """"0.12.1" -> (0, 12); "0.19.0rc1" -> (0, 19)."""
+    match = re.match(r"\s*(\d+)\.(\d+)", version)
+    if not match:
+        raise ValueError(f"not a megatron-core version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def text(series: Series) -> str:
+    return f"{series[0]}.{series[1]}"
+
+
+def supported_range() -> str:
+    return f"megatron-core {text(FIRST)} to {text(LAST)}"
+
+
+def installed_version() -> Optional[str]:
+    """The importable megatron-core's version string, None when it cannot be read. Read from its file, not
+    imported: importing megatron.core runs modules whose patches are being applied when this is asked."""
+    loaded = sys.modules.get("megatron.core.package_info")
+    if loaded is not None:
+        return getattr(loaded, "__version__", None)
+    try:
+        import megatron
+    except ImportError:
+        return None
+    for base in megatron.__path__:
+        path = Path(base, "core", "package_info.py")
+        if path.is_file():
+            return _version_in(path.read_text())
+    return None
+
+
+def _version_in(package_info: str) -> Optional[str]:
+    """The version that megatron/core/package_info.py states in its MAJOR, MINOR and PATCH lines."""
+    parts = [re.search(rf"^{name}\s*=\s*(\d+)", package_info, re.M) for name in ("MAJOR", "MINOR", "PATCH")]
+    return None if None in parts else ".".join(part.group(1) for part in parts)
+
+
+def installed_series() -> Optional[Series]:
+    version = installed_version()
+    return None if version is None else series_of(version)
+
+
+def check_supported(version: Optional[str]) -> Series:
+    """The series of `version`, or UnsupportedMegatron naming the range."""
+    if version is None:
+        raise UnsupportedMegatron(f"mindio_adaptor cannot read the installed megatron-core's version "
+                                  f"(megatron.core.package_info); it serves {supported_range()}")
+    series = series_of(version)
+    if not FIRST <= series <= LAST:
+        raise UnsupportedMegatron(f"mindio_adaptor serves {supported_range()}; the installed megatron-core is "
+                                  f"{version}")
+    return series
+
+
+def in_range(series: Series, first: Optional[str], last: Optional[str]) -> bool:
+    """Whether `series` lies in first..last (series texts like "0.16", inclusive; None: open)."""
+    return ((first is None or series >= series_of(first)) and (last is None or series <= series_of(last)))
