@@ -6,6 +6,7 @@ from mindio_adaptor.core import cpu_torch, logs
 PATCH_MODULES = [
     "cpu_support",
     "dataset_helpers",
+    "without_te",
     "arguments",
     "parallel_state",
     "training",
@@ -30,7 +31,10 @@ PATCH_MODULES = [
 
 def before_megatron_import():
     """What must be in place before megatron is first imported."""
+    from mindio_adaptor.patches import library_compat
+
     logs.configure()
+    library_compat.restore_for_installed_megatron()
     if not cpu_torch.accelerator_present():
         from mindio_adaptor.patches import cpu_support
 

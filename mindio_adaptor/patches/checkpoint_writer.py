@@ -12,7 +12,11 @@ only then takes them out, first in first out, for the .metadata. A save abandone
 rank lost, or a stop) leaves its results in the queue, and the next save of the process took them
 instead of its own: a checkpoint whose .metadata points into its files at another save's offsets, which
 no load can read (`invalid load key, '\x00'`). Before any save that follows an abandoned one, what is left
-in the queue is dropped (discard_stale_write_results)."""
+in the queue is dropped (discard_stale_write_results).
+
+megatron-core 0.12's writer calls torch's `_write_item` without the serialization format that torch 2.6 and
+later require (every torch_dist save failed); 0.13 passes torch's own default, and so does the patch here."""
+import inspect
 import logging
 import queue
 import sys
@@ -35,6 +39,15 @@ def _live_results_queue(wrapped, instance, args, kwargs):
         logger.warning("the checkpoint writer's results queue had lost its helper process (%s: %s); a new "
                        "one serves this save", type(gone).__name__, gone)
         return wrapped(*args, **kwargs)
+
+
+def _with_serialization_format(wrapped, instance, args, kwargs):
+    if "serialization_format" in inspect.signature(wrapped).parameters and "serialization_format" not in kwargs \
+            and len(args) < len(inspect.signature(wrapped).parameters):
+        from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+        kwargs = {**kwargs, "serialization_format": SerializationFormat.TORCH_SAVE}
+    return wrapped(*args, **kwargs)
 
 
 def discard_stale_write_results(when: str) -> int:
@@ -65,4 +78,6 @@ def _existing_results_queue() -> Optional[object]:
 PATCHES = [
     Patch(MODULE, "get_write_results_queue", _live_results_queue, first="0.17"),
     Patch(MODULE, "_get_write_results_queue", _live_results_queue, last="0.16"),  # private before 0.17
+    # torch's function, imported by name: no source hook can carry it
+    Patch(MODULE, "_write_item", _with_serialization_format, upstream=False, last="0.12"),
 ]

@@ -90,7 +90,8 @@ def _print_unless_printed(wrapped, instance, args, kwargs):
 PATCHES = [
     Patch("megatron.training.training", "train_step", _recording_train_step),
     Patch("megatron.training.training", "training_log", _training_log_once),
-    Patch("megatron.training.training", "get_forward_backward_func", _forward_backward_kept),
+    # a name training imports from megatron.core: no source hook can carry it (upstream=False)
+    Patch("megatron.training.training", "get_forward_backward_func", _forward_backward_kept, upstream=False),
     # megatron.training.utils became a package in 0.18
     Patch("megatron.training.utils.common_utils", "print_rank_last", _print_unless_printed, first="0.18"),
     Patch("megatron.training.utils", "print_rank_last", _print_unless_printed, last="0.17"),

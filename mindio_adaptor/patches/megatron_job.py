@@ -185,7 +185,13 @@ def single_instance_init_call(margs) -> tuple:
             dict(context_parallel_size=margs.context_parallel_size, num_distributed_optimizer_instances=1,
                  distributed_timeout_minutes=margs.distributed_timeout_minutes,
                  order="tp-cp-ep-dp-pp" if not margs.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
-                 create_gloo_process_groups=margs.use_gloo_process_groups))
+                 create_gloo_process_groups=gloo_groups_wanted(margs)))
+
+
+def gloo_groups_wanted(margs) -> bool:
+    """--disable-gloo-process-groups: `enable_gloo_process_groups` until megatron-core 0.12, later
+    `use_gloo_process_groups`."""
+    return getattr(margs, "use_gloo_process_groups", getattr(margs, "enable_gloo_process_groups", True))
 
 
 def point_optimizer_at_single_instance(optimizer, margs) -> None:
@@ -194,7 +200,7 @@ def point_optimizer_at_single_instance(optimizer, margs) -> None:
 
     for opt in distributed_optimizers(optimizer):
         opt.data_parallel_group = ps.get_data_parallel_group(with_context_parallel=True)
-        if margs.use_gloo_process_groups:
+        if gloo_groups_wanted(margs):
             opt.data_parallel_group_gloo = ps.get_data_parallel_group_gloo(with_context_parallel=True)
         opt.distributed_optimizer_instance_id = 0
 
@@ -473,8 +479,8 @@ def abort_async_checkpoint_writer() -> None:
 
 @contextlib.contextmanager
 def _rerun_state_for_every_rank(members: List[int], world_size: int):
-    """Megatron saves its rerun state machine as one object per global rank, and a resumed rank reads
-    the one at its own rank: every rank of the job needs one, savers or not. Each saver writes its
+    """Megatron (from 0.13 at the latest) saves its rerun state machine as one object per global rank, and a
+    resumed rank reads the one at its own rank: every rank of the job needs one, savers or not. Each saver writes its
     own rank's; the saver of new rank 0 also writes the others' as copies of its own (between steps
     with no rerun pending, which is checked, the objects of all ranks are equal)."""
     from megatron.core.dist_checkpointing.mapping import ShardedObject
@@ -489,8 +495,8 @@ def _rerun_state_for_every_rank(members: List[int], world_size: int):
 
     def state_dict_for_the_full_job(*args, **kwargs):
         result = original(*args, **kwargs)
-        if result is None or result.get("sharded") is None:
-            return result
+        if result is None or result.get("sharded") is None or len(result["sharded"].global_shape) != 1:
+            return result  # megatron-core 0.12: one object per (pp, tp) rank, which the savers have too
         data = result["sharded"].data
         result["sharded"] = ShardedObject(KEY_RERUN, data, (world_size,), (members[me],))
         if me == 0:

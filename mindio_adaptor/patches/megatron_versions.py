@@ -7,6 +7,7 @@ such a target is declared by one Patch row per range of series, each naming the 
 """
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -54,14 +55,23 @@ def installed_version() -> Optional[str]:
     for base in megatron.__path__:
         path = Path(base, "core", "package_info.py")
         if path.is_file():
-            return _version_in(path.read_text())
+            version = version_in(path.read_text())
+            return None if version is None else ".".join(map(str, version))
     return None
 
 
-def _version_in(package_info: str) -> Optional[str]:
-    """The version that megatron/core/package_info.py states in its MAJOR, MINOR and PATCH lines."""
-    parts = [re.search(rf"^{name}\s*=\s*(\d+)", package_info, re.M) for name in ("MAJOR", "MINOR", "PATCH")]
-    return None if None in parts else ".".join(part.group(1) for part in parts)
+def version_in(package_info: str) -> Optional[Tuple[int, int, int]]:
+    """(major, minor, patch) as megatron/core/package_info.py's source states them, None where it does not."""
+    found = {}
+    for node in ast.parse(package_info).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in ("MAJOR", "MINOR", "PATCH"):
+                    found[target.id] = node.value.value
+    try:
+        return int(found["MAJOR"]), int(found["MINOR"]), int(found["PATCH"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def installed_series() -> Optional[Series]:

@@ -11,10 +11,6 @@ megatron-core 0.19 has three defects there, hit by every CPU run (see shared not
    parameter: `_set_main_param_and_optimizer_states` then fails on the missing key. The step comes
    from the optimizer's own state dict (2.), so the parameter state may leave it as it is.
 Each parameter gets its own copy of the saved step, restored after the parameter-state load.
-
-megatron-core 0.12 also calls `quantize_param_shard` after every step, with no FP8 parameter, and without
-Transformer Engine that call raises whatever it is given; 0.13 returns when there is nothing to quantize, and
-so does the patch here.
 """
 import torch
 
@@ -31,8 +27,21 @@ def _plain_torch_adam():
 
 def _state_dict(wrapped, instance, args, kwargs):
     if not instance.optimizer.state:
-        instance._init_optimizer_states_with_dummy_values()
+        _init_with_dummy_values(instance)
     return wrapped(*args, **kwargs)
+
+
+def _init_with_dummy_values(instance):
+    """Adam's state allocated by one step on zero gradients, which the checkpoint load then overwrites, as
+    Megatron's own helper for this does from 0.13 on (0.12 has none)."""
+    if hasattr(instance, "_init_optimizer_states_with_dummy_values"):
+        return instance._init_optimizer_states_with_dummy_values()
+    for group in instance.optimizer.param_groups:
+        for param in group["params"]:
+            if param.numel() > 0:
+                param.grad = torch.zeros_like(param)
+    instance.optimizer.step()
+    instance.optimizer.zero_grad()
 
 
 def _load_state_dict(wrapped, instance, args, kwargs):
@@ -67,11 +76,6 @@ def _keep_step_when_missing(wrapped, instance, args, kwargs):
     return wrapped(model_param, tensors, **kwargs)
 
 
-def _nothing_to_quantize(wrapped, instance, args, kwargs):
-    model_params = args[0] if args else kwargs["model_params"]
-    return None if len(model_params) == 0 else wrapped(*args, **kwargs)
-
-
 def _give_each_param_its_step(optimizer, step: float):
     for state in optimizer.state.values():
         if "step" in state:
@@ -88,5 +92,4 @@ PATCHES = [
           _load_parameter_state, _plain_torch_adam),
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}._set_main_param_and_optimizer_states",
           _keep_step_when_missing, _plain_torch_adam),
-    Patch("megatron.core.optimizer.distrib_optimizer", "quantize_param_shard", _nothing_to_quantize, last="0.12"),
 ]

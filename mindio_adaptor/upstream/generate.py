@@ -45,7 +45,8 @@ def module_file(tree: MegatronTree, module: str) -> str:
 def make_patch_set(tree: MegatronTree, patches: Sequence) -> Dict[str, str]:
     """diff file name -> diff text, for a pristine `tree`."""
     diffs = {}
-    for module, attributes in sorted(megatron_targets(patches).items()):
+    served = [patch for patch in patches if patch.serves(tree.version[:2])]
+    for module, attributes in sorted(megatron_targets(served).items()):
         path = module_file(tree, module)
         old = (tree.root / path).read_text()
         if not old.endswith("\n"):

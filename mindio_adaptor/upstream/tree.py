@@ -5,11 +5,12 @@ Nothing is imported from it; the version is read from megatron/core/package_info
 """
 from __future__ import annotations
 
-import ast
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
+
+from mindio_adaptor.patches.megatron_versions import version_in
 
 PACKAGE_INFO = Path("megatron/core/package_info.py")
 PATCH_SET_PREFIX = "megatron-core-"
@@ -49,16 +50,10 @@ def open_tree(directory) -> MegatronTree:
 
 
 def _read_version(package_info: Path) -> Tuple[int, int, int]:
-    found = {}
-    for node in ast.parse(package_info.read_text()).body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-            for target in node.targets:
-                if isinstance(target, ast.Name) and target.id in ("MAJOR", "MINOR", "PATCH"):
-                    found[target.id] = node.value.value
-    try:
-        return int(found["MAJOR"]), int(found["MINOR"]), int(found["PATCH"])
-    except (KeyError, TypeError, ValueError):
-        raise TreeError(f"{package_info}: no MAJOR/MINOR/PATCH version numbers") from None
+    version = version_in(package_info.read_text())
+    if version is None:
+        raise TreeError(f"{package_info}: no MAJOR/MINOR/PATCH version numbers")
+    return version
 
 
 def installed_tree() -> MegatronTree:

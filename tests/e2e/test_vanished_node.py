@@ -93,7 +93,10 @@ def test_the_run_ends_as_the_uninterrupted_one(node_1_vanished, reference_runs):
 
 def test_the_silent_ranks_are_named_and_replaced_by_the_standby(node_1_vanished):
     run, _, _ = node_1_vanished
-    assert re.search(r"silent and hung: .*silent: \[2,3\]", run.output), detection_lines(run.output)
+    # the hang rule's reason depends on which of its limits a loaded machine crosses first (a section past its
+    # limit, or the silence limit), and the two ranks may cross in different ticks: each is named, either way
+    for rank in (2, 3):
+        assert re.search(rf"fault on rank {rank} \(node\): silent and hung: ", run.output), detection_lines(run.output)
     assert "decision recover: faults 2:node 3:node" in run.output
     assert re.search(r"node 1 was lost: this launcher takes its place .*beat was silent for 3 s", run.output)
     seen = process_ids(run.output)
