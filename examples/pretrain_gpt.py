@@ -158,15 +158,16 @@ def forward_step(data_iterator, model, return_schedule_plan=False):
     return output, partial(loss_func, loss_mask)
 
 
-def model_provider(pre_process=True, post_process=True, vp_stage=None):
+def model_provider(pre_process=True, post_process=True, vp_stage=None, config=None, pg_collection=None):
     """The GPT of Megatron's core models for versions whose pretrain takes a model provider (before 0.18):
-    the layer spec of Megatron's own modules or of Transformer Engine, by --transformer-impl."""
+    the layer spec of Megatron's own modules or of Transformer Engine, by --transformer-impl. Megatron
+    passes the stage, its config and its process groups where its version has them."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt import gpt_layer_specs
     from megatron.training.arguments import core_transformer_config_from_args
 
     args = get_args()
-    config = core_transformer_config_from_args(args)
+    config = config or core_transformer_config_from_args(args)
     if args.num_experts:
         spec = gpt_layer_specs.get_gpt_decoder_block_spec(
             config, use_transformer_engine=args.transformer_impl == "transformer_engine",
@@ -176,7 +177,8 @@ def model_provider(pre_process=True, post_process=True, vp_stage=None):
                  if args.transformer_impl == "transformer_engine" else gpt_layer_specs.get_gpt_layer_local_spec)
         spec = build(num_experts=args.num_experts, moe_grouped_gemm=args.moe_grouped_gemm,
                      qk_layernorm=args.qk_layernorm, multi_latent_attention=args.multi_latent_attention)
-    extra = {} if vp_stage is None else {"vp_stage": vp_stage}
+    extra = {name: value for name, value in (("vp_stage", vp_stage), ("pg_collection", pg_collection))
+             if value is not None}
     return GPTModel(config=config, transformer_layer_spec=spec, vocab_size=args.padded_vocab_size,
                     max_sequence_length=args.max_position_embeddings, pre_process=pre_process,
                     post_process=post_process, fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,

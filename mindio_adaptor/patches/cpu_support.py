@@ -16,7 +16,8 @@ from mindio_adaptor.patches.patch import Patch
 
 
 # Megatron modules that import triton unconditionally although a CPU run never calls their kernels.
-TRITON_IMPORTERS = ("megatron.core.transformer.moe.ops.paged_stash",)
+TRITON_IMPORTERS = ("megatron.core.transformer.moe.ops.paged_stash",
+                    "megatron.core.transformer.custom_layers.batch_invariant_kernels")  # 0.16
 
 
 def prepare_python_for_megatron():

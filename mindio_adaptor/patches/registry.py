@@ -215,12 +215,37 @@ def _check_version() -> megatron_versions.Series:
     if missing:
         raise PatchTargetMissing(f"mindio_adaptor cannot patch megatron-core {version}: no module {missing}; "
                                  f"it serves {megatron_versions.supported_range()}")
+    logger.info("megatron-core %s at %s: the patches serving %s apply", version, _megatron_root(),
+                megatron_versions.text(series))
     if series not in megatron_versions.TESTED:
         logger.warning("mindio_adaptor serves megatron-core %s with the adapters of its range; found %s, a series "
                        "not run end to end here (tested: %s)", megatron_versions.supported_range(), version,
                        ", ".join(megatron_versions.text(t) for t in megatron_versions.TESTED))
     _checked_series = series
     return series
+
+
+def missing_targets() -> List[str]:
+    """Every patch target serving the installed Megatron's series that does not resolve, each with why (an
+    empty list: all resolve). Imports the patched Megatron modules: a check for a test or a tool, run in a
+    process of its own, with patches not applied."""
+    series = megatron_versions.check_supported(megatron_versions.installed_version())
+    missing = []
+    for patch in all_patches():
+        if not patch.serves(series):
+            continue
+        try:
+            _resolve_owner(patch, importlib.import_module(patch.module))
+        except (ImportError, PatchTargetMissing) as error:
+            missing.append(f"{patch.target}: {type(error).__name__}: {error}")
+    return missing
+
+
+def _megatron_root() -> str:
+    """The folder holding the megatron package whose core is imported (a namespace package may span several)."""
+    import megatron
+
+    return next((str(Path(base).parent) for base in megatron.__path__ if Path(base, "core").is_dir()), "?")
 
 
 def _module_exists(name: str) -> bool:
