@@ -28,12 +28,9 @@ from megatron.core import mpu  # noqa: E402
 from megatron.training import training as megatron_training_module  # noqa: E402
 from megatron.training.training import pretrain  # noqa: E402
 
-try:  # megatron-core 0.18 on: pretrain takes one config built from the arguments
-    from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
-    from megatron.training.arguments import parse_and_validate_args
-    CONFIG_FORM = True
-except ImportError:  # before: pretrain parses the arguments itself and calls a model provider
-    CONFIG_FORM = False
+# pretrain's form: from megatron-core 0.18 it takes a config container built from the parsed arguments (0.18: and
+# a model provider; 0.19: the model's config inside the container), before it parsed them itself
+PRETRAIN_PARAMETERS = inspect.signature(pretrain).parameters
 
 
 DATASET_FIELDS = {f.name for f in dataclasses.fields(GPTDatasetConfig)}  # the field above came in 0.13
@@ -210,10 +207,19 @@ def main():
     # One line per process at start and at the end: a recovery that replaced a process shows as a
     # rank with two starts or two PIDs.
     say(f"rank {os.environ.get('RANK', '?')} pid {os.getpid()} starting")
-    if CONFIG_FORM:
+    if "cfg_container" in PRETRAIN_PARAMETERS:
+        from megatron.training.argument_utils import pretrain_cfg_container_from_args
+        from megatron.training.arguments import parse_and_validate_args
+
         args = parse_and_validate_args(extra_args_provider=add_example_args)
-        cfg = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
-        pretrain(cfg, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
+        if "model_provider" in PRETRAIN_PARAMETERS:
+            pretrain(pretrain_cfg_container_from_args(args), train_valid_test_datasets_provider, model_provider,
+                     ModelType.encoder_or_decoder, forward_step)
+        else:
+            from megatron.training.argument_utils import gpt_config_from_args
+
+            pretrain(pretrain_cfg_container_from_args(args, gpt_config_from_args(args)),
+                     train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
     else:
         pretrain(train_valid_test_datasets_provider, model_provider, ModelType.encoder_or_decoder, forward_step,
                  extra_args_provider=add_example_args)

@@ -16,5 +16,14 @@ $PY -m pip install -q "setuptools>=64" wheel "pybind11>=2.12" wrapt numpy packag
 if ! $PY -c "import importlib.metadata as m, sys; sys.exit(m.version('megatron-core') != '0.19.2')" 2>/dev/null; then
     $PY -m pip install -q --ignore-requires-python --no-deps --no-build-isolation megatron-core==0.19.2
 fi
+# The other releases that ship megatron.training as wheels, for the version tests (tests/e2e/test_megatron_versions.py
+# unpacks each into a folder of its own on PYTHONPATH; the releases before them are Megatron-LM trees in
+# ../shared/megatron-lm). Downloaded once, not installed.
+WHEELS=${MINDIO_MEGATRON_WHEELS:-$HOME/.cache/mindio-adaptor/megatron-wheels}
+for version in 0.17.0 0.18.0; do
+    if ! ls "$WHEELS"/megatron_core-$version-*.whl >/dev/null 2>&1; then
+        $PY -m pip download -q --ignore-requires-python --no-deps -d "$WHEELS" megatron-core==$version
+    fi
+done
 $PY -m pip install -q --no-build-isolation --no-deps -e .
 $PY -c "import importlib.metadata as m, mindio_adaptor._native; print('mindio_adaptor', m.version('mindio_adaptor'), 'with megatron-core', m.version('megatron-core'), 'and torch', m.version('torch'))"

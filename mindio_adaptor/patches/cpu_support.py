@@ -17,6 +17,7 @@ from mindio_adaptor.patches.patch import Patch
 
 # Megatron modules that import triton unconditionally although a CPU run never calls their kernels.
 TRITON_IMPORTERS = ("megatron.core.transformer.moe.ops.paged_stash",
+                    "megatron.core.transformer.moe.paged_stash",  # its place in 0.18
                     "megatron.core.transformer.custom_layers.batch_invariant_kernels")  # 0.16
 
 
@@ -56,12 +57,14 @@ class _WithTritonPlaceholder(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        triton, language = _triton_placeholder()
-        sys.modules["triton"], sys.modules["triton.language"] = triton, language
+        lent = "triton" not in sys.modules  # one importer may import another (0.19's moe.paged_stash)
+        if lent:
+            sys.modules["triton"], sys.modules["triton.language"] = _triton_placeholder()
         try:
             self.loader.exec_module(module)
         finally:
-            del sys.modules["triton"], sys.modules["triton.language"]
+            if lent:
+                sys.modules.pop("triton", None), sys.modules.pop("triton.language", None)
 
 
 def _triton_placeholder():

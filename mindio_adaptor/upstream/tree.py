@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from mindio_adaptor.patches import megatron_versions
 from mindio_adaptor.patches.megatron_versions import version_in
 
 PACKAGE_INFO = Path("megatron/core/package_info.py")
@@ -87,6 +88,10 @@ def patch_set_dir(tree: MegatronTree, patches_root: Optional[Path] = None) -> Pa
     folder = root / f"{PATCH_SET_PREFIX}{tree.series}"
     if not folder.is_dir():
         have = ", ".join(f"{s}.x" for s in patch_sets(root)) or "none"
-        raise TreeError(f"megatron-core {tree.version_text} at {tree.root} is not supported: patch sets "
-                        f"exist for megatron-core {have}")
+        served = megatron_versions.in_range(tree.version[:2], megatron_versions.text(megatron_versions.FIRST),
+                                            megatron_versions.text(megatron_versions.LAST))
+        why = ("it has no patch set; patch_all() serves it with the monkey patches" if served else
+               f"the adaptor serves {megatron_versions.supported_range()}")
+        raise TreeError(f"megatron-core {tree.version_text} at {tree.root} is not supported by the upstream patches "
+                        f"({why}): patch sets exist for megatron-core {have}")
     return folder

@@ -1,12 +1,12 @@
-"""The Megatron releases before the wheels carried megatron.training, from the Megatron-LM source trees in
-../shared/megatron-lm (copied: Megatron builds its dataset helpers inside the tree). Per release, three runs of
+"""The Megatron releases other than the installed one: those before the wheels carried megatron.training from the
+Megatron-LM source trees in ../shared/megatron-lm (copied: Megatron builds its dataset helpers inside the tree),
+the later ones from their wheels (downloaded by scripts/install_env.sh, unpacked). Per release, three runs of
 the example (dp4, R=2, gloo): the uninterrupted one; one faulted run checked several ways (a UCE error on rank 1
 in step 5 repaired online from its replica peer, then rank 2 killed in step 7's backward, the survivors' dying-gasp
 checkpoint of step 6); and a stock --load of that checkpoint. The oracle is the uninterrupted run of the same
 release: the same losses, and bit-identical final parameters (digests differ between releases)."""
-import os
 import re
-import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,26 +14,18 @@ import pytest
 from mindio_adaptor.patches import megatron_versions
 from mindio_adaptor.tiny_job import process_ids, run_training
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from megatron_releases import RELEASES, on_release, unpack  # noqa: E402
+
 pytestmark = pytest.mark.e2e
-TREES = Path(__file__).resolve().parents[3] / "shared" / "megatron-lm"
-RELEASES = {"0.12.1": "core_v0.12.1", "0.16.1": "core_v0.16.1"}
 HA = ["--enable-high-availability"]
 FAULTS = "raise:rank=1,step=5,msg=UCE ERROR injected;kill:rank=2,step=7,phase=backward"
 
 
-def on_tree(root):
-    """The environment in which `import megatron` resolves to the tree at root."""
-    return {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-
-
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def release_runs(request, tmp_path_factory):
-    source = TREES / RELEASES[request.param]
-    if not source.is_dir():
-        pytest.skip(f"no Megatron-LM tree at {source}")
     work = tmp_path_factory.mktemp(f"megatron_{request.param}")
-    shutil.copytree(source, work / "tree", ignore=shutil.ignore_patterns("__pycache__"))
-    env = on_tree(work / "tree")
+    env = on_release(unpack(request.param, work / "tree"))
     reference = run_training(HA, env=env).require_success()
     ckpt = work / "ckpt"
     faulted = run_training([*HA, "--enable-hbmfault-repair", "--save", str(ckpt), "--save-interval", "1000"],

@@ -39,7 +39,7 @@ class HostedCluster(LocalCluster):
 
 
 @pytest.fixture(scope="module")
-def node_1_vanished():
+def node_1_vanished(tmp_path_factory):
     step_3 = threading.Event()
 
     def on_line(line):
@@ -73,6 +73,9 @@ def node_1_vanished():
             node_1_code = None
         old_alive = [pid for pid in old_workers if psutil.pid_exists(pid)]
         run = cluster.wait(timeout=30)  # every launcher has ended: the output, and what was left behind
+        log = tmp_path_factory.mktemp("vanished") / "run.log"
+        log.write_text(run.output)
+        print(f"the whole output: {log}")  # shown with a failure; an assertion message keeps only its end
         yield run, node_1_code, old_alive
 
 
