@@ -51,8 +51,9 @@ def args_if_parsed():
 
 
 def current_iteration() -> int:
-    """The iteration being computed, numbered as Megatron's log prints it (1-based)."""
-    return args().curr_iteration + 1
+    """The iteration being computed, numbered as Megatron's log prints it (1-based). Before train() runs (a
+    replacement process joining) 1: megatron-core 0.19 sets curr_iteration to 0 there, 0.12 not at all."""
+    return getattr(args(), "curr_iteration", 0) + 1
 
 
 def set_iteration_state(snapshot: StepSnapshot) -> None:
@@ -404,8 +405,8 @@ def install_step_state(state: dict, scheduler, optimizer) -> None:
 def iterator_at_sample(old, who: str):
     """A new iterator over `old`'s dataset from sample args.consumed_train_samples (Megatron's own
     sampler positions it, as a resume from a checkpoint does); `old`'s worker processes are shut down."""
-    from megatron.training.datasets.data_samplers import build_pretraining_data_loader
-    from megatron.training.training import cyclic_iter
+    # the loader builder as training binds it (from megatron.legacy.data in 0.12, megatron.training.datasets later)
+    from megatron.training.training import build_pretraining_data_loader, cyclic_iter
 
     margs = args()
     if margs.dataloader_type not in ("single", "cyclic"):

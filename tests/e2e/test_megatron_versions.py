@@ -1,10 +1,11 @@
-"""The Megatron releases other than the installed one: those before the wheels carried megatron.training from the
-Megatron-LM source trees in ../shared/megatron-lm (copied: Megatron builds its dataset helpers inside the tree),
-the later ones from their wheels (downloaded by scripts/install_env.sh, unpacked). Per release, three runs of
-the example (dp4, R=2, gloo): the uninterrupted one; one faulted run checked several ways (a UCE error on rank 1
-in step 5 repaired online from its replica peer, then rank 2 killed in step 7's backward, the survivors' dying-gasp
-checkpoint of step 6); and a stock --load of that checkpoint. The oracle is the uninterrupted run of the same
-release: the same losses, and bit-identical final parameters (digests differ between releases)."""
+"""Every megatron-core release besides the installed one (tests/megatron_releases.py: 0.12.1 and 0.16.1 from the
+Megatron-LM trees, 0.17.0 and 0.18.0 from their wheels), on the real megatron.training (dp4, R=2, gloo). Per release
+four runs of the example: the uninterrupted one; one under `mindio-adaptor launch` with worker reboot, checked
+several ways (a UCE error on rank 1 in step 3 repaired online from its replica peer, then rank 2 killed in step 5
+and replaced by a new process); one under torchrun with --save where rank 2 is killed in step 5's backward (the
+survivors' dying-gasp checkpoint of step 4); and a stock --load of that checkpoint. The oracle is the
+uninterrupted run of the same release: the same losses, and bit-identical final parameters (digests differ
+between releases)."""
 import re
 import sys
 from pathlib import Path
@@ -19,52 +20,66 @@ from megatron_releases import RELEASES, on_release, unpack  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
-FAULTS = "raise:rank=1,step=5,msg=UCE ERROR injected;kill:rank=2,step=7,phase=backward"
+ONLINE = "raise:rank=1,step=3,msg=UCE ERROR injected;kill:rank=2,step=5"
+LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def release_runs(request, tmp_path_factory):
     work = tmp_path_factory.mktemp(f"megatron_{request.param}")
     env = on_release(unpack(request.param, work / "tree"))
-    reference = run_training(HA, env=env).require_success()
+    runs = {"reference": run_training(HA, env=env).require_success()}
+    runs["online"] = run_training([*HA, "--enable-hbmfault-repair", "--enable-worker-reboot"], launcher=LAUNCH,
+                                  env={**env, "MINDIO_FAULT_INJECT": ONLINE,
+                                       "MINDIO_FAULT_STATE_DIR": str(work / "online_faults")})
     ckpt = work / "ckpt"
-    faulted = run_training([*HA, "--enable-hbmfault-repair", "--save", str(ckpt), "--save-interval", "1000"],
-                           env={**env, "MINDIO_FAULT_INJECT": FAULTS, "MINDIO_FAULT_STATE_DIR": str(work / "faults")})
-    resumed = run_training([*HA, "--load", str(ckpt)], env=env).require_success()
-    return request.param, reference, faulted, resumed, ckpt
+    runs["dump"] = run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"],
+                                env={**env, "MINDIO_FAULT_INJECT": "kill:rank=2,step=5,phase=backward",
+                                     "MINDIO_FAULT_STATE_DIR": str(work / "dump_faults")})
+    runs["resumed"] = run_training([*HA, "--load", str(ckpt)], env=env).require_success()
+    return request.param, runs, ckpt
 
 
-def test_every_rank_trains_the_release_of_the_tree(release_runs):
-    release, reference, faulted, resumed, _ = release_runs
+def test_every_rank_trains_the_release_unpacked(release_runs):
+    release, runs, _ = release_runs
     assert megatron_versions.series_of(release) in megatron_versions.TESTED
-    for run in (reference, faulted, resumed):
+    for name, run in runs.items():
         ranks = re.findall(rf"rank (\d+)\] INFO megatron-core {re.escape(release)} at .*/tree: the patches serving",
                            run.output)
-        assert sorted(set(ranks)) == ["0", "1", "2", "3"], run.output[-3000:]
+        assert sorted(set(ranks)) == ["0", "1", "2", "3"], (name, run.output[-3000:])
 
 
-def test_a_uce_error_is_repaired_online_from_the_replica_peer(release_runs):
-    _, reference, faulted, _, _ = release_runs
-    assert "decision retry: faults 1:memory repair_step=4" in faulted.output
-    assert re.search(r"repair of step 4: received my optimizer shard \(\d+ tensors, \d+ bytes\) from rank 3",
-                     faulted.output)
-    assert "online repair finished at step 4" in faulted.output
-    assert process_ids(faulted.output)[1]["starting"] and len(process_ids(faulted.output)[1]["starting"]) == 1
-    # every step the faulted run completed has the uninterrupted run's loss, the repaired one included
-    assert sorted(faulted.losses) == list(range(1, 7))
-    assert all(faulted.losses[step] == reference.losses[step] for step in faulted.losses)
+def test_a_uce_error_is_repaired_online_and_a_killed_rank_replaced(release_runs):
+    _, runs, _ = release_runs
+    online, reference = runs["online"].require_success(), runs["reference"]
+    assert "decision retry: faults 1:memory repair_step=2" in online.output
+    assert re.search(r"repair of step 2: received my optimizer shard \(\d+ tensors, \d+ bytes\) from rank 3",
+                     online.output)
+    assert "online repair finished at step 2" in online.output
+    assert re.search(r"decision recover: faults [^\n]*\b2:node", online.output)
+    assert "ranks [2] replaced, training resumes at step 4" in online.output
+    seen = process_ids(online.output)
+    for rank in (0, 1, 3):  # one process from start to end, the repaired rank 1 included
+        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+    assert len(set(seen[2]["starting"])) == 2, seen
+    assert sorted(online.loss_line_steps) == list(range(1, 9))
+    assert online.losses == reference.losses
+    assert online.digest == reference.digest
 
 
 def test_the_survivors_dump_the_last_completed_step(release_runs):
-    _, _, faulted, _, ckpt = release_runs
-    assert faulted.returncode != 0
-    assert "lost the connection of rank 2" in faulted.output
-    assert "dump of step 6 published" in faulted.output
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "6"
+    _, runs, ckpt = release_runs
+    dump = runs["dump"]
+    assert dump.returncode != 0
+    assert "lost the connection of rank 2" in dump.output
+    assert "dump of step 4 published" in dump.output
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert all(dump.losses[step] == runs["reference"].losses[step] for step in dump.losses)
 
 
 def test_a_stock_load_of_the_dump_ends_as_the_uninterrupted_run(release_runs):
-    _, reference, _, resumed, _ = release_runs
-    assert sorted(resumed.losses) == [7, 8]
-    assert resumed.losses[7] == reference.losses[7]  # the first line after a resume is exact
+    _, runs, _ = release_runs
+    resumed, reference = runs["resumed"], runs["reference"]
+    assert sorted(resumed.losses) == [5, 6, 7, 8]
+    assert resumed.losses[5] == reference.losses[5]  # the first line after a resume is exact
     assert resumed.digest == reference.digest
