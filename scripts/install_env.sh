@@ -10,8 +10,10 @@ if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.1
     $PY -m pip install -q torch==2.13.0
 fi
 $PY -m pip install -q "setuptools>=64" wheel "pybind11>=2.12" wrapt numpy packaging einops psutil \
-    typing_extensions pytest prometheus_client matplotlib py-spy
+    typing_extensions pytest prometheus_client matplotlib py-spy six regex pyyaml pydantic
 # py-spy: a test run that hangs puts every process's stacks in its error (tiny_job), so a CI log shows where.
+# six, regex: megatron.training of 0.12 and 0.16 imports them at start (its tokenizers); pyyaml: 0.12 to 0.18
+# (its YAML arguments); pydantic: 0.16's training. The version tests run those releases (docs/megatron_versions.md).
 # megatron-core >= 0.17 declares Python >= 3.12 but runs on 3.11; its sdist builds helpers_cpp.
 if ! $PY -c "import importlib.metadata as m, sys; sys.exit(m.version('megatron-core') != '0.19.2')" 2>/dev/null; then
     $PY -m pip install -q --ignore-requires-python --no-deps --no-build-isolation megatron-core==0.19.2

@@ -94,3 +94,28 @@ def check_supported(version: Optional[str]) -> Series:
 def in_range(series: Series, first: Optional[str], last: Optional[str]) -> bool:
     """Whether `series` lies in first..last (series texts like "0.16", inclusive; None: open)."""
     return ((first is None or series >= series_of(first)) and (last is None or series <= series_of(last)))
+
+
+def installed_root() -> str:
+    """The folder holding the megatron package whose core is imported (a namespace package may span several)."""
+    import megatron
+
+    return next((str(Path(base).parent) for base in megatron.__path__ if Path(base, "core").is_dir()), "?")
+
+
+def module_exists(name: str) -> bool:
+    """Whether megatron has module `name`, found by path (importing it would run it before its patches);
+    `megatron` is a namespace package, and the first portion holding the top package is the one imported."""
+    if name in sys.modules:
+        return True
+    import megatron
+
+    top, *rest = name.split(".")[1:]
+    for base in megatron.__path__:
+        if _is_module(Path(base, top)):
+            return _is_module(Path(base, top, *rest))
+    return False
+
+
+def _is_module(path: Path) -> bool:
+    return path.with_suffix(".py").is_file() or path.is_dir()  # a folder: a package, or a namespace package

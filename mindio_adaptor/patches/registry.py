@@ -192,12 +192,7 @@ def _replace_everywhere(old, new, name):
 
 
 def _megatron_version() -> str:
-    try:
-        from megatron.core import package_info
-
-        return f"megatron-core {package_info.__version__}"
-    except Exception:  # noqa: BLE001 - only used to word an error message
-        return "megatron-core of unknown version"
+    return f"megatron-core {megatron_versions.installed_version() or 'of unknown version'}"
 
 
 _checked_series: Optional[megatron_versions.Series] = None
@@ -211,11 +206,11 @@ def _check_version() -> megatron_versions.Series:
         return _checked_series
     version = megatron_versions.installed_version()
     series = megatron_versions.check_supported(version)
-    missing = sorted({p.module for p in all_patches(_selected) if p.serves(series) and not _module_exists(p.module)})
+    missing = sorted({p.module for p in all_patches(_selected) if p.serves(series) and not megatron_versions.module_exists(p.module)})
     if missing:
         raise PatchTargetMissing(f"mindio_adaptor cannot patch megatron-core {version}: no module {missing}; "
                                  f"it serves {megatron_versions.supported_range()}")
-    logger.info("megatron-core %s at %s: the patches serving %s apply", version, _megatron_root(),
+    logger.info("megatron-core %s at %s: the patches serving %s apply", version, megatron_versions.installed_root(),
                 megatron_versions.text(series))
     if series not in megatron_versions.TESTED:
         logger.warning("mindio_adaptor serves megatron-core %s with the adapters of its range; found %s, a series "
@@ -239,28 +234,3 @@ def missing_targets() -> List[str]:
         except (ImportError, PatchTargetMissing) as error:
             missing.append(f"{patch.target}: {type(error).__name__}: {error}")
     return missing
-
-
-def _megatron_root() -> str:
-    """The folder holding the megatron package whose core is imported (a namespace package may span several)."""
-    import megatron
-
-    return next((str(Path(base).parent) for base in megatron.__path__ if Path(base, "core").is_dir()), "?")
-
-
-def _module_exists(name: str) -> bool:
-    """Whether megatron has module `name`, found by path (importing it here would run it before its patches);
-    `megatron` is a namespace package, and the first portion holding the top package is the one imported."""
-    if name in sys.modules:
-        return True
-    import megatron
-
-    top, *rest = name.split(".")[1:]
-    for base in megatron.__path__:
-        if _is_module(Path(base, top)):
-            return _is_module(Path(base, top, *rest))
-    return False
-
-
-def _is_module(path: Path) -> bool:
-    return path.with_suffix(".py").is_file() or path.is_dir()  # a folder: a package, or a namespace package

@@ -3,7 +3,7 @@ import json
 import sys
 
 import mindio_adaptor
-from mindio_adaptor.patches import registry
+from mindio_adaptor.patches import megatron_versions, registry
 
 order = sys.argv[1]  # "before": patch_all before importing megatron; "after": the other way round
 if order == "after":
@@ -23,7 +23,7 @@ import megatron.training.training as training  # noqa: E402
 import megatron.core.parallel_state as ps  # noqa: E402
 import torch  # noqa: E402
 
-patches = registry.all_patches()
+patches = [p for p in registry.all_patches() if p.serves(megatron_versions.installed_series())]
 
 applied = [p.target for p in patches if registry.is_patched(p)]
 

@@ -27,6 +27,7 @@ def test_missing_target_fails_loudly_naming_it():
 
     module = types.ModuleType("fake_megatron_module")
     patch = Patch("fake_megatron_module", "no_such_function", lambda w, i, a, k: w(*a, **k))
-    with pytest.raises(PatchTargetMissing, match=r"fake_megatron_module\.no_such_function.*supported "
-                                                 r"megatron-core versions: 0\.19\.x"):
+    with pytest.raises(PatchTargetMissing, match=r"fake_megatron_module\.no_such_function: not found in the "
+                                                 r"installed Megatron \(megatron-core 0\.19\.\d.*\); it serves "
+                                                 r"megatron-core 0\.12 to 0\.19"):
         registry._apply(patch, module)

@@ -20,7 +20,7 @@ def printer(monkeypatch):
 
 def log(step, printed):
     """Megatron's training_log of `step`, whose print_rank_last appends to `printed`."""
-    def training_log(*args, **kwargs):
+    def training_log(loss_dict, total_loss_dict, learning_rate, iteration, *args, **kwargs):  # 0.19's leading ones
         loss_lines._print_unless_printed(lambda line: printed.append(line), None, (f"iteration {step}",), {})
 
     loss_lines._training_log_once(training_log, None, (None, None, None, step), {})
@@ -45,14 +45,14 @@ def test_a_train_step_records_its_losses_norm_and_reduced_value(printer, monkeyp
     monkeypatch.setattr(megatron_job, "current_iteration", lambda: 7)
     micro_batches = [{"lm loss": torch.tensor([6.0, 2.0])}, {"lm loss": torch.tensor([3.0, 1.0])}]
 
-    def train_step(*args, **kwargs):
-        losses = args[loss_lines.FORWARD_BACKWARD_ARG]()
+    def train_step(forward_step_func, data_iterator, model, optimizer, opt_param_scheduler, config,
+                   forward_backward_func, iteration=None):  # 0.19's parameters
+        losses = forward_backward_func()
         loss_lines.note_update(7, (True, 1.25, 0.0))
         assert losses is micro_batches
         return {"lm loss": torch.tensor(3.0)}, 0, False, False, 0, 1.25, 0.0, 0
 
-    loss_lines._recording_train_step(train_step, None, (None,) * loss_lines.FORWARD_BACKWARD_ARG +
-                                     (lambda: micro_batches,), {})
+    loss_lines._recording_train_step(train_step, None, (None,) * 6 + (lambda: micro_batches,), {})
     record = printer.steps[7]
     assert [{k: v.tolist() for k, v in mb.items()} for mb in record.local] == [{"lm loss": [6.0, 2.0]},
                                                                                 {"lm loss": [3.0, 1.0]}]
