@@ -6,7 +6,6 @@ Every TP rank builds the same deterministic mock dataset, so no batch broadcast 
 parallelism is not supported by this example). At the end rank 0 prints `params digest <hex>`: a
 SHA-256 over the exact bytes of every model parameter of every rank, to compare runs for bit-identity.
 """
-import dataclasses
 import inspect
 import os
 import sys
@@ -21,19 +20,16 @@ mindio_adaptor.patch_all()
 import torch  # noqa: E402
 
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder  # noqa: E402
-from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset, MockGPTLowLevelDataset  # noqa: E402
+from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset  # noqa: E402
 from megatron.core.enums import ModelType  # noqa: E402
 from megatron.training import get_args, get_tokenizer  # noqa: E402
-from megatron.core import mpu  # noqa: E402
-from megatron.training import training as megatron_training_module  # noqa: E402
 from megatron.training.training import pretrain  # noqa: E402
 
+import older_megatron  # noqa: E402  (beside this script)
+
 # pretrain's form: from megatron-core 0.18 it takes a config container built from the parsed arguments (0.18: and
-# a model provider; 0.19: the model's config inside the container), before it parsed them itself
-PRETRAIN_PARAMETERS = inspect.signature(pretrain).parameters
-
-
-DATASET_FIELDS = {f.name for f in dataclasses.fields(GPTDatasetConfig)}  # the field above came in 0.13
+# a model provider after it; 0.19: the model's config inside the container), before it parsed them itself
+PRETRAIN_PARAMETERS = list(inspect.signature(pretrain).parameters)
 
 
 def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None):
@@ -49,11 +45,9 @@ def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None
         reset_attention_mask=False,
         eod_mask_loss=False,
         create_attention_mask=True,
-        **({"mid_level_dataset_surplus": 0.005} if "mid_level_dataset_surplus" in DATASET_FIELDS else {}),
+        **older_megatron.dataset_config_extras(),
     )
-    dataset = MockGPTDatasetWithIds if args.log_sample_ids else MockGPTDataset
-    if not hasattr(MockGPTLowLevelDataset(tokenizer), "vocab_size"):
-        dataset = type(dataset.__name__, (InVocabulary, dataset), {})
+    dataset = older_megatron.in_vocabulary(MockGPTDatasetWithIds if args.log_sample_ids else MockGPTDataset)
     return BlendedMegatronDatasetBuilder(dataset, train_val_test_num_samples, lambda: True, config).build()
 
 
@@ -76,33 +70,7 @@ def loss_func(loss_mask, output_tensor, model=None):
     loss = torch.sum(losses * loss_mask)
     num_tokens = loss_mask.sum().clone().detach().to(torch.int)
     report = torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])
-    if REPORT_REDUCED_HERE:
-        torch.distributed.all_reduce(report, group=mpu.get_data_parallel_group())
-        return loss, num_tokens, {"lm loss": (report[0], report[1])}
-    return loss, num_tokens, {"lm loss": report}
-
-
-# Before megatron-core 0.16 (at the latest) train_step summed (loss, tokens) pairs already reduced over the
-# data-parallel ranks by the loss function; later it takes each rank's [loss, tokens] and reduces them itself.
-REPORT_REDUCED_HERE = "isinstance(val, tuple)" in inspect.getsource(megatron_training_module)
-
-
-class InVocabularyLowLevel(MockGPTLowLevelDataset):
-    """Before megatron-core 0.13 the mock documents count their tokens up to 4095 whatever the vocabulary; as
-    later versions do, the tokens are taken modulo the vocabulary (the end-of-document token stays)."""
-
-    def __getitem__(self, idx):
-        sample = super().__getitem__(idx)
-        sample[:-1] %= self.tokenizer.vocab_size
-        return sample
-
-
-class InVocabulary:
-    """Mixed into a mock dataset class: its documents come from InVocabularyLowLevel."""
-
-    @staticmethod
-    def build_low_level_dataset(dataset_path, config):
-        return InVocabularyLowLevel(config.tokenizer)
+    return loss, num_tokens, {"lm loss": older_megatron.loss_report(report)}
 
 
 class MockGPTDatasetWithIds(MockGPTDataset):
@@ -155,36 +123,6 @@ def forward_step(data_iterator, model, return_schedule_plan=False):
     return output, partial(loss_func, loss_mask)
 
 
-def model_provider(pre_process=True, post_process=True, vp_stage=None, config=None, pg_collection=None):
-    """The GPT of Megatron's core models for versions whose pretrain takes a model provider (before 0.18):
-    the layer spec of Megatron's own modules or of Transformer Engine, by --transformer-impl. Megatron
-    passes the stage, its config and its process groups where its version has them."""
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt import gpt_layer_specs
-    from megatron.training.arguments import core_transformer_config_from_args
-
-    args = get_args()
-    config = config or core_transformer_config_from_args(args)
-    if args.num_experts:
-        spec = gpt_layer_specs.get_gpt_decoder_block_spec(
-            config, use_transformer_engine=args.transformer_impl == "transformer_engine",
-            normalization=args.normalization)
-    else:
-        build = (gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec
-                 if args.transformer_impl == "transformer_engine" else gpt_layer_specs.get_gpt_layer_local_spec)
-        spec = build(num_experts=args.num_experts, moe_grouped_gemm=args.moe_grouped_gemm,
-                     qk_layernorm=args.qk_layernorm, multi_latent_attention=args.multi_latent_attention)
-    extra = {name: value for name, value in (("vp_stage", vp_stage), ("pg_collection", pg_collection))
-             if value is not None}
-    return GPTModel(config=config, transformer_layer_spec=spec, vocab_size=args.padded_vocab_size,
-                    max_sequence_length=args.max_position_embeddings, pre_process=pre_process,
-                    post_process=post_process, fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
-                    parallel_output=True,
-                    share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
-                    position_embedding_type=args.position_embedding_type, rotary_percent=args.rotary_percent,
-                    rotary_base=args.rotary_base, **extra)
-
-
 def add_example_args(parser):
     group = parser.add_argument_group("example")
     group.add_argument("--params-out", default=None, metavar="DIR",
@@ -212,17 +150,17 @@ def main():
         from megatron.training.arguments import parse_and_validate_args
 
         args = parse_and_validate_args(extra_args_provider=add_example_args)
-        if "model_provider" in PRETRAIN_PARAMETERS:
-            pretrain(pretrain_cfg_container_from_args(args), train_valid_test_datasets_provider, model_provider,
-                     ModelType.encoder_or_decoder, forward_step)
+        if PRETRAIN_PARAMETERS[2] == "model_provider":
+            pretrain(pretrain_cfg_container_from_args(args), train_valid_test_datasets_provider,
+                     older_megatron.model_provider, ModelType.encoder_or_decoder, forward_step)
         else:
             from megatron.training.argument_utils import gpt_config_from_args
 
             pretrain(pretrain_cfg_container_from_args(args, gpt_config_from_args(args)),
                      train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
     else:
-        pretrain(train_valid_test_datasets_provider, model_provider, ModelType.encoder_or_decoder, forward_step,
-                 extra_args_provider=add_example_args)
+        pretrain(train_valid_test_datasets_provider, older_megatron.model_provider, ModelType.encoder_or_decoder,
+                 forward_step, extra_args_provider=add_example_args)
         args = get_args()
     model = mindio_adaptor.training_model()
     digest = params_digest(model)
