@@ -1,7 +1,11 @@
 """The megatron-core releases the version tests run besides the installed one: those before the wheels carried
 megatron.training come from the Megatron-LM source trees in ../shared/megatron-lm (copied: Megatron builds its
 dataset helpers inside the tree), the later ones from their wheels (downloaded by scripts/install_env.sh,
-unpacked, not installed). A release is used by putting its folder first on PYTHONPATH."""
+unpacked, not installed). A release is used by putting its folder first on PYTHONPATH.
+
+MINDIO_MEGATRON_TREES names another folder of trees (core_v<release>/, e.g. `git archive` of Megatron-LM's tags),
+and MINDIO_MEGATRON_EXTRA_TREES more releases to take from it ("0.13.1,0.14.0"): how releases with no tree in
+../shared are run on a machine that has them (docs/megatron_versions.md)."""
 from __future__ import annotations
 
 import os
@@ -12,9 +16,10 @@ from typing import Dict
 
 import pytest
 
-TREES = Path(__file__).resolve().parents[2] / "shared" / "megatron-lm"
+TREES = Path(os.environ.get("MINDIO_MEGATRON_TREES", Path(__file__).resolve().parents[2] / "shared" / "megatron-lm"))
 WHEELS = Path(os.environ.get("MINDIO_MEGATRON_WHEELS", Path.home() / ".cache" / "mindio-adaptor" / "megatron-wheels"))
-RELEASES = {"0.12.1": "tree", "0.16.1": "tree", "0.17.0": "wheel", "0.18.0": "wheel"}
+RELEASES = {"0.12.1": "tree", "0.16.1": "tree", "0.17.0": "wheel", "0.18.0": "wheel",
+            **{release: "tree" for release in os.environ.get("MINDIO_MEGATRON_EXTRA_TREES", "").split(",") if release}}
 
 
 def unpack(release: str, into: Path) -> Path:
