@@ -81,17 +81,19 @@ int connect_tcp(const std::string& host, int port, int timeout_ms) {
     set_nonblocking(fd);
     std::string where = host + ":" + std::to_string(port);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 && errno != EINPROGRESS) {
+        const int code = errno;
         std::string why = errno_text(("connect " + where).c_str());
         ::close(fd);
-        throw NetError(why);
+        throw NetError(why, code);
     }
     pollfd p{fd, POLLOUT, 0};
     int rc = ::poll(&p, 1, timeout_ms);
     int err = 0;
     socklen_t len = sizeof err;
     if (rc <= 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
+        const int code = rc == 0 ? ETIMEDOUT : err ? err : errno;
         ::close(fd);
-        throw NetError("connect " + where + ": " + (rc == 0 ? std::string("timed out") : std::strerror(err ? err : errno)));
+        throw NetError("connect " + where + ": " + (rc == 0 ? std::string("timed out") : std::strerror(code)), code);
     }
     set_nodelay(fd);
     return fd;

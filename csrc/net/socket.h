@@ -6,12 +6,13 @@
 namespace mindio {
 
 struct NetError : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    explicit NetError(const std::string& what, int code = 0) : std::runtime_error(what), code(code) {}
+    int code;  // the errno that made it, 0 when none (ECONNREFUSED: the peer's host answered, nothing listens)
 };
 
 // Listens on host:port (port 0 picks a free one); returns the fd and sets *bound_port.
 int listen_tcp(const std::string& host, int port, int* bound_port);
-// Connects within timeout_ms; throws NetError with the reason.
+// Connects within timeout_ms; throws NetError with the reason (and its errno in NetError::code).
 int connect_tcp(const std::string& host, int port, int timeout_ms);
 void set_nonblocking(int fd);
 void set_nodelay(int fd);
