@@ -99,7 +99,7 @@ int connect_tcp(const std::string& host, int port, int timeout_ms) {
     return fd;
 }
 
-bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error) {
+bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error, int* code) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     size_t sent = 0;
     while (sent < data.size()) {
@@ -109,11 +109,13 @@ bool send_all(int fd, const std::string& data, int timeout_ms, std::string* erro
             continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            if (code) *code = errno;
             *error = errno_text("send");
             return false;
         }
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
+            if (code) *code = ETIMEDOUT;
             *error = "send timed out after " + std::to_string(timeout_ms) + " ms";
             return false;
         }

@@ -20,8 +20,9 @@ void set_nodelay(int fd);
 // whose host vanished without a reset is noticed on the next heartbeat, not after minutes of
 // retransmissions. A busy peer process still acknowledges (its kernel does).
 void set_user_timeout(int fd, int timeout_ms);
-// Writes all of `data` within timeout_ms on a blocking or non-blocking fd; false (and *error) on failure.
-bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error);
+// Writes all of `data` within timeout_ms on a blocking or non-blocking fd; false (and *error, and the errno
+// in *code when given: ETIMEDOUT when the time ran out) on failure.
+bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error, int* code = nullptr);
 
 enum class SendResult { Done, Blocked, Failed };
 // For an event loop's output buffer: sends the front of `pending` on a non-blocking fd until it is

@@ -102,6 +102,11 @@ Endpoint Processor::controller_now() const {
     return controllers_.at(current_);
 }
 
+Endpoint Processor::controller_leader() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return term_ > 0 ? leader_ : Endpoint{};
+}
+
 std::string Processor::controller_address() const {
     std::lock_guard<std::mutex> lock(mu_);
     if (controllers_.empty()) return "";
@@ -165,12 +170,20 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
     } catch (const NetError& e) {
         *error = e.what();
         std::lock_guard<std::mutex> lock(mu_);
-        if (e.code == ECONNREFUSED && term_ > 0 && endpoint == leader_ && !leader_gone_) {
-            // Its host answered and nothing listens at its address: the controller's process is gone. A
-            // timeout or no route proves nothing (a partition looks the same as a dead host).
+        if (term_ == 0 || endpoint != leader_ || leader_gone_) return false;
+        if (e.code != ECONNREFUSED) {
+            link_silent_ = true;  // a timeout or no route proves nothing: a partition looks the same as a dead host
+        } else if (!link_silent_) {
+            // Its host answered and nothing listens at its address: the controller's process is gone.
             leader_gone_ = true;
             LOG_WARN(kLog, cfg_.rank, "the controller of term " << term_ << " at " << endpoint_text(endpoint)
                                           << " refused a connection: its process is gone (a backup may lead on this proof)");
+        } else {
+            LOG_WARN(kLog, cfg_.rank, "the controller of term " << term_ << " at " << endpoint_text(endpoint)
+                                          << " refused a connection after a silence: no proof (it may have ended after a "
+                                             "partition, which others may have seen end differently)");
+            leader_gone_ = false;
+            link_silent_ = true;
         }
         return false;
     }
@@ -192,6 +205,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
     try {
         auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.io_timeout_ms);
         if (!read_frame(fd, parser, ack, deadline, stopping_)) {
+            if (endpoint == controller_leader()) link_silent_ = true;
             throw ProtocolError("no registration reply within " + std::to_string(cfg_.io_timeout_ms) + " ms");
         }
         if (ack.type != MsgType::RegisterAck) throw ProtocolError("expected a registration reply");
@@ -228,6 +242,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         term_ = reply.term;
         leader_ = endpoint;
         leader_gone_ = false;
+        link_silent_ = false;
         registered_once_ = true;
         if (reply.replacement) {
             joining_ = true;  // a reconnect before the repair completes registers as the replacement again
@@ -281,7 +296,9 @@ bool Processor::send_frame(const std::string& frame) {
     std::lock_guard<std::mutex> lock(send_mu_);
     if (fd_ < 0) return false;
     std::string error;
-    if (send_all(fd_, frame, cfg_.io_timeout_ms, &error)) return true;
+    int code = 0;
+    if (send_all(fd_, frame, cfg_.io_timeout_ms, &error, &code)) return true;
+    if (code != EPIPE && code != ECONNRESET) link_silent_ = true;  // not the peer's host resetting it
     LOG_WARN(kLog, cfg_.rank, "send to the controller failed: " << error);
     ::shutdown(fd_, SHUT_RDWR);  // the network thread notices and reconnects
     return false;
@@ -362,6 +379,9 @@ void Processor::net_loop() {
         ssize_t got = ::recv(fd, buf, sizeof buf, 0);
         if (got <= 0) {
             if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            // A close (FIN) or reset (RST) is the controller's host answering; anything else (ETIMEDOUT after
+            // TCP_USER_TIMEOUT, no route to the host) is a silence.
+            if (got < 0 && errno != ECONNRESET) link_silent_ = true;
             drop_connection(got == 0 ? "closed by the controller" : std::strerror(errno));
             continue;
         }

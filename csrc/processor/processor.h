@@ -122,6 +122,7 @@ private:
     // The second RegisterAck of a backup that holds the registration until it may lead.
     Frame await_election(int fd, FrameParser& parser, const std::string& where, const std::string& why);
     Endpoint controller_now() const;
+    Endpoint controller_leader() const;  // the controller of term_ (empty before any registration)
     bool try_next_controller(const std::string& why);  // true when the list starts over (or has one entry)
     void net_loop();
     void leave_as_minority(const std::string& why);
@@ -177,8 +178,12 @@ private:
     uint64_t term_ = 0;  // the highest controller term registered under: an older one is refused
     // The controller of term_, and whether its address refused a connection since the link to it broke:
     // the proof, told to a backup in Register::leader_gone, that its process is gone (not a partition).
+    // A proof counts only while its host answered every time: once the link or an attempt at that address
+    // went silent (a timeout, no route), a later refusal may be a leader that died after a partition, or a
+    // job that ended meanwhile, and says nothing about who else is left (link_silent_).
     Endpoint leader_;
     bool leader_gone_ = false;
+    std::atomic<bool> link_silent_{false};
     std::string cut_off_;  // see cut_off()
     std::optional<NextAction> next_action_;
     uint64_t last_seq_ = 0;

@@ -225,6 +225,11 @@ class Partition:
                 except OSError:
                     pass
 
+    def refuse(self):
+        """The address refuses connections from now on, as when the controller behind it ended (after the cut:
+        as a job that ended, or a leader that died, while the ranks were cut off)."""
+        self.listener.close()
+
     def close(self):
         self.closed.set()
         self.listener.close()

@@ -75,7 +75,11 @@ def test_a_backup_does_not_lead_a_minority_that_lost_a_live_leader_and_the_minor
         assert [r.link.controller_term() for r in majority + [rank_2]] == [1, 1, 1]
         cut_at = time.monotonic()
         partition.cut()
-        # Bounded: the relay's silence (5 s per attempt at the leader) twice, the backup's wait twice, a back-off.
+        # Once the backup found them a minority, the leader's address refuses connections (as if its job ended
+        # meanwhile): after a silence that is no proof, and the backup still does not lead them.
+        wait_until(lambda: "sent away" in read(tmp_path / "backup.log"), 30, "the backup's first 'no majority'")
+        partition.refuse()
+        # Bounded: the relay's silence (5 s) once, the backup's wait twice, a back-off.
         code = ended(node, 60)
         left_after = time.monotonic() - cut_at
         assert code == JOB_UNREACHABLE, (code, read(tmp_path / "rank3.log")[-3000:])
@@ -87,7 +91,9 @@ def test_a_backup_does_not_lead_a_minority_that_lost_a_live_leader_and_the_minor
                          r"of the controller list found no "
                          r"leader\. It leaves the job without a checkpoint and without another training step; "
                          r"exiting with code 88 \(JOB_UNREACHABLE\)", text), text[-3000:]
-        assert "refused a connection" not in text  # a reset and a silence: no proof
+        assert "refused a connection: its process is gone" not in text  # a reset, a silence, then a refusal
+        assert (f"the controller of term 1 at 127.0.0.1:{partition.port} refused a connection after a silence: no "
+                f"proof") in text
         assert left_after < 45, left_after
         # The backup never led: it held their registrations, then sent them away.
         backup_text = read(tmp_path / "backup.log")
