@@ -25,7 +25,7 @@ std::string encode_dict(MsgType type, const py::dict& d) {
                                       get<uint32_t>(d, "heartbeat_ms", 0), get<std::string>(d, "token", ""),
                                       get<bool>(d, "restarted", false), get<int32_t>(d, "pid", 0),
                                       get<bool>(d, "may_replace", false), get<uint64_t>(d, "term", 0),
-                                      get<uint16_t>(d, "recovery_action", 0)});
+                                      get<uint16_t>(d, "recovery_action", 0), get<bool>(d, "leader_gone", false)});
         case MsgType::RegisterAck:
         case MsgType::ProcessEndedAck:
             return encode(RegisterAckMsg{get<int32_t>(d, "result", 0), get<std::string>(d, "message", ""),
@@ -125,6 +125,7 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             d["rank"] = m.rank; d["world_size"] = m.world_size; d["heartbeat_ms"] = m.heartbeat_ms;
             d["token"] = m.token; d["restarted"] = m.restarted; d["pid"] = m.pid;
             d["may_replace"] = m.may_replace; d["term"] = m.term; d["recovery_action"] = m.recovery_action;
+            d["leader_gone"] = m.leader_gone;
             break;
         }
         case MsgType::RegisterAck:
@@ -197,6 +198,9 @@ void bind_protocol(py::module_& m) {
     m.attr("FRAME_MAX_BODY") = kMaxBody;
     m.attr("PROCESS_ENDED_AFTER_LEAVING") = kProcessEndedAfterLeaving;
     m.attr("LEAVES_THE_JOB") = kLeavesTheJob;
+    m.attr("NOT_THE_LEADER") = kNotTheLeader;
+    m.attr("AWAITING_MAJORITY") = kAwaitingMajority;
+    m.attr("NO_MAJORITY") = kNoMajority;
     py::dict types;
     types["REGISTER"] = 1; types["REGISTER_ACK"] = 2; types["HEARTBEAT"] = 3; types["STATUS"] = 4;
     types["REPLICA_INFO"] = 5; types["ERROR_REPORT"] = 6; types["ACTION"] = 7; types["ACTION_REPLY"] = 8;

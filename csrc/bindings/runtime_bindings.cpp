@@ -219,6 +219,14 @@ void bind_runtime(py::module_& m) {
             }
         }, py::arg("rank"), py::arg("groups"), py::arg("domain") = "",
            "the replica layout and this rank's failure domain (its node; '': not said)")
+        .def("cut_off", &Processor::cut_off,
+             "why this rank is cut off from the job (a minority that reaches no leader), or ''")
+        .def("wait_cut_off", [](Processor& p, double timeout_s) {
+            py::gil_scoped_release nogil;
+            return p.wait_cut_off(static_cast<int>(timeout_s * 1000));
+        }, py::arg("timeout_s"),
+           "waits at most timeout_s for the rank to be cut off: the reason, '' when the wait ran out, None once "
+           "the processor is stopped")
         .def("controller_term", &Processor::controller_term,
              "the term of the controller this rank last registered with (0: none yet)")
         .def("start_updating", &Processor::start_updating, release())

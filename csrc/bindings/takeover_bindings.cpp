@@ -1,9 +1,14 @@
-// What a backup that took over settles (controller/takeover.h), on synthetic ranks, for its unit tests.
-// A rank is None (never registered with the new controller), "" (registered, no recovery in progress)
+// Whether an idle backup may lead (controller/election.h) and what a backup that took over settles
+// (controller/takeover.h), on synthetic ranks, for their unit tests.
+// judge_election: each candidate is (rank, term it registered under last, whether it proved that
+// controller's process gone). plan_takeover: a rank is None (never registered with the new controller), "" (registered, no recovery in progress)
 // or the name of the last action of the old controller's recovery it ran ("stop", "repair", ...).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <tuple>
+
+#include "controller/election.h"
 #include "controller/takeover.h"
 
 namespace py = pybind11;
@@ -24,6 +29,21 @@ TakeoverRank takeover_rank(const py::handle& spec) {
 }  // namespace
 
 void bind_takeover(py::module_& m) {
+    m.def("judge_election", [](int world_size, const std::vector<std::tuple<int, uint64_t, bool>>& candidates) {
+        std::vector<Candidate> view;
+        for (const auto& [rank, term, gone] : candidates) view.push_back({rank, term, gone});
+        ElectionVerdict v = judge_election(world_size, view);
+        py::dict out;
+        out["lead"] = v.lead;
+        out["term"] = v.term;
+        out["supporters"] = v.supporters;
+        out["proof_rank"] = v.proof_rank;
+        out["why"] = v.why;
+        return out;
+    }, py::arg("world_size"), py::arg("candidates"),
+       "Whether an idle backup leads: candidates are (rank, term, leader_gone); -> lead, term, supporters, "
+       "proof_rank, why.");
+    m.def("majority_of", &majority_of, py::arg("world_size"), "the smallest strict majority of world_size ranks");
     m.def("plan_takeover", [](const py::list& ranks, const std::set<int>& faulty) {
         std::vector<TakeoverRank> view;
         for (auto spec : ranks) view.push_back(takeover_rank(spec));

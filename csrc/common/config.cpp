@@ -51,6 +51,7 @@ ProcessorConfig processor_config_from_env(int rank, int world_size) {
     // A start_updating after PRELOCK waits for the STOP that follows the controller's wait for laggards.
     cfg.prelock_wait_ms = prelock_timeout_ms() * prelock_tries() + cfg.handler_limit_ms;
     cfg.restarted = env_int("MINDIO_RESTARTED", 0, 0, 1) == 1;
+    cfg.majority_wait_ms = ms(env_seconds("MINDIO_TAKEOVER_WAIT_S", 10, 0.1, 3600));
     cfg.token = env_string("MINDIO_TOKEN");
     return cfg;
 }

@@ -16,7 +16,10 @@
 //                                  ones away, 0.1..3600 (default: MINDIO_ARF_WAIT_S)
 //   MINDIO_TAKEOVER_WAIT_S         seconds a backup that took over waits for the other ranks to register
 //                                  after the first; those that do not are dead, 0.1..3600 (default 10:
-//                                  twice the 5 s a processor's failed connect to a lost node may take)
+//                                  twice the 5 s a processor's failed connect to a lost node may take).
+//                                  Also how long an idle backup holds a registration while it waits for a
+//                                  majority, and a processor waits for that backup's answer (plus its
+//                                  5 s I/O timeout)
 //   MINDIO_SILENCE_LIMIT_S         seconds a rank with an open connection may stay silent before it is
 //                                  judged hung whatever it was doing, 1..3600 (default 60)
 //   MINDIO_SAVE_WAIT_S             longest a fault's handling waits for a checkpoint save in progress

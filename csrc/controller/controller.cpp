@@ -246,6 +246,13 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
         refusal = "heartbeat period " + std::to_string(m.heartbeat_ms) + " ms is out of range 10..600000";
     }
     std::lock_guard<std::mutex> lock(mu_);
+    if (refusal.empty() && awaits_majority_locked(conn, m)) return;
+    register_locked(conn, std::move(m), refusal);
+}
+
+// A registration that passed the token and the job's shape; `refusal` non-empty: refused for it.
+void Controller::register_locked(uint64_t conn, RegisterMsg m, std::string refusal) {
+    const bool proven = !cfg_.token.empty();
     int32_t result = 1;
     if (refusal.empty()) {
         refusal = term_refusal_locked(m);
@@ -283,23 +290,10 @@ void Controller::handle_register(uint64_t conn, const std::string& body) {
 
 std::string Controller::term_refusal_locked(const RegisterMsg& m) {
     if (superseded_) return "this controller (term " + std::to_string(term_) + ") was replaced by a newer one";
-    if (term_ == 0) {
-        // Only a rank that lost the controller it registered with makes a backup take over. A process that
-        // never registered (a replacement, or the job's first start reaching a backup before the active
-        // one) would otherwise make an idle backup lead a part of the job beside the real leader.
-        if (m.term == 0) return "a backup controller that leads no job yet: this process never registered (term 0)";
-        term_ = m.term + 1;
-        actions_.begin_term_locked(term_);
-        event_locked("term", std::to_string(term_) + ": taking over from term " + std::to_string(m.term) + " (rank " +
-                                 std::to_string(m.rank) + " registered)");
-        LOG_WARN(kLog, cfg_.rank, "backup controller taking over as term " << term_ << ": rank " << m.rank
-                                      << " registered, last under term " << m.term);
-        took_over_ = true;
-        takeover_deadline_ = Clock::now() + std::chrono::milliseconds(cfg_.takeover_wait_ms);
-        LOG_INFO(kLog, cfg_.rank, "waiting up to " << cfg_.takeover_wait_ms << " ms (MINDIO_TAKEOVER_WAIT_S) for the "
-                                                   "other ranks to register with term " << term_);
-        return "";
-    }
+    // Only a rank that lost the controller it registered with asks a backup to lead (awaits_majority_locked).
+    // A process that never registered (a replacement, or the job's first start reaching a backup before the
+    // active one) would otherwise make an idle backup lead a part of the job beside the real leader.
+    if (term_ == 0) return "a backup controller that leads no job yet: this process never registered (term 0)";
     if (m.term > term_) {
         supersede_locked(m.term);
         return "this controller (term " + std::to_string(term_) + ") was replaced by one of term " +
@@ -465,6 +459,10 @@ void Controller::handle_goodbye(const GoodbyeMsg& m) {
 
 void Controller::on_closed(uint64_t conn, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (candidates_.drop_conn(conn)) {
+        LOG_INFO(kLog, cfg_.rank, "idle backup: a registration it held for a majority closed: " << reason);
+        return;
+    }
     int rank = ranks_.rank_of_conn(conn);
     if (rank < 0) {
         // Refusals were counted where they were decided; what the transport decided is counted here.
@@ -594,6 +592,7 @@ void Controller::run() {
         std::string refused = refusals_.summary_due(Clock::now());
         if (!refused.empty()) LOG_WARN(kLog, cfg_.rank, refused);
         if (superseded_) continue;  // another controller leads the job
+        expire_candidates_locked();
         detect_dead_locked();
         judge_liveness_locked();
         if (takeover_open_locked()) continue;

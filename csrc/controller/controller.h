@@ -26,6 +26,7 @@
 
 #include "controller/action_engine.h"
 #include "controller/consultation.h"
+#include "controller/election.h"
 #include "controller/flows.h"
 #include "controller/liveness.h"
 #include "controller/planner.h"
@@ -58,11 +59,13 @@ struct ControllerConfig {
     int arf_wait_ms = 600000;        // MINDIO_ARF_WAIT_S: wait for restarted processes to register and be ready
     int scale_out_wait_ms = 600000;  // MINDIO_SCALE_OUT_WAIT_S: wait for every retired rank's return (elastic)
     // MINDIO_TAKEOVER_WAIT_S: after a backup took over, ranks not registered with it this long after the
-    // first are dead (they died with the old controller's node).
+    // first are dead (they died with the old controller's node); before, how long an idle backup holds
+    // each registration while it waits for a majority (election.h).
     int takeover_wait_ms = 10000;
     std::string token;
-    // 1 for the first controller of a job. 0: a backup, whose term is decided by the first rank that
-    // registers with it: one more than the term that rank registered under last (a takeover).
+    // 1 for the first controller of a job. 0: a backup, which leads once the ranks that lost their
+    // controller and registered with it prove that controller gone or are a strict majority (election.h),
+    // under one more than the highest term they registered under (a takeover).
     uint64_t term = 1;
 };
 
@@ -115,8 +118,13 @@ private:
     void on_frame(uint64_t conn, Frame&& frame) override;
     void on_closed(uint64_t conn, const std::string& reason) override;
     void handle_register(uint64_t conn, const std::string& body);
-    // Empty, or why a registration is refused for the controller's term; a backup takes its term here.
+    void register_locked(uint64_t conn, RegisterMsg m, std::string refusal);
+    // Empty, or why a registration is refused for the controller's term.
     std::string term_refusal_locked(const RegisterMsg& m);
+    // An idle backup's election (election.h): true when it holds this registration for a majority.
+    bool awaits_majority_locked(uint64_t conn, const RegisterMsg& m);
+    void take_over_locked(const ElectionVerdict& verdict);
+    void expire_candidates_locked();
     void supersede_locked(uint64_t newer);
     // While a takeover is not settled (takeover.h) no fault is acted on; settles it when it may.
     bool takeover_open_locked();
@@ -220,6 +228,7 @@ private:
     bool took_over_ = false;   // a backup that took over from a controller of an earlier term
     std::optional<Clock::time_point> takeover_deadline_;  // set while the takeover is not settled
     std::string takeover_dump_;  // why the recovery the old controller left ends in a dump; empty: it does not
+    Candidacies candidates_;     // an idle backup's held registrations, until it may lead (election.h)
     int finished_rank_ = -1;  // the first rank that finished training: the job has completed
     ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
     int64_t repair_step_ = -1;

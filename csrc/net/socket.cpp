@@ -81,23 +81,25 @@ int connect_tcp(const std::string& host, int port, int timeout_ms) {
     set_nonblocking(fd);
     std::string where = host + ":" + std::to_string(port);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 && errno != EINPROGRESS) {
+        const int code = errno;
         std::string why = errno_text(("connect " + where).c_str());
         ::close(fd);
-        throw NetError(why);
+        throw NetError(why, code);
     }
     pollfd p{fd, POLLOUT, 0};
     int rc = ::poll(&p, 1, timeout_ms);
     int err = 0;
     socklen_t len = sizeof err;
     if (rc <= 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
+        const int code = rc == 0 ? ETIMEDOUT : err ? err : errno;
         ::close(fd);
-        throw NetError("connect " + where + ": " + (rc == 0 ? std::string("timed out") : std::strerror(err ? err : errno)));
+        throw NetError("connect " + where + ": " + (rc == 0 ? std::string("timed out") : std::strerror(code)), code);
     }
     set_nodelay(fd);
     return fd;
 }
 
-bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error) {
+bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error, int* code) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     size_t sent = 0;
     while (sent < data.size()) {
@@ -107,11 +109,13 @@ bool send_all(int fd, const std::string& data, int timeout_ms, std::string* erro
             continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            if (code) *code = errno;
             *error = errno_text("send");
             return false;
         }
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
+            if (code) *code = ETIMEDOUT;
             *error = "send timed out after " + std::to_string(timeout_ms) + " ms";
             return false;
         }

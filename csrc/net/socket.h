@@ -6,12 +6,13 @@
 namespace mindio {
 
 struct NetError : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    explicit NetError(const std::string& what, int code = 0) : std::runtime_error(what), code(code) {}
+    int code;  // the errno that made it, 0 when none (ECONNREFUSED: the peer's host answered, nothing listens)
 };
 
 // Listens on host:port (port 0 picks a free one); returns the fd and sets *bound_port.
 int listen_tcp(const std::string& host, int port, int* bound_port);
-// Connects within timeout_ms; throws NetError with the reason.
+// Connects within timeout_ms; throws NetError with the reason (and its errno in NetError::code).
 int connect_tcp(const std::string& host, int port, int timeout_ms);
 void set_nonblocking(int fd);
 void set_nodelay(int fd);
@@ -19,8 +20,9 @@ void set_nodelay(int fd);
 // whose host vanished without a reset is noticed on the next heartbeat, not after minutes of
 // retransmissions. A busy peer process still acknowledges (its kernel does).
 void set_user_timeout(int fd, int timeout_ms);
-// Writes all of `data` within timeout_ms on a blocking or non-blocking fd; false (and *error) on failure.
-bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error);
+// Writes all of `data` within timeout_ms on a blocking or non-blocking fd; false (and *error, and the errno
+// in *code when given: ETIMEDOUT when the time ran out) on failure.
+bool send_all(int fd, const std::string& data, int timeout_ms, std::string* error, int* code = nullptr);
 
 enum class SendResult { Done, Blocked, Failed };
 // For an event loop's output buffer: sends the front of `pending` on a non-blocking fd until it is

@@ -28,6 +28,7 @@ int backoff_ms(int attempt, int base_ms) {
 Processor::Processor(ProcessorConfig cfg) : cfg_(std::move(cfg)), joining_(cfg_.restarted) {}
 
 Processor::~Processor() {
+    stopping_ = true;
     running_ = false;
     cv_.notify_all();
     if (net_thread_.joinable()) net_thread_.join();
@@ -52,10 +53,10 @@ void Processor::start(const std::vector<Endpoint>& controllers) {
         current_ = 0;
     }
     std::string error;
-    bool fatal = false;
+    bool fatal = false, no_majority = false;
     const int attempts = cfg_.retry_times * static_cast<int>(controllers.size());
     for (int attempt = 0; attempt < attempts; ++attempt) {
-        if (connect_and_register(&error, &fatal)) break;
+        if (connect_and_register(&error, &fatal, &no_majority)) break;
         if (fatal) throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": " + error);
         if (attempt + 1 == attempts) {
             throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": could not register with the controller at " +
@@ -77,6 +78,7 @@ void Processor::start(const std::vector<Endpoint>& controllers) {
 }
 
 void Processor::stop() {
+    stopping_ = true;
     if (!running_.exchange(false)) return;
     cv_.notify_all();
     if (net_thread_.joinable()) net_thread_.join();
@@ -98,6 +100,11 @@ void Processor::stop() {
 Endpoint Processor::controller_now() const {
     std::lock_guard<std::mutex> lock(mu_);
     return controllers_.at(current_);
+}
+
+Endpoint Processor::controller_leader() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return term_ > 0 ? leader_ : Endpoint{};
 }
 
 std::string Processor::controller_address() const {
@@ -125,8 +132,36 @@ bool Processor::try_next_controller(const std::string& why) {
     return current_ == 0;
 }
 
-bool Processor::connect_and_register(std::string* error, bool* fatal) {
-    const auto [host, port] = controller_now();
+namespace {
+
+// The next frame on `fd` by `deadline`, read in short slices so that `stopping` is seen; throws
+// ProtocolError when the peer closes, returns false when the deadline passes first.
+bool read_frame(int fd, FrameParser& parser, Frame& out, std::chrono::steady_clock::time_point deadline,
+                const std::atomic<bool>& stopping) {
+    while (!parser.next(out)) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || stopping) return false;
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200))) <= 0) continue;
+        char buf[4096];
+        ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+        if (got <= 0) {
+            if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            throw ProtocolError("connection closed during registration");
+        }
+        parser.feed(buf, static_cast<size_t>(got));
+    }
+    return true;
+}
+
+std::string endpoint_text(const Endpoint& e) { return e.first + ":" + std::to_string(e.second); }
+
+}  // namespace
+
+bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_majority) {
+    *no_majority = false;
+    const Endpoint endpoint = controller_now();
+    const auto& [host, port] = endpoint;
     int fd;
     try {
         fd = connect_tcp(host, port, cfg_.io_timeout_ms);
@@ -134,6 +169,22 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         set_user_timeout(fd, std::max(cfg_.io_timeout_ms, 3 * static_cast<int>(cfg_.heartbeat_ms)));
     } catch (const NetError& e) {
         *error = e.what();
+        std::lock_guard<std::mutex> lock(mu_);
+        if (term_ == 0 || endpoint != leader_ || leader_gone_) return false;
+        if (e.code != ECONNREFUSED) {
+            link_silent_ = true;  // a timeout or no route proves nothing: a partition looks the same as a dead host
+        } else if (!link_silent_) {
+            // Its host answered and nothing listens at its address: the controller's process is gone.
+            leader_gone_ = true;
+            LOG_WARN(kLog, cfg_.rank, "the controller of term " << term_ << " at " << endpoint_text(endpoint)
+                                          << " refused a connection: its process is gone (a backup may lead on this proof)");
+        } else {
+            LOG_WARN(kLog, cfg_.rank, "the controller of term " << term_ << " at " << endpoint_text(endpoint)
+                                          << " refused a connection after a silence: no proof (it may have ended after a "
+                                             "partition, which others may have seen end differently)");
+            leader_gone_ = false;
+            link_silent_ = true;
+        }
         return false;
     }
     RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token, false, static_cast<int32_t>(::getpid())};
@@ -143,6 +194,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
         reg.may_replace = allow_replacement_ && !registered_once_;
         reg.term = term_;
         reg.recovery_action = recovery_action_;
+        reg.leader_gone = leader_gone_;
     }
     if (!send_all(fd, encode_frame(MsgType::Register, 0, encode(reg)), cfg_.io_timeout_ms, error)) {
         close_fd(fd);
@@ -150,22 +202,22 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
     }
     FrameParser parser;
     Frame ack;
-    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.io_timeout_ms);
     try {
-        while (!parser.next(ack)) {
-            int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-            pollfd p{fd, POLLIN, 0};
-            char buf[4096];
-            ssize_t got = left > 0 && ::poll(&p, 1, left) > 0 ? ::recv(fd, buf, sizeof buf, 0) : -2;
-            if (got == -2) throw ProtocolError("no registration reply within " + std::to_string(cfg_.io_timeout_ms) + " ms");
-            if (got <= 0) {
-                if (got < 0 && errno == EAGAIN) continue;
-                throw ProtocolError("connection closed during registration");
-            }
-            parser.feed(buf, static_cast<size_t>(got));
+        auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.io_timeout_ms);
+        if (!read_frame(fd, parser, ack, deadline, stopping_)) {
+            if (endpoint == controller_leader()) link_silent_ = true;
+            throw ProtocolError("no registration reply within " + std::to_string(cfg_.io_timeout_ms) + " ms");
         }
         if (ack.type != MsgType::RegisterAck) throw ProtocolError("expected a registration reply");
         auto reply = decode_as<RegisterAckMsg>(ack.body);
+        if (reply.result == kAwaitingMajority) {
+            ack = await_election(fd, parser, endpoint_text(endpoint), reply.message);
+            reply = decode_as<RegisterAckMsg>(ack.body);
+        }
+        if (reply.result == kNoMajority) {
+            *no_majority = true;
+            throw ProtocolError("the backup at " + endpoint_text(endpoint) + " does not lead: " + reply.message);
+        }
         if (reply.result == kNotTheLeader) throw ProtocolError("the controller is not the job's: " + reply.message);
         if (reply.result != 0) {
             *fatal = true;
@@ -188,6 +240,9 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
                                           << ") was being handled: reporting it again");
         }
         term_ = reply.term;
+        leader_ = endpoint;
+        leader_gone_ = false;
+        link_silent_ = false;
         registered_once_ = true;
         if (reply.replacement) {
             joining_ = true;  // a reconnect before the repair completes registers as the replacement again
@@ -220,11 +275,30 @@ bool Processor::connect_and_register(std::string* error, bool* fatal) {
     return true;
 }
 
+// A backup that may not lead yet (no majority, no proof) holds the registration open and answers again
+// when a majority has come (accepted) or its wait is over (kNoMajority). Bounded by the backup's wait
+// (MINDIO_TAKEOVER_WAIT_S) and the I/O timeout; no answer by then counts as no majority.
+Frame Processor::await_election(int fd, FrameParser& parser, const std::string& where, const std::string& why) {
+    const int wait_ms = cfg_.majority_wait_ms + cfg_.io_timeout_ms;
+    LOG_WARN(kLog, cfg_.rank, "the backup at " << where << " does not lead yet: " << why << "; waiting up to " << wait_ms
+                                               << " ms for a majority of the ranks to register with it");
+    Frame verdict;
+    if (!read_frame(fd, parser, verdict, Clock::now() + std::chrono::milliseconds(wait_ms), stopping_)) {
+        if (stopping_) throw ProtocolError("stopped while the backup at " + where + " waited for a majority");
+        RegisterAckMsg none{kNoMajority, "no answer within " + std::to_string(wait_ms) + " ms while it waited for a majority"};
+        return Frame{MsgType::RegisterAck, 0, encode(none)};
+    }
+    if (verdict.type != MsgType::RegisterAck) throw ProtocolError("expected the backup's second registration reply");
+    return verdict;
+}
+
 bool Processor::send_frame(const std::string& frame) {
     std::lock_guard<std::mutex> lock(send_mu_);
     if (fd_ < 0) return false;
     std::string error;
-    if (send_all(fd_, frame, cfg_.io_timeout_ms, &error)) return true;
+    int code = 0;
+    if (send_all(fd_, frame, cfg_.io_timeout_ms, &error, &code)) return true;
+    if (code != EPIPE && code != ECONNRESET) link_silent_ = true;  // not the peer's host resetting it
     LOG_WARN(kLog, cfg_.rank, "send to the controller failed: " << error);
     ::shutdown(fd_, SHUT_RDWR);  // the network thread notices and reconnects
     return false;
@@ -249,6 +323,10 @@ void Processor::net_loop() {
     FrameParser parser;
     auto next_beat = Clock::now();
     int attempt = 0;
+    // After a backup's "no majority": the attempts left of one more round of the list (-1: no such answer
+    // since the last registration), and that answer.
+    int round_left = -1;
+    std::string minority;
     while (running_) {
         int fd;
         {
@@ -257,14 +335,21 @@ void Processor::net_loop() {
         }
         if (fd < 0) {
             std::string error;
-            bool fatal = false;
-            if (connect_and_register(&error, &fatal)) {
+            bool fatal = false, no_majority = false;
+            if (connect_and_register(&error, &fatal, &no_majority)) {
                 attempt = 0;
+                round_left = -1;
                 parser = FrameParser();
                 last_beat_ = {};  // the time spent reconnecting is no late beat
                 continue;
             }
-            if (fatal || ++attempt >= cfg_.retry_times * static_cast<int>(controllers_.size())) {
+            const int listed = static_cast<int>(controllers_.size());
+            if (round_left > 0) --round_left;
+            if (no_majority && round_left < 0) round_left = listed;
+            if (no_majority) minority = error;
+            const bool exhausted = fatal || ++attempt >= cfg_.retry_times * listed;
+            if (round_left == 0 || (exhausted && round_left > 0)) return leave_as_minority(minority);
+            if (exhausted) {
                 LOG_ERROR(kLog, cfg_.rank, "giving up on the controller after " << attempt << " attempts: " << error
                                                    << "; training goes on unsupervised, and a fault from now on ends this "
                                                       "rank with no recovery and no dying-gasp checkpoint");
@@ -294,6 +379,9 @@ void Processor::net_loop() {
         ssize_t got = ::recv(fd, buf, sizeof buf, 0);
         if (got <= 0) {
             if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            // A close (FIN) or reset (RST) is the controller's host answering; anything else (ETIMEDOUT after
+            // TCP_USER_TIMEOUT, no route to the host) is a silence.
+            if (got < 0 && errno != ECONNRESET) link_silent_ = true;
             drop_connection(got == 0 ? "closed by the controller" : std::strerror(errno));
             continue;
         }
@@ -307,6 +395,35 @@ void Processor::net_loop() {
             drop_connection(std::string("malformed frame from the controller: ") + e.what());
         }
     }
+}
+
+// The ranks that reached a backup were a minority, and one more round of the list found no controller that
+// takes this rank: the leader (if it lives) leads the others and will replace this rank. It must not go
+// on training beside them: cut off, it takes no step (start_updating throws) and the process leaves the
+// job (core/cut_off.py).
+void Processor::leave_as_minority(const std::string& why) {
+    std::string reason = "lost the controller of term " + std::to_string(controller_term()) +
+                         " with no proof that its process is gone, and the ranks that reached a backup are a "
+                         "minority (" + why + "); one more round of the controller list found no leader";
+    LOG_ERROR(kLog, cfg_.rank, "cut off from the job: " << reason
+                                   << "; this rank leaves the job (no checkpoint, no further training step)");
+    std::lock_guard<std::mutex> lock(mu_);
+    cut_off_ = reason;
+    lost_ = true;
+    cv_.notify_all();
+}
+
+std::string Processor::cut_off() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cut_off_;
+}
+
+std::optional<std::string> Processor::wait_cut_off(int timeout_ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
+                 [&] { return !cut_off_.empty() || stopping_.load(); });
+    if (cut_off_.empty() && stopping_) return std::nullopt;
+    return cut_off_;
 }
 
 // Returns false after the controller's goodbye: the net loop ends, with no reconnecting.
@@ -470,6 +587,10 @@ void Processor::set_replica(const ReplicaInfoMsg& info) {
 void Processor::start_updating(int64_t) {
     {
         std::unique_lock<std::mutex> lock(mu_);
+        if (!cut_off_.empty()) {
+            throw std::runtime_error("rank " + std::to_string(cfg_.rank) + " is cut off from the job and may not start "
+                                     "an optimizer update: " + cut_off_);
+        }
         if (prelock_step_ >= 0) {
             int64_t locked = prelock_step_;
             auto waited_from = Clock::now();

@@ -33,6 +33,9 @@ struct ProcessorConfig {
     int handler_limit_ms = 180000; // a handler running longer is reported (the controller acts on it)
     int prelock_wait_ms = 270000;  // longest a start_updating after PRELOCK waits for the STOP
     bool restarted = false;        // started again for a dead rank (ARF): registers as a replacement
+    // MINDIO_TAKEOVER_WAIT_S: how long an idle backup may hold this rank's registration while it waits
+    // for a majority (its answer is awaited this long plus io_timeout_ms).
+    int majority_wait_ms = 10000;
     std::string token;
 };
 
@@ -95,6 +98,14 @@ public:
     void allow_replacement(bool allowed) { allow_replacement_ = allowed; }
     // Why the controller closed the link on purpose (its goodbye), or empty.
     std::string controller_closed() const;
+    // Why this rank is cut off from the job, or empty: it lost the leader without proof that its process
+    // is gone, a backup found the ranks that reached it a minority (no majority within its wait), and one
+    // more round of the list found no controller that takes it. Such a rank must leave the job: it takes
+    // no training step (start_updating throws) and writes no checkpoint (no leader sends it one).
+    std::string cut_off() const;
+    // Waits at most timeout_ms for the processor to be cut off: the reason, empty when the wait ran out,
+    // nothing once the processor is stopped (there is nothing more to wait for).
+    std::optional<std::string> wait_cut_off(int timeout_ms);
     // Whether the link to the controller is up now (false while reconnecting, and once given up).
     bool connected() const;
     std::map<std::string, uint64_t> stats() const;
@@ -106,10 +117,15 @@ private:
         ActionMsg msg;
     };
 
-    bool connect_and_register(std::string* error, bool* fatal);
+    // *no_majority: an idle backup answered that the ranks that reached it are a minority.
+    bool connect_and_register(std::string* error, bool* fatal, bool* no_majority);
+    // The second RegisterAck of a backup that holds the registration until it may lead.
+    Frame await_election(int fd, FrameParser& parser, const std::string& where, const std::string& why);
     Endpoint controller_now() const;
+    Endpoint controller_leader() const;  // the controller of term_ (empty before any registration)
     bool try_next_controller(const std::string& why);  // true when the list starts over (or has one entry)
     void net_loop();
+    void leave_as_minority(const std::string& why);
     void worker_loop();
     void on_action(uint64_t seq, const std::string& body);
     bool send_frame(const std::string& frame);
@@ -129,6 +145,7 @@ private:
     mutable std::mutex send_mu_;
     int fd_ = -1;
     std::atomic<bool> running_{false};
+    std::atomic<bool> stopping_{false};  // stop() or the destructor: no wait may hold them up
     bool lost_ = false;
     std::string closed_by_controller_;  // the controller's goodbye reason: no reconnecting after it
     Dispatcher dispatcher_;
@@ -159,6 +176,15 @@ private:
     std::atomic<bool> accepted_as_replacement_{false};
     bool registered_once_ = false;
     uint64_t term_ = 0;  // the highest controller term registered under: an older one is refused
+    // The controller of term_, and whether its address refused a connection since the link to it broke:
+    // the proof, told to a backup in Register::leader_gone, that its process is gone (not a partition).
+    // A proof counts only while its host answered every time: once the link or an attempt at that address
+    // went silent (a timeout, no route), a later refusal may be a leader that died after a partition, or a
+    // job that ended meanwhile, and says nothing about who else is left (link_silent_).
+    Endpoint leader_;
+    bool leader_gone_ = false;
+    std::atomic<bool> link_silent_{false};
+    std::string cut_off_;  // see cut_off()
     std::optional<NextAction> next_action_;
     uint64_t last_seq_ = 0;
     std::string cached_reply_;  // reply frame for last_seq_, empty while it still runs

@@ -242,6 +242,7 @@ template <> struct Schema<RegisterMsg> : NoCheck {
         v("may_replace", m.may_replace);
         v("term", m.term);
         v("recovery_action", m.recovery_action, upto(kMaxActionKind));
+        v("leader_gone", m.leader_gone);
     }
 };
 

@@ -66,11 +66,22 @@ struct RegisterMsg {
     // NORMAL or EXIT that ends it); 0: none. A controller that took over learns from it that the
     // controller it replaced died mid-recovery, and how far that recovery had come.
     uint16_t recovery_action = 0;
+    // Proof that the process of the controller of `term` is gone: after the link to it broke, its address
+    // refused a connection (its host answered, nothing listens there). A silence (a timeout, no route to
+    // the host) is no proof: the controller may be alive and leading the ranks on the other side of a
+    // partition. An idle backup leads on one such proof, otherwise only a majority (controller/election.h).
+    bool leader_gone = false;
 };
 
 // RegisterAck results besides 0 (accepted) and 1 (refused: the processor gives up, e.g. a wrong token):
 // this controller does not lead the job (it was replaced); the processor tries the next of its list.
 constexpr int32_t kNotTheLeader = 2;
+// An idle backup that the rule (controller/election.h) does not let lead yet: the connection stays open
+// and a second RegisterAck follows, 0 when a majority (or a proof) came in time, else kNoMajority.
+constexpr int32_t kAwaitingMajority = 3;
+// The backup's wait for a majority ended without one: this rank and those that reached the same backup
+// are a minority cut off from the leader; the processor tries its list once more, then leaves the job.
+constexpr int32_t kNoMajority = 4;
 
 struct RegisterAckMsg {
     int32_t result = 0;  // 0 accepted; otherwise refused and `message` says why

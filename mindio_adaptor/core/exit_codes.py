@@ -22,9 +22,11 @@ LEFT_THE_JOB = 87
 # crash (the launcher may start it again, the job resumes from its last complete checkpoint).
 CONTROLLER_LOST = 1
 # A replacement process (worker reboot) that reached none of the job's stores, or none of its controllers,
-# during its start: nothing to join with the addresses it was given (core/unreachable_job). Its launcher
-# starts it again only once the job's lists changed (a lost node re-hosted its slot), never with the same
-# ones: it would fail the same way. 88: as 86 and 87, none of the codes crashes produce.
+# during its start: nothing to join with the addresses it was given (core/unreachable_job). Also a rank cut
+# off from the job: it lost the leader with no proof that its process is gone, and the ranks that reached a
+# backup were a minority (core/cut_off; docs/controller.md): the leader may lead the others, who replace it.
+# Its launcher starts it again only once the job's lists changed (a lost node re-hosted its slot), never with
+# the same ones: it would fail the same way. 88: as 86 and 87, none of the codes crashes produce.
 JOB_UNREACHABLE = 88
 
 

@@ -31,6 +31,15 @@ class ControllerUnreachable(RuntimeError):
     """The controller closed the link, or the processor gave up reconnecting (TTP_RETRY_TIMES)."""
 
 
+class CutOffFromTheJob(ControllerUnreachable):
+    """The rank lost the leader without proof that its process is gone, and the ranks that reached a backup
+    are a minority: it must leave the job (core/cut_off). `reason`: the processor's words for it."""
+
+    def __init__(self, rank: int, reason: str):
+        super().__init__(f"rank {rank}: cut off from the job: {reason}")
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class RepairAssignment:
     """Who sends an optimizer shard to whom in a REPAIR, for one repair type: pair i goes from src[i]
@@ -221,6 +230,9 @@ class ProcessorLink:
             if code in (Action.RETRY, Action.EXIT):
                 return ControllerDecision(code == Action.RETRY, self.strategy(), self.repair_step())
             if code == -2:
+                cut_off = self.cut_off()
+                if cut_off:
+                    raise CutOffFromTheJob(self.rank, cut_off)
                 raise ControllerUnreachable(self._why_unreachable())
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"rank {self.rank}: no decision from the controller within {timeout_s:.0f} s")
@@ -230,6 +242,10 @@ class ProcessorLink:
         if closed:
             return f"rank {self.rank}: the controller closed ({closed})"
         return f"rank {self.rank}: the controller is unreachable (gave up after TTP_RETRY_TIMES)"
+
+    def cut_off(self) -> str:
+        """Why this rank is cut off from the job (a minority that reaches no leader), or ''."""
+        return self.native.cut_off()
 
     def controller_term(self) -> int:
         """The term of the controller this rank registered with last (0: none yet). A controller that

@@ -17,7 +17,7 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import inherited_sockets, job_store, processor_link, rehosted_slot, warm_assignment
+from mindio_adaptor.core import cut_off, inherited_sockets, job_store, processor_link, rehosted_slot, warm_assignment
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 from mindio_adaptor.core.paired_store import control_ports
 from mindio_adaptor.core.env_values import seconds_from_env
@@ -63,6 +63,8 @@ def connect():
         logger.info("this node hosts slot %s of the controllers again (a replaced node): announced in the job's "
                     "stores", rehosted_slot.rehosted_slot())
     link.start(*address, backups=addresses[1:])
+    if len(addresses) > 1:  # only a backup can find this rank in a minority (docs/controller.md)
+        cut_off.leave_when_cut_off(link, f"rank {rank}")
     if SESSION.job.layout is not None:
         link.report_layout(rank, SESSION.job.layout.to_reference(), parallel_state.failure_domain(rank))
     # The bracket opens right before the in-place update (after the gradient-norm collective) and

@@ -7,11 +7,11 @@ import logging
 import os
 import time
 
-from mindio_adaptor.core import faults, processor_link
+from mindio_adaptor.core import cut_off, faults, processor_link
 from mindio_adaptor.core.enums import ReportState
-from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER, LEFT_THE_JOB
+from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB
 from mindio_adaptor.core.leaving_rank import LeavingTheJob
-from mindio_adaptor.core.processor_link import ControllerUnreachable
+from mindio_adaptor.core.processor_link import ControllerUnreachable, CutOffFromTheJob
 from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
 from mindio_adaptor.patches.decision import Decision
 
@@ -60,6 +60,10 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
         logger.warning("%s; this process exits (code %d, LEFT_THE_JOB: not restarted, the job goes on)", leaving,
                        LEFT_THE_JOB)
         raise SystemExit(LEFT_THE_JOB) from None
+    except CutOffFromTheJob as minority:
+        end_recovery(session, "cut off from the job")
+        cut_off.leave(f"rank {dist_rank()} (step {step})", minority.reason)
+        raise SystemExit(JOB_UNREACHABLE) from None  # not reached: leave() ends the process
     except (ControllerUnreachable, TimeoutError) as lost:
         end_recovery(session, "controller lost")
         logger.error("step %d: %s. Without the controller no rank can be repaired and no dying-gasp "

@@ -3,7 +3,8 @@ host of its own (a network namespace, tests/netns_hosts.py), node 1's link taken
 Its launcher and workers keep running and nobody hears a FIN or a RST from them: the survivors wait in a gloo
 collective on peers that never answer. The hang rule names the silent ranks, the standby on a third host takes
 node 1's place on the beat's evidence, its workers join and are repaired from node 0's ranks, and the run ends
-with the uninterrupted run's losses and digest. When node 1's link comes back (after the job ended) its old
+with the uninterrupted run's losses and digest. Node 1's backup controller, the only one its ranks still reach,
+does not lead them (no proof that node 0's controller died, no majority), and they leave the job. When node 1's link comes back (after the job ended) its old
 launcher finds the job's store gone and, past --node0-wait, stops its workers and exits 1."""
 import re
 import subprocess
@@ -111,3 +112,15 @@ def test_the_old_launcher_stands_down_when_its_link_comes_back(node_1_vanished):
     run, node_1_code, old_alive = node_1_vanished
     assert node_1_code == 1 and not old_alive, (node_1_code, old_alive)
     assert re.search(r"node 1\] node 1 lost the launchers' store .* waits up to 20 s \(--node0-wait\)", run.output)
+
+
+def test_the_cut_off_nodes_backup_does_not_lead_its_ranks(node_1_vanished):
+    # Issue 30: node 1's ranks lose node 0's controller by a silence (no route), not a refused connection, and
+    # are half of the world: node 1's backup holds their registrations and never leads them beside node 0's
+    # controller; they leave the job (exit 88) unless their launcher stopped them first (docs/controller.md).
+    run, _, _ = node_1_vanished
+    lines = "\n".join(line for line in run.output.splitlines()
+                      if re.search(r"taking over|idle backup|cut off|does not lead|refused a connection", line))
+    assert "backup controller taking over" not in run.output, lines[-6000:]
+    assert re.search(r"idle backup: rank [23] registered, last under term 1: .* none proved it gone", lines), lines[-6000:]
+    assert "refused a connection: its process is gone" not in run.output, lines[-6000:]

@@ -153,3 +153,89 @@ def read_until_closed(sock, timeout, what):
             return received
         received += chunk
     raise AssertionError(f"the controller kept {what} open")
+
+
+# ---- a network partition between some ranks and their controller --------------------------------------
+
+class Partition:
+    """A TCP relay in front of a controller, for ranks on one side of a network partition: give them
+    ("127.0.0.1", partition.port) as the controller's address. Until `cut()` it forwards both ways. `cut()`
+    resets the connections it carries on the ranks' side (the controller's side just falls silent), and from
+    then on it accepts every new connection and never answers: the controller is alive but unreachable, which
+    the ranks see as a timeout, never as a refused connection (no proof that its process is gone)."""
+
+    def __init__(self, target_port, host="127.0.0.1"):
+        import socket
+
+        self.target = (host, target_port)
+        self.listener = socket.create_server((host, 0))
+        self.port = self.listener.getsockname()[1]
+        self.is_cut = threading.Event()
+        self.closed = threading.Event()
+        self.lock = threading.Lock()
+        self.relayed = []  # (ranks' side, controller's side)
+        self.held = []     # connections accepted after the cut, never answered
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                if self.is_cut.is_set():
+                    self.held.append(conn)
+                    continue
+                upstream = socket.create_connection(self.target, timeout=5)
+                self.relayed.append((conn, upstream))
+            for src, dst in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src, dst):
+        import socket
+
+        src.settimeout(0.1)
+        while not self.is_cut.is_set() and not self.closed.is_set():
+            try:
+                data = src.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not data or self.is_cut.is_set():
+                return
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def cut(self):
+        import socket
+        import struct
+
+        with self.lock:
+            self.is_cut.set()
+            for ranks_side, _ in self.relayed:
+                try:  # RST, as a host's stack does when a connection's retransmissions run out
+                    ranks_side.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    ranks_side.close()
+                except OSError:
+                    pass
+
+    def refuse(self):
+        """The address refuses connections from now on, as when the controller behind it ended (after the cut:
+        as a job that ended, or a leader that died, while the ranks were cut off)."""
+        self.listener.close()
+
+    def close(self):
+        self.closed.set()
+        self.listener.close()
+        with self.lock:
+            for sock in [s for pair in self.relayed for s in pair] + self.held:
+                try:
+                    sock.close()
+                except OSError:
+                    pass

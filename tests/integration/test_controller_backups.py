@@ -1,7 +1,9 @@
 """Processors that know the controller's backups: when the controller they registered with is lost
 (SIGKILL of its process: no goodbye), each moves to the next controller of the list and registers there,
-with its rank's state, while training goes on; a backup that ranks register with leads the job under the
-next term, and a controller of an older term that comes back is refused and stands down. Ranks lost with
+with its rank's state, while training goes on; the lost controller's address refuses their connection,
+which proves its process gone, so the backup leads the job under the next term with however many ranks
+reach it (without that proof it leads only a majority: test_controller_partition.py), and a controller of
+an older term that comes back is refused and stands down. Ranks lost with
 the controller's node are declared dead after MINDIO_TAKEOVER_WAIT_S and handled as dead (dump, or their
 replacement), and a recovery the lost controller left is restarted or dumped. Real controllers in their
 own processes, real sockets."""
@@ -62,6 +64,8 @@ def test_a_lost_controller_is_followed_by_the_next_of_the_list(env, capfd):
             link.update_started(3)
             link.update_ended(4)
         err = capfd.readouterr().err
+        assert (f"the controller of term 1 at 127.0.0.1:{active_port} refused a connection: its process is gone "
+                f"(a backup may lead on this proof)") in err
         assert f"trying the next controller of the list, 127.0.0.1:{backup_port} (a backup)" in err
         assert f"registered with the controller at 127.0.0.1:{backup_port} (term 2)" in err
     finally:
@@ -272,6 +276,9 @@ def test_ranks_lost_with_the_controllers_node_are_declared_dead_and_the_survivor
         _, save = survivors[0].first(2, "save_ckpt")
         assert save.step == STEP and [s.ranks for s in save.saves] == [(0, 1)]  # 0 and 1 hold every shard
         text = read(tmp_path / "backup.log")
+        # Two of four ranks, no majority: the backup leads on the proof that the leader's process is gone.
+        assert re.search(r"backup controller taking over as term 2: rank [01] found the controller of term 1 gone "
+                         r"\(its address refused a connection\): leading as term 2 with 1 of 4 ranks", text), text
         assert ("term 2: ranks [2,3] did not register within 2000 ms of the takeover (MINDIO_TAKEOVER_WAIT_S): "
                 "declared dead") in text
         assert "decision dump" in text
