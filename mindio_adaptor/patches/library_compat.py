@@ -1,12 +1,12 @@
 """What older Megatron releases need from the newer libraries they now run with, on any device.
 
-megatron-core 0.12 and 0.13 call `numpy.product` in their distributed checkpointing (every save of the
+megatron-core 0.12 to 0.15 call `numpy.product` in their distributed checkpointing (every save of the
 torch_dist format); NumPy 2 removed that alias of `numpy.prod`. It is put back only under those releases."""
 import numpy
 
 from mindio_adaptor.patches import megatron_versions
 
-LAST_WITH_NUMPY_PRODUCT = (0, 13)
+LAST_WITH_NUMPY_PRODUCT = (0, 15)
 
 
 def restore_for_installed_megatron() -> None:

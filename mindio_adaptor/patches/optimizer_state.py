@@ -11,6 +11,10 @@ megatron-core 0.19 has three defects there, hit by every CPU run (see shared not
    parameter: `_set_main_param_and_optimizer_states` then fails on the missing key. The step comes
    from the optimizer's own state dict (2.), so the parameter state may leave it as it is.
 Each parameter gets its own copy of the saved step, restored after the parameter-state load.
+
+megatron-core 0.15 also puts torch Adam's per-parameter step (a 0-dim tensor) among the tensors of its
+dp_reshardable parameter state, whose save then fails a shape check (every torch_dist save without Apex or TE);
+0.16 leaves the step out (it is saved with the param groups), and so does the patch here.
 """
 import torch
 
@@ -76,6 +80,18 @@ def _keep_step_when_missing(wrapped, instance, args, kwargs):
     return wrapped(model_param, tensors, **kwargs)
 
 
+def _without_scalar_steps(wrapped, instance, args, kwargs):
+    state = wrapped(*args, **kwargs)
+    for buffer_state in (value for key, value in state.items() if isinstance(key, int)):  # per gradient buffer
+        for buckets in buffer_state.values():  # per dtype
+            for bucket in buckets:
+                for tensors in bucket:
+                    step = tensors.get("step")
+                    if isinstance(step, torch.Tensor) and step.dim() == 0:
+                        del tensors["step"]
+    return state
+
+
 def _give_each_param_its_step(optimizer, step: float):
     for state in optimizer.state.values():
         if "step" in state:
@@ -88,6 +104,8 @@ PATCHES = [
           _plain_torch_adam),
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_parameter_state_from_dp_reshardable",
           _load_parameter_state, _plain_torch_adam, first="0.15"),  # the dp_reshardable format came in 0.15
+    Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.get_parameter_state_dp_reshardable",
+          _without_scalar_steps, _plain_torch_adam, first="0.15", last="0.15"),
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}.load_parameter_state_from_dp_zero",
           _load_parameter_state, _plain_torch_adam),
     Patch("megatron.core.optimizer.distrib_optimizer", f"{DOPT}._set_main_param_and_optimizer_states",
