@@ -1,9 +1,9 @@
 """The source patches (patches/upstream) on a copy of the installed Megatron: training from the
 patched tree behaves as the monkey-patched one (a dying-gasp dump, an online repair: same messages,
 same final params digest), and with the adaptor not enabled it trains exactly like stock Megatron."""
-import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,9 @@ from mindio_adaptor.tiny_job import run_training
 from mindio_adaptor.upstream import tree as megatron_tree
 from mindio_adaptor.upstream.apply import apply_patch_set
 from mindio_adaptor.upstream.check import APPLIED
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from megatron_releases import on_release  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
@@ -30,8 +33,7 @@ def patched_tree(tmp_path_factory):
 
 
 def on_tree(root, **extra):
-    """Environment in which `import megatron` resolves to the tree at root."""
-    return {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]), **extra}
+    return {**on_release(root), **extra}
 
 
 def assert_ran_source_patched(run, root):
