@@ -13,6 +13,7 @@ import logging
 
 from mindio_adaptor.core.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in
 from mindio_adaptor.patches import megatron_job, uneven_batches
+from mindio_adaptor.patches.call_arguments import has_parameter
 from mindio_adaptor.patches.recovery_session import StepSnapshot
 
 logger = logging.getLogger(__name__)
@@ -81,8 +82,11 @@ def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: 
     reconfigure_num_microbatches_calculator, get_num_microbatches = microbatch_calculator()
     margs = megatron_job.args()
     set_parallel_sizes(data_parallel, replicas)
+    # seq_length: a parameter since megatron-core 0.13 at the latest (0.12 has none)
+    extra = ({"seq_length": margs.seq_length} if has_parameter(reconfigure_num_microbatches_calculator, "seq_length")
+             else {})
     reconfigure_num_microbatches_calculator(margs.rank, None, margs.global_batch_size, margs.micro_batch_size,
-                                            data_parallel, seq_length=margs.seq_length)
+                                            data_parallel, **extra)
     if get_num_microbatches() != num_microbatches:
         raise refused(f"Megatron's calculator gives {get_num_microbatches()} micro-batches at dp{data_parallel}, "
                       f"the plan {num_microbatches}")
@@ -148,11 +152,16 @@ def rebuild(job, root, step) -> tuple:
               getattr(margs, "pretrained_checkpoint", None))
     (margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng,
      margs.pretrained_checkpoint) = root, step, False, False, False, None
+    # megatron-core 0.12's load asserts that no sample was consumed yet, and sets the counts from the checkpoint
+    consumed = (margs.consumed_train_samples, margs.skipped_train_samples, margs.consumed_valid_samples)
+    margs.consumed_train_samples = margs.skipped_train_samples = margs.consumed_valid_samples = 0
     try:
         model, optimizer, scheduler = training.setup_model_and_optimizer(*call_args, **call_kwargs)
     finally:
         (margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng,
          margs.pretrained_checkpoint) = pinned
+        if (margs.consumed_train_samples, margs.skipped_train_samples, margs.consumed_valid_samples) == (0, 0, 0):
+            (margs.consumed_train_samples, margs.skipped_train_samples, margs.consumed_valid_samples) = consumed
     new_config = get_model_config(model[0])
     for name in TRAIN_LOOP_CONFIG_FIELDS:
         setattr(new_config, name, getattr(old_config, name, None))
