@@ -13,6 +13,11 @@ def has_parameter(wrapped, name: str) -> bool:
     return name in _signature(wrapped).parameters
 
 
+def passes(wrapped, args, kwargs, name: str) -> bool:
+    """Whether the call `wrapped(*args, **kwargs)` gives parameter `name` a value (positionally or not)."""
+    return name in _signature(wrapped).bind_partial(*args, **kwargs).arguments
+
+
 def argument(wrapped, args, kwargs, name: str):
     """The value `wrapped(*args, **kwargs)` receives as parameter `name` (its default when not passed)."""
     bound = _signature(wrapped).bind(*args, **kwargs)

@@ -16,12 +16,12 @@ in the queue is dropped (discard_stale_write_results).
 
 megatron-core 0.12's writer calls torch's `_write_item` without the serialization format that torch 2.6 and
 later require (every torch_dist save failed); 0.13 passes torch's own default, and so does the patch here."""
-import inspect
 import logging
 import queue
 import sys
 from typing import Optional
 
+from mindio_adaptor.patches.call_arguments import has_parameter, passes
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ def _live_results_queue(wrapped, instance, args, kwargs):
 
 
 def _with_serialization_format(wrapped, instance, args, kwargs):
-    if "serialization_format" in inspect.signature(wrapped).parameters and "serialization_format" not in kwargs \
-            and len(args) < len(inspect.signature(wrapped).parameters):
+    if has_parameter(wrapped, "serialization_format") and not passes(wrapped, args, kwargs, "serialization_format"):
         from torch.distributed.checkpoint.filesystem import SerializationFormat
 
         kwargs = {**kwargs, "serialization_format": SerializationFormat.TORCH_SAVE}

@@ -7,7 +7,6 @@ same functions instead. Megatron is imported inside the functions: importing thi
 import Megatron.
 """
 import contextlib
-import inspect
 import logging
 import random
 import sys
@@ -19,6 +18,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.state_reshard import Slot
 from mindio_adaptor.patches import checkpoint_writer, uneven_batches
+from mindio_adaptor.patches.call_arguments import has_parameter
 from mindio_adaptor.patches.recovery_session import StepSnapshot
 from mindio_adaptor.patches.training_state import distributed_optimizers, shard_state_tensors
 
@@ -303,8 +303,8 @@ def log_step_line(model, optimizer, step: int, reduced: dict, grad_norm, num_zer
     if hasattr(training, "ProcessGroupCollection"):
         values["pg_collection"] = training.get_attr_wrapped_model(model[0], "pg_collection")
     # by name: the parameters moved between megatron-core versions, and 0.12 has a decoupled learning rate
-    parameters = inspect.signature(training.training_log).parameters
-    training.training_log(**{name: value for name, value in values.items() if name in parameters})
+    training.training_log(**{name: value for name, value in values.items()
+                             if has_parameter(training.training_log, name)})
 
 
 def _learning_rates(training, optimizer) -> dict:
