@@ -380,6 +380,7 @@ bool Controller::accept_replacement_locked(const RegisterMsg& m) {
     if (!ranks_.is_replacement(m) && !after_takeover) return false;
     if (!r.dead && !r.joining) {
         declare_dead_locked(m.rank, after_takeover ? "a restarted process registered in its place after the takeover"
+                                    : r.connected  ? "silent and a restarted process registered in its place"
                                                    : "connection lost and a restarted process registered in its place");
     }
     ranks_.mark_joining(m.rank);

@@ -7,6 +7,13 @@ namespace mindio {
 RankTable::RankTable(int world_size, bool arf, LivenessRules rules, bool elastic)
     : ranks_(world_size), arf_(arf), rules_(rules), elastic_(elastic) {}
 
+// A rank silent past heartbeat_misses periods with its connection open (a suspect) counts as gone once a
+// process comes for its place: only a launcher that saw it die, or took its lost node over, starts one,
+// and a node cut off from the network keeps its connections open for minutes.
+bool RankTable::gone_or_silent(const RankEntry& r) {
+    return r.registered && !r.left && (!r.connected || r.suspect);
+}
+
 // The reference's rule for a rebooted process: the controller, not the process, knows that a rank is
 // waiting for a new process. A process registering for the first time (and allowed to replace) for a
 // rank that is dead, joining, or whose connection is gone is that rank's replacement, whether or not a
@@ -16,12 +23,12 @@ bool RankTable::takes_a_dead_ranks_place(const RegisterMsg& m) const {
     if (!m.may_replace || !arf_) return false;
     const RankEntry& r = ranks_[m.rank];
     if (r.retired) return elastic_ && r.dead;
-    return r.dead || r.joining || (r.registered && !r.connected && !r.left);
+    return r.dead || r.joining || gone_or_silent(r);
 }
 
 // Which registrations ARF refuses. A dead rank comes back only as a restarted process, and a restarted
-// process only replaces a rank that is dead (or whose connection is gone: the replacement is the proof
-// the old process died), while the controller can still use it.
+// process only replaces a rank that is dead (or whose connection is gone, or that is silent: the
+// replacement is the proof the old process died or was cut off), while the controller can still use it.
 std::string RankTable::arf_refusal(const RegisterMsg& m, State state) const {
     const RankEntry& r = ranks_[m.rank];
     std::string who = "rank " + std::to_string(m.rank);
@@ -46,17 +53,17 @@ std::string RankTable::arf_refusal(const RegisterMsg& m, State state) const {
         return "a restarted process registered as " + who + " while the controller is in state " + state_name(state) +
                ", where no process is replaced";
     }
-    if (r.registered && r.connected && !r.dead && !r.joining) {
+    if (r.registered && r.connected && !r.dead && !r.joining && !r.suspect) {
         return who + " is alive and connected: a restarted process may only replace a dead rank";
     }
     return "";
 }
 
 // Whether `m` is a restarted process taking a dead rank's place (or that of a rank whose connection
-// closed, which the controller must declare dead first).
+// closed, or that is silent, which the controller must declare dead first).
 bool RankTable::is_replacement(const RegisterMsg& m) const {
     const RankEntry& r = ranks_[m.rank];
-    return m.restarted && (r.dead || r.joining || (r.registered && !r.connected));
+    return m.restarted && (r.dead || r.joining || (r.registered && (!r.connected || r.suspect)));
 }
 
 void RankTable::mark_joining(int rank) {

@@ -109,6 +109,7 @@ public:
     void exclude(int rank) override { ranks_[rank].excluded = true; }
 
 private:
+    static bool gone_or_silent(const RankEntry& r);
     std::vector<RankEntry> ranks_;
     std::map<uint64_t, int> conn_rank_;
     const bool arf_;

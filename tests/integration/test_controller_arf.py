@@ -79,6 +79,34 @@ def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env
         job.close()
 
 
+def test_a_silent_rank_is_replaced_by_a_restarted_process(tmp_path, job_env, monkeypatch):
+    # A node cut off from the network keeps its connections open for minutes: its ranks are only silent. The
+    # launcher that took the node over starts their replacements, which take the silent ranks' places at once,
+    # not after the hang rule or the silence limit named them (a hang outside a timed section waited 60 s,
+    # and the refused replacements crashed until their launcher gave up).
+    monkeypatch.setenv("MINDIO_TOKEN", "arf-test-token")
+    job = Job(tmp_path, 4, enable_arf=True, heartbeat_s=0.5)
+    stalled = job.procs[2]
+    try:
+        job.wait_ready()
+        stalled.send_signal(signal.SIGSTOP)
+        wait_until(lambda: any(d.startswith("rank 2 silent") for _, _, d in job.controller_events("suspect")), 15,
+                   "rank 2 a suspect")
+        job.spawn(2, restarted=True)
+        results = job.wait_results(range(4), timeout=30)
+        assert all(r["result"] == "done" and r["repair_type"] == "recover" for r in results.values()), results
+        assert [d for _, _, d in job.controller_events("dead")] == [
+            "rank 2: silent and a restarted process registered in its place"]
+        assert [d for _, _, d in job.controller_events("replacement")] == ["rank 2"]
+        assert not job.controller_events("register_refused")
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        stalled.kill()  # as its launcher would, fenced off by the one that took its node over
+        job.close()
+
+
 def test_replacement_that_never_comes_leads_to_a_dump(tmp_path, job_env, monkeypatch):
     monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
     job = Job(tmp_path, 8, enable_arf=True, heartbeat_s=0.5)
