@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from typing import Dict, List, Sequence
 
+JOB_TOKEN = "netns-hosts-job-token"  # as an operator gives every node of a job the same MINDIO_TOKEN
 SUBNET = "10.213.0"  # only inside the namespaces made here; the root namespace never routes it
 
 
@@ -75,8 +76,9 @@ class NetnsHosts:
         return subprocess.Popen(self.command(host, argv), **kwargs)
 
     def environment(self, host: int) -> Dict[str, str]:
-        """What a process on the host needs to name its own interface (gloo's choice of address)."""
-        return {"GLOO_SOCKET_IFNAME": "eth0"}
+        """What a process on the host needs: to name its own interface (gloo's choice of address), and the
+        job's token, which launchers whose store is beyond loopback must be given (launch/job_token)."""
+        return {"GLOO_SOCKET_IFNAME": "eth0", "MINDIO_TOKEN": JOB_TOKEN}
 
     def vanish(self, host: int) -> None:
         """The host's link goes down at the bridge: its processes run on, nobody hears from them."""

@@ -5,15 +5,15 @@ It binds loopback unless told otherwise, and listens on another address only wit
 (MINDIO_TOKEN, or --token-file): without one anybody who reaches the port could register as a rank or
 report a rank's process ended. Every start-up error is one line on stderr, exit 2, printed before the
 "listening" line a parent waits for (docs/security.md)."""
-import ipaddress
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 
+from mindio_adaptor.core import private_files
 from mindio_adaptor.core.controller_address import ENV_TOKEN
+from mindio_adaptor.core.private_files import NotPrivate, read_private_file
 
 logger = logging.getLogger(__name__)
 
@@ -65,25 +65,16 @@ def int_in(flag: str, value: str, low: int, high: int) -> int:
 def read_token_file(path: str) -> str:
     """The token from a file that only its owner can read: one others could read is no secret."""
     try:
-        st = os.stat(path)
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as err:
-        raise StartError(f"--token-file {path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
-    if st.st_mode & 0o077 or st.st_uid != os.getuid():
-        raise StartError(f"--token-file {path}: mode {st.st_mode & 0o777:o}, owner uid {st.st_uid}: it must be "
-                         f"yours and readable by you only (chmod 600 {path})")
-    if not token:
-        raise StartError(f"--token-file {path}: the file is empty")
-    return token
+        return read_private_file(path)
+    except NotPrivate as err:
+        raise StartError(f"--token-file {path}: {err}") from None
 
 
 def is_loopback(host: str) -> bool:
     try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError as err:
-        raise StartError(f"--host {host!r}: cannot resolve it ({err.strerror or err})") from None
-    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+        return private_files.is_loopback(host)
+    except ValueError as err:
+        raise StartError(f"--host {host!r}: {err}") from None
 
 
 def job_token(args) -> str:

@@ -13,4 +13,4 @@ def register(subparsers):
 def _run(args, parser) -> int:
     from mindio_adaptor.launch.entry import run
 
-    return run(config_from_args(args, parser))
+    return run(*config_from_args(args, parser))

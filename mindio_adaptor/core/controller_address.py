@@ -2,8 +2,9 @@
 
 An external controller is named by MINDIO_CONTROLLER_ADDR=host:port (or host:port,host:port,...: the
 active controller, then its backups in the order they take over); the in-job one (in rank 0's
-process) publishes its port and the job's token in the workers' store under CONTROLLER_FACTS, for the
-processes that cannot ask their peers (a replacement, the launchers). MINDIO_TOKEN is the shared secret.
+process) publishes its port in the workers' store under CONTROLLER_FACTS (sealed: core/job_store), for the
+processes that cannot ask their peers (a replacement, the launchers). MINDIO_TOKEN is the shared secret; it
+reaches the processes by their environment (or rank 0's broadcast), never through a store.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import List, Mapping, Optional, Tuple
 
 ENV_CONTROLLER = "MINDIO_CONTROLLER_ADDR"
 ENV_TOKEN = "MINDIO_TOKEN"
-CONTROLLER_FACTS = "controller"  # (port, token) in the job's store
+CONTROLLER_FACTS = "controller"  # the in-job controller's port, in the job's store
 
 
 def controller_addresses(environ: Mapping[str, str] = os.environ) -> Optional[List[Tuple[str, int]]]:

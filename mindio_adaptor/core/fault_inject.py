@@ -43,11 +43,12 @@ import logging
 import os
 import signal
 import socket
-import stat
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
+
+from mindio_adaptor.core.private_files import NotPrivate, private_dir
 
 logger = logging.getLogger("mindio_adaptor.fault_inject")
 
@@ -225,19 +226,13 @@ def resolve_state_dir(environ: Mapping[str, str], state_dir: Optional[str] = Non
 
 
 def _private_dir(path: str) -> str:
-    """`path` and its parent, made with mode 700 if missing; FaultSpecError unless both are this user's
-    own directories that nobody else may write to."""
+    """`path` made private (core/private_files), or FaultSpecError naming the fix: a marker planted in a
+    directory others may write to would silence a planned fault."""
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        for directory in (os.path.dirname(path), path):
-            st = os.lstat(directory)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-                raise FaultSpecError(f"fault state directory {directory!r} is not a directory of yours that only you "
-                                     f"may write to (mode {st.st_mode & 0o777:o}, uid {st.st_uid}): remove it, or set "
-                                     f"{ENV_STATE_DIR} to a private directory")
-    except OSError as exc:
-        raise FaultSpecError(f"fault state directory {path!r} is unusable: {exc}; set {ENV_STATE_DIR}") from exc
-    return path
+        return private_dir(path)
+    except NotPrivate as err:
+        raise FaultSpecError(f"fault state directory {err}: remove it, or set {ENV_STATE_DIR} to a private "
+                             f"directory") from None
 
 
 # ---------------------------------------------------------------- firing

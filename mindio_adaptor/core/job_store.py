@@ -4,6 +4,10 @@ communicators are rebuilt with it (the controller's address and token, the repli
 last communicator epoch). Under a launcher that hosts the stores (torchrun, `mindio-adaptor launch`) they
 outlive any worker. torch.distributed only.
 
+Every fact is sealed with the job's token (MINDIO_TOKEN; core/sealed_values) and unpickled only once its seal
+holds: a store is open to whoever reaches its port, and a pickle is code. A value without the seal is taken
+for absent and reported once. The token itself is never a fact.
+
 A fact is written to every store of the job that answers (MINDIO_STORE_ADDRS: one per controller-hosting
 node, so that no fact lives only on node 0; else the one at MASTER_ADDR:MASTER_PORT), a dead one skipped
 within core/paired_store's probe. It is read from the store paired with this process's controller
@@ -11,6 +15,7 @@ within core/paired_store's probe. It is read from the store paired with this pro
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 from datetime import timedelta
 from typing import Any, Dict, List, Sequence, Tuple
@@ -18,26 +23,42 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch.distributed as dist
 
 from mindio_adaptor.core import paired_store
+from mindio_adaptor.core.controller_address import ENV_TOKEN
+from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "mindio/facts/"
-_clients: Dict[Tuple[str, int], dist.Store] = {}
+SCOPE = "mindio job facts"  # what the seals are bound to beside the key (the token binds them to the job)
+_clients: Dict[Tuple[str, int], SealedStore] = {}
 
 
 class JobStoreError(RuntimeError):
     pass
 
 
-def _connect(address: Tuple[str, int], timeout_s: float) -> dist.Store:
+def _report_unsealed(err: UnsealedValue) -> None:
+    logger.warning("the job's store: %s (someone who reached the store's port wrote it)", err)
+
+
+def sealed(store: dist.Store, token: str) -> SealedStore:
+    """`store` with the facts' values sealed under `token`."""
+    if not token:
+        raise JobStoreError(f"the job's facts are read and written only with the job's token, and this process "
+                            f"has none ({ENV_TOKEN} is not set; mindio-adaptor launch gives it to every worker)")
+    return SealedStore(store, token, SCOPE, report=_report_unsealed)
+
+
+def _connect(address: Tuple[str, int], timeout_s: float) -> SealedStore:
     client = _clients.get(address)
     if client is None:
         host, port = address
         try:
-            client = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s),
-                                   wait_for_workers=False)
+            raw = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s),
+                                wait_for_workers=False)
         except Exception as exc:
             raise JobStoreError(f"the job's store at {host}:{port} is not reachable: {exc}") from exc
+        client = sealed(raw, os.environ.get(ENV_TOKEN, ""))
         _clients[address] = client
     return client
 
@@ -54,8 +75,6 @@ def _where(address: Tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
 
 
-# Values are pickled: the stores are the job's own, unauthenticated as torch.distributed uses them; whoever
-# can write to one can already break every communicator of the job.
 def publish(name: str, value: Any, timeout_s: float = 30.0) -> None:
     """Write the fact to every store that answers; JobStoreError when none took it."""
     up, down = paired_store.answering(probe_s=min(timeout_s, paired_store.PROBE_S))
@@ -79,6 +98,8 @@ def read(name: str, timeout_s: float = 60.0) -> Any:
     try:
         store.wait([PREFIX + name], timedelta(seconds=timeout_s))
         return pickle.loads(store.get(PREFIX + name))
+    except JobStoreError:
+        raise
     except Exception as exc:
         _clients.pop(address, None)
         raise JobStoreError(f"'{name}' was not published in the job's store at {_where(address)} within "
@@ -124,8 +145,9 @@ def forget_connections() -> None:
     _clients.clear()
 
 
-def read_at(host: str, port: int, name: str, timeout_s: float = 2.0) -> Any:
+def read_at(host: str, port: int, name: str, token: str, timeout_s: float = 2.0) -> Any:
     """The value published under `name` in the store at host:port (not this process's job store: a
-    launcher reads its workers' store), or None when it was not published."""
-    store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    launcher reads its workers' store), or None when it was not published (or not with `token`)."""
+    store = sealed(dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s),
+                                 wait_for_workers=False), token)
     return pickle.loads(store.get(PREFIX + name)) if store.check([PREFIX + name]) else None

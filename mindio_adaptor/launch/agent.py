@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 from torch.distributed import DistError
 
+from mindio_adaptor.core.controller_address import ENV_TOKEN
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB, describe
 from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch import membership
@@ -258,7 +259,7 @@ class NodeAgent:
                                                 self._joined_generation, self.generation)
         return worker_env(self.config, worker.local_rank, worker.given.master_port,
                           restart_count=self.generation + worker.reboots, restarted=restarted,
-                          extra={**worker.given.lists, **rehosted})
+                          token=self.store.token, extra={**worker.given.lists, **rehosted})
 
     def _start(self, worker: Worker, restarted: bool, alone: bool = False) -> int:
         """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
@@ -411,7 +412,7 @@ class NodeAgent:
         """The OS's word that a rank's process ended, to the recovery controller leading the job (when the
         job has one): the controllers of the list in order, past those unreachable or not leading. True
         when the controller answers that the rank had left the job before (its training was over)."""
-        env = {**os.environ, **self._controllers_env}
+        env = {**os.environ, **self._controllers_env, ENV_TOKEN: self.store.token}
         try:
             contacts = find_controllers(self.config.master_addr, self.master_port, env)
         except ControllerReportError as err:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Tuple
 
 from mindio_adaptor.launch.config import DEFAULT_LOST_AFTER_S, DEFAULT_WARM_REFILL_DELAY_S, LaunchConfig, LaunchConfigError, resolve
+from mindio_adaptor.launch.job_token import launcher_token
 from mindio_adaptor.launch.warm_worker import DEFAULT_PRELOAD
 
 PROG = "mindio-adaptor launch"
@@ -90,6 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "others are backups that take over in node order (default: min(3, nodes) when the training "
              "script asks for high availability with worker reboot and MINDIO_CONTROLLER_ADDR is not set, "
              "else 0; 0: the controller runs inside rank 0's process)")
+    add("--token-file", "--token_file", dest="token_file", default=_env("token_file", ""),
+        help="a file of yours, readable by you only (mode 600), holding the job's token: the same on every "
+             "node (or MINDIO_TOKEN). Without either, launchers whose store is on a loopback address make one "
+             "and share it through a private file; on any other address the launcher refuses to start")
     add("--role", default=_env("role", "default"), help="ROLE_NAME of the workers (default 'default')")
     add("-m", "--module", action="store_true", default=_env_flag("module"),
         help="run the script as a Python module (python -m)")
@@ -105,9 +111,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LaunchConfig:
-    """The checked configuration; a bad combination ends the program with argparse's usage error (2)."""
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Tuple[LaunchConfig, str]:
+    """The checked configuration and the job's token (launch/job_token); a bad combination ends the program
+    with argparse's usage error (2)."""
     try:
-        return resolve(args, os.environ)
+        config = resolve(args, os.environ)
+        return config, launcher_token(config, args.token_file, os.environ)
     except LaunchConfigError as err:
         parser.error(str(err))

@@ -7,8 +7,8 @@ library, outside Python's at-fork hooks). The controller acts only for the proce
 (the pid the rank registered with), so a late report never touches a replacement.
 
 Where the controller is: MINDIO_CONTROLLER_ADDR (an external controller, the same variable the workers
-read) or the facts the in-job controller's rank publishes in the workers' store (the port; the host is
-MASTER_ADDR, where rank 0 runs). The token is MINDIO_TOKEN or the published one.
+read) or the facts the in-job controller's rank publishes in the workers' store (the port, sealed with the
+job's token; the host is MASTER_ADDR, where rank 0 runs). The token is the launcher's MINDIO_TOKEN.
 """
 from __future__ import annotations
 
@@ -47,14 +47,14 @@ def find_controllers(master_addr: str, worker_store_port: int, environ: Mapping[
     if external:
         return [ControllerContact(host, port, environ.get(ENV_TOKEN, "")) for host, port in external]
     try:
-        facts = job_store.read_at(master_addr, worker_store_port, CONTROLLER_FACTS, STORE_TIMEOUT_S)
+        port = job_store.read_at(master_addr, worker_store_port, CONTROLLER_FACTS, environ.get(ENV_TOKEN, ""),
+                                 STORE_TIMEOUT_S)
     except (RuntimeError, ValueError) as err:
         raise ControllerReportError(f"the workers' store at {master_addr}:{worker_store_port} did not answer: "
                                     f"{err}") from None
-    if facts is None:
+    if port is None:
         return []
-    port, token = facts
-    return [ControllerContact(master_addr, int(port), environ.get(ENV_TOKEN) or token)]
+    return [ControllerContact(master_addr, int(port), environ[ENV_TOKEN])]
 
 
 @dataclass(frozen=True)

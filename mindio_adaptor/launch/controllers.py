@@ -4,9 +4,9 @@ single node carries the only controller.
 Nodes 0..K-1 each run one `mindio-adaptor controller` as a child process of their launcher: node 0's is
 the active one (term 1), the others are backups in node order (docs/controller.md, "Backups, terms and
 failure domains"). Each launcher is its own node, so no two controllers share a failure domain. Each
-publishes its address in the launchers' store; every launcher gives its workers the whole list, in node
-order, as MINDIO_CONTROLLER_ADDR, and the job's token as MINDIO_TOKEN (node 0 chooses it, unless the user
-set one). Killing the active controller's process leaves training running: the processors register
+publishes its address in the launchers' store (sealed: core/sealed_values); every launcher gives its
+workers the whole list, in node order, as MINDIO_CONTROLLER_ADDR, and the job's token as MINDIO_TOKEN (each
+launcher holds it: launch/job_token; it never passes through the store). Killing the active controller's process leaves training running: the processors register
 with the next controller of the list, which takes over.
 
 A controller process that dies is not started again. Back on its port it would be an idle backup ahead
@@ -18,7 +18,6 @@ controllers the job survives K-1 losses of the leading one.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -37,9 +36,6 @@ STOP_GRACE_S = 10.0
 
 def controller_key(node: int) -> str:
     return f"controller/{node}"
-
-
-TOKEN_KEY = "controller/token"
 
 
 class ControllerStartError(RuntimeError):
@@ -84,9 +80,8 @@ class HostedController:
         replacement's is a backup whatever its node: the job already has a leader."""
         if not self.hosted:
             return
-        token = self._token()
         backup = self.config.node_rank > 0 or self.rehosts
-        self.proc = subprocess.Popen(self._command(backup), env={**os.environ, ENV_TOKEN: token},
+        self.proc = subprocess.Popen(self._command(backup), env={**os.environ, ENV_TOKEN: self.store.token},
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.port = self._listening_port()
         threading.Thread(target=self._forward_output, daemon=True).start()
@@ -101,13 +96,6 @@ class HostedController:
                 "--host", "0.0.0.0", "--port", "0", *(["--backup"] if backup else []),
                 *(["--arf"] if cfg.worker_reboot else []), *([] if cfg.online_repair else ["--no-uce"]),
                 *(["--elastic"] if cfg.elastic_training else [])]
-
-    def _token(self) -> str:
-        store = self.store.store
-        if self.config.node_rank == 0 and not store.check([TOKEN_KEY]):
-            store.set(TOKEN_KEY, os.environ.get(ENV_TOKEN) or secrets.token_hex(16))
-        store.wait([TOKEN_KEY], timedelta(seconds=self.config.rdzv_timeout))
-        return store.get(TOKEN_KEY).decode()
 
     def _listening_port(self) -> int:
         """The port from the controller's first line ("... listening on HOST:PORT ..."), bounded."""
@@ -149,14 +137,13 @@ class HostedController:
 
 
 def controllers_env(config: LaunchConfig, store) -> Dict[str, str]:
-    """What every worker gets when the launchers host the controllers: the list in node order and the
-    token (waits, bounded by the rendezvous timeout, for every hosting node to publish)."""
+    """What every worker gets when the launchers host the controllers: the list in node order (waits,
+    bounded by the rendezvous timeout, for every hosting node to publish)."""
     if not config.controllers:
         return {}
     keys = [controller_key(node) for node in range(config.controllers)]
-    store.store.wait([*keys, TOKEN_KEY], timedelta(seconds=config.rdzv_timeout))
-    return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys),
-            ENV_TOKEN: store.store.get(TOKEN_KEY).decode()}
+    store.store.wait(keys, timedelta(seconds=config.rdzv_timeout))
+    return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys)}
 
 
 
@@ -166,4 +153,4 @@ def controllers_keys(env: Dict[str, str]) -> Dict[str, str]:
     if not env:
         return {}
     addresses = env[ENV_CONTROLLER].split(",")
-    return {**{controller_key(node): address for node, address in enumerate(addresses)}, TOKEN_KEY: env[ENV_TOKEN]}
+    return {controller_key(node): address for node, address in enumerate(addresses)}

@@ -23,6 +23,7 @@ from typing import Iterable, List, Optional
 
 from torch.distributed import DistError, PrefixStore, Store, TCPStore
 
+from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch.node0_loss import store_listening
 
 
@@ -89,14 +90,14 @@ class BeatWatch:
     def __init__(self, store: Store, nodes: Iterable[int]):
         self._store = store
         now = time.monotonic()
-        self._seen = {node: (_beat(store, node), owner(store, node), now) for node in nodes}
+        self._seen = {node: (_beat(store, node), owner_or_none(store, node), now) for node in nodes}
 
     def lost(self, lost_after: float) -> List[int]:
         now, lost = time.monotonic(), []
         for node, (beat, its_owner, since) in self._seen.items():
             current = _beat(self._store, node)
             if current != beat:
-                self._seen[node] = (current, owner(self._store, node), now)
+                self._seen[node] = (current, owner_or_none(self._store, node), now)
             elif current > 0 and now - since >= lost_after:
                 lost.append(node)
         return lost
@@ -116,18 +117,30 @@ def _beat(store: Store, node: int) -> int:
     return int(store.add(beat_key(node), 0))
 
 
-def owner(store: Store, node: int) -> int:
-    """The incarnation that owns `node` (0: none yet)."""
-    return _incarnation(store.get(owner_key(node)).decode()) if store.check([owner_key(node)]) else 0
+def owner(store: SealedStore, node: int) -> int:
+    """The incarnation that owns `node` (0: none yet); UnsealedValue when a stranger wrote the key over."""
+    key = owner_key(node)
+    return _incarnation(store.get(key).decode()) if store.raw.check([key]) else 0
 
 
-def take_over(store: Store, node: int, seen: int) -> Optional[int]:
+def owner_or_none(store: SealedStore, node: int) -> int:
+    """As owner(), with 0 for a stranger's value: a watcher never takes a node on it."""
+    try:
+        return owner(store, node)
+    except UnsealedValue:
+        return 0
+
+
+def take_over(store: SealedStore, node: int, seen: int) -> Optional[int]:
     """Become the owner of `node` after incarnation `seen`; the new incarnation, or None when another
     launcher moved it first. The value written is unique to this launcher: two candidates after the same
     incarnation would otherwise both read their own desired value back from the compare-and-set."""
     key = owner_key(node)
-    expected = store.get(key).decode() if seen else ""
-    if seen and _incarnation(expected) != seen:
+    try:
+        expected = store.get(key).decode() if seen else ""
+    except UnsealedValue:
+        expected = ""  # a stranger's value: compare_set replaces it, unless a launcher's came first
+    if expected and _incarnation(expected) != seen:
         return None
     desired = f"{seen + 1}:{uuid.uuid4().hex}"
     return seen + 1 if store.compare_set(key, expected, desired).decode() == desired else None

@@ -20,6 +20,8 @@ no worker takes a store down by dying.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
@@ -29,8 +31,9 @@ from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCP
 from torch.distributed.elastic.utils.distributed import get_free_port
 
 from mindio_adaptor.core.comm import host_store
-from mindio_adaptor.core.job_store import PREFIX
+from mindio_adaptor.core import job_store
 from mindio_adaptor.core.paired_store import ENV_STORES, REHOSTED_STORE_ADOPTED
+from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch import lifeline, node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key, controllers_keys, reachable_host
@@ -39,13 +42,26 @@ from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, store
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
 POLL_S = 0.05
 
-GENERATION = "generation"  # counter: the generation the job is in
+GENERATION = "generation"  # the generation the job is in (moved by compare-and-set)
 END = "end"  # why the job ends (a node gave up, or was signalled); every launcher stops its workers
 CONTROLLER_END = "controller_end"  # a worker exited ENDED_BY_CONTROLLER: nothing is restarted any more
 STANDBYS, STANDBYS_LEFT = "standbys", "standbys_left"  # counters: standby launchers that joined, that left
 JOB_RUNNING = "job_running"  # written by launchers that rejoined a new node 0's store: a job runs already
 STANDBY_LEAVE_S = 10.0  # the least node 0 waits at the end for standbys to see it
 PROBE_S = 1.0  # how long a launcher that lost node 0 waits for a connection to its address, per try
+
+
+# Counters only add() moves: unsealed (core/sealed_values); every other value in the store is sealed.
+_COUNTER = re.compile(r"node/\d+(/beat)?")
+logger = logging.getLogger("mindio_adaptor.launch")
+
+
+def is_counter(key: str) -> bool:
+    return key in (STANDBYS, STANDBYS_LEFT) or bool(_COUNTER.fullmatch(key))
+
+
+def _report_unsealed(err: UnsealedValue) -> None:
+    logger.warning("%s (someone who reached the launchers' store wrote it; nothing is done on it)", err)
 
 
 def _key_done(node: int) -> str:
@@ -104,9 +120,10 @@ def stores_keys(generation: int, env: Dict[str, str]) -> Dict[str, str]:
 
 
 class NodeStore:
-    def __init__(self, config: LaunchConfig):
+    def __init__(self, config: LaunchConfig, token: str):
         self.config = config
-        self.store: Optional[Store] = None
+        self.token = token  # the job's (launch/job_token): seals the values here, never written here
+        self.store: Optional[SealedStore] = None
         self.port = config.master_port or get_free_port()  # 0 (one node): any free port, as torchrun's --standalone
         self._worker_stores: Dict[int, TCPStore] = {}  # node 0: generation -> the store it hosts
         self.incarnation = 0  # which launcher of this node rank this is (1: the first; more: replacements)
@@ -115,6 +132,7 @@ class NodeStore:
         self.lost_evidence = ""  # a replacing launcher: how it knew the node it took was lost
         self._owner_value = ""  # what this launcher wrote as its node rank's owner (a rejoin writes it back)
         self._node0_owner = 1  # the incarnation of node 0 last seen running (a rejoin says it was lost)
+        self._generation = 0
 
     @property
     def replacing(self) -> bool:
@@ -132,16 +150,20 @@ class NodeStore:
         self._check_members()
         if self.hosting and self.store.check([JOB_RUNNING]):  # the others rejoined this store: node 0 was lost
             self.lost_evidence = "the other launchers rejoined at its address with the job running"
-            self._own(0, first=False, lost_owner=node_liveness.owner(self.store, 0))
+            self._own(0, first=False, lost_owner=node_liveness.owner_or_none(self.store, 0))
             return
         self._own(self.config.node_rank, first=self.store.add(_key_node(self.config.node_rank), 1) == 1)
 
-    def _rendezvous(self, rank: int) -> Store:
+    def sealed(self, store: Store) -> SealedStore:
+        """The launchers' store (PrefixStore of the job) with its values sealed under the job's token."""
+        return SealedStore(store, self.token, self.config.run_id, is_counter, _report_unsealed)
+
+    def _rendezvous(self, rank: int) -> SealedStore:
         cfg = self.config
         rendezvous = StaticTCPRendezvous(cfg.master_addr, self.port, rank, cfg.nnodes, cfg.run_id,
                                          max(1, round(cfg.rdzv_timeout)))  # whole seconds there
         try:
-            return rendezvous.next_rendezvous().store
+            return self.sealed(rendezvous.next_rendezvous().store)
         except (RuntimeError, TimeoutError) as err:
             where = "host" if rank == 0 else "reach node 0's"
             raise NodeStoreError(f"could not {where} launchers' store at {cfg.master_addr}:{self.port} with all "
@@ -152,7 +174,7 @@ class NodeStore:
         owner a watch already judged lost, else this judges it: its lifeline refused, or its beat silent for
         --node-lost-after)."""
         cfg, store = self.config, self.store
-        seen = node_liveness.owner(store, node) if lost_owner is None else lost_owner
+        seen = node_liveness.owner_or_none(store, node) if lost_owner is None else lost_owner
         if not first and lost_owner is None and not self._judged_lost(node, seen):
             raise NodeStoreError(f"node rank {node} is held by a running launcher (its beat moved within "
                                  f"{cfg.node_lost_after:g} s); a launcher takes a node rank only from a lost node")
@@ -219,7 +241,7 @@ class NodeStore:
         raise NodeStoreError(f"lost the launchers' store on node 0 ({where}) and no new node 0 came within "
                              f"{cfg.node0_wait:g} s (--node0-wait)")
 
-    def _client_of_new_node0(self) -> Optional[Store]:
+    def _client_of_new_node0(self) -> Optional[SealedStore]:
         """A client of the store a new node 0 hosts at node 0's address, or None while nothing listens there
         (or it went away again)."""
         cfg = self.config
@@ -231,7 +253,7 @@ class NodeStore:
                               multi_tenant=True)
         except DistError:
             return None
-        return PrefixStore(cfg.run_id, client)
+        return self.sealed(PrefixStore(cfg.run_id, client))
 
     def _wait_for_a_lost_node(self, log) -> Optional[int]:
         """One watch of the beats for as long as this waits: a node is taken `--node-lost-after` seconds
@@ -271,8 +293,12 @@ class NodeStore:
                 or self.store.check([_key_done(node) for node in nodes]))
 
     def still_owner(self) -> bool:
-        """False once another launcher took this node rank (this one was silent too long)."""
-        return node_liveness.owner(self.store, self.config.node_rank) == self.incarnation
+        """False once another launcher took this node rank (this one was silent too long). An unsealed owner
+        is a stranger's write: no launcher took the node, and this one owns it still."""
+        try:
+            return node_liveness.owner(self.store, self.config.node_rank) == self.incarnation
+        except UnsealedValue:
+            return True
 
     def _check_members(self) -> None:
         """One launcher per node rank, and the same number of workers on each (ranks are node-major)."""
@@ -280,17 +306,20 @@ class NodeStore:
         mine = self._members()
         store.set(_key_config(cfg.node_rank), json.dumps(mine))
         for node in range(cfg.nnodes):
+            store.wait([_key_config(node)], timedelta(seconds=cfg.rdzv_timeout))
             theirs = json.loads(store.get(_key_config(node)))
             if theirs != mine:
                 raise NodeStoreError(f"node {node} was started with {theirs}, this node with {mine}; every "
                                      f"launcher needs the same --nnodes and --nproc-per-node")
+        # After every config: launchers that rejoin a new node 0 write the generation before theirs.
+        store.compare_set(GENERATION, "", "0")
 
     def _members(self) -> Dict[str, int]:
         return {"nproc_per_node": self.config.nproc_per_node, "nnodes": self.config.nnodes}
 
     def note_node0_owner(self) -> None:
         """Remember which launcher of node 0 runs: a rejoin tells the next node 0 whose place it takes."""
-        self._node0_owner = node_liveness.owner(self.store, 0) or self._node0_owner
+        self._node0_owner = node_liveness.owner_or_none(self.store, 0) or self._node0_owner
 
     def rejoin(self, generation: int, controller_ended: bool, controllers: Dict[str, str],
                stores: Optional[Dict[str, str]] = None) -> bool:
@@ -318,7 +347,13 @@ class NodeStore:
         return True
 
     def generation(self) -> int:
-        return int(self.store.add(GENERATION, 0))
+        """The generation in force; a stranger's value under its key is ignored, the last one read stands."""
+        if self.store.raw.check([GENERATION]):
+            try:
+                self._generation = int(self.store.get(GENERATION))
+            except UnsealedValue:
+                pass
+        return self._generation
 
     def request_restart(self, current: int) -> int:
         """Move the job from generation `current` to the next; returns the generation now in force (someone
@@ -365,7 +400,7 @@ class NodeStore:
         """Whether the members adopted the workers' store this node hosts for `generation` as a re-hosted
         slot's (core/rehosted_slot marks it once the job's facts are copied there)."""
         store = self._worker_stores.get(generation)
-        return store is not None and store.check([PREFIX + REHOSTED_STORE_ADOPTED])
+        return store is not None and job_store.sealed(store, self.token).check([job_store.PREFIX + REHOSTED_STORE_ADOPTED])
 
     def worker_stores(self, generation: int) -> Dict[str, str]:
         """What every worker gets with --controllers: the workers' stores of `generation` in node order,

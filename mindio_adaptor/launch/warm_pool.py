@@ -10,6 +10,7 @@ from mindio_adaptor.core.warm_assignment import ENV_WARM_RANK
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.warm_worker import ADAPTOR_PATCHES
 from mindio_adaptor.launch.worker import KILL_WAIT_S
+from mindio_adaptor.core.controller_address import ENV_TOKEN
 from mindio_adaptor.launch.worker_env import worker_env
 
 # The script's flag that says it is a Megatron script under the adaptor's worker reboot: the only kind a warm
@@ -48,8 +49,9 @@ class WarmPool:
             # No RANK: the rank's own environment comes when the worker is handed out. Ahead, the script runs
             # as rank 1 until then: not rank 0, which hosts things and prints for the job, and any other rank
             # is as good (with data parallelism alone every rank's model is the same; patches/warm_spare).
-            env = worker_env(self.config, 0, master_port=0, restart_count=0, restarted=True)
+            env = worker_env(self.config, 0, master_port=0, restart_count=0, restarted=True, token="")
             env.pop("RANK", None)
+            env.pop(ENV_TOKEN, None)  # nor the job's token: it comes with the rank's environment
             command = [sys.executable, "-u", "-m", "mindio_adaptor.launch.warm_worker", self.config.warm_preload]
             if runs_ahead(self.config):
                 env[ENV_WARM_RANK] = str(min(1, self.config.world_size - 1))

@@ -1,11 +1,14 @@
 """The environment of one worker: torchrun's variables, plus MINDIO_RESTARTED for a process started again
-alone (process replacement) and MINDIO_FAILURE_DOMAIN, the node it runs on as the replica layout sees it."""
+alone (process replacement), MINDIO_FAILURE_DOMAIN, the node it runs on as the replica layout sees it, and
+MINDIO_TOKEN, the job's token (launch/job_token): the environment is how it reaches the workers, never a
+store."""
 from __future__ import annotations
 
 import os
 import socket
 from typing import Dict, Mapping
 
+from mindio_adaptor.core.controller_address import ENV_TOKEN
 from mindio_adaptor.launch.config import LaunchConfig
 
 ENV_RESTARTED = "MINDIO_RESTARTED"  # read by mindio_adaptor.ttp.processor (tft_is_reboot_node)
@@ -16,7 +19,7 @@ ENV_FAILURE_DOMAIN = "MINDIO_FAILURE_DOMAIN"
 
 
 def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_count: int, restarted: bool,
-               base: Mapping[str, str] = os.environ, extra: Mapping[str, str] = {}) -> Dict[str, str]:
+               token: str, base: Mapping[str, str] = os.environ, extra: Mapping[str, str] = {}) -> Dict[str, str]:
     """`master_port` is the port of the current generation's worker store (not --master-port: that one is the
     launchers' store). TORCHELASTIC_USE_AGENT_STORE=True tells torch's env:// rendezvous that the store is
     hosted by the launcher, so every worker connects as a client and none of them takes it down by dying."""
@@ -42,6 +45,7 @@ def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_
         # Set in both cases: a launcher started from inside a restarted worker must not pass it on.
         ENV_RESTARTED: "1" if restarted else "0",
         ENV_FAILURE_DOMAIN: base.get(ENV_FAILURE_DOMAIN) or f"{socket.gethostname()}/node{config.node_rank}",
+        ENV_TOKEN: token,
     })
     env.update(extra)  # the controllers hosted by the launchers (launch/controllers)
     if "OMP_NUM_THREADS" not in base and config.nproc_per_node > 1:

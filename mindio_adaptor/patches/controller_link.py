@@ -4,8 +4,9 @@ With --enable-high-availability: the controller runs in the rank-0 process (the 
 or outside the job when MINDIO_CONTROLLER_ADDR=host:port names one; every rank starts its processor,
 reports the replica layout (tft_set_optimizer_replica) and brackets each optimizer update with
 tft_start_updating_os / tft_end_updating_os, so the controller always knows the last step every
-shard completed. The in-job controller's port and a fresh job token reach the ranks by one
-broadcast over Megatron's world group.
+shard completed. The in-job controller's port and the job's token (the launcher's MINDIO_TOKEN, else a
+fresh one) reach the ranks by one broadcast over Megatron's world group; a replacement reads the port from
+the job's store (sealed) and has the token from its launcher.
 """
 import atexit
 import functools
@@ -91,14 +92,13 @@ def _take_snapshot(step: int) -> None:
 
 
 def _start_in_job_controller(rank, world, controller, config):
-    """Rank 0 hosts the controller; its port and a fresh token reach the others by a broadcast, and a
-    replacement process (which cannot take part in collectives yet) through the job's store."""
+    """Rank 0 hosts the controller; its port and the token reach the others by a broadcast, and a
+    replacement process (which cannot take part in collectives yet) has the token from its launcher and
+    the port through the job's store."""
     host = socket.gethostbyname(os.environ.get("MASTER_ADDR", "127.0.0.1"))
     shared = [None, None]
     if SESSION.replacement.fake_world:
-        port, token = job_store.read(CONTROLLER_FACTS)
-        os.environ[ENV_TOKEN] = token
-        return host, port
+        return host, job_store.read(CONTROLLER_FACTS)
     if rank == 0:
         token_chosen_by_user = bool(os.environ.get(ENV_TOKEN))
         os.environ.setdefault(ENV_TOKEN, secrets.token_hex(16))
@@ -106,7 +106,7 @@ def _start_in_job_controller(rank, world, controller, config):
                                        enable_uce=config.enable_hbmfault_repair,
                                        enable_scale_in=config.enable_elastic_training)
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
-        _publish_contact(shared, needed=config.enable_worker_reboot)
+        _publish_contact(shared[0], needed=config.enable_worker_reboot)
         _start_status_page(announce_token=not token_chosen_by_user)
     dist.broadcast_object_list(shared, src=0)
     port, token = shared
@@ -126,11 +126,11 @@ def _start_status_page(announce_token: bool) -> None:
                     *SESSION.status_server.address, write_token_file(os.environ[ENV_TOKEN]))
 
 
-def _publish_contact(contact, needed: bool) -> None:
-    """A replacement process needs the controller's contact (worker reboot); a launcher uses it to report
+def _publish_contact(port: int, needed: bool) -> None:
+    """A replacement process needs the controller's port (worker reboot); a launcher uses it to report
     a worker whose process ended. Without a job store only the latter is lost, and that is said once."""
     try:
-        job_store.publish(CONTROLLER_FACTS, contact)
+        job_store.publish(CONTROLLER_FACTS, port)
     except job_store.JobStoreError as err:
         if needed:
             raise

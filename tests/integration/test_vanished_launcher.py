@@ -27,7 +27,7 @@ WAIT_S = 120  # a launcher's start on a loaded two-core host took up to 33 s
 class HostedLaunchers:
     def __init__(self, hosts, out: Path):
         self.hosts, self.out, self.logs = hosts, out, {}
-        self.env = dict(os.environ, OUT=str(out), PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
+        self.env = dict(os.environ, **hosts.environment(0), OUT=str(out), PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
             p for p in [str(Path(__file__).resolve().parent.parent.parent), os.environ.get("PYTHONPATH", "")] if p))
         self.common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", f"{hosts.address(0)}:29555",
                        "--rdzv-id", "vanish", "--worker-reboot", "--node-lost-after", str(LOST_AFTER_S)]

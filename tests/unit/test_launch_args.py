@@ -230,20 +230,20 @@ def test_parser_exits_2_with_the_message(capsys):
 def test_worker_env(script):
     cfg = config("--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr", "n0",
                  "--rdzv-id", "j", script)
-    env = worker_env(cfg, 1, master_port=4321, restart_count=2, restarted=True, base={"PATH": "/bin"})
+    env = worker_env(cfg, 1, master_port=4321, restart_count=2, restarted=True, token="t0k", base={"PATH": "/bin"})
     assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
                                 "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "MINDIO_RESTARTED",
-                                "OMP_NUM_THREADS", "PATH")} == {
+                                "OMP_NUM_THREADS", "PATH", "MINDIO_TOKEN")} == {
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
         "MASTER_ADDR": "n0", "MASTER_PORT": "4321", "TORCHELASTIC_RESTART_COUNT": "2",
         "TORCHELASTIC_RUN_ID": "j", "TORCHELASTIC_USE_AGENT_STORE": "True", "MINDIO_RESTARTED": "1",
-        "OMP_NUM_THREADS": "1", "PATH": "/bin"}
+        "OMP_NUM_THREADS": "1", "PATH": "/bin", "MINDIO_TOKEN": "t0k"}  # the token by the environment only
     assert env["MINDIO_FAILURE_DOMAIN"].endswith("/node1")  # each launcher is a node
-    given = worker_env(cfg, 1, master_port=4321, restart_count=0, restarted=False,
+    given = worker_env(cfg, 1, master_port=4321, restart_count=0, restarted=False, token="t0k",
                        base={"MINDIO_FAILURE_DOMAIN": "rack3"})
     assert given["MINDIO_FAILURE_DOMAIN"] == "rack3"
-    assert worker_env(cfg, 0, 1, 0, False, base={"MINDIO_RESTARTED": "1"})["MINDIO_RESTARTED"] == "0"
+    assert worker_env(cfg, 0, 1, 0, False, "t0k", base={"MINDIO_RESTARTED": "1"})["MINDIO_RESTARTED"] == "0"
 
 
 def verdict(code, reboot=False, ended=False, rank_reboots=0, group_restarts=0, max_restarts=1, peers_running=True):

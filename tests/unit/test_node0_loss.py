@@ -8,9 +8,10 @@ from torch.distributed import TCPStore
 
 from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
 from mindio_adaptor.core.paired_store import ENV_STORES
+from mindio_adaptor.core.sealed_values import SealedStore
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controllers import TOKEN_KEY, controllers_keys
+from mindio_adaptor.launch.controllers import controllers_keys
 from mindio_adaptor.launch.node0_loss import Node0Outage, store_listening
 from mindio_adaptor.launch.node_store import (CONTROLLER_END, GENERATION, JOB_RUNNING, NodeStore, rejoin_entries,
                                               stores_keys)
@@ -36,10 +37,9 @@ def test_a_store_listening_is_told_from_a_closed_port():
         assert not store_listening("127.0.0.1", sock.getsockname()[1], timeout=1.0)
 
 
-def test_the_controllers_keys_come_back_in_node_order_with_the_token():
+def test_the_controllers_keys_come_back_in_node_order_without_the_token():
     env = {ENV_CONTROLLER: "10.0.0.1:7000,10.0.0.2:7001", ENV_TOKEN: "t0k"}
-    assert controllers_keys(env) == {"controller/0": "10.0.0.1:7000", "controller/1": "10.0.0.2:7001",
-                                     TOKEN_KEY: "t0k"}
+    assert controllers_keys(env) == {"controller/0": "10.0.0.1:7000", "controller/1": "10.0.0.2:7001"}
     assert controllers_keys({}) == {}
 
 
@@ -67,7 +67,8 @@ def test_a_controller_end_and_the_controllers_come_back():
     env = {ENV_CONTROLLER: "h:1,h:2", ENV_TOKEN: "t"}
     written = entries(controller_ended=True, controllers=env)
     assert (CONTROLLER_END, "1", False) in written
-    assert {("controller/0", "h:1", True), ("controller/1", "h:2", False), (TOKEN_KEY, "t", True)} <= set(written)
+    assert {("controller/0", "h:1", True), ("controller/1", "h:2", False)} <= set(written)
+    assert not any("token" in key or value == "t" for key, value, _ in written)  # never in a store
     assert not any(key == CONTROLLER_END for key, *_ in entries())
 
 
@@ -80,7 +81,7 @@ def write(store, written):
 
 
 def test_on_a_fresh_store_the_new_node_0_takes_over_and_fencing_holds():
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store = _node_store(TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False), 0).store
     write(store, entries(node=1, owner_value="1:abc", node0_owner=1))
     write(store, entries(node=2, owner_value="2:def", node0_owner=1))
     assert node_liveness.owner(store, 1) == 1 and node_liveness.owner(store, 2) == 2
@@ -108,13 +109,13 @@ def _node_store(store, node, controllers=2):
     config = LaunchConfig(nnodes=2, nproc_per_node=2, node_rank=node, master_addr="127.0.0.1", master_port=0,
                           run_id="r", max_restarts=3, worker_reboot=True, worker_reboot_reason="", monitor_interval=0.1,
                           shutdown_timeout=5, rdzv_timeout=10, role="default", controllers=controllers)
-    node_store = NodeStore(config)
-    node_store.store = store
+    node_store = NodeStore(config, "test-token")
+    node_store.store = store if isinstance(store, SealedStore) else node_store.sealed(store)
     return node_store
 
 
 def test_each_controller_node_hosts_a_workers_store_and_a_new_node_0_keeps_the_survivors_list():
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store = _node_store(TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False), 0).store
     node_0, node_1 = _node_store(store, 0), _node_store(store, 1)
     master_port = node_0.open_generation(0)
     assert node_1.open_generation(0) == master_port  # its workers still start on node 0's store
@@ -123,7 +124,7 @@ def test_each_controller_node_hosts_a_workers_store_and_a_new_node_0_keeps_the_s
     own = int(listed[1].rsplit(":", 1)[1])
     assert own != master_port and store_listening("127.0.0.1", own, timeout=1.0)  # node 1 hosts it
 
-    fresh = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # a new node 0's launchers' store
+    fresh = _node_store(TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False), 0).store  # a new node 0's
     write(fresh, entries(generation=0, stores=node_1.worker_stores(0)))
     new_node_0 = _node_store(fresh, 0)
     assert new_node_0.open_generation(0) != master_port  # a fresh store of its own at MASTER_PORT...

@@ -1,12 +1,16 @@
-"""Who owns a node rank (launch/node_liveness) on a real TCPStore: the first launcher, a taker after a
-lost owner, and two takers after the same owner, of which exactly one wins."""
+"""Who owns a node rank (launch/node_liveness) on a real TCPStore, its values sealed as the launchers' are:
+the first launcher, a taker after a lost owner, two takers after the same owner, of which exactly one wins,
+and a stranger's write of the owner, which fences nobody and blocks no taker."""
+import pytest
 from torch.distributed import TCPStore
 
+from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch import node_liveness
+from mindio_adaptor.launch.node_store import is_counter
 
 
 def store():
-    return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    return SealedStore(TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False), "t0k", "r", is_counter)
 
 
 def test_the_first_launcher_owns_incarnation_1_and_a_taker_the_next():
@@ -43,3 +47,16 @@ def test_a_node_that_never_beat_in_this_store_is_not_lost():
     s.add(node_liveness.beat_key(1), 1)
     assert watch.lost(0.0) == []  # it moved
     assert watch.lost(0.0) == [1]
+
+
+def test_a_strangers_owner_fences_nobody_and_blocks_no_taker():
+    owner = store()
+    node_liveness.take_over(owner, 1, 0)
+    owner.raw.set(node_liveness.owner_key(1), "7:forged")  # written without the token, straight to the store
+    assert node_liveness.owner(owner, 1) == 1  # the owner keeps the last sealed value it saw: not fenced
+    watcher = SealedStore(owner.raw, "t0k", "r", is_counter)  # another launcher, which never saw a sealed one
+    with pytest.raises(UnsealedValue, match="'node/1/owner'"):
+        node_liveness.owner(watcher, 1)
+    assert node_liveness.owner_or_none(watcher, 1) == 0  # a watcher takes no node on it
+    assert node_liveness.take_over(watcher, 1, 1) == 2  # a taker with evidence replaces it
+    assert node_liveness.owner(owner, 1) == 2  # and the owner finds itself fenced by that one

@@ -9,6 +9,8 @@ import pytest
 from mindio_adaptor.core import job_store, paired_store
 from mindio_adaptor.core.comm import host_store
 
+TOKEN = "t0k"  # the job's: the facts are sealed with it
+
 
 def _dead_address():
     """A port nothing listens on (bound, then closed): a connection there is refused at once."""
@@ -24,6 +26,7 @@ def stores(monkeypatch):
     addresses = [_dead_address(), *(("127.0.0.1", s.port) for s in live)]
     monkeypatch.setenv(paired_store.ENV_STORES, ",".join(f"{h}:{p}" for h, p in addresses))
     monkeypatch.setenv("MINDIO_CONTROLLER_ADDR", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003")
+    monkeypatch.setenv("MINDIO_TOKEN", TOKEN)
     monkeypatch.setattr(paired_store, "registered_controller", lambda: "")
     job_store.forget_connections()
     yield addresses, live
@@ -76,13 +79,13 @@ def test_publish_reaches_every_live_store_and_skips_the_dead_one_quickly(stores)
     job_store.publish("comm/last_epoch", 7)
     assert time.monotonic() - start < paired_store.PROBE_S + 1
     for store in live:  # read straight from each, as the other nodes' workers would
-        assert job_store.read_at("127.0.0.1", store.port, "comm/last_epoch", timeout_s=30) == 7
+        assert job_store.read_at("127.0.0.1", store.port, "comm/last_epoch", TOKEN, timeout_s=30) == 7
 
 
 def test_reads_follow_the_pairing(stores, monkeypatch):
     addresses, live = stores
-    live[0].set(job_store.PREFIX + "x", b"\x80\x04K\x01.")  # pickle of 1, in the first live store only
-    live[1].set(job_store.PREFIX + "x", b"\x80\x04K\x02.")  # pickle of 2, in the store beside controller 3
+    job_store.sealed(live[0], TOKEN).set(job_store.PREFIX + "x", b"\x80\x04K\x01.")  # 1, in the first live store only
+    job_store.sealed(live[1], TOKEN).set(job_store.PREFIX + "x", b"\x80\x04K\x02.")  # 2, beside controller 3
     assert job_store.read("x", timeout_s=5) == 1  # not registered: the first store that answers
     monkeypatch.setattr(paired_store, "registered_controller", lambda: "127.0.0.1:7003")
     assert job_store.read("x", timeout_s=5) == 2
@@ -92,6 +95,7 @@ def test_reads_follow_the_pairing(stores, monkeypatch):
 def test_publish_with_no_store_answering_names_them(monkeypatch):
     dead = _dead_address()
     monkeypatch.setenv(paired_store.ENV_STORES, f"{dead[0]}:{dead[1]}")
+    monkeypatch.setenv("MINDIO_TOKEN", TOKEN)
     job_store.forget_connections()
     with pytest.raises(job_store.JobStoreError, match=f"no store of the job answered \\({dead[0]}:{dead[1]}\\)"):
         job_store.publish("x", 1)

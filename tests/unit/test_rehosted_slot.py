@@ -11,6 +11,7 @@ from mindio_adaptor.core.controller_address import ENV_CONTROLLER
 
 OLD_CONTROLLERS = "127.0.0.1:7001,127.0.0.1:7002"
 NEW_CONTROLLER = ("127.0.0.1", 7101)
+TOKEN = "t0k"
 
 
 @pytest.fixture
@@ -28,6 +29,7 @@ def job(monkeypatch):
                        paired_store.ENV_STORES: f"127.0.0.1:{new_node_0.port},127.0.0.1:{node_1.port}",
                        paired_store.ENV_REHOSTED_SLOT: "0"}
     monkeypatch.setattr(paired_store, "registered_controller", lambda: "127.0.0.1:7002")
+    monkeypatch.setenv("MINDIO_TOKEN", TOKEN)
     job_store.forget_connections()
     yield survivor_env, replacement_env, node_1, new_node_0
     job_store.forget_connections()
@@ -51,8 +53,8 @@ def test_a_survivor_adopts_the_slot_and_the_new_store_gets_the_facts(job, monkey
     assert rehosted_slot.adopt(facts=("comm/last_epoch", "layout_inputs", "never/published")) == [0]
     assert os.environ[ENV_CONTROLLER] == replacement_env[ENV_CONTROLLER]
     assert os.environ[paired_store.ENV_STORES] == replacement_env[paired_store.ENV_STORES]
-    assert job_store.read_at("127.0.0.1", new_node_0.port, "comm/last_epoch") == 3
-    assert job_store.read_at("127.0.0.1", new_node_0.port, "layout_inputs") == {"ranks": 4}
+    assert job_store.read_at("127.0.0.1", new_node_0.port, "comm/last_epoch", TOKEN) == 3
+    assert job_store.read_at("127.0.0.1", new_node_0.port, "layout_inputs", TOKEN) == {"ranks": 4}
     assert rehosted_slot.adopt(facts=("comm/last_epoch",)) == []  # taken once
 
 

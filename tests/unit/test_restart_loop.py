@@ -17,7 +17,7 @@ from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE
 from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch.agent import NodeAgent
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controllers import TOKEN_KEY, controller_key
+from mindio_adaptor.launch.controllers import controller_key
 from mindio_adaptor.launch.node_store import GENERATION, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
 from mindio_adaptor.launch.restart_loop import LOOP_LENGTH, QUICK_EXIT_S, RestartLoop
@@ -104,18 +104,17 @@ def test_one_store_and_one_controller_answering_are_enough():
 
 def launcher(max_restarts=3):
     master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    store = PrefixStore("r", master)
     config = LaunchConfig(nnodes=2, nproc_per_node=2, node_rank=1, master_addr="127.0.0.1", master_port=0,
                           run_id="r", max_restarts=max_restarts, worker_reboot=True, worker_reboot_reason="",
                           monitor_interval=0.1, shutdown_timeout=5, rdzv_timeout=10, role="default", controllers=2,
                           command=SLEEP)
-    node_store = NodeStore(config)
-    node_store.store, node_store.incarnation = store, 1
+    node_store = NodeStore(config, "t")
+    store = node_store.store = node_store.sealed(PrefixStore("r", master))
+    node_store.incarnation = 1
     for node in (0, 1):
         store.set(controller_key(node), f"127.0.0.1:{7000 + node}")
         store.set(f"generation/0/store/{node}", f"127.0.0.1:{6000 + node}")
     store.set("generation/0/port", "6000")
-    store.set(TOKEN_KEY, "t")
     agent = NodeAgent(config, node_store, logging.getLogger("test_restart_loop"), None)
     agent.master_port = 6000
     return master, agent

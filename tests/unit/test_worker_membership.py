@@ -13,11 +13,12 @@ from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
 from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES
 from mindio_adaptor.launch.agent import NodeAgent
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controllers import TOKEN_KEY, controller_key
+from mindio_adaptor.launch.controllers import controller_key
 from mindio_adaptor.launch.node_store import NodeStore
 from mindio_adaptor.launch.warm_pool import WarmPool
 
 RUN = "r"
+TOKEN = "t0k"  # the launchers' (launch/job_token): in each worker's environment, never in a store
 
 
 def config(node):
@@ -32,8 +33,9 @@ def launchers_store():
 
 
 def launcher(store, node, incarnation=1, port=0):
-    node_store = NodeStore(config(node))
-    node_store.store, node_store.incarnation, node_store.port = store, incarnation, port or node_store.port
+    node_store = NodeStore(config(node), TOKEN)
+    node_store.store, node_store.incarnation = node_store.sealed(store), incarnation
+    node_store.port = port or node_store.port
     return NodeAgent(node_store.config, node_store, logging.getLogger("test_worker_membership"),
                      WarmPool(node_store.config, 0))
 
@@ -58,7 +60,6 @@ def job():
     """Node 0 and node 1 running generation 0, each hosting a controller (addresses made up: nothing here
     connects to a controller) and a workers' store."""
     master, store = launchers_store()
-    store.set(TOKEN_KEY, "t0k")
     node_0, node_1 = launcher(store, 0), launcher(store, 1)
     publish_controller(node_0, "127.0.0.1:7000")
     publish_controller(node_1, "127.0.0.1:7001")
@@ -69,7 +70,7 @@ def job():
 def test_a_worker_of_the_first_generation_gets_both_nodes_slots(job):
     _, node_0, node_1 = job
     env = env_of(node_1, restarted=False)
-    assert env[ENV_CONTROLLER] == "127.0.0.1:7000,127.0.0.1:7001" and env[ENV_TOKEN] == "t0k"
+    assert env[ENV_CONTROLLER] == "127.0.0.1:7000,127.0.0.1:7001" and env[ENV_TOKEN] == TOKEN
     assert env[ENV_STORES].split(",")[0] == f"127.0.0.1:{node_0.master_port}" == f"127.0.0.1:{env['MASTER_PORT']}"
     assert ENV_REHOSTED_SLOT not in env
 
