@@ -41,6 +41,11 @@ def _report_unsealed(err: UnsealedValue) -> None:
     logger.warning("the job's store: %s (someone who reached the store's port wrote it)", err)
 
 
+def has_token() -> bool:
+    """Whether this process can read and write the job's facts: it holds the job's token."""
+    return bool(os.environ.get(ENV_TOKEN))
+
+
 def sealed(store: dist.Store, token: str) -> SealedStore:
     """`store` with the facts' values sealed under `token`."""
     if not token:

@@ -100,8 +100,13 @@ def _gather_layout_inputs(mine, rank: int) -> list:
     margs = _megatron_args()
     if rank == 0 and getattr(margs, "enable_worker_reboot", False) and len(everyone) == started_world_size():
         # Not a scaled-in world's (elastic training): a replacement, or a process returning for a scale-out,
-        # starts in the job's full world.
-        job_store.publish(LAYOUT_INPUTS, everyone)
+        # starts in the job's full world. Only a launcher that gives its workers the job's token starts one
+        # (mindio-adaptor launch); without the token (torchrun restarts whole groups) there is none to read it.
+        if job_store.has_token():
+            job_store.publish(LAYOUT_INPUTS, everyone)
+        else:
+            logger.info("the replica layout's inputs are not published for replacement processes: this job has "
+                        "no token yet (MINDIO_TOKEN), as under torchrun, whose restarts are of the whole group")
     return everyone
 
 
