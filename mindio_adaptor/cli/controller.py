@@ -14,6 +14,7 @@ import threading
 from mindio_adaptor.core import private_files
 from mindio_adaptor.core.controller_address import ENV_TOKEN
 from mindio_adaptor.core.private_files import NotPrivate, read_private_file
+from mindio_adaptor.core.tls_config import TlsConfig, TlsConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,10 @@ def checked(args):
     if status_port is not None and not token:
         raise StartError(f"--status-port {status_port}: the status page answers only requests with the job's token; "
                          f"set {ENV_TOKEN} or --token-file FILE")
+    try:
+        TlsConfig.from_env()  # read again by the status server: a mistake is said here, before listening
+    except TlsConfigError as err:
+        raise StartError(str(err)) from None
     return world_size, port, status_port, token
 
 
@@ -140,7 +145,7 @@ def serve(args, world_size: int, port: int, status_port) -> int:
         print(f"{'backup ' if args.backup else ''}controller listening on {args.host}:{port} for {world_size} "
               f"ranks", flush=True)
         if status is not None:
-            print("status page on http://%s:%d/" % status.address, flush=True)
+            print("status page on %s://%s:%d/" % (status.scheme, *status.address), flush=True)
         while not done.wait(0.5):
             if ctl.controller_state() == "EXIT":
                 done.wait(1.0)  # let the last replies arrive

@@ -1,11 +1,13 @@
 """`mindio-adaptor status --controller HOST:PORT`: the controller's status page as a table in the terminal
-(read from its /status.json; the job's token from --token or MINDIO_TOKEN)."""
+(read from its /status.json; the job's token from --token or MINDIO_TOKEN; over HTTPS with the job's certificate
+when MINDIO_TLS_CERT, MINDIO_TLS_KEY and MINDIO_TLS_CA are set: core/tls_config)."""
 import json
 import os
 import urllib.error
 import urllib.request
 
 from mindio_adaptor.core.controller_address import ENV_TOKEN
+from mindio_adaptor.core.tls_config import TlsConfig, TlsConfigError
 
 TIMEOUT_S = 10.0
 
@@ -22,9 +24,15 @@ def fetch_status(address: str, token: str) -> dict:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise SystemExit(f"--controller {address!r}: expected HOST:PORT")
-    request = urllib.request.Request(f"http://{host}:{port}/status.json", headers={"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+        tls = TlsConfig.from_env()
+    except TlsConfigError as err:
+        raise SystemExit(str(err)) from None
+    scheme = "https" if tls is not None else "http"
+    request = urllib.request.Request(f"{scheme}://{host}:{port}/status.json", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S,
+                                    context=tls.client_context() if tls is not None else None) as answer:
             return json.loads(answer.read())
     except urllib.error.HTTPError as err:
         raise SystemExit(f"{address}: {err.code} {err.read().decode(errors='replace').strip()}") from None

@@ -7,12 +7,15 @@ answered with a cookie that the page's refreshes carry instead (the page never p
 address). Without it the answer is 401 and says why. The server binds only to the interface the
 operator names (default 127.0.0.1). What a peer can hold is bounded: each connection gets one request
 and REQUEST_DEADLINE_S to send it and be answered, and at most MAX_CONNECTIONS are open at once. Plain
-HTTP, as the controller's link is plaintext: run it on a trusted network (docs/security.md)."""
+HTTP by default, for a trusted network; HTTPS with mutual TLS 1.3 when the job's certificate is configured
+(core/tls_config: MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA): a client must then present a certificate
+the job's authority signed, and the token is still required (docs/security.md)."""
 import errno
 import hmac
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from http.cookies import SimpleCookie
@@ -20,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, Optional
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from mindio_adaptor.core.tls_config import TlsConfig
 from mindio_adaptor.status.job_status import JobStatus
 from mindio_adaptor.status.metrics import metrics_text
 from mindio_adaptor.status.page import status_page
@@ -45,8 +49,9 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address, handler, max_connections: int, deadline_s: float):
-        self.max_connections, self.deadline_s = max_connections, deadline_s
+    def __init__(self, address, handler, max_connections: int, deadline_s: float,
+                 tls: Optional[ssl.SSLContext] = None):
+        self.max_connections, self.deadline_s, self.tls = max_connections, deadline_s, tls
         self._open: Dict[socket.socket, float] = {}
         self._open_lock = threading.Lock()
         self.refused = self.expired = 0
@@ -55,7 +60,7 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
 
     def get_request(self):
         try:
-            return super().get_request()
+            sock, address = super().get_request()
         except OSError as err:
             # At the fd limit the listening socket stays readable and accept fails at once: without a
             # pause serve_forever would spin on it.
@@ -66,6 +71,11 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
                 self._at_fd_limit = True
                 time.sleep(ACCEPT_BACKOFF_S)
             raise
+        if self.tls is None:
+            return sock, address
+        # The handshake runs in the connection's own thread (its first read), under the deadline: a peer that
+        # never completes it holds no more than a slowloris does.
+        return self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
 
     def verify_request(self, request, client_address):
         with self._open_lock:
@@ -109,12 +119,15 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
 
 class StatusServer:
     def __init__(self, source: Callable[[], JobStatus], token: str, host: str = "127.0.0.1", port: int = 0,
-                 max_connections: int = MAX_CONNECTIONS, deadline_s: float = REQUEST_DEADLINE_S):
+                 max_connections: int = MAX_CONNECTIONS, deadline_s: float = REQUEST_DEADLINE_S,
+                 tls: Optional[TlsConfig] = None):
         if not token:
             raise ValueError("the status server needs the job's token (MINDIO_TOKEN): it serves nothing without one")
         self.source, self.token = source, token
+        self.scheme = "https" if tls is not None else "http"
         try:
-            self._httpd = _BoundedHTTPServer((host, port), _handler_for(self), max_connections, deadline_s)
+            self._httpd = _BoundedHTTPServer((host, port), _handler_for(self), max_connections, deadline_s,
+                                             tls.server_context() if tls is not None else None)
         except OSError as err:
             raise StatusServerError(f"cannot serve the status page on {host}:{port} ({STATUS_PORT_ENV}, "
                                     f"{STATUS_HOST_ENV}): {err.strerror or err}") from err
@@ -130,7 +143,8 @@ class StatusServer:
                          threading.Thread(target=self._reap, name="mindio-status-deadline", daemon=True)]
         for thread in self._threads:
             thread.start()
-        logger.info("status page at http://%s:%d/ (metrics at /metrics; the job's token is required)", *self.address)
+        logger.info("status page at %s://%s:%d/ (metrics at /metrics; the job's token is required%s)", self.scheme,
+                    *self.address, ", and a certificate of the job's authority" if self.scheme == "https" else "")
         return self
 
     def _reap(self) -> None:
@@ -161,6 +175,17 @@ def _handler_for(server: StatusServer):
 
         def version_string(self):
             return SERVER_NAME
+
+        def setup(self):
+            super().setup()
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.do_handshake()  # bounded by the read timeout and the deadline
+
+        def handle(self):
+            try:
+                super().handle()
+            except (ssl.SSLError, OSError) as err:  # a peer without the job's certificate, or one that left
+                logger.debug("status server: connection ended: %s", err)
 
         def do_GET(self):  # noqa: N802 (the name http.server calls)
             url = urlsplit(self.path)
