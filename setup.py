@@ -23,6 +23,7 @@ if native_sources:
             # number a C++ stream formats crashed the controller (docs/gpu_check.md). Kept private, each copy
             # stays whole; with a shared libstdc++ the flag changes nothing.
             extra_link_args=["-pthread", "-Wl,--exclude-libs,ALL"],
+            libraries=["ssl", "crypto"],  # TLS on the controller's link (csrc/net/tls.cpp): Debian's libssl-dev
         )
     )
 

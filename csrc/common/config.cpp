@@ -38,6 +38,7 @@ ControllerConfig controller_config_from_env(int rank, int world_size) {
     cfg.silence_limit_ms = ms(env_seconds("MINDIO_SILENCE_LIMIT_S", 60, 1, 3600));
     cfg.save_wait_ms = ms(env_seconds("MINDIO_SAVE_WAIT_S", 120, 0, 3600));
     cfg.token = env_string("MINDIO_TOKEN");
+    cfg.tls = tls_files_from_env();
     return cfg;
 }
 
@@ -53,6 +54,7 @@ ProcessorConfig processor_config_from_env(int rank, int world_size) {
     cfg.restarted = env_int("MINDIO_RESTARTED", 0, 0, 1) == 1;
     cfg.majority_wait_ms = ms(env_seconds("MINDIO_TAKEOVER_WAIT_S", 10, 0.1, 3600));
     cfg.token = env_string("MINDIO_TOKEN");
+    cfg.tls = tls_files_from_env();
     return cfg;
 }
 

@@ -60,6 +60,7 @@ ActionEngine::Hooks Controller::engine_hooks() {
 }
 
 int Controller::start(const std::string& host, int port) {
+    server_.set_tls(make_tls_context(cfg_.tls, true));
     int bound = server_.start(host, port);
     thread_ = std::thread([this] { run(); });
     LOG_INFO(kLog, cfg_.rank, "listening on " << host << ":" << bound << " for " << cfg_.world_size << " ranks");

@@ -42,6 +42,7 @@
 namespace mindio {
 
 struct ControllerConfig {
+    TlsFiles tls;  // MINDIO_TLS_*: the controller's link is TLS when set (net/tls.h)
     int world_size = 1;
     int rank = -1;  // -1: standalone under a cluster manager; otherwise the hosting training rank
     Capabilities caps;

@@ -54,7 +54,10 @@ void Server::stop() {
     wake();
     if (thread_.joinable()) thread_.join();
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, c] : conns_) close_fd(c.fd);
+    for (auto& [id, c] : conns_) {
+        c.tls.reset();
+        close_fd(c.fd);
+    }
     conns_.clear();
     close_fd(listen_fd_);
     close_fd(epoll_fd_);
@@ -138,6 +141,12 @@ void Server::loop() {
                 read_conn(tag, frames, closed);
             }
         }
+        std::set<uint64_t> buffered;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            buffered.swap(tls_buffered_);
+        }
+        for (uint64_t id : buffered) read_conn(id, frames, closed);
         {
             std::lock_guard<std::mutex> lock(mu_);
             sweep_locked(closed);
@@ -174,6 +183,7 @@ void Server::accept_all() {
         uint64_t id = next_id_++;
         Conn& c = conns_[id];
         c.fd = fd;
+        if (tls_) c.tls = std::make_unique<TlsSession>(*tls_, fd);
         c.auth_deadline = Clock::now() + std::chrono::milliseconds(auth_timeout_ms_);
         c.parser.set_max_body(kMaxUnauthBody);
         ++unauthenticated_;
@@ -237,21 +247,18 @@ void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& fra
     size_t budget = c.authenticated ? kReadBudget : kUnauthReadBudget;
     bool eof = false;
     std::string error;
-    while (budget > 0) {
+    while (budget > 0 && !eof && error.empty()) {
         size_t want = std::min(sizeof buf, budget);
-        ssize_t got = ::recv(c.fd, buf, want, 0);
-        if (got > 0) {
-            c.parser.feed(buf, static_cast<size_t>(got));
-            budget -= std::min(budget, static_cast<size_t>(got));
-            // A short read emptied the socket: the next recv would only say EAGAIN (one syscall per
-            // frame saved; epoll is level-triggered, so bytes or an EOF arriving later are reported).
-            if (static_cast<size_t>(got) < want) break;
-            continue;
-        }
-        if (got == 0) eof = true;
-        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) error = std::strerror(errno);
-        break;
+        size_t got = receive_locked(c, buf, want, &eof, &error);
+        if (got == 0) break;
+        c.parser.feed(buf, got);
+        budget -= std::min(budget, got);
+        // A short read of a plain socket emptied it: the next recv would only say EAGAIN (one syscall per
+        // frame saved; epoll is level-triggered, so bytes or an EOF arriving later are reported). A TLS
+        // session hands out one record per read: it is read until it would block.
+        if (!c.tls && got < want) break;
     }
+    if (c.tls && c.tls->buffered()) tls_buffered_.insert(id);
     try {
         Frame frame;
         while (c.parser.next(frame)) {
@@ -281,9 +288,40 @@ void Server::read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& fra
     }
 }
 
+size_t Server::receive_locked(Conn& c, char* buf, size_t want, bool* eof, std::string* error) {
+    if (!c.tls) {
+        ssize_t got = ::recv(c.fd, buf, want, 0);
+        if (got > 0) return static_cast<size_t>(got);
+        if (got == 0) *eof = true;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) *error = std::strerror(errno);
+        return 0;
+    }
+    size_t got = 0;
+    IoStatus s = c.tls->read(buf, want, &got, error);
+    if (s == IoStatus::Closed) *eof = true;
+    if (s == IoStatus::Failed && error->empty()) *error = "TLS failed";
+    return s == IoStatus::Ok ? got : 0;
+}
+
+SendResult Server::send_locked(Conn& c, std::string* error) {
+    if (!c.tls) return send_pending(c.fd, c.out, error);
+    while (!c.out.empty()) {
+        size_t sent = 0;
+        IoStatus s = c.tls->write(c.out.data(), c.out.size(), &sent, error);
+        if (s == IoStatus::Ok) {
+            c.out.erase(0, sent);
+            continue;
+        }
+        if (s == IoStatus::WouldBlock) return SendResult::Blocked;
+        if (s == IoStatus::Closed) *error = "the peer closed the TLS connection";
+        return SendResult::Failed;
+    }
+    return SendResult::Done;
+}
+
 void Server::flush_locked(uint64_t id, Conn& c, std::vector<Closed>& closed) {
     std::string error;
-    if (send_pending(c.fd, c.out, &error) == SendResult::Failed) {
+    if (send_locked(c, &error) == SendResult::Failed) {
         drop_locked(id, "send failed: " + error, closed);
         return;
     }
@@ -305,11 +343,13 @@ void Server::drop_locked(uint64_t id, const std::string& reason, std::vector<Clo
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    it->second.tls.reset();
     close_fd(it->second.fd);
     if (!it->second.authenticated) --unauthenticated_;
     conns_.erase(it);
     dirty_.erase(id);
     watch_.erase(id);
+    tls_buffered_.erase(id);
     closed.push_back({id, reason});
 }
 
@@ -343,8 +383,9 @@ void Server::sweep_locked(std::vector<Closed>& closed) {
     for (auto& [id, reason] : expired) {
         auto it = conns_.find(id);
         if (it != conns_.end() && !it->second.out.empty()) {
-            std::string ignored;
-            send_all(it->second.fd, it->second.out, 100, &ignored);  // a refusal should reach the peer
+            std::string ignored;  // a refusal should reach the peer
+            if (it->second.tls) it->second.tls->write_all(it->second.out, 100, &ignored);
+            else send_all(it->second.fd, it->second.out, 100, &ignored);
         }
         drop_locked(id, reason, closed);
     }

@@ -7,17 +7,23 @@
 // Register is far smaller), it may send one frame before it is answered (authenticate() or close()),
 // it is read a few KiB at a time, and at most max_unauthenticated such connections are open (the rest
 // are closed at accept). At the fd limit accepting pauses (kAcceptBackoff) instead of spinning.
+//
+// With TLS (set_tls before start) each connection is a TLS session, its handshake run inside its reads;
+// a peer that never completes it is closed at the registration deadline like any unregistered one.
 #pragma once
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "net/socket.h"
+#include "net/tls.h"
 #include "protocol/frame.h"
 
 namespace mindio {
@@ -42,6 +48,7 @@ public:
 
     Server(Listener& listener, int auth_timeout_ms, int frame_timeout_ms, size_t max_unauthenticated);
     ~Server();
+    void set_tls(std::shared_ptr<TlsContext> tls) { tls_ = std::move(tls); }  // before start(); null: plain TCP
     int start(const std::string& host, int port);  // returns the bound port
     void stop();
     void send(uint64_t conn, std::string bytes);
@@ -59,6 +66,7 @@ private:
     using Clock = std::chrono::steady_clock;
     struct Conn {
         int fd = -1;
+        std::unique_ptr<TlsSession> tls;
         FrameParser parser;
         std::string out;
         bool authenticated = false;
@@ -80,6 +88,9 @@ private:
     void resume_accepting_if_due();
     void note_over_cap_locked();
     void read_conn(uint64_t id, std::vector<std::pair<uint64_t, Frame>>& frames, std::vector<Closed>& closed);
+    // Reads what is there (the budget's worth at most): bytes, or sets *eof / *error.
+    size_t receive_locked(Conn& c, char* buf, size_t want, bool* eof, std::string* error);
+    SendResult send_locked(Conn& c, std::string* error);
     void flush_locked(uint64_t id, Conn& c, std::vector<Closed>& closed);
     void drop_locked(uint64_t id, const std::string& reason, std::vector<Closed>& closed);
     void sweep_locked(std::vector<Closed>& closed);
@@ -102,6 +113,8 @@ private:
     // frame half received). Scanning every connection on every wake-up made a 16k-rank controller
     // spend its time walking idle connections.
     std::set<uint64_t> dirty_, watch_;
+    std::set<uint64_t> tls_buffered_;  // decrypted bytes wait in the session: read again without an epoll event
+    std::shared_ptr<TlsContext> tls_;
     uint64_t next_id_ = 1;
     Stats stats_;
 };

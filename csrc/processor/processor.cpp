@@ -25,7 +25,37 @@ int backoff_ms(int attempt, int base_ms) {
 
 }  // namespace
 
-Processor::Processor(ProcessorConfig cfg) : cfg_(std::move(cfg)), joining_(cfg_.restarted) {}
+Processor::Processor(ProcessorConfig cfg) : cfg_(std::move(cfg)), joining_(cfg_.restarted) {
+    tls_context_ = make_tls_context(cfg_.tls, false);
+}
+
+void Processor::close_link_locked() {
+    tls_.reset();
+    close_fd(fd_);
+}
+
+bool Processor::tls_buffered(int fd) const {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    return fd == fd_ && tls_ && tls_->buffered();
+}
+
+// Like recv(2) on the link `fd`: bytes, 0 when the controller closed it, -1 with *why empty when nothing
+// is there yet, else with the reason. A TLS session is read under send_mu_: a sender writes on it too.
+ssize_t Processor::receive(int fd, char* buf, size_t n, std::string* why) {
+    std::unique_lock<std::mutex> lock(send_mu_);
+    if (fd != fd_) return -1;  // replaced or closed meanwhile: the loop looks again
+    if (!tls_) {
+        lock.unlock();
+        ssize_t got = ::recv(fd, buf, n, 0);
+        if (got < 0 && errno != EAGAIN && errno != EINTR) *why = std::strerror(errno);
+        return got;
+    }
+    size_t got = 0;
+    IoStatus s = tls_->read(buf, n, &got, why);
+    if (s == IoStatus::Ok) return static_cast<ssize_t>(got);
+    if (s == IoStatus::Closed) return 0;
+    return -1;
+}
 
 Processor::~Processor() {
     stopping_ = true;
@@ -36,7 +66,7 @@ Processor::~Processor() {
         if (worker_thread_.get_id() == std::this_thread::get_id()) worker_thread_.detach();
         else worker_thread_.join();
     }
-    close_fd(fd_);
+    close_link_locked();
 }
 
 void Processor::set_dispatcher(Dispatcher d) {
@@ -94,7 +124,7 @@ void Processor::stop() {
     // Leaving on purpose: the controller logs a departure, not a death, and counts no fault.
     send_frame(encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, "tft_destroy_processor"})));
     std::lock_guard<std::mutex> lock(send_mu_);
-    close_fd(fd_);
+    close_link_locked();
 }
 
 Endpoint Processor::controller_now() const {
@@ -134,16 +164,29 @@ bool Processor::try_next_controller(const std::string& why) {
 
 namespace {
 
-// The next frame on `fd` by `deadline`, read in short slices so that `stopping` is seen; throws
-// ProtocolError when the peer closes, returns false when the deadline passes first.
-bool read_frame(int fd, FrameParser& parser, Frame& out, std::chrono::steady_clock::time_point deadline,
-                const std::atomic<bool>& stopping) {
+// The next frame on `fd` (through `tls` when the link is TLS) by `deadline`, read in short slices so that
+// `stopping` is seen; throws ProtocolError when the peer closes, returns false when the deadline passes first.
+bool read_frame(int fd, TlsSession* tls, FrameParser& parser, Frame& out,
+                std::chrono::steady_clock::time_point deadline, const std::atomic<bool>& stopping) {
     while (!parser.next(out)) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0 || stopping) return false;
         pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200))) <= 0) continue;
+        if (!(tls && tls->buffered()) && ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200))) <= 0) {
+            continue;
+        }
         char buf[4096];
+        if (tls) {
+            size_t got = 0;
+            std::string error;
+            IoStatus s = tls->read(buf, sizeof buf, &got, &error);
+            if (s == IoStatus::WouldBlock) continue;
+            if (s != IoStatus::Ok) {
+                throw ProtocolError("connection closed during registration" + (error.empty() ? "" : ": " + error));
+            }
+            parser.feed(buf, got);
+            continue;
+        }
         ssize_t got = ::recv(fd, buf, sizeof buf, 0);
         if (got <= 0) {
             if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -187,6 +230,17 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         }
         return false;
     }
+    std::unique_ptr<TlsSession> tls;
+    if (tls_context_) {
+        tls = std::make_unique<TlsSession>(*tls_context_, fd);
+        std::string why;
+        if (!tls->handshake(cfg_.io_timeout_ms, &why)) {
+            *error = "TLS with the controller at " + endpoint_text(endpoint) + ": " + why;
+            tls.reset();
+            close_fd(fd);
+            return false;
+        }
+    }
     RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token, false, static_cast<int32_t>(::getpid())};
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -196,7 +250,9 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         reg.recovery_action = recovery_action_;
         reg.leader_gone = leader_gone_;
     }
-    if (!send_all(fd, encode_frame(MsgType::Register, 0, encode(reg)), cfg_.io_timeout_ms, error)) {
+    const std::string frame = encode_frame(MsgType::Register, 0, encode(reg));
+    if (!(tls ? tls->write_all(frame, cfg_.io_timeout_ms, error) : send_all(fd, frame, cfg_.io_timeout_ms, error))) {
+        tls.reset();
         close_fd(fd);
         return false;
     }
@@ -204,14 +260,14 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
     Frame ack;
     try {
         auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.io_timeout_ms);
-        if (!read_frame(fd, parser, ack, deadline, stopping_)) {
+        if (!read_frame(fd, tls.get(), parser, ack, deadline, stopping_)) {
             if (endpoint == controller_leader()) link_silent_ = true;
             throw ProtocolError("no registration reply within " + std::to_string(cfg_.io_timeout_ms) + " ms");
         }
         if (ack.type != MsgType::RegisterAck) throw ProtocolError("expected a registration reply");
         auto reply = decode_as<RegisterAckMsg>(ack.body);
         if (reply.result == kAwaitingMajority) {
-            ack = await_election(fd, parser, endpoint_text(endpoint), reply.message);
+            ack = await_election(fd, tls.get(), parser, endpoint_text(endpoint), reply.message);
             reply = decode_as<RegisterAckMsg>(ack.body);
         }
         if (reply.result == kNoMajority) {
@@ -250,13 +306,15 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         }
     } catch (const ProtocolError& e) {
         *error = e.what();
+        tls.reset();
         close_fd(fd);
         return false;
     }
     {
         std::lock_guard<std::mutex> lock(send_mu_);
-        close_fd(fd_);
+        close_link_locked();
         fd_ = fd;
+        tls_ = std::move(tls);
     }
     std::optional<ReplicaInfoMsg> replica;
     std::optional<ErrorReportMsg> unsent;
@@ -278,12 +336,13 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
 // A backup that may not lead yet (no majority, no proof) holds the registration open and answers again
 // when a majority has come (accepted) or its wait is over (kNoMajority). Bounded by the backup's wait
 // (MINDIO_TAKEOVER_WAIT_S) and the I/O timeout; no answer by then counts as no majority.
-Frame Processor::await_election(int fd, FrameParser& parser, const std::string& where, const std::string& why) {
+Frame Processor::await_election(int fd, TlsSession* tls, FrameParser& parser, const std::string& where,
+                                const std::string& why) {
     const int wait_ms = cfg_.majority_wait_ms + cfg_.io_timeout_ms;
     LOG_WARN(kLog, cfg_.rank, "the backup at " << where << " does not lead yet: " << why << "; waiting up to " << wait_ms
                                                << " ms for a majority of the ranks to register with it");
     Frame verdict;
-    if (!read_frame(fd, parser, verdict, Clock::now() + std::chrono::milliseconds(wait_ms), stopping_)) {
+    if (!read_frame(fd, tls, parser, verdict, Clock::now() + std::chrono::milliseconds(wait_ms), stopping_)) {
         if (stopping_) throw ProtocolError("stopped while the backup at " + where + " waited for a majority");
         RegisterAckMsg none{kNoMajority, "no answer within " + std::to_string(wait_ms) + " ms while it waited for a majority"};
         return Frame{MsgType::RegisterAck, 0, encode(none)};
@@ -297,7 +356,10 @@ bool Processor::send_frame(const std::string& frame) {
     if (fd_ < 0) return false;
     std::string error;
     int code = 0;
-    if (send_all(fd_, frame, cfg_.io_timeout_ms, &error, &code)) return true;
+    if (tls_ ? tls_->write_all(frame, cfg_.io_timeout_ms, &error, &code)
+             : send_all(fd_, frame, cfg_.io_timeout_ms, &error, &code)) {
+        return true;
+    }
     if (code != EPIPE && code != ECONNRESET) link_silent_ = true;  // not the peer's host resetting it
     LOG_WARN(kLog, cfg_.rank, "send to the controller failed: " << error);
     ::shutdown(fd_, SHUT_RDWR);  // the network thread notices and reconnects
@@ -316,7 +378,7 @@ std::string Processor::status_frame(MsgType type) const {
 void Processor::drop_connection(const std::string& why) {
     LOG_WARN(kLog, cfg_.rank, "lost the controller connection: " << why);
     std::lock_guard<std::mutex> lock(send_mu_);
-    close_fd(fd_);
+    close_link_locked();
 }
 
 void Processor::net_loop() {
@@ -374,15 +436,16 @@ void Processor::net_loop() {
         }
         int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now).count());
         pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, std::clamp(wait_ms, 1, 100)) <= 0) continue;
+        if (!tls_buffered(fd) && ::poll(&p, 1, std::clamp(wait_ms, 1, 100)) <= 0) continue;
         char buf[65536];
-        ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+        std::string why;
+        ssize_t got = receive(fd, buf, sizeof buf, &why);
         if (got <= 0) {
-            if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-            // A close (FIN) or reset (RST) is the controller's host answering; anything else (ETIMEDOUT after
-            // TCP_USER_TIMEOUT, no route to the host) is a silence.
-            if (got < 0 && errno != ECONNRESET) link_silent_ = true;
-            drop_connection(got == 0 ? "closed by the controller" : std::strerror(errno));
+            if (got < 0 && why.empty()) continue;  // nothing yet
+            // A close (FIN), a reset (RST) or a TLS error is the controller's host answering; anything else
+            // (ETIMEDOUT after TCP_USER_TIMEOUT, no route to the host) is a silence.
+            if (got < 0 && why != std::strerror(ECONNRESET) && why.rfind("TLS", 0) != 0) link_silent_ = true;
+            drop_connection(got == 0 ? "closed by the controller" : why);
             continue;
         }
         parser.feed(buf, static_cast<size_t>(got));
@@ -437,7 +500,7 @@ bool Processor::on_frame(const Frame& frame) {
     LOG_INFO(kLog, cfg_.rank, "the controller closed: " << bye.reason);
     {
         std::lock_guard<std::mutex> lock(send_mu_);
-        close_fd(fd_);
+        close_link_locked();
     }
     std::lock_guard<std::mutex> lock(mu_);
     closed_by_controller_ = bye.reason.empty() ? "closed" : bye.reason;

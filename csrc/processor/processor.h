@@ -4,6 +4,8 @@
 // Actions are idempotent by sequence number: a lower one is dropped, a repeated one is answered from
 // the cache of the last reply, a higher one is executed.
 #pragma once
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "net/tls.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -37,6 +40,7 @@ struct ProcessorConfig {
     // for a majority (its answer is awaited this long plus io_timeout_ms).
     int majority_wait_ms = 10000;
     std::string token;
+    TlsFiles tls;  // MINDIO_TLS_*: the link is TLS when set
 };
 
 enum class NextAction : int { Retry = 0, Exit = 1, Timeout = -1, ControllerLost = -2 };
@@ -120,7 +124,7 @@ private:
     // *no_majority: an idle backup answered that the ranks that reached it are a minority.
     bool connect_and_register(std::string* error, bool* fatal, bool* no_majority);
     // The second RegisterAck of a backup that holds the registration until it may lead.
-    Frame await_election(int fd, FrameParser& parser, const std::string& where, const std::string& why);
+    Frame await_election(int fd, TlsSession* tls, FrameParser& parser, const std::string& where, const std::string& why);
     Endpoint controller_now() const;
     Endpoint controller_leader() const;  // the controller of term_ (empty before any registration)
     bool try_next_controller(const std::string& why);  // true when the list starts over (or has one entry)
@@ -144,6 +148,11 @@ private:
     std::condition_variable cv_;
     mutable std::mutex send_mu_;
     int fd_ = -1;
+    std::unique_ptr<TlsSession> tls_;  // with fd_, under send_mu_: the session when the link is TLS
+    std::shared_ptr<TlsContext> tls_context_;  // null: plain TCP
+    void close_link_locked();
+    bool tls_buffered(int fd) const;
+    ssize_t receive(int fd, char* buf, size_t n, std::string* why);
     std::atomic<bool> running_{false};
     std::atomic<bool> stopping_{false};  // stop() or the destructor: no wait may hold them up
     bool lost_ = false;

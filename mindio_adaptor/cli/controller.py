@@ -142,8 +142,9 @@ def serve(args, world_size: int, port: int, status_port) -> int:
         except (StatusServerError, RuntimeError, OSError) as err:
             print(f"mindio-adaptor controller: cannot start: {err}", file=sys.stderr, flush=True)
             return 2
+        tls = " over TLS 1.3 with the job's certificate" if TlsConfig.from_env() else ""
         print(f"{'backup ' if args.backup else ''}controller listening on {args.host}:{port} for {world_size} "
-              f"ranks", flush=True)
+              f"ranks{tls}", flush=True)
         if status is not None:
             print("status page on %s://%s:%d/" % (status.scheme, *status.address), flush=True)
         while not done.wait(0.5):

@@ -9,10 +9,13 @@ endpoints stay plain TCP with the job's token, for trusted networks (docs/securi
 """
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from dataclasses import dataclass
 from typing import Mapping, Optional
+
+logger = logging.getLogger(__name__)
 
 ENV_CERT, ENV_KEY, ENV_CA = "MINDIO_TLS_CERT", "MINDIO_TLS_KEY", "MINDIO_TLS_CA"
 _NAMES = (ENV_CERT, ENV_KEY, ENV_CA)
@@ -67,3 +70,16 @@ class TlsConfig:
         context = self._context(ssl.Purpose.SERVER_AUTH)
         context.check_hostname = False
         return context
+
+
+def tls_link(side: str, enable_tls: bool, tls_info: str) -> Optional[TlsConfig]:
+    """What the reference API's enable_tls/tls_info come to for the controller's link (the native code reads
+    the same variables): the configuration, or None for plain TCP, said once when TLS was asked for."""
+    if tls_info:
+        raise ValueError(f"tls_info={tls_info!r}: the {side}'s certificates come from {ENV_CERT}, {ENV_KEY} and "
+                         f"{ENV_CA} (tls_info is not read)")
+    config = TlsConfig.from_env()
+    if config is None and enable_tls:
+        logger.warning("the %s's link is plain TCP authenticated by MINDIO_TOKEN: set %s, %s and %s for TLS "
+                       "(or pass enable_tls=False to silence this)", side, ENV_CERT, ENV_KEY, ENV_CA)
+    return config

@@ -20,6 +20,7 @@ from typing import List, Mapping
 from mindio_adaptor import _native
 from mindio_adaptor.core import job_store
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
+from mindio_adaptor.core.tls_config import TlsConfig, TlsConfigError
 
 REPORT_TIMEOUT_S = 2.0  # the launcher's monitor loop waits this long at most for one report
 STORE_TIMEOUT_S = 2.0
@@ -71,11 +72,14 @@ def report_process_ended(contact: ControllerContact, rank: int, pid: int, how: s
                                                            "how": how})
     where = f"the controller at {contact.host}:{contact.port}"
     try:
-        with socket.create_connection((contact.host, contact.port), timeout=timeout_s) as conn:
+        tls = TlsConfig.from_env()
+        with socket.create_connection((contact.host, contact.port), timeout=timeout_s) as raw:
+            # With the job's certificate configured the controller speaks TLS only (core/tls_config).
+            conn = tls.client_context().wrap_socket(raw) if tls is not None else raw
             conn.sendall(_native.encode_frame(types["PROCESS_ENDED"], 0, body))
             header = _receive(conn, _HEADER.size)
             reply = header + _receive(conn, _HEADER.unpack(header)[4])
-    except OSError as err:
+    except (OSError, TlsConfigError) as err:  # ssl.SSLError is an OSError
         raise ControllerReportError(f"{where} could not be told: {err}") from None
     kind, _, reply_body = _native.decode_frame(reply)
     if kind != types["PROCESS_ENDED_ACK"]:

@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 
 from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
 from mindio_adaptor.core.exit_codes import describe
+from mindio_adaptor.core.tls_config import TlsConfig
 from mindio_adaptor.launch.config import LaunchConfig
 
 START_TIMEOUT_S = 60.0  # a controller process imports the native module and listens within this
@@ -86,9 +87,10 @@ class HostedController:
         self.port = self._listening_port()
         threading.Thread(target=self._forward_output, daemon=True).start()
         self.store.store.set(controller_key(self.config.node_rank), f"{reachable_host(self.config)}:{self.port}")
-        self.log.info("%s controller started as pid %d on port %d%s", "backup" if backup else "active",
+        self.log.info("%s controller started as pid %d on port %d%s%s", "backup" if backup else "active",
                       self.proc.pid, self.port, f", slot {self.config.node_rank} of the list hosted again "
-                      f"(the lost node's)" if self.rehosts else "")
+                      f"(the lost node's)" if self.rehosts else "",
+                      ", its link TLS 1.3 with the job's certificate" if TlsConfig.from_env() else "")
 
     def _command(self, backup: bool) -> List[str]:
         cfg = self.config

@@ -8,6 +8,7 @@ import threading
 from typing import Callable, Dict, Optional
 
 from mindio_adaptor import _native
+from mindio_adaptor.core.tls_config import tls_link
 from mindio_adaptor.ttp.fault_policy import DEFAULT_TIMEOUT_S, PolicySpec, check_timeout, make_policy
 
 logger = logging.getLogger(__name__)
@@ -83,20 +84,18 @@ def tft_set_fault_policy(policy: PolicySpec, *, sub_healthy_strategy: str = "ign
 def tft_start_controller(bind_ip: str, port: int, enable_tls: bool = True, tls_info: str = "") -> int:
     """Start listening; returns the bound port (useful with port 0).
 
-    TLS is not implemented. Processors authenticate with the shared token MINDIO_TOKEN over plaintext
-    TCP, so the job's network must be trusted. With TLS requested and certificates given this raises;
-    with TLS requested and no certificates (the reference's defaults) it logs a warning and goes on.
+    The link is TLS 1.3 with mutual authentication when the job's certificate is configured
+    (MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA: core/tls_config), whatever `enable_tls` says; else
+    plain TCP authenticated by MINDIO_TOKEN, for a trusted network, with a warning when `enable_tls` (the
+    reference's default) asked for TLS. `tls_info` is not read: the certificates come from those variables.
     """
     global _port
-    if enable_tls and tls_info:
-        raise NotImplementedError("TLS is not implemented; authenticate with MINDIO_TOKEN on a trusted "
-                                  "network and pass enable_tls=False")
-    if enable_tls:
-        logger.warning("TLS is not implemented: the controller link is plaintext TCP authenticated by "
-                       "MINDIO_TOKEN (pass enable_tls=False to silence this)")
+    tls = tls_link("controller", enable_tls, tls_info)
     if not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int in 0..65535, got {port!r}")
     _port = _require().start(bind_ip, port)
+    if tls is not None:
+        logger.info("the controller's link is TLS 1.3, mutual, with the job's certificate %s", tls.cert)
     return _port
 
 

@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mindio_adaptor.core import processor_link
+from mindio_adaptor.core.tls_config import tls_link
 from mindio_adaptor.core.processor_link import (ControllerAction, ControllerUnreachable,  # noqa: F401 (the face's)
                                                 RepairAssignment)
 from mindio_adaptor.ttp.enums import Action, RepairType, ReportState
@@ -63,9 +64,7 @@ def tft_init_processor(rank: int, world_size: int, enable_local_copy: bool = Fal
     global _rank, _world_size
     if enable_zit:
         raise NotImplementedError("elastic training (ZIT, enable_zit=True) is not implemented yet")
-    if enable_tls and tls_info:
-        raise NotImplementedError("TLS is not implemented; authenticate with MINDIO_TOKEN on a trusted network "
-                                  "and pass enable_tls=False")
+    tls_link("processor", enable_tls, tls_info)
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if not isinstance(rank, int) or not 0 <= rank < world_size:

@@ -145,7 +145,7 @@ def test_unimplemented_parts_raise_not_implemented():
         ctl.tft_notify_controller_change_strategy("downgrade")  # taken; used when a decision offered it
         with pytest.raises(ValueError, match="unknown strategy"):
             ctl.tft_notify_controller_change_strategy("teleport")
-        with pytest.raises(NotImplementedError, match="TLS"):
+        with pytest.raises(ValueError, match="certificates come from MINDIO_TLS_CERT, MINDIO_TLS_KEY and MINDIO_TLS_CA"):
             ctl.tft_start_controller("127.0.0.1", 0, enable_tls=True, tls_info="/certs")
         with pytest.raises(ValueError, match="unknown cluster-manager action"):
             ctl.tft_register_mindx_callback("report_everything", print)
