@@ -4,11 +4,14 @@ two `mindio-adaptor launch` processes as two nodes, a standby, worker reboot): a
 value of the launchers' store that carries authority (node 1's lifeline at a port that refuses, node 1's
 owner, the job's end, the controller's end, the generation, a controller's address, node 1's "done") and
 plants a pickle that would run code in the workers' stores, where a replacement reads the job's facts; after
-step 5 rank 3 is killed, so a replacement does read them.
+step 5 rank 3 is killed, so a replacement does read them. Meanwhile it sends the job's controller random
+bytes, registrations with a wrong token and the two-frame kill of issue 31 (a ProcessEnded for rank 2 without
+the token, then with its real pid).
 
 Every value the job writes there is sealed with the job's token, which never enters a store: nothing forged
 is acted on. The run ends with the uninterrupted run's losses and digest, no node is taken, only the killed
 rank's process changes, the planted pickle never runs, and each process names each forged key it met once."""
+import os
 import pickle
 import re
 import socket
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 from torch.distributed import PrefixStore, TCPStore
 
+from mindio_adaptor import _native
 from mindio_adaptor.core import job_store
 from mindio_adaptor.tiny_job import LocalCluster, process_ids
 
@@ -78,6 +82,22 @@ class Stranger:
             workers = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30), wait_for_workers=False)
             workers.set(job_store.PREFIX + "comm/last_epoch", bomb)  # read by a replacement before its rebuild
 
+    def attack_controller(self, port: int, rank_2_pid: int) -> None:
+        """Frames without the token at the job's controller: each is refused and closes its own connection."""
+        types = _native.MSG_TYPES
+        register = _native.encode_message(types["REGISTER"], {"rank": 2, "world_size": 4, "heartbeat_ms": 200,
+                                                               "token": "a guess"})
+        frames = [os.urandom(256), _native.encode_frame(types["REGISTER"], 0, register)]
+        frames += [_native.encode_frame(types["PROCESS_ENDED"], 0, _native.encode_message(
+            types["PROCESS_ENDED"], {"token": "", "rank": 2, "pid": pid, "how": "SIGKILL"})) for pid in (1, rank_2_pid)]
+        for frame in frames * 5:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                    conn.sendall(frame)
+                    conn.recv(4096)
+            except OSError:
+                pass
+
 
 @pytest.fixture(scope="module")
 def forged_run(tmp_path_factory):
@@ -97,6 +117,8 @@ def forged_run(tmp_path_factory):
     cluster.wait_for(steps[3], "step 3")
     stranger = Stranger(cluster)
     stranger.forge(planted)
+    port = int(re.search(r"node 0\] active controller started as pid \d+ on port (\d+)", "".join(cluster.lines)).group(1))
+    stranger.attack_controller(port, cluster.worker_of(2).pid)
     cluster.wait_for(steps[5], "step 5")
     rank_3 = cluster.worker_of(3)
     assert rank_3 is not None, "rank 3's process was not found"
@@ -115,6 +137,10 @@ def test_the_run_ends_as_the_uninterrupted_one(forged_run, reference_runs):
 def test_nothing_forged_is_acted_on(forged_run):
     run, _, planted = forged_run
     assert "takes its place" not in run.output
+    # the frames were refused, and the two-frame kill with them (rank 2 may be named for a communication error
+    # by the kill of rank 3, its peer: never as a lost process)
+    assert re.search(r"refused \d+ unauthenticated frames or connections", run.output)
+    assert not re.search(r"fault on rank 2 \(node\)", run.output)
     assert "the job ended without losing a node; this standby was not needed" in run.output
     seen = process_ids(run.output)
     for rank in (0, 1, 2):
