@@ -132,7 +132,6 @@ class NodeStore:
         self.lost_evidence = ""  # a replacing launcher: how it knew the node it took was lost
         self._owner_value = ""  # what this launcher wrote as its node rank's owner (a rejoin writes it back)
         self._node0_owner = 1  # the incarnation of node 0 last seen running (a rejoin says it was lost)
-        self._generation = 0
 
     @property
     def replacing(self) -> bool:
@@ -347,13 +346,8 @@ class NodeStore:
         return True
 
     def generation(self) -> int:
-        """The generation in force; a stranger's value under its key is ignored, the last one read stands."""
-        if self.store.raw.check([GENERATION]):
-            try:
-                self._generation = int(self.store.get(GENERATION))
-            except UnsealedValue:
-                pass
-        return self._generation
+        """The generation in force (a stranger's value under its key is ignored: the last sealed one stands)."""
+        return int(self.store.get(GENERATION)) if self.store.check([GENERATION]) else 0
 
     def request_restart(self, current: int) -> int:
         """Move the job from generation `current` to the next; returns the generation now in force (someone
