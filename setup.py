@@ -1,6 +1,9 @@
 """Build for mindio_adaptor: the Python package plus the pybind11 module `mindio_adaptor._native`
 compiled from csrc/ (the controller and processor transport)."""
 import glob
+import os
+import sys
+import sysconfig
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import find_packages, setup
@@ -9,6 +12,19 @@ from setuptools import find_packages, setup
 ParallelCompile("MINDIO_BUILD_JOBS", default=0).install()
 
 native_sources = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
+
+
+def openssl_headers() -> bool:
+    """TLS on the controller's link needs OpenSSL's headers (Debian: libssl-dev). A machine without them (a
+    bare accelerator image) still builds, without TLS: configuring it there is then an error that says so.
+    MINDIO_BUILD_WITHOUT_TLS=1 builds without it on purpose."""
+    if os.environ.get("MINDIO_BUILD_WITHOUT_TLS") == "1":
+        return False
+    roots = ["/usr/include", "/usr/local/include", sysconfig.get_paths()["include"], os.path.join(sys.prefix, "include")]
+    return any(os.path.exists(os.path.join(root, "openssl", "ssl.h")) for root in roots)
+
+
+WITH_TLS = openssl_headers()
 ext_modules = []
 if native_sources:
     ext_modules.append(
@@ -23,7 +39,8 @@ if native_sources:
             # number a C++ stream formats crashed the controller (docs/gpu_check.md). Kept private, each copy
             # stays whole; with a shared libstdc++ the flag changes nothing.
             extra_link_args=["-pthread", "-Wl,--exclude-libs,ALL"],
-            libraries=["ssl", "crypto"],  # TLS on the controller's link (csrc/net/tls.cpp): Debian's libssl-dev
+            libraries=["ssl", "crypto"] if WITH_TLS else [],  # TLS on the controller's link (csrc/net/tls.cpp)
+            define_macros=[("MINDIO_WITH_TLS", "1")] if WITH_TLS else [],
         )
     )
 

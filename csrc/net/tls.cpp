@@ -1,7 +1,9 @@
 #include "net/tls.h"
 
+#ifdef MINDIO_WITH_TLS
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#endif
 #include <poll.h>
 
 #include <cerrno>
@@ -15,6 +17,7 @@
 namespace mindio {
 namespace {
 
+#ifdef MINDIO_WITH_TLS
 std::string openssl_reason() {
     unsigned long code = ERR_get_error();
     ERR_clear_error();
@@ -32,6 +35,7 @@ bool wait_ready(int fd, bool for_write, std::chrono::steady_clock::time_point de
     ::poll(&p, 1, static_cast<int>(left.count()));
     return true;
 }
+#endif
 
 }  // namespace
 
@@ -50,6 +54,8 @@ TlsFiles tls_files_from_env() {
     }
     return files;
 }
+
+#ifdef MINDIO_WITH_TLS
 
 TlsContext::TlsContext(const TlsFiles& files, bool server) : server_(server) {
     ctx_ = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
@@ -176,5 +182,26 @@ bool TlsSession::write_all(const std::string& data, int timeout_ms, std::string*
 }
 
 bool TlsSession::buffered() const { return SSL_pending(ssl_) > 0; }
+
+#else  // built without OpenSSL's headers (setup.py): configuring TLS is an error that says so
+
+TlsContext::TlsContext(const TlsFiles&, bool server) : server_(server) {
+    throw NetError("TLS is configured (MINDIO_TLS_*), but this build of mindio_adaptor has no TLS: build it where "
+                   "OpenSSL's headers are (Debian: libssl-dev), or unset MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA");
+}
+TlsContext::~TlsContext() = default;
+std::shared_ptr<TlsContext> make_tls_context(const TlsFiles& files, bool server) {
+    return files.on() ? std::make_shared<TlsContext>(files, server) : nullptr;
+}
+TlsSession::TlsSession(const TlsContext&, int fd) : fd_(fd) {}
+TlsSession::~TlsSession() = default;
+IoStatus TlsSession::status_of(int, std::string*) { return IoStatus::Failed; }
+bool TlsSession::handshake(int, std::string*) { return false; }
+IoStatus TlsSession::read(char*, size_t, size_t*, std::string*) { return IoStatus::Failed; }
+IoStatus TlsSession::write(const char*, size_t, size_t*, std::string*) { return IoStatus::Failed; }
+bool TlsSession::write_all(const std::string&, int, std::string*, int*) { return false; }
+bool TlsSession::buffered() const { return false; }
+
+#endif
 
 }  // namespace mindio
