@@ -380,9 +380,11 @@ bool Controller::accept_replacement_locked(const RegisterMsg& m) {
                                 (m.restarted || (m.may_replace && m.term == 0));
     if (!ranks_.is_replacement(m) && !after_takeover) return false;
     if (!r.dead && !r.joining) {
+        const bool silent = !after_takeover && r.connected;
         declare_dead_locked(m.rank, after_takeover ? "a restarted process registered in its place after the takeover"
-                                    : r.connected  ? "silent and a restarted process registered in its place"
+                                    : silent       ? "silent and a restarted process registered in its place"
                                                    : "connection lost and a restarted process registered in its place");
+        if (silent) declare_silent_neighbours_dead_locked(m.rank);
     }
     ranks_.mark_joining(m.rank);
     return true;
@@ -550,6 +552,24 @@ void Controller::declare_dead_locked(int rank, const std::string& why) {
     if (ranks_[rank].retired) return return_lost_locked(rank, why);
     event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
     add_fault_locked(rank, FaultKind::Node, why);
+}
+
+// A replacement for a rank that is silent with its connection open means its node was taken over (a node
+// cut off from the network keeps every connection open): the other ranks of its failure domain that are
+// silent too are gone with it. Declared now, they are in the same recovery; left for their own
+// replacements, the recovery of the first would wait on ranks that cannot answer, and fail.
+void Controller::declare_silent_neighbours_dead_locked(int rank) {
+    const std::string domain = ranks_[rank].domain;
+    if (domain.empty()) return;
+    const auto now = RankTable::Clock::now();
+    for (int other = 0; other < cfg_.world_size; ++other) {
+        const RankEntry& e = ranks_[other];
+        if (other == rank || e.domain != domain || !e.registered || !e.connected || e.dead || e.left || e.joining) continue;
+        auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count();
+        if (silent_ms <= static_cast<int64_t>(e.heartbeat_ms)) continue;  // heard within its period: not gone
+        declare_dead_locked(other, "silent for " + std::to_string(silent_ms) + " ms on node " + domain + " with rank " +
+                                       std::to_string(rank) + ", whose replacement registered");
+    }
 }
 
 void Controller::heard_from_locked(int rank) {

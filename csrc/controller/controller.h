@@ -146,6 +146,7 @@ private:
     void run();
     void detect_dead_locked();
     void declare_dead_locked(int rank, const std::string& why);
+    void declare_silent_neighbours_dead_locked(int rank);
     void heard_from_locked(int rank);
     void note_finished_locked(int rank);
     void judge_liveness_locked();

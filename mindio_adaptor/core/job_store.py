@@ -82,6 +82,8 @@ def _where(address: Tuple[str, int]) -> str:
 
 def publish(name: str, value: Any, timeout_s: float = 30.0) -> None:
     """Write the fact to every store that answers; JobStoreError when none took it."""
+    if not has_token():
+        sealed(None, "")  # says why: without the token no fact is written (nor could one be read)
     up, down = paired_store.answering(probe_s=min(timeout_s, paired_store.PROBE_S))
     written: List[Tuple[str, int]] = []
     for address in up:

@@ -148,7 +148,9 @@ class FakeReplay:
 
 
 def _rank_main(rank, world, port, target, args, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    # MINDIO_TOKEN: the job's facts are sealed with it (core/job_store), as every worker of a launcher has it
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      MINDIO_TOKEN="recovery-fakes-token")
     try:
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
         dist.init_process_group("gloo", store=dist.PrefixStore("first world", store), rank=rank,

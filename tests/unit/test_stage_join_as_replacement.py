@@ -18,6 +18,7 @@ def job_store_at(monkeypatch):
     store = host_store(0, "127.0.0.1", timeout=timedelta(seconds=10))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(store.port))
+    monkeypatch.setenv("MINDIO_TOKEN", "join-test-token")  # the job's facts are sealed with it
     monkeypatch.delenv("MINDIO_STORE_ADDRS", raising=False)
     job_store.forget_connections()
     yield store
