@@ -25,7 +25,8 @@ std::string encode_dict(MsgType type, const py::dict& d) {
                                       get<uint32_t>(d, "heartbeat_ms", 0), get<std::string>(d, "token", ""),
                                       get<bool>(d, "restarted", false), get<int32_t>(d, "pid", 0),
                                       get<bool>(d, "may_replace", false), get<uint64_t>(d, "term", 0),
-                                      get<uint16_t>(d, "recovery_action", 0), get<bool>(d, "leader_gone", false)});
+                                      get<uint16_t>(d, "recovery_action", 0), get<bool>(d, "leader_gone", false),
+                                      get<uint16_t>(d, "controllers", 0)});
         case MsgType::RegisterAck:
         case MsgType::ProcessEndedAck:
             return encode(RegisterAckMsg{get<int32_t>(d, "result", 0), get<std::string>(d, "message", ""),
@@ -125,7 +126,7 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             d["rank"] = m.rank; d["world_size"] = m.world_size; d["heartbeat_ms"] = m.heartbeat_ms;
             d["token"] = m.token; d["restarted"] = m.restarted; d["pid"] = m.pid;
             d["may_replace"] = m.may_replace; d["term"] = m.term; d["recovery_action"] = m.recovery_action;
-            d["leader_gone"] = m.leader_gone;
+            d["leader_gone"] = m.leader_gone; d["controllers"] = m.controllers;
             break;
         }
         case MsgType::RegisterAck:

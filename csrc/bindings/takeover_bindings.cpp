@@ -1,5 +1,6 @@
-// Whether an idle backup may lead (controller/election.h) and what a backup that took over settles
-// (controller/takeover.h), on synthetic ranks, for their unit tests.
+// Whether an idle backup may lead (controller/election.h), whether a leader holds its lease
+// (controller/lease.h) and what a backup that took over settles (controller/takeover.h), on synthetic
+// ranks, for their unit tests.
 // judge_election: each candidate is (rank, term it registered under last, whether it proved that
 // controller's process gone). plan_takeover: a rank is None (never registered with the new controller), "" (registered, no recovery in progress)
 // or the name of the last action of the old controller's recovery it ran ("stop", "repair", ...).
@@ -9,6 +10,7 @@
 #include <tuple>
 
 #include "controller/election.h"
+#include "controller/lease.h"
 #include "controller/takeover.h"
 
 namespace py = pybind11;
@@ -43,6 +45,17 @@ void bind_takeover(py::module_& m) {
     }, py::arg("world_size"), py::arg("candidates"),
        "Whether an idle backup leads: candidates are (rank, term, leader_gone); -> lead, term, supporters, "
        "proof_rank, why.");
+    m.def("judge_lease", [](const std::vector<std::tuple<bool, bool>>& ranks) {
+        std::vector<LeaseRank> view;
+        for (const auto& [heard, proven] : ranks) view.push_back({heard, proven});
+        LeaseVerdict v = judge_lease(view);
+        py::dict out;
+        out["held"] = v.held;
+        out["counted"] = v.counted;
+        out["unknown"] = v.unknown;
+        out["why"] = v.why;
+        return out;
+    }, py::arg("ranks"), "Whether a leader holds its lease: ranks are (heard, proven ended); -> held, counted, unknown, why.");
     m.def("majority_of", &majority_of, py::arg("world_size"), "the smallest strict majority of world_size ranks");
     m.def("plan_takeover", [](const py::list& ranks, const std::set<int>& faulty) {
         std::vector<TakeoverRank> view;

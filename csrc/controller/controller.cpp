@@ -275,6 +275,7 @@ void Controller::register_locked(uint64_t conn, RegisterMsg m, std::string refus
     const RankEntry& r = ranks_[m.rank];
     if (r.connected && r.conn != conn) server_.close(r.conn, "rank re-registered on a new connection");
     bool again = ranks_.register_conn(conn, m);
+    if (m.controllers > 1) backups_listed_ = true;
     server_.authenticate(conn);
     server_.send(conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{0, "ok", replacing, term_})));
     const bool returning = replacing && r.retired;
@@ -290,7 +291,7 @@ void Controller::register_locked(uint64_t conn, RegisterMsg m, std::string refus
 }
 
 std::string Controller::term_refusal_locked(const RegisterMsg& m) {
-    if (superseded_) return "this controller (term " + std::to_string(term_) + ") was replaced by a newer one";
+    if (!not_leading_.empty()) return "this controller (term " + std::to_string(term_) + ") " + not_leading_;
     // Only a rank that lost the controller it registered with asks a backup to lead (awaits_majority_locked).
     // A process that never registered (a replacement, or the job's first start reaching a backup before the
     // active one) would otherwise make an idle backup lead a part of the job beside the real leader.
@@ -306,12 +307,16 @@ std::string Controller::term_refusal_locked(const RegisterMsg& m) {
 // A rank registered under a newer term: another controller took over. This one must not act on any
 // rank again; its connections close, and their processors move on to the next controller of their list.
 void Controller::supersede_locked(uint64_t newer) {
-    superseded_ = true;
     event_locked("superseded", "term " + std::to_string(term_) + " replaced by term " + std::to_string(newer));
     LOG_ERROR(kLog, cfg_.rank, "this controller (term " << term_ << ") was replaced by a controller of term " << newer
                                    << ": it no longer acts, and closes its connections");
+    stop_leading_locked("was replaced by a controller of term " + std::to_string(newer));
+}
+
+void Controller::stop_leading_locked(const std::string& why) {
+    not_leading_ = why;
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
-        if (ranks_[rank].connected) server_.close(ranks_[rank].conn, "controller replaced by a newer term");
+        if (ranks_[rank].connected) server_.close(ranks_[rank].conn, "this controller " + why);
     }
     pending_faults_.clear();
 }
@@ -364,6 +369,7 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m, bool* had
     LOG_WARN(kLog, cfg_.rank, who << "'s " << process << " ended, its launcher reports"
                               << (r.connected ? "; its connection is still open (a child process holds it): closed" : ""));
     if (r.connected) server_.close(r.conn, "its process ended");
+    r.end_reported = true;
     declare_dead_locked(m.rank, process + " ended, reported by its launcher");
     cv_.notify_all();
     return who + " declared dead";
@@ -482,7 +488,7 @@ void Controller::on_closed(uint64_t conn, const std::string& reason) {
         return;
     }
     if (!ranks_.disconnect(conn)) return;
-    if (!ranks_[rank].left && state_ != State::Exit && state_ != State::Final) {
+    if (!ranks_[rank].left && state_ != State::Exit && state_ != State::Final && not_leading_.empty()) {
         LOG_WARN(kLog, cfg_.rank, "lost the connection of rank " << rank << ": " << reason);
     }
     cv_.notify_all();
@@ -613,7 +619,7 @@ void Controller::run() {
         if (stopping_) break;
         std::string refused = refusals_.summary_due(Clock::now());
         if (!refused.empty()) LOG_WARN(kLog, cfg_.rank, refused);
-        if (superseded_) continue;  // another controller leads the job
+        if (!not_leading_.empty()) continue;  // another controller leads the job, or may
         expire_candidates_locked();
         detect_dead_locked();
         judge_liveness_locked();
@@ -627,6 +633,7 @@ void Controller::run() {
             if (!takeover_dump_.empty()) {
                 dump_after_takeover(lock);
             } else if (!pending_faults_.empty()) {
+                if (!lease_allows_acting_locked()) continue;
                 lock.unlock();
                 handle_fault();
             } else if (dump_requested_) {

@@ -9,8 +9,7 @@
 // Security (docs/security.md): a processor's Register and a launcher's ProcessEnded are checked against
 // the shared token (MINDIO_TOKEN) first, in constant time; a refusal says nothing about the job. Peers
 // that did not prove it are refused at their first bad frame and logged in aggregate (refusal_tally.h).
-// TLS is not implemented: the link is plaintext, so the token only keeps other jobs and stray clients
-// out; run the job on a trusted network.
+// The link is mutual TLS 1.3 when MINDIO_TLS_* configure it (net/tls.h), plaintext otherwise.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -28,6 +27,7 @@
 #include "controller/consultation.h"
 #include "controller/election.h"
 #include "controller/flows.h"
+#include "controller/lease.h"
 #include "controller/liveness.h"
 #include "controller/planner.h"
 #include "controller/rank_table.h"
@@ -127,6 +127,14 @@ private:
     void take_over_locked(const ElectionVerdict& verdict);
     void expire_candidates_locked();
     void supersede_locked(uint64_t newer);
+    // This controller no longer acts (superseded, or stood down without its lease): every connection
+    // closes, every registration is refused as "not the job's controller", and no fault is acted on.
+    void stop_leading_locked(const std::string& why);
+    // The leader's lease (lease.h, controller_lease.cpp): whether it may act on its faults now; past the
+    // grace without it, it stands down.
+    bool lease_allows_acting_locked();
+    std::vector<LeaseRank> lease_ranks_locked() const;
+    int lease_grace_ms_locked() const;
     // While a takeover is not settled (takeover.h) no fault is acted on; settles it when it may.
     bool takeover_open_locked();
     void settle_takeover_locked();
@@ -226,7 +234,11 @@ private:
     Faults pending_faults_;
     bool flow_active_ = false, second_fault_ = false;
     uint64_t term_ = 1;        // see ControllerConfig::term
-    bool superseded_ = false;  // a controller of a higher term took over: this one no longer acts
+    // Why this controller no longer acts (a controller of a higher term took over, or it stood down
+    // without its lease); empty while it leads or may lead.
+    std::string not_leading_;
+    bool backups_listed_ = false;  // some rank's controller list names backups: the lease applies
+    std::optional<Clock::time_point> lease_lost_since_;  // the lease is lost and faults are held since then
     bool took_over_ = false;   // a backup that took over from a controller of an earlier term
     std::optional<Clock::time_point> takeover_deadline_;  // set while the takeover is not settled
     std::string takeover_dump_;  // why the recovery the old controller left ends in a dump; empty: it does not

@@ -16,7 +16,7 @@ constexpr const char* kLog = "controller";
 // in every registration it held (the caller registers this one); otherwise it holds this one open,
 // answered "awaiting a majority", for MINDIO_TAKEOVER_WAIT_S at most (expire_candidates_locked).
 bool Controller::awaits_majority_locked(uint64_t conn, const RegisterMsg& m) {
-    if (term_ != 0 || superseded_ || m.term == 0) return false;
+    if (term_ != 0 || !not_leading_.empty() || m.term == 0) return false;
     uint64_t replaced =
         candidates_.add(conn, m, Clock::now() + std::chrono::milliseconds(cfg_.takeover_wait_ms));
     if (replaced != 0) server_.close(replaced, "registration refused: rank " + std::to_string(m.rank) + " registered again");

@@ -82,7 +82,7 @@ bool RankTable::register_conn(uint64_t conn, const RegisterMsg& m) {
     bool again = r.registered;
     r.conn = conn;
     r.registered = r.connected = true;
-    r.left = false;
+    r.left = r.end_reported = false;
     ++r.generation;
     r.heartbeat_ms = m.heartbeat_ms;
     r.pid = m.pid;

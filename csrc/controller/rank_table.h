@@ -42,6 +42,7 @@ struct RankEntry : RankSnapshot {
     bool suspect = false;  // silent for heartbeat_misses periods with its connection open
     bool hang_reported = false;  // named by the hang rule; again only after it reported progress
     bool finished = false;       // its training is over (RunStatus::Finished)
+    bool end_reported = false;   // its launcher reported its process ended (until a process registers again)
     std::string domain;          // its failure domain (node), from its ReplicaInfo; empty: not said
     uint16_t recovery_action = 0;  // as it registered: the last action of a recovery it is inside; 0 none
     bool reported = false;         // sent a status since it registered (its step and data are known)

@@ -249,6 +249,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         reg.term = term_;
         reg.recovery_action = recovery_action_;
         reg.leader_gone = leader_gone_;
+        reg.controllers = static_cast<uint16_t>(std::min<size_t>(controllers_.size(), UINT16_MAX));
     }
     const std::string frame = encode_frame(MsgType::Register, 0, encode(reg));
     if (!(tls ? tls->write_all(frame, cfg_.io_timeout_ms, error) : send_all(fd, frame, cfg_.io_timeout_ms, error))) {

@@ -19,12 +19,13 @@
 namespace mindio {
 
 constexpr uint32_t kMagic = 0x414F494D;  // "MIOA" in little-endian bytes
-constexpr uint16_t kVersion = 7;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
+constexpr uint16_t kVersion = 8;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
                                   // 4: Register's may_replace, RegisterAck's replacement;
                                   // 5: the controller's term in Register and RegisterAck, ReplicaInfo's domain;
                                   // 6: Register's recovery_action (a recovery in progress at a takeover);
                                   // 7: Register's leader_gone, RegisterAck's results 3 and 4 (a backup
-                                  //    leads only a majority without proof that the leader is gone)
+                                  //    leads only a majority without proof that the leader is gone);
+                                  // 8: Register's controllers (a leader whose ranks list backups holds a lease)
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxBody = 10u * 1024u * 1024u;
 

@@ -243,6 +243,7 @@ template <> struct Schema<RegisterMsg> : NoCheck {
         v("term", m.term);
         v("recovery_action", m.recovery_action, upto(kMaxActionKind));
         v("leader_gone", m.leader_gone);
+        v("controllers", m.controllers);
     }
 };
 

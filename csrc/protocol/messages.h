@@ -71,6 +71,9 @@ struct RegisterMsg {
     // the host) is no proof: the controller may be alive and leading the ranks on the other side of a
     // partition. An idle backup leads on one such proof, otherwise only a majority (controller/election.h).
     bool leader_gone = false;
+    // How many controllers the processor's list names (the leader and its backups). A leader whose ranks
+    // name backups holds a lease (controller/lease.h): another controller may lead beside it.
+    uint16_t controllers = 0;
 };
 
 // RegisterAck results besides 0 (accepted) and 1 (refused: the processor gives up, e.g. a wrong token):

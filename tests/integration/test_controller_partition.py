@@ -92,8 +92,10 @@ def test_a_backup_does_not_lead_a_minority_that_lost_a_live_leader_and_the_minor
                          r"leader\. It leaves the job without a checkpoint and without another training step; "
                          r"exiting with code 88 \(JOB_UNREACHABLE\)", text), text[-3000:]
         assert "refused a connection: its process is gone" not in text  # a reset, a silence, then a refusal
+        # On a loaded machine rank 3's second try of the leader may come before its address refuses: a second
+        # silence then, no proof either
         assert (f"the controller of term 1 at 127.0.0.1:{partition.port} refused a connection after a silence: no "
-                f"proof") in text
+                f"proof") in text or text.count("after: no registration reply within 5000 ms") >= 2, text[-3000:]
         assert left_after < 45, left_after
         # The backup never led: it held their registrations, then sent them away.
         backup_text = read(tmp_path / "backup.log")
@@ -160,6 +162,55 @@ def test_a_majority_that_lost_a_live_leader_elects_the_backup_once_more_than_hal
         wait_until(lambda: "every rank registered again" in read(tmp_path / "backup.log"), 30,
                    "the takeover settled with every rank")
         assert not any(r.link.cut_off() for r in ranks)
+    finally:
+        for partition in partitions:
+            partition.close()
+        stop([r.link for r in ranks], leader, backup)
+
+
+def test_a_leader_left_with_a_minority_does_not_act_stands_down_and_its_rank_joins_the_new_leader(env, tmp_path,
+                                                                                                  monkeypatch):
+    # The mirror of the first test: the leader keeps only rank 3. It sees ranks 0 to 2 fall silent, which a
+    # death looks like too (the hang rule names them); they are a majority, reach the backup and elect it. Without the lease the
+    # leader would decide on their "deaths" (a dump, a replacement, the end) beside the new leader. With it, it
+    # holds those faults, then stands down after max(5 s, 3 heartbeat periods), and rank 3 walks its list to
+    # the new leader: one controller acts, and the whole job goes on under term 2.
+    monkeypatch.setenv("MINDIO_TAKEOVER_WAIT_S", "20")  # the new leader waits for rank 3 to come over
+    env["MINDIO_TAKEOVER_WAIT_S"] = "20"
+    with open(tmp_path / "leader.log", "w") as leader_log, open(tmp_path / "backup.log", "w") as backup_log:
+        # The relay leaves the leader's side of the cut connections open and silent: its hang rule names them
+        # after the silence limit
+        (leader, leader_port) = start_controller(dict(env, MINDIO_SILENCE_LIMIT_S="2"), WORLD, log=leader_log)
+        (backup, backup_port) = start_controller(env, WORLD, "--backup", log=backup_log)
+    partitions = [Partition(leader_port) for _ in range(3)]
+    ranks = [RecordingRank(r) for r in range(WORLD)]
+    try:
+        for rank, partition in zip(ranks, partitions):
+            rank.start((partition.port, backup_port))
+        ranks[3].start((leader_port, backup_port))
+        wait_until(lambda: "all 4 ranks registered" in read(tmp_path / "leader.log"), 30, "the leader leading 4 ranks")
+        for partition in partitions:
+            partition.cut()
+        wait_until(lambda: "stood down" in read(tmp_path / "leader.log"), 30, "the old leader standing down")
+        wait_until(lambda: all(r.link.controller_term() == 2 and r.link.connected() for r in ranks), 40,
+                   "every rank registered with the backup as term 2")
+        leader_text = read(tmp_path / "leader.log")
+        assert re.search(r"term 1: no lease: 1 of 4 ranks connected or proven ended; ranks \[0,1,2\] lost without "
+                         r"proof of an end: less than half of the world\. A backup may lead them .*held, not acted on, "
+                         r"for at most 5000 ms", leader_text), leader_text[-3000:]
+        assert re.search(r"this controller \(term 1\) stood down: no lease for \d+ ms \(1 of 4 ranks", leader_text)
+        assert "decision" not in leader_text  # nothing was decided on the faults it held
+        assert not [a for r in ranks for t, _, a in r.actions if t == 1]  # no action from term 1 reached a rank
+        backup_text = read(tmp_path / "backup.log")
+        assert "backup controller taking over as term 2" in backup_text, backup_text[-3000:]
+        assert f"refused registration of rank 3" in leader_text and "stood down" in leader_text
+        for rank in ranks:  # the new leader hears every rank's progress
+            rank.link.update_started(STEP)
+            rank.link.update_ended(STEP + 1)
+        wait_until(lambda: "every rank registered again" in read(tmp_path / "backup.log"), 30,
+                   "the takeover settled with every rank")
+        assert not any(r.link.cut_off() for r in ranks)
+        assert "declared dead" not in read(tmp_path / "backup.log")
     finally:
         for partition in partitions:
             partition.close()

@@ -17,7 +17,8 @@ def header(type_=T["HEARTBEAT"], seq=0, body=b"", magic=nat.FRAME_MAGIC, version
 
 SAMPLES = {
     "REGISTER": {"rank": 7, "world_size": 16, "heartbeat_ms": 2000, "token": "s3cret", "restarted": True,
-                 "pid": 2 ** 31 - 1, "may_replace": True, "term": 3, "recovery_action": 3, "leader_gone": True},
+                 "pid": 2 ** 31 - 1, "may_replace": True, "term": 3, "recovery_action": 3, "leader_gone": True,
+                 "controllers": 3},
     "REGISTER_ACK": {"result": 1, "message": "bad token", "replacement": False, "term": 2},
     "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000,
                   "section": nat.SECTIONS["save"], "section_ms": 61234, "limit_ms": 600000, "progress": 2 ** 40},
@@ -215,9 +216,9 @@ WIRE_SAMPLES = dict({name: (name, msg) for name, msg in SAMPLES.items()}, **{
 })
 
 # The bytes of WIRE_SAMPLES as the hand-written codec (before the table-driven one) wrote them, with
-# what frame versions 5, 6 and 7 appended (the controller's term in Register and RegisterAck, ReplicaInfo's
-# domain; Register's recovery_action; Register's leader_gone) added by hand: the wire format must not
-# change unnoticed.
+# what frame versions 5 to 8 appended (the controller's term in Register and RegisterAck, ReplicaInfo's
+# domain; Register's recovery_action; Register's leader_gone; Register's controllers) added by hand: the
+# wire format must not change unnoticed.
 WIRE_BYTES = {
     "ACTION": ("0300012a000000000000000101020000000300000005000000010000000001010000000700000001"
                "00000003000000020000000300000007000000010000000103000000000000000100000002000000"),
@@ -234,7 +235,7 @@ WIRE_BYTES = {
                            "ffffffffffffff"),
     "PROCESS_ENDED": "060000007333637265740c000000921000000e0000007369676e616c205349474b494c4c",
     "PROCESS_ENDED_ACK": "000000001500000072616e6b203132206465636c617265642064656164000100000000000000",
-    "REGISTER": "0700000010000000d00700000600000073336372657401ffffff7f010300000000000000" "0300" "01",
+    "REGISTER": "0700000010000000d00700000600000073336372657401ffffff7f010300000000000000" "0300" "01" "0300",
     "REGISTER_ACK": "010000000900000062616420746f6b656e000200000000000000",
     "REPLICA_INFO": ("05000000020000000002000000000000000400000001000000030000000500000007000000010400"
                      "00000000000008000000000000000100000002000000030000000400000005000000060000000700"
@@ -265,13 +266,14 @@ def test_a_failure_domain_is_short_printable_text_refused_at_the_call():
     assert processor.controller_term() == 0  # registered with no controller yet
 
 
-def test_leader_gone_is_a_bool_and_the_last_field_of_register():
+def test_leader_gone_is_a_bool_and_controllers_the_last_field_of_register():
     body = nat.encode_message(T["REGISTER"], SAMPLES["REGISTER"])
-    assert body[-1:] == b"\x01"
-    assert nat.decode_message(T["REGISTER"], body[:-1] + b"\x00")["leader_gone"] is False
+    assert body[-3:] == b"\x01\x03\x00"
+    assert nat.decode_message(T["REGISTER"], body[:-3] + b"\x00" + body[-2:])["leader_gone"] is False
     with pytest.raises(ValueError, match=r"Register\.leader_gone: value 2 out of range 0\.\.1"):
-        nat.decode_message(T["REGISTER"], body[:-1] + b"\x02")
-    with pytest.raises(ValueError, match=r"Register\.leader_gone: needs 1 bytes"):
-        nat.decode_message(T["REGISTER"], body[:-1])  # a version 6 body: no leader_gone
-    assert nat.FRAME_VERSION == 7
+        nat.decode_message(T["REGISTER"], body[:-3] + b"\x02" + body[-2:])
+    with pytest.raises(ValueError, match=r"Register\.controllers: needs 2 bytes"):
+        nat.decode_message(T["REGISTER"], body[:-2])  # a version 7 body: no controllers
+    assert nat.decode_message(T["REGISTER"], body[:-2] + b"\xff\xff")["controllers"] == 65535
+    assert nat.FRAME_VERSION == 8
     assert (nat.NOT_THE_LEADER, nat.AWAITING_MAJORITY, nat.NO_MAJORITY) == (2, 3, 4)
