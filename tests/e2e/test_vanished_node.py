@@ -4,12 +4,15 @@ Its launcher and workers keep running and nobody hears a FIN or a RST from them:
 collective on peers that never answer. The hang rule names the silent ranks, the standby on a third host takes
 node 1's place on the beat's evidence, its workers join and are repaired from node 0's ranks, and the run ends
 with the uninterrupted run's losses and digest. Node 1's backup controller, the only one its ranks still reach,
-does not lead them (no proof that node 0's controller died, no majority), and they leave the job. When node 1's link comes back (after the job ended) its old
-launcher finds the job's store gone and, past --node0-wait, stops its workers and exits 1."""
+does not lead them (no proof that node 0's controller died, no majority), and they leave the job. With --save every
+2 steps, each checkpoint is written once, by the majority's run, and nothing after it. When node 1's link comes back
+(after the job ended) its old launcher finds the job's store gone and, past --node0-wait, stops its workers and exits
+1."""
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -55,11 +58,13 @@ def node_1_vanished(tmp_path_factory):
         if match and int(match.group(1)) >= 3 and {2, 3} <= measured:
             step_3.set()
 
+    ckpt = tmp_path_factory.mktemp("vanished_ckpt")
     with NetnsHosts(3) as hosts:
         # --node0-wait: the job ends while node 1 is cut off; back, its old launcher finds no store and waits that
-        # long for a new node 0 (600 s by default) before it stands down
-        cluster = HostedCluster(hosts, FLAGS, launch_flags=["--node-lost-after", "3", "--node0-wait", "20"],
-                                on_line=on_line)
+        # long for a new node 0 (600 s by default) before it stands down. --save: a checkpoint every 2 steps, so
+        # that a write by the cut-off side (a second leader's dump, a save of its own) would show
+        cluster = HostedCluster(hosts, [*FLAGS, "--save", str(ckpt), "--save-interval", "2"],
+                                launch_flags=["--node-lost-after", "3", "--node0-wait", "20"], on_line=on_line)
         cluster.start_on(0, "--node-rank", "0")
         node_1 = cluster.start_on(1, "--node-rank", "1")
         cluster.start_on(2, "--standby")
@@ -74,6 +79,7 @@ def node_1_vanished(tmp_path_factory):
         except subprocess.TimeoutExpired:
             cluster.kill()
             raise AssertionError("the job did not end within 600 s:\n" + "".join(cluster.lines)[-6000:]) from None
+        majority_ended = time.time()
         hosts.come_back(1)
         try:
             node_1_code = node_1.wait(timeout=120)
@@ -84,7 +90,7 @@ def node_1_vanished(tmp_path_factory):
         log = tmp_path_factory.mktemp("vanished") / "run.log"
         log.write_text(run.output)
         print(f"the whole output: {log}")  # shown with a failure; an assertion message keeps only its end
-        yield run, node_1_code, old_alive
+        yield run, node_1_code, old_alive, ckpt, majority_ended
 
 
 def detection_lines(output):
@@ -97,7 +103,7 @@ def detection_lines(output):
 
 
 def test_the_run_ends_as_the_uninterrupted_one(node_1_vanished, reference_runs):
-    run, _, _ = node_1_vanished
+    run, *_ = node_1_vanished
     run.require_success()
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
@@ -106,7 +112,7 @@ def test_the_run_ends_as_the_uninterrupted_one(node_1_vanished, reference_runs):
 
 
 def test_the_silent_ranks_are_named_and_replaced_by_the_standby(node_1_vanished):
-    run, _, _ = node_1_vanished
+    run, *_ = node_1_vanished
     # Each silent rank is named by whichever comes first: the hang rule (its reason depends on which limit a
     # loaded machine crosses first, and the two ranks may cross in different ticks), or the standby's
     # replacement registering in its place (the hang rule waits up to the 60 s silence limit when the
@@ -124,7 +130,7 @@ def test_the_silent_ranks_are_named_and_replaced_by_the_standby(node_1_vanished)
 
 
 def test_the_old_launcher_stands_down_when_its_link_comes_back(node_1_vanished):
-    run, node_1_code, old_alive = node_1_vanished
+    run, node_1_code, old_alive, *_ = node_1_vanished
     assert node_1_code == 1 and not old_alive, (node_1_code, old_alive)
     assert re.search(r"node 1\] node 1 lost the launchers' store .* waits up to 20 s \(--node0-wait\)", run.output)
 
@@ -133,9 +139,26 @@ def test_the_cut_off_nodes_backup_does_not_lead_its_ranks(node_1_vanished):
     # Issue 30: node 1's ranks lose node 0's controller by a silence (no route), not a refused connection, and
     # are half of the world: node 1's backup holds their registrations and never leads them beside node 0's
     # controller; they leave the job (exit 88) unless their launcher stopped them first (docs/controller.md).
-    run, _, _ = node_1_vanished
+    run, *_ = node_1_vanished
     lines = "\n".join(line for line in run.output.splitlines()
                       if re.search(r"taking over|idle backup|cut off|does not lead|refused a connection", line))
     assert "backup controller taking over" not in run.output, lines[-6000:]
     assert re.search(r"idle backup: rank [23] registered, last under term 1: .* none proved it gone", lines), lines[-6000:]
     assert "refused a connection: its process is gone" not in run.output, lines[-6000:]
+
+
+def test_each_checkpoint_is_written_once_by_the_majority(node_1_vanished):
+    # One leader, no duplicate write: each save once, one decision by one controller, no dying-gasp dump anywhere,
+    # and nothing in the checkpoint directory written after the majority's run ended (when node 1's link came
+    # back its old ranks had left the job: nothing of theirs reached the disk). The cut lands in step 4's save or
+    # just before it: an interrupted save is abandoned and its partial directory removed
+    # (patches/interrupted_save), so step 4's checkpoint may be missing; the later ones are there.
+    run, _, _, ckpt, majority_ended = node_1_vanished
+    saved = [int(n) for n in re.findall(r"successfully saved checkpoint from iteration\s+(\d+)", run.output)]
+    assert sorted(saved) in ([2, 4, 6, 8], [2, 6, 8]), saved
+    assert len(re.findall(r"\] decision ", run.output)) == 1, detection_lines(run.output)
+    assert not re.search(r"decision dump|dump of step \d+: saved", run.output), detection_lines(run.output)
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "8"
+    assert sorted(p.name for p in ckpt.iterdir() if p.is_dir()) == [f"iter_{n:07d}" for n in sorted(saved)]
+    late = [str(p) for p in ckpt.rglob("*") if p.is_file() and p.stat().st_mtime > majority_ended]
+    assert not late, late
