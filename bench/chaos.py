@@ -173,12 +173,15 @@ class Log:
 
 
 def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_s: float = 0.6,
-         replace_after: float = 3.0, quiet_limit: float = 300.0, flags: Sequence[str] = FLAGS) -> Soak:
+         replace_after: float = 3.0, quiet_limit: float = 300.0, flags: Sequence[str] = FLAGS,
+         spare_workers: int = 0) -> Soak:
     """Train `steps` steps on two nodes, injecting `faults` in order; every launcher's exit code is kept
-    (node -> its launchers' codes, in start order)."""
+    (node -> its launchers' codes, in start order). `spare_workers`: warm workers per launcher (a killed rank's
+    replacement is one of them, its imports and model build done)."""
     log = Log()
+    launch_flags = [*LAUNCH_FLAGS, *(["--spare-workers", str(spare_workers)] if spare_workers else [])]
     cluster = LocalCluster([*flags, *model_flags], nnodes=NNODES, nproc_per_node=NPROC_PER_NODE, train_iters=steps,
-                           env=ENV, launch_flags=LAUNCH_FLAGS, on_line=log)
+                           env=ENV, launch_flags=launch_flags, on_line=log)
     soak = Soak(faults)
     nodes = {node: [cluster.start_node("--node-rank", str(node))] for node in range(NNODES)}
     stopped = ""  # why the faults left were not injected
@@ -325,6 +328,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--model-flags", default=MODEL_FLAGS, help=f"Megatron flags of the model ({MODEL_FLAGS})")
     parser.add_argument("--replace-after", type=float, default=3.0, help="seconds from a node's loss to its new "
                         "launcher")
+    parser.add_argument("--spare-workers", type=int, default=0, help="warm workers kept by each launcher "
+                        "(mindio-adaptor launch --spare-workers): a killed rank is replaced by one of them")
     parser.add_argument("--log-dir", help="keep each run's whole output there")
     args = parser.parse_args(argv)
     kinds = args.faults.split(",")
@@ -338,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results = {}
     for title, faults in plans.items():
         print(f"\n{title}: {', '.join(f.name() for f in faults)}", flush=True)
-        soak = play(faults, args.steps, model_flags, step_s, args.replace_after)
+        soak = play(faults, args.steps, model_flags, step_s, args.replace_after, spare_workers=args.spare_workers)
         if args.log_dir:
             os.makedirs(args.log_dir, exist_ok=True)
             with open(os.path.join(args.log_dir, re.sub(r"\W+", "_", title) + ".log"), "w") as out:
