@@ -6,7 +6,8 @@ of the same iteration overwrites it, which after a fault may never come (online 
 it, an exit ends the job). Each rank whose save raised notes the iteration; once the controller has
 decided (every rank is stopped or gone: nobody writes into it any more) the partial directory is
 removed, unless the tracker names that iteration (a dump of the same step published in its place).
-Every rank of the save tries; the rename-aside in core/dump_dir lets exactly one of them do it.
+Every rank of the save tries; the rename-aside in core/dump_dir lets exactly one of them do it. When
+the interrupted save was of the repair step, the recovery writes it again (stages/save_repair_step).
 
 An asynchronous save (--async-save) that is not finalized yet is abandoned the same way: its
 finalisation is a collective at the start of a later step, which after a fault cannot run (and a

@@ -38,6 +38,7 @@ from mindio_adaptor.patches.stages.reload_checkpoint import RELOAD_CHECKPOINT
 from mindio_adaptor.patches.stages.repair_from_peer import REPAIR_FROM_PEER
 from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
+from mindio_adaptor.patches.stages.save_repair_step import SAVE_REPAIR_STEP
 from mindio_adaptor.patches.stages.scale_in_groups import SCALE_IN_GROUPS
 from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE
 from mindio_adaptor.patches.stages.scale_out_groups import SCALE_OUT_GROUPS
@@ -50,20 +51,23 @@ logger = logging.getLogger(__name__)
 
 Flow = Dict[str, Tuple[Stage, ...]]  # action name -> its stages, in order
 
+# Back to the repair step, its loss line where owed, its periodic checkpoint where owed: alike in every flow
+ROLLBACK = (ROLL_BACK, LOG_REPAIR_STEP, SAVE_REPAIR_STEP)
+
 FLOWS: Dict[str, Flow] = {
     "retry": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (REPAIR_FROM_PEER,),
-              "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
+              "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "reload": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (RELOAD_CHECKPOINT,),
-               "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
+               "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "recover": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, DROP_GRADIENTS), "rebuild_group": (REBUILD_GROUPS,),
-                "repair": (REPAIR_FROM_PEER,), "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
+                "repair": (REPAIR_FROM_PEER,), "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "dump": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,), "exit": (END_IF_HUNG,)},
     "scale_in": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,),
                  "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,),
-                 "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
+                 "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "scale_out": {"stop": (STOP,), "clean": (REBUILD_GROUPS,), "save_ckpt": (SCALE_OUT_SAVE,),
                   "rebuild_group": (SCALE_OUT_GROUPS,), "repair": (SCALE_OUT_STATE,),
-                  "rollback": (ROLL_BACK, LOG_REPAIR_STEP), "exit": (END_IF_HUNG,)},
+                  "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "exit": {"stop": (STOP,), "exit": (END_IF_HUNG,)},
     "none": {"stop": (STOP,), "exit": (END_IF_HUNG,)},  # an action before any decision
 }

@@ -127,6 +127,15 @@ class FakeMegatron:
     def install_optimizer_common_state(self, optimizer, state):
         self._record("install_optimizer_common_state", state)
 
+    def save_checkpoint_for_full_job(self, step, model, optimizer, scheduler, flops, save_dir, members, world_size):
+        """Writes what Megatron's save would, a file per rank in the step's directory under save_dir."""
+        from pathlib import Path
+
+        self._record("save_checkpoint_for_full_job", step, flops, list(members), world_size)
+        directory = Path(save_dir) / f"iter_{step:07d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"rank{self.margs.rank}.pt").write_text(f"step {step}")
+
     def load_checkpoint_of_step(self, model, optimizer, scheduler, step):
         self._record("load_checkpoint_of_step", step)
         return self.loaded

@@ -11,19 +11,20 @@ from mindio_adaptor.patches import recovery
 from mindio_adaptor.patches.recovery import FLOWS, NoSuchStep, flow_of, run_action, stages_of
 from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
 
+ROLLBACK = ["roll back", "log the repair step", "save the repair step"]
 EVERY_FLOW = {
     "retry": {"stop": ["stop"], "clean": ["repair fault point", "rebuild groups"], "repair": ["repair from peer"],
-              "rollback": ["roll back", "log the repair step"], "exit": ["end even if hung"]},
+              "rollback": ROLLBACK, "exit": ["end even if hung"]},
     "reload": {"stop": ["stop"], "clean": ["repair fault point", "rebuild groups"], "repair": ["reload checkpoint"],
-               "rollback": ["roll back", "log the repair step"], "exit": ["end even if hung"]},
+               "rollback": ROLLBACK, "exit": ["end even if hung"]},
     "recover": {"stop": ["stop"], "clean": ["repair fault point", "drop gradients"], "rebuild_group": ["rebuild groups"],
-                "repair": ["repair from peer"], "rollback": ["roll back", "log the repair step"], "exit": ["end even if hung"]},
+                "repair": ["repair from peer"], "rollback": ROLLBACK, "exit": ["end even if hung"]},
     "dump": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"], "exit": ["end even if hung"]},
     "scale_in": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"],
-                 "rebuild_group": ["scale in: groups"], "repair": ["scale in: state"], "rollback": ["roll back", "log the repair step"],
+                 "rebuild_group": ["scale in: groups"], "repair": ["scale in: state"], "rollback": ROLLBACK,
                  "exit": ["end even if hung"]},
     "scale_out": {"stop": ["stop"], "clean": ["rebuild groups"], "save_ckpt": ["scale out: save"],
-                  "rebuild_group": ["scale out: groups"], "repair": ["scale out: state"], "rollback": ["roll back", "log the repair step"],
+                  "rebuild_group": ["scale out: groups"], "repair": ["scale out: state"], "rollback": ROLLBACK,
                   "exit": ["end even if hung"]},
     "exit": {"stop": ["stop"], "exit": ["end even if hung"]},
     "none": {"stop": ["stop"], "exit": ["end even if hung"]},
