@@ -81,19 +81,11 @@ class Membership:
     def size(self) -> int:
         return len(self.members)
 
-    def to_global(self, dense_rank: int) -> int:
-        return self.members[dense_rank]
-
     def to_dense(self, global_rank: int) -> int:
         return self.members.index(global_rank)
 
 
 # --- device-specific bits: the only places NCCL/HCCL differ from gloo -------------------------------
-
-def backend_for(device_type: str) -> str:
-    """The collective backend of a device type; HCCL is what torch_npu registers for npu."""
-    return {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device_type]
-
 
 def _init_kwargs(backend: str) -> dict:
     """NCCL: bind the device so the communicator is created eagerly inside the bounded rebuild,
@@ -342,10 +334,3 @@ def host_store(port: int = 0, host: str = "0.0.0.0", timeout: timedelta = timede
     """Host the rendezvous store in this process (a launcher, or the designated store process): it must
     outlive every worker it serves. port 0 picks a free port (read it from `.port`)."""
     return dist.TCPStore(host, port, is_master=True, timeout=timeout, wait_for_workers=False)
-
-
-def wait_key(store: dist.Store, key: str, timeout: float) -> bytes:
-    """store.get bounded by `timeout` seconds (get alone waits the store's default timeout)."""
-    deadline = time.monotonic() + timeout
-    store.wait([key], timedelta(seconds=max(0.1, deadline - time.monotonic())))
-    return store.get(key)

@@ -163,11 +163,6 @@ def tft_wait_next_action(timeout: Optional[float] = None) -> Action:
     return Action.RETRY if decision.go_on else Action.EXIT
 
 
-def controller_connected() -> bool:
-    """Whether the link to the controller is up now (ours; False while the processor reconnects)."""
-    return processor_link.current().connected()
-
-
 def tft_get_repair_step() -> int:
     return processor_link.current().repair_step()
 
