@@ -12,12 +12,11 @@ import logging
 import time
 from typing import List
 
-import torch.distributed as dist
-
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.core.dump_world import DumpError, dump_world
 from mindio_adaptor.patches import resized_layout
 from mindio_adaptor.patches.comm_rebuild import rebuild_world
+from mindio_adaptor.patches.staged_checkpoint import staging_prepared_by_one
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -56,15 +55,6 @@ def dense_savers(saves) -> List[int]:
         raise DumpError(f"dump with separate expert (MoE) shards is not supported yet (savers of optimizer "
                         f"types {sorted(types)}: {[list(save.ranks) for save in saves]})")
     return sorted({r for save in saves for r in save.ranks})
-
-
-def staging_prepared_by_one(root: str, step: int):
-    """One saver empties the staging directory; the others wait for it (they may share the file
-    system), so no saver ever deletes another's files."""
-    if dist.get_rank() == 0:
-        dump_dir.prepare_staging(root, step)
-    dist.barrier()
-    return dump_dir.staging_root(root, step)
 
 
 SAVE_DUMP = Stage("save dump", save_dump)

@@ -12,10 +12,8 @@ import logging
 import time
 from typing import Optional
 
-import torch.distributed as dist
-
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.patches.stages.save_dump import staging_prepared_by_one
+from mindio_adaptor.patches.staged_checkpoint import save_and_publish
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -36,20 +34,8 @@ def save_repair_step(session, megatron, action) -> int:
         return 0
     started = time.monotonic()
     snapshot = session.snapshot_of(step, "write the periodic checkpoint of")
-    try:
-        staging = str(staging_prepared_by_one(root, step))
-        megatron.set_data_position(snapshot)
-        megatron.save_checkpoint_for_full_job(step, job.model, job.optimizer, job.scheduler,
-                                              snapshot.floating_point_operations, staging,
-                                              list(range(margs.world_size)), margs.world_size)
-        dist.barrier()
-        if dist.get_rank() == 0:
-            dump_dir.publish(root, step)
-        dist.barrier()  # in place before any rank goes on training
-    except BaseException:
-        dump_dir.discard(root, step)
-        raise
-    if dist.get_rank() == 0:
+    save_and_publish(megatron, job, root, snapshot, range(margs.world_size), margs.world_size)
+    if margs.rank == 0:
         logger.info("step %d: its periodic checkpoint (--save-interval %d), which the fault interrupted or came "
                     "before, saved after the recovery in %.2f s", step, margs.save_interval,
                     time.monotonic() - started)

@@ -9,12 +9,9 @@ of the original world, the returned ones included."""
 import logging
 import time
 
-import torch.distributed as dist
-
-from mindio_adaptor.core import dump_dir
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.patches import scale_out
-from mindio_adaptor.patches.stages.save_dump import staging_prepared_by_one
+from mindio_adaptor.patches.staged_checkpoint import save_and_publish
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -35,19 +32,7 @@ def scale_out_save(session, megatron, action) -> int:
                               "scale-out loads")
     snapshot = session.snapshot_of(step, "save for the scale-out")
     world = len(scaled_in.survivors) + len(scaled_in.lost) + len(scaled_in.dropped)
-    try:
-        staging = str(staging_prepared_by_one(root, step))
-        megatron.set_data_position(snapshot)
-        megatron.save_checkpoint_for_full_job(step, job.model, job.optimizer, job.scheduler,
-                                              snapshot.floating_point_operations, staging, list(scaled_in.survivors),
-                                              world)
-        dist.barrier()
-        if dist.get_rank() == 0:
-            dump_dir.publish(root, step)
-        dist.barrier()  # the checkpoint is in place before any rank reports the save done
-    except BaseException:
-        dump_dir.discard(root, step)
-        raise
+    save_and_publish(megatron, job, root, snapshot, scaled_in.survivors, world)
     logger.info("scale-out: checkpoint of step %d saved at dp%d and published in %.2f s", step, scaled_in.new_dp,
                 time.monotonic() - started)
     session.timeline.mark("scale-out saved", f"step {step} in {time.monotonic() - started:.2f} s")
