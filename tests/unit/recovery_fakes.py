@@ -131,8 +131,10 @@ class FakeMegatron:
         """Writes what Megatron's save would, a file per rank in the step's directory under save_dir."""
         from pathlib import Path
 
+        from mindio_adaptor.core.dump_dir import iteration_dir_name
+
         self._record("save_checkpoint_for_full_job", step, flops, list(members), world_size)
-        directory = Path(save_dir) / f"iter_{step:07d}"
+        directory = Path(save_dir) / iteration_dir_name(step)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / f"rank{self.margs.rank}.pt").write_text(f"step {step}")
 
