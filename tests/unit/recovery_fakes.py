@@ -67,6 +67,8 @@ class FakeMegatron:
     def set_iteration_state(self, snap):
         self._record("set_iteration_state", snap.iteration)
         self.margs.iteration, self.margs.consumed_train_samples = snap.iteration, snap.consumed_train_samples
+        self.margs.skipped_train_samples = snap.skipped_train_samples
+        self.margs.num_floating_point_operations_so_far = snap.floating_point_operations
 
     def set_data_position(self, snap):
         self._record("set_data_position", snap.iteration)

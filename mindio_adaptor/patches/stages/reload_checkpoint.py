@@ -23,9 +23,10 @@ def reload_checkpoint(session, megatron, action) -> int:
     iteration, flops = megatron.load_checkpoint_of_step(job.model, job.optimizer, job.scheduler, step)
     if iteration != step:
         raise RuntimeError(f"asked to reload the checkpoint of step {step} from {margs.save}; loaded step {iteration}")
-    margs.iteration, margs.num_floating_point_operations_so_far = iteration, flops
+    # The load set the data position; the step and FLOP count it returned go in through the facade's door
     session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
                                   megatron.rng_states())
+    megatron.set_iteration_state(session.latest)
     job.completed_steps.append(step)
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"reload of step {step}"), step)
