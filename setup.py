@@ -6,7 +6,7 @@ import sys
 import sysconfig
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 # Compile the C++ files in parallel (MINDIO_BUILD_JOBS, default: every core).
 ParallelCompile("MINDIO_BUILD_JOBS", default=0).install()
@@ -43,6 +43,8 @@ if native_sources:
             define_macros=[("MINDIO_WITH_TLS", "1")] if WITH_TLS else [],
         )
     )
+# C, apart from the C++ module: it reads CPython's internal headers, which do not build as C++.
+ext_modules.append(Extension("mindio_adaptor._fork_guard", ["csrc/fork_guard/fork_guard.c"], extra_compile_args=["-O2", "-Wall"]))
 
 setup(
     name="mindio_adaptor",

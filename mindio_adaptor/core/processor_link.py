@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 from mindio_adaptor import _native
+from mindio_adaptor.core import fork_safety
 from mindio_adaptor.core.enums import Action, RepairType, ReportState
 
 # Actions a rank needs no handler for: the native processor records them itself.
@@ -123,6 +124,7 @@ class ProcessorLink:
 
     def __init__(self, rank: int, world_size: int, allow_replacement: bool = False):
         self.rank, self.world_size = rank, world_size
+        fork_safety.guard_forks()  # the processor's threads enter Python
         self.native = _native.Processor(rank, world_size)
         if self.native.restarted() and not allow_replacement:
             raise ValueError(f"rank {rank}: MINDIO_RESTARTED=1 marks a restarted process, which only process "

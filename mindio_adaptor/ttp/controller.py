@@ -8,6 +8,7 @@ import threading
 from typing import Callable, Dict, Optional
 
 from mindio_adaptor import _native
+from mindio_adaptor.core import fork_safety
 from mindio_adaptor.core.tls_config import tls_link
 from mindio_adaptor.ttp.fault_policy import DEFAULT_TIMEOUT_S, PolicySpec, check_timeout, make_policy
 
@@ -58,6 +59,7 @@ def tft_init_controller(rank: int, world_size: int, enable_local_copy: bool = Fa
     with _lock:
         if _controller is not None:
             raise RuntimeError("a controller already exists in this process; call tft_destroy_controller() first")
+        fork_safety.guard_forks()  # the controller's threads call back into Python
         _controller = _native.Controller(rank, world_size, retry=enable_uce, recover=bool(enable_arf),
                                          term=0 if backup else 1, elastic=bool(enable_scale_in))
         for action, func in _cluster_callbacks.items():
