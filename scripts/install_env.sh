@@ -28,4 +28,4 @@ for version in 0.17.0 0.18.0; do
     fi
 done
 $PY -m pip install -q --no-build-isolation --no-deps -e .
-$PY -c "import importlib.metadata as m, mindio_adaptor._native; print('mindio_adaptor', m.version('mindio_adaptor'), 'with megatron-core', m.version('megatron-core'), 'and torch', m.version('torch'))"
+$PY -c "import importlib.metadata as m, mindio_adaptor._native, mindio_adaptor._fork_guard; print('mindio_adaptor', m.version('mindio_adaptor'), 'with megatron-core', m.version('megatron-core'), 'and torch', m.version('torch'))"
