@@ -101,9 +101,10 @@ class NodeAgent:
 
     def _watch(self) -> Outcome:
         try:
-            self.controller.start()
-            self._controllers_env = controllers_env(self.config, self.store)
-            self._start_generation(self.store.generation(), replacing=self.store.replacing)
+            generation = self.store.generation()
+            self.controller.start(generation)
+            self._controllers_env = controllers_env(self.config, self.store, generation)
+            self._start_generation(generation, replacing=self.store.replacing)
             while True:
                 self.controller.check()
                 self._refill_warm_when_due()
@@ -320,9 +321,16 @@ class NodeAgent:
         if generation <= self.generation or self.ended:
             return False
         self.log.info("another node restarts the whole group: generation %d", generation)
-        if self._stop_for_group_restart():
-            self._start_generation(generation)
+        self._restart_group(generation)
         return True
+
+    def _restart_group(self, generation: int) -> None:
+        """This node's part of a group restart into `generation`: the controllers of the earlier one stopped
+        first (launch/controllers), then the workers, then a new controller and new workers."""
+        self.controller.stand_down(generation)
+        if self._stop_for_group_restart():
+            self.controller.start(generation)
+            self._start_generation(generation)
 
     def _stop_for_group_restart(self) -> bool:
         """Stop every local worker for a group restart; False when the restart must not start: a worker
@@ -388,8 +396,7 @@ class NodeAgent:
         elif verdict is Verdict.RESTART_GROUP:
             self.log.info("%s; restarting the whole group (group restart %d of %d)", what, self.generation + 1,
                           self.config.max_restarts)
-            if self._stop_for_group_restart():
-                self._start_generation(self.store.request_restart(self.generation))
+            self._restart_group(self.store.request_restart(self.generation))
         else:
             return self._give_up(what)
         return None

@@ -14,6 +14,14 @@ of the new leader in every processor's list, and a process that registers for th
 replacement) could reach it first; the controller refuses such a registration (term 0 never makes a
 backup take over), but a list that only grows shorter keeps the leader easy to find. With K
 controllers the job survives K-1 losses of the leading one.
+
+A group restart gives the job new controllers, as it gives it a new workers' store. The old ones are in the
+old generation's recovery (a replacement that never came, say): each counted every survivor the restart
+stopped as one more fault, and ended the job, which then was never restarted; and the new generation's
+processes met controllers that had ended or led nothing. So every hosting launcher stops its controller
+first and says so under the new generation; every launcher stops its workers only when all hosting nodes
+have said so (bounded: a lost node never does), so that no controller acts on the stop; each hosting
+launcher then starts a new controller, whose address is published under the new generation.
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 from typing import Dict, List, Optional
 
@@ -33,10 +42,17 @@ from mindio_adaptor.launch.config import LaunchConfig
 
 START_TIMEOUT_S = 60.0  # a controller process imports the native module and listens within this
 STOP_GRACE_S = 10.0
+# How long a group restart waits for every hosting node to stop its controller: each follows the new generation
+# within its --monitor-interval and stops its controller within STOP_GRACE_S; a lost node never answers.
+STAND_DOWN_WAIT_S = 2 * STOP_GRACE_S
 
 
-def controller_key(node: int) -> str:
-    return f"controller/{node}"
+def controller_key(node: int, generation: int) -> str:
+    return f"generation/{generation}/controller/{node}"
+
+
+def _stood_down_key(node: int, generation: int) -> str:
+    return f"generation/{generation}/controller/{node}/stood_down"  # node's controller of earlier generations stopped
 
 
 class ControllerStartError(RuntimeError):
@@ -63,6 +79,7 @@ class HostedController:
         self.config, self.store, self.log = config, store, log
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
+        self.joined_generation: Optional[int] = None  # the generation this launcher started into
 
     @property
     def hosted(self) -> bool:
@@ -76,19 +93,23 @@ class HostedController:
         """This launcher replaced a lost controller-hosting node and hosts its slot again."""
         return self.hosted and self.store.replacing
 
-    def start(self) -> None:
-        """Start this node's controller and publish its address (node 0 first chooses the token). A
-        replacement's is a backup whatever its node: the job already has a leader."""
+    def start(self, generation: int) -> None:
+        """Start this node's controller for `generation` and publish its address (node 0 first chooses the
+        token). A replacement's is a backup whatever its node, in the generation it joined: the job already
+        has a leader there. A later generation's controllers are all new, node 0's the active one."""
+        if self.joined_generation is None:
+            self.joined_generation = generation
         if not self.hosted:
             return
-        backup = self.config.node_rank > 0 or self.rehosts
+        backup = self.config.node_rank > 0 or (self.rehosts and generation == self.joined_generation)
         self.proc = subprocess.Popen(self._command(backup), env={**os.environ, ENV_TOKEN: self.store.token},
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.port = self._listening_port()
         threading.Thread(target=self._forward_output, daemon=True).start()
-        self.store.store.set(controller_key(self.config.node_rank), f"{reachable_host(self.config)}:{self.port}")
-        self.log.info("%s controller started as pid %d on port %d%s%s", "backup" if backup else "active",
-                      self.proc.pid, self.port, f", slot {self.config.node_rank} of the list hosted again "
+        self.store.store.set(controller_key(self.config.node_rank, generation),
+                             f"{reachable_host(self.config)}:{self.port}")
+        self.log.info("%s controller started as pid %d on port %d%s%s%s", "backup" if backup else "active",
+                      self.proc.pid, self.port, f" for generation {generation}" if generation else "", f", slot {self.config.node_rank} of the list hosted again "
                       f"(the lost node's)" if self.rehosts else "",
                       ", its link TLS 1.3 with the job's certificate" if TlsConfig.from_env() else "")
 
@@ -126,6 +147,28 @@ class HostedController:
                       "it is not started again", self.proc.pid, describe(self.proc.returncode))
         self.proc = None
 
+    def stand_down(self, generation: int) -> None:
+        """A group restart into `generation`: stop this node's controller of the earlier one (where it hosts
+        one), say so, and wait until every hosting node has (bounded by STAND_DOWN_WAIT_S). Every launcher
+        waits, hosting or not, before it stops its workers: a controller still running would count each
+        stopped rank as a fault and end the job."""
+        if not self.config.controllers:
+            return
+        if self.hosted:
+            pid = self.proc.pid if self.proc else None
+            self.stop()
+            self.store.store.set(_stood_down_key(self.config.node_rank, generation), "1")
+            self.log.info("group restart: this node's controller of the earlier generation %s",
+                          f"(pid {pid}) stopped" if pid else "had ended already")
+        keys = [_stood_down_key(node, generation) for node in range(self.config.controllers)]
+        deadline = time.monotonic() + STAND_DOWN_WAIT_S
+        while not self.store.store.check(keys) and time.monotonic() < deadline:
+            time.sleep(self.config.monitor_interval)
+        missing = [node for node, key in enumerate(keys) if not self.store.store.check([key])]
+        if missing:
+            self.log.info("group restart: nodes %s did not say within %.0f s that their controller stopped; "
+                          "going on", missing, STAND_DOWN_WAIT_S)
+
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
@@ -138,21 +181,21 @@ class HostedController:
             proc.wait(timeout=STOP_GRACE_S)
 
 
-def controllers_env(config: LaunchConfig, store) -> Dict[str, str]:
-    """What every worker gets when the launchers host the controllers: the list in node order (waits,
-    bounded by the rendezvous timeout, for every hosting node to publish)."""
+def controllers_env(config: LaunchConfig, store, generation: int) -> Dict[str, str]:
+    """What every worker of `generation` gets when the launchers host the controllers: the list in node order
+    (waits, bounded by the rendezvous timeout, for every hosting node to publish)."""
     if not config.controllers:
         return {}
-    keys = [controller_key(node) for node in range(config.controllers)]
+    keys = [controller_key(node, generation) for node in range(config.controllers)]
     store.store.wait(keys, timedelta(seconds=config.rdzv_timeout))
     return {ENV_CONTROLLER: ",".join(store.store.get(key).decode() for key in keys)}
 
 
 
-def controllers_keys(env: Dict[str, str]) -> Dict[str, str]:
-    """The launchers' store keys that `env` (what controllers_env returned) was read from: what a launcher
-    writes back into the fresh store of a new node 0, which then gives its workers the same list."""
+def controllers_keys(env: Dict[str, str], generation: int) -> Dict[str, str]:
+    """The launchers' store keys that `env` (what controllers_env returned for `generation`) was read from: what
+    a launcher writes back into the fresh store of a new node 0, which then gives its workers the same list."""
     if not env:
         return {}
     addresses = env[ENV_CONTROLLER].split(",")
-    return {controller_key(node): address for node, address in enumerate(addresses)}
+    return {controller_key(node, generation): address for node, address in enumerate(addresses)}

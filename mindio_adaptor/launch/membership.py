@@ -44,7 +44,7 @@ def current(config, store, generation: int, known: Membership) -> Membership:
     nothing newer can be known) or has no port of the generation yet (a new node 0 has not opened it)."""
     try:
         port = store.generation_port(generation)
-        lists = {**controllers_env(config, store), **store.worker_stores(generation)}
+        lists = {**controllers_env(config, store, generation), **store.worker_stores(generation)}
     except DistError:
         return known
     return Membership(port or known.master_port, lists)

@@ -92,7 +92,8 @@ def rejoin_entries(node: int, members: str, owner_value: str, generation: int, n
                (node_liveness.owner_key(node), owner_value, True), (_key_node(node), "1", True),
                # A node's own slot is written over whatever another launcher wrote back first: only the node
                # knows where its controller and store are now (a replaced node re-hosts them).
-               *((key, value, key != controller_key(node)) for key, value in controllers_keys(controllers).items()),
+               *((key, value, key != controller_key(node, generation))
+                 for key, value in controllers_keys(controllers, generation).items()),
                *((key, value, key != _key_store(generation, node))
                  for key, value in stores_keys(generation, stores).items())]
     if controller_ended:

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]
 STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
 TOKEN = "forged-store-values-job-token"  # given, so that the test can look for it in the stores
-FORGED = ["end", "controller_end", "generation", "node/1/owner", "node/1/lifeline", "node/1/done", "controller/0"]
+FORGED = ["end", "controller_end", "generation", "node/1/owner", "node/1/lifeline", "node/1/done",
+          "generation/0/controller/0"]
 
 
 class Planted:
@@ -69,11 +70,12 @@ class Stranger:
         return [self.read(f"generation/0/store/{node}").split(b"\n")[0].decode() for node in (0, 1)]
 
     def forge(self, planted_dir: Path) -> None:
-        for key in ("controller/0", "controller/1", "node/0/lifeline", "node/1/lifeline", "node/1/owner", "controller/token"):
+        for key in ("generation/0/controller/0", "generation/0/controller/1", "node/0/lifeline", "node/1/lifeline",
+                    "node/1/owner", "controller/token"):
             self.read(key)
         forged = {"end": "a stranger says the job ends", "controller_end": "1", "generation": "7",
                   "node/1/owner": "2:forged", "node/1/lifeline": f"1:127.0.0.1:{refusing_address()}",
-                  "node/1/done": "1", "controller/0": "127.0.0.1:1"}
+                  "node/1/done": "1", "generation/0/controller/0": "127.0.0.1:1"}
         for key, value in forged.items():
             self.store.set(key, value)
         bomb = pickle.dumps(Planted(str(planted_dir)))
@@ -169,4 +171,4 @@ def test_the_token_is_in_no_store(forged_run):
     _, stranger, _ = forged_run
     assert stranger.seen["controller/token"] == b""
     assert all(TOKEN.encode() not in value for value in stranger.seen.values()), stranger.seen
-    assert stranger.seen["controller/0"] and stranger.seen["node/0/lifeline"]  # they were there to read
+    assert stranger.seen["generation/0/controller/0"] and stranger.seen["node/0/lifeline"]  # they were there to read

@@ -39,8 +39,9 @@ def test_a_store_listening_is_told_from_a_closed_port():
 
 def test_the_controllers_keys_come_back_in_node_order_without_the_token():
     env = {ENV_CONTROLLER: "10.0.0.1:7000,10.0.0.2:7001", ENV_TOKEN: "t0k"}
-    assert controllers_keys(env) == {"controller/0": "10.0.0.1:7000", "controller/1": "10.0.0.2:7001"}
-    assert controllers_keys({}) == {}
+    assert controllers_keys(env, 2) == {"generation/2/controller/0": "10.0.0.1:7000",
+                                     "generation/2/controller/1": "10.0.0.2:7001"}
+    assert controllers_keys({}, 0) == {}
 
 
 def entries(**overrides):
@@ -67,7 +68,7 @@ def test_a_controller_end_and_the_controllers_come_back():
     env = {ENV_CONTROLLER: "h:1,h:2", ENV_TOKEN: "t"}
     written = entries(controller_ended=True, controllers=env)
     assert (CONTROLLER_END, "1", False) in written
-    assert {("controller/0", "h:1", True), ("controller/1", "h:2", False)} <= set(written)
+    assert {("generation/3/controller/0", "h:1", True), ("generation/3/controller/1", "h:2", False)} <= set(written)
     assert not any("token" in key or value == "t" for key, value, _ in written)  # never in a store
     assert not any(key == CONTROLLER_END for key, *_ in entries())
 

@@ -112,7 +112,7 @@ def launcher(max_restarts=3):
     store = node_store.store = node_store.sealed(PrefixStore("r", master))
     node_store.incarnation = 1
     for node in (0, 1):
-        store.set(controller_key(node), f"127.0.0.1:{7000 + node}")
+        store.set(controller_key(node, 0), f"127.0.0.1:{7000 + node}")
         store.set(f"generation/0/store/{node}", f"127.0.0.1:{6000 + node}")
     store.set("generation/0/port", "6000")
     agent = NodeAgent(config, node_store, logging.getLogger("test_restart_loop"), None)
@@ -136,7 +136,7 @@ def test_unreachable_with_unchanged_lists_is_not_rebooted_and_with_changed_ones_
     assert reason.startswith("its process reached none of the job's stores or controllers (exit code 88 "
                              "(JOB_UNREACHABLE)), and the launchers' store names the same ones now:")
     assert "MINDIO_STORE_ADDRS=127.0.0.1:6000,127.0.0.1:6001" in reason
-    agent.store.store.set(controller_key(0), "127.0.0.1:7100")  # a new node 0 re-hosted slot 0 meanwhile
+    agent.store.store.set(controller_key(0, 0), "127.0.0.1:7100")  # a new node 0 re-hosted slot 0 meanwhile
     assert agent._no_blind_reboot(worker, JOB_UNREACHABLE) == ""
 
 

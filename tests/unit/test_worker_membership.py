@@ -41,7 +41,7 @@ def launcher(store, node, incarnation=1, port=0):
 
 
 def publish_controller(agent, address):
-    agent.store.store.set(controller_key(agent.config.node_rank), address)
+    agent.store.store.set(controller_key(agent.config.node_rank, agent.generation), address)
 
 
 def first_generation(*agents):
