@@ -8,7 +8,9 @@ after the log line of a random step (so they land in every phase of a step):
   stall  a rank's worker SIGSTOPped for 3-8 s, then SIGCONT
   node   a node lost: its launcher and workers SIGKILLed; a new launcher with its node rank is started
          --replace-after s later, as a rescheduled pod would be. Node 0 (the host of the launchers' store)
-         only with --node0 (or in a --sequence).
+         only with --node0 (or in a --sequence). With --standby a standby launcher waits beside the job,
+         its workers warm: it takes the place of a lost node other than node 0 at once, and the new launcher
+         started --replace-after s later is the next standby.
 One fault per --every s of training at --step-s a step (or --count), spread over the run; a fault waits for the
 step it follows, so it never lands before the previous one recovered.
 
@@ -174,16 +176,19 @@ class Log:
 
 def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_s: float = 0.6,
          replace_after: float = 3.0, quiet_limit: float = 300.0, flags: Sequence[str] = FLAGS,
-         spare_workers: int = 0) -> Soak:
+         spare_workers: int = 0, standby: bool = False) -> Soak:
     """Train `steps` steps on two nodes, injecting `faults` in order; every launcher's exit code is kept
-    (node -> its launchers' codes, in start order). `spare_workers`: warm workers per launcher (a killed rank's
-    replacement is one of them, its imports and model build done)."""
+    (node -> its launchers' codes, in start order; "standby": the standby that was not needed). `spare_workers`:
+    warm workers per launcher (a killed rank's replacement is one of them, its imports and model build done).
+    `standby`: a standby launcher beside the job, which takes the place of a lost node other than node 0."""
     log = Log()
     launch_flags = [*LAUNCH_FLAGS, *(["--spare-workers", str(spare_workers)] if spare_workers else [])]
     cluster = LocalCluster([*flags, *model_flags], nnodes=NNODES, nproc_per_node=NPROC_PER_NODE, train_iters=steps,
                            env=ENV, launch_flags=launch_flags, on_line=log)
     soak = Soak(faults)
     nodes = {node: [cluster.start_node("--node-rank", str(node))] for node in range(NNODES)}
+    if standby:
+        nodes["standby"] = [cluster.start_node("--standby")]
     stopped = ""  # why the faults left were not injected
     for fault in faults:
         stopped = log.wait_for_step(fault.after_step, cluster, quiet_limit)
@@ -210,8 +215,14 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
     if fault.kind == "node":
         fault.at = time.monotonic()
         cluster.lose_node(nodes[fault.target][-1])
-        time.sleep(replace_after)
-        nodes[fault.target].append(cluster.start_node("--node-rank", str(fault.target)))
+        waiting = nodes.get("standby", [])
+        if waiting and fault.target != 0:  # the standby takes the node's place; the scheduler sends the next one
+            nodes[fault.target].append(waiting.pop())
+            time.sleep(replace_after)
+            waiting.append(cluster.start_node("--standby"))
+        else:
+            time.sleep(replace_after)
+            nodes[fault.target].append(cluster.start_node("--node-rank", str(fault.target)))
         fault.ended = time.monotonic()
         return
     worker = cluster.worker_of(fault.target)
@@ -330,6 +341,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "launcher")
     parser.add_argument("--spare-workers", type=int, default=0, help="warm workers kept by each launcher "
                         "(mindio-adaptor launch --spare-workers): a killed rank is replaced by one of them")
+    parser.add_argument("--standby", action="store_true", help="a standby launcher (mindio-adaptor launch --standby) "
+                        "beside the job, its workers warm, takes the place of a lost node other than node 0")
     parser.add_argument("--log-dir", help="keep each run's whole output there")
     args = parser.parse_args(argv)
     kinds = args.faults.split(",")
@@ -343,7 +356,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results = {}
     for title, faults in plans.items():
         print(f"\n{title}: {', '.join(f.name() for f in faults)}", flush=True)
-        soak = play(faults, args.steps, model_flags, step_s, args.replace_after, spare_workers=args.spare_workers)
+        soak = play(faults, args.steps, model_flags, step_s, args.replace_after, spare_workers=args.spare_workers,
+                    standby=args.standby)
         if args.log_dir:
             os.makedirs(args.log_dir, exist_ok=True)
             with open(os.path.join(args.log_dir, re.sub(r"\W+", "_", title) + ".log"), "w") as out:
