@@ -19,9 +19,15 @@ from typing import Dict, Optional, Set
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "mindio_adaptor"
 
 
+# The package's compiled modules (setup.py): imported as `from mindio_adaptor import _native`, they are modules
+# of their own, which import nothing of the package, not names inside the package's __init__.
+NATIVE_MODULES = ("_native", "_fork_guard")
+
+
 def module_names(package_dir: Path = PACKAGE_DIR) -> Dict[str, Path]:
-    """Dotted module name -> source file, for every .py file of the package."""
-    names = {}
+    """Dotted module name -> source file, for every .py file of the package (a compiled module: its
+    package's folder)."""
+    names = {f"{package_dir.name}.{native}": package_dir for native in NATIVE_MODULES}
     for path in package_dir.rglob("*.py"):
         parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
@@ -58,6 +64,9 @@ def import_graph(package_dir: Path = PACKAGE_DIR) -> Dict[str, Set[str]]:
     modules = module_names(package_dir)
     graph: Dict[str, Set[str]] = {}
     for name, path in modules.items():
+        if path.is_dir():  # a compiled module
+            graph[name] = set()
+            continue
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets = set(_imported_modules(ast.parse(path.read_text()), package, modules))
         graph[name] = {t for t in targets if t and t != name}

@@ -56,6 +56,24 @@ def current_iteration() -> int:
     return getattr(args(), "curr_iteration", 0) + 1
 
 
+def set_rank(rank: int, world_size: int = None, local_rank: int = None, margs=None) -> None:
+    """Megatron's arguments at this process's rank in a world that changed (a resize, a warm spare taking its
+    rank); `margs`: arguments still being parsed, before Megatron holds them."""
+    margs = margs if margs is not None else args()
+    margs.rank = rank
+    if world_size is not None:
+        margs.world_size = world_size
+    if local_rank is not None:
+        margs.local_rank = local_rank
+
+
+def set_parallel_sizes(data_parallel: int, replicas: int) -> None:
+    """Megatron's data-parallel size and distributed-optimizer instance count (the replicas) at a resize."""
+    margs = args()
+    margs.data_parallel_size = data_parallel
+    margs.num_distributed_optimizer_instances = replicas
+
+
 def set_iteration_state(snapshot: StepSnapshot) -> None:
     """Megatron's arguments at the snapshot's step, as a resume from a checkpoint of it sets them."""
     margs = args()
@@ -439,6 +457,31 @@ def load_checkpoint_of_step(model, optimizer, scheduler, step: int) -> tuple:
         return load_checkpoint(model, optimizer, scheduler, load_arg="save")
     finally:
         margs.ckpt_step = pinned
+
+
+@contextlib.contextmanager
+def loading_from(root, step):
+    """Megatron's arguments while a model is built again (setup_model_and_optimizer) from the checkpoint of
+    `step` under `root` (None: from nothing), as a full load of it: the optimizer and RNG too, not a finetune.
+    The consumed sample counts are zero meanwhile (megatron-core 0.12's load asserts that no sample was
+    consumed yet, and sets them from the checkpoint); where the load set none, they come back as they were."""
+    margs = args()
+    names = ("load", "ckpt_step", "finetune", "no_load_optim", "no_load_rng", "pretrained_checkpoint")
+    counts = ("consumed_train_samples", "skipped_train_samples", "consumed_valid_samples")
+    pinned = {name: getattr(margs, name, None) for name in names}
+    consumed = {name: getattr(margs, name) for name in counts}
+    for name, value in zip(names, (root, step, False, False, False, None)):
+        setattr(margs, name, value)
+    for name in counts:
+        setattr(margs, name, 0)
+    try:
+        yield margs
+    finally:
+        for name, value in pinned.items():
+            setattr(margs, name, value)
+        if all(getattr(margs, name) == 0 for name in counts):
+            for name, value in consumed.items():
+                setattr(margs, name, value)
 
 
 def save_checkpoint_for_full_job(step: int, model, optimizer, scheduler, flops: float, save_dir: str,

@@ -50,8 +50,7 @@ def refuse_unsupported(margs, layout) -> None:
 def apply_sizes(plan: ScaleInPlan, old_rank: int, init_call: tuple) -> tuple:
     """Megatron's arguments and micro-batch calculator at the plan's sizes (the world is rebuilt already);
     returns the job's initialize_model_parallel call with the plan's optimizer replica count."""
-    margs = megatron_job.args()
-    margs.rank, margs.world_size = plan.new_rank(old_rank), len(plan.survivors)
+    megatron_job.set_rank(plan.new_rank(old_rank), len(plan.survivors))
     if plan.uneven:
         return resize_uneven(plan, init_call)
     return resize(plan.new_dp, plan.new_replicas, plan.num_microbatches, init_call, ScaleInRefused)
@@ -63,15 +62,9 @@ def resize_uneven(plan: ScaleInPlan, init_call: tuple) -> tuple:
     index in its data-parallel list: with TP x DP (PP = 1) and TP innermost, new rank // TP."""
     margs = megatron_job.args()
     dp_rank = margs.rank // margs.tensor_model_parallel_size
-    set_parallel_sizes(plan.new_dp, plan.new_replicas)
+    megatron_job.set_parallel_sizes(plan.new_dp, plan.new_replicas)
     uneven_batches.install(plan.split, dp_rank)
     return with_replicas(init_call, plan.new_replicas)
-
-
-def set_parallel_sizes(data_parallel: int, replicas: int) -> None:
-    margs = megatron_job.args()
-    margs.data_parallel_size = data_parallel
-    margs.num_distributed_optimizer_instances = replicas
 
 
 def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: tuple, refused) -> tuple:
@@ -81,7 +74,7 @@ def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: 
     calculator disagrees with the plan."""
     reconfigure_num_microbatches_calculator, get_num_microbatches = microbatch_calculator()
     margs = megatron_job.args()
-    set_parallel_sizes(data_parallel, replicas)
+    megatron_job.set_parallel_sizes(data_parallel, replicas)
     # seq_length: a parameter since megatron-core 0.13 at the latest (0.12 has none)
     extra = ({"seq_length": margs.seq_length} if has_parameter(reconfigure_num_microbatches_calculator, "seq_length")
              else {})
@@ -144,24 +137,11 @@ def rebuild(job, root, step) -> tuple:
     if job.setup_call is None:
         raise ScaleInRefused("the job's setup_model_and_optimizer call was not recorded: nothing to build the "
                              "model again with")
-    margs = megatron_job.args()
     old_model, old_optimizer, old_scheduler = job.model, job.optimizer, job.scheduler
     old_config = get_model_config(old_model[0])
     call_args, call_kwargs = with_current_groups(*job.setup_call)
-    pinned = (margs.load, getattr(margs, "ckpt_step", None), margs.finetune, margs.no_load_optim, margs.no_load_rng,
-              getattr(margs, "pretrained_checkpoint", None))
-    (margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng,
-     margs.pretrained_checkpoint) = root, step, False, False, False, None
-    # megatron-core 0.12's load asserts that no sample was consumed yet, and sets the counts from the checkpoint
-    consumed = (margs.consumed_train_samples, margs.skipped_train_samples, margs.consumed_valid_samples)
-    margs.consumed_train_samples = margs.skipped_train_samples = margs.consumed_valid_samples = 0
-    try:
+    with megatron_job.loading_from(root, step):
         model, optimizer, scheduler = training.setup_model_and_optimizer(*call_args, **call_kwargs)
-    finally:
-        (margs.load, margs.ckpt_step, margs.finetune, margs.no_load_optim, margs.no_load_rng,
-         margs.pretrained_checkpoint) = pinned
-        if (margs.consumed_train_samples, margs.skipped_train_samples, margs.consumed_valid_samples) == (0, 0, 0):
-            (margs.consumed_train_samples, margs.skipped_train_samples, margs.consumed_valid_samples) = consumed
     new_config = get_model_config(model[0])
     for name in TRAIN_LOOP_CONFIG_FIELDS:
         setattr(new_config, name, getattr(old_config, name, None))
@@ -169,6 +149,7 @@ def rebuild(job, root, step) -> tuple:
     take_place_of(old_optimizer, optimizer)
     take_place_of(old_scheduler, scheduler)
     job.model, job.optimizer, job.scheduler = old_model, old_optimizer, old_scheduler
+    margs = megatron_job.args()
     return margs.iteration, margs.num_floating_point_operations_so_far
 
 

@@ -18,9 +18,8 @@ def plan_for(scale_in_plan, returned) -> ScaleOutPlan:
 def take_original_rank(plan: ScaleOutPlan) -> int:
     """A survivor's arguments at its original rank and world (before the world is rebuilt on them);
     returns the rank it had in the scaled-in job."""
-    margs = megatron_job.args()
-    current = margs.rank
-    margs.rank, margs.world_size = plan.original_rank(current), plan.world_size
+    current = megatron_job.args().rank
+    megatron_job.set_rank(plan.original_rank(current), plan.world_size)
     return current
 
 

@@ -25,7 +25,7 @@ def runs_ahead(margs, accelerator: bool = None) -> bool:
 def stand_in(margs) -> None:
     """Megatron took the rank from RANK, which a warm spare has not: it parses its arguments as the stand-in."""
     if warm_assignment.provisional():
-        margs.rank = warm_assignment.stand_in_rank()
+        megatron_job.set_rank(warm_assignment.stand_in_rank(), margs=margs)
 
 
 def rank_before_the_world(bound_rank: int) -> int:
@@ -44,8 +44,7 @@ def adopt(built_to: str) -> int:
     rank = warm_assignment.adopt(assignment, built_to)
     margs = megatron_job.args_if_parsed()
     if margs is not None:
-        margs.rank = rank
-        margs.local_rank = int(assignment["env"].get("LOCAL_RANK", margs.local_rank or 0))
+        megatron_job.set_rank(rank, local_rank=int(assignment["env"].get("LOCAL_RANK", margs.local_rank or 0)))
         if torch.cuda.is_available():  # Megatron set the stand-in's device right before creating the world
             torch.cuda.set_device(margs.local_rank)
     return rank

@@ -43,3 +43,21 @@ def test_core_never_imports_megatron():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "megatron"]
     assert offenders == []
+
+
+# The facade writes Megatron's arguments; so do the patches whose job is to change what Megatron reads there
+# at the moment it reads it (its argument parsing; the uneven data-parallel split's log and FLOPs).
+ARGS_WRITERS = {"patches/megatron_job.py", "patches/arguments.py", "patches/uneven_batches.py"}
+
+
+def test_only_the_facade_and_the_argument_patches_write_megatrons_arguments():
+    writers = set()
+    for path in (ROOT / "mindio_adaptor").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            flat = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+            if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "margs"
+                   for t in flat):
+                writers.add(str(path.relative_to(ROOT / "mindio_adaptor")))
+    assert writers <= ARGS_WRITERS, sorted(writers - ARGS_WRITERS)
