@@ -97,6 +97,16 @@ class RecoverySession:
             raise RuntimeError(f"asked to {purpose} step {step}, but this rank's last consistent snapshot is {have}")
         return self.latest
 
+    def resume_at(self, snapshot: StepSnapshot) -> None:
+        """A recovery put this rank's state at `snapshot`'s step (rolled back to it, took it from a peer,
+        reloaded it, resized at it): the last completed step is that one, and training goes on after it. The
+        one writer of both besides the step that completes: a rank ahead of the step had completed later
+        ones, whose completion must count again."""
+        self.latest = snapshot
+        steps = self.job.completed_steps
+        if not steps or steps[-1] != snapshot.iteration:
+            steps.append(snapshot.iteration)
+
     def is_behind(self, step: int) -> bool:
         """This rank has no snapshot of `step` (the repair step) of its own."""
         return self.latest is None or self.latest.iteration != step

@@ -119,9 +119,7 @@ def resume_at(session, megatron, snapshot: StepSnapshot, what: str) -> None:
     completed step, and the data iterators start again at Megatron's consumed samples, with the current
     data-parallel rank and size."""
     step = snapshot.iteration
-    session.latest = snapshot
-    if step not in session.job.completed_steps:
-        session.job.completed_steps.append(step)
+    session.resume_at(snapshot)
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"{what.replace(' ', '-')} at step {step}"), step)
 

@@ -24,10 +24,10 @@ def reload_checkpoint(session, megatron, action) -> int:
     if iteration != step:
         raise RuntimeError(f"asked to reload the checkpoint of step {step} from {margs.save}; loaded step {iteration}")
     # The load set the data position; the step and FLOP count it returned go in through the facade's door
-    session.latest = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
-                                  megatron.rng_states())
-    megatron.set_iteration_state(session.latest)
-    job.completed_steps.append(step)
+    snapshot = StepSnapshot(step, margs.consumed_train_samples, margs.skipped_train_samples, flops,
+                            megatron.rng_states())
+    megatron.set_iteration_state(snapshot)
+    session.resume_at(snapshot)
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"reload of step {step}"), step)
     logger.info("reloaded the checkpoint of step %d from %s in %.2f s", step, margs.save, time.monotonic() - started)

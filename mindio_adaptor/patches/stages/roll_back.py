@@ -44,8 +44,7 @@ def install_received_state(session, megatron, step: int):
         raise RuntimeError(f"received the state of step {snapshot.iteration}, asked to roll back to step {step}")
     megatron.set_iteration_state(snapshot)
     megatron.install_step_state(received, session.job.scheduler, session.job.optimizer)
-    session.latest = snapshot
-    session.job.completed_steps.append(step)
+    session.resume_at(snapshot)
     logger.info("took step %d's state (iteration, data position at sample %d, scheduler, RNG) from the "
                 "replica peer", step, snapshot.consumed_train_samples)
     return snapshot
