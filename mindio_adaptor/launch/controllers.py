@@ -101,7 +101,8 @@ class HostedController:
             self.joined_generation = generation
         if not self.hosted:
             return
-        backup = self.config.node_rank > 0 or (self.rehosts and generation == self.joined_generation)
+        hosting_again = self.rehosts and generation == self.joined_generation  # the lost node's slot, in its job
+        backup = self.config.node_rank > 0 or hosting_again
         self.proc = subprocess.Popen(self._command(backup), env={**os.environ, ENV_TOKEN: self.store.token},
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.port = self._listening_port()
@@ -109,8 +110,9 @@ class HostedController:
         self.store.store.set(controller_key(self.config.node_rank, generation),
                              f"{reachable_host(self.config)}:{self.port}")
         self.log.info("%s controller started as pid %d on port %d%s%s%s", "backup" if backup else "active",
-                      self.proc.pid, self.port, f" for generation {generation}" if generation else "", f", slot {self.config.node_rank} of the list hosted again "
-                      f"(the lost node's)" if self.rehosts else "",
+                      self.proc.pid, self.port, f" for generation {generation}" if generation else "",
+                      f", slot {self.config.node_rank} of the list hosted again (the lost node's)"
+                      if hosting_again else "",
                       ", its link TLS 1.3 with the job's certificate" if TlsConfig.from_env() else "")
 
     def _command(self, backup: bool) -> List[str]:
