@@ -35,14 +35,24 @@ def test_a_cycle_through_a_function_body_import_is_found(import_graph, tmp_path)
     assert sorted(import_graph.find_cycle(graph)) == ["pkg.a", "pkg.a", "pkg.b"]
 
 
-def test_core_never_imports_megatron():
+def megatron_imports(paths) -> list:
     offenders = []
-    for path in (ROOT / "mindio_adaptor" / "core").rglob("*.py"):
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "megatron"]
-    assert offenders == []
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "megatron"]
+    return offenders
+
+
+def test_core_never_imports_megatron():
+    assert megatron_imports((ROOT / "mindio_adaptor" / "core").rglob("*.py")) == []
+
+
+def test_patches_is_the_only_package_that_imports_megatron():
+    package = ROOT / "mindio_adaptor"
+    outside = [path for path in package.rglob("*.py") if path.relative_to(package).parts[0] != "patches"]
+    assert megatron_imports(outside) == []
 
 
 # The facade writes Megatron's arguments; so do the patches whose job is to change what Megatron reads there
