@@ -459,8 +459,63 @@ def load_checkpoint_of_step(model, optimizer, scheduler, step: int) -> tuple:
         margs.ckpt_step = pinned
 
 
+# --- building the model again at another size (a resize) -----------------------------------------
+
+# Set on the model config by train() (and read by Megatron's schedules from the model's own config).
+TRAIN_LOOP_CONFIG_FIELDS = ("grad_scale_func", "timers", "no_sync_func", "grad_sync_func", "param_sync_func",
+                            "finalize_model_grads_func")
+
+
+def microbatch_calculator():
+    """Megatron's global micro-batch calculator: (reconfigure, get_num_microbatches)."""
+    from megatron.core.num_microbatches_calculator import get_num_microbatches, reconfigure_num_microbatches_calculator
+
+    return reconfigure_num_microbatches_calculator, get_num_microbatches
+
+
+def setup_model_and_optimizer_again(setup_call, old_model, root, step) -> tuple:
+    """Megatron's setup_model_and_optimizer called again as the job called it (`setup_call`, recorded at
+    start), with the process groups as they are now, loaded from the checkpoint of `step` under `root` (None:
+    from nothing); what train() set on the old model's config is set on the new one. Returns (model,
+    optimizer, scheduler)."""
+    from megatron.core.utils import get_model_config
+    from megatron.training import training
+
+    call_args, call_kwargs = with_current_groups(*setup_call)
+    with _loading_from(root, step):
+        model, optimizer, scheduler = training.setup_model_and_optimizer(*call_args, **call_kwargs)
+    old_config, new_config = get_model_config(old_model[0]), get_model_config(model[0])
+    for name in TRAIN_LOOP_CONFIG_FIELDS:
+        setattr(new_config, name, getattr(old_config, name, None))
+    return model, optimizer, scheduler
+
+
+# Megatron caches checkpoint strategies (which hold the data-parallel group) in the checkpointing context.
+CACHED_CHECKPOINT_STRATEGIES = ("save_strategy", "load_strategy")
+
+
+def with_current_groups(call_args, call_kwargs) -> tuple:
+    """The recorded setup call with Megatron's process groups as they are now: pretrain() passes the
+    groups of the start as a ProcessGroupCollection, and its checkpointing context may hold strategies
+    built on them (the context is the one pretrain() keeps: it is cleared, not replaced). Its DDP
+    config takes the current optimizer instance count (the replicas, core/scale_in_plan)."""
+    call_kwargs = dict(call_kwargs)
+    if "pg_collection" in call_kwargs:
+        from megatron.core.process_groups_config import ProcessGroupCollection
+
+        call_kwargs["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()
+    ddp_config = getattr(call_kwargs.get("cfg_container"), "ddp", None)
+    if ddp_config is not None:  # built from the arguments at start: the replica count may have fallen since
+        ddp_config.num_distributed_optimizer_instances = args().num_distributed_optimizer_instances
+    context = call_kwargs.get("checkpointing_context")
+    for key in CACHED_CHECKPOINT_STRATEGIES:
+        if isinstance(context, dict):
+            context.pop(key, None)
+    return call_args, call_kwargs
+
+
 @contextlib.contextmanager
-def loading_from(root, step):
+def _loading_from(root, step):
     """Megatron's arguments while a model is built again (setup_model_and_optimizer) from the checkpoint of
     `step` under `root` (None: from nothing), as a full load of it: the optimizer and RNG too, not a finetune.
     The consumed sample counts are zero meanwhile (megatron-core 0.12's load asserts that no sample was

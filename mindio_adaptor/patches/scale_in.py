@@ -18,11 +18,6 @@ from mindio_adaptor.patches.recovery_session import StepSnapshot
 
 logger = logging.getLogger(__name__)
 
-# Set on the model config by train() (and read by Megatron's schedules from the model's own config).
-TRAIN_LOOP_CONFIG_FIELDS = ("grad_scale_func", "timers", "no_sync_func", "grad_sync_func", "param_sync_func",
-                            "finalize_model_grads_func")
-
-
 def plan_for(layout, lost) -> ScaleInPlan:
     """The scale-in after `lost` (global ranks), refused where this slice cannot do it."""
     margs = megatron_job.args()
@@ -72,7 +67,7 @@ def resize(data_parallel: int, replicas: int, num_microbatches: int, init_call: 
     calculator at a new size, the global batch size kept (a scale-in, or the scale-out back); returns the job's
     initialize_model_parallel call with the replica count. `refused`: the error raised when Megatron's
     calculator disagrees with the plan."""
-    reconfigure_num_microbatches_calculator, get_num_microbatches = microbatch_calculator()
+    reconfigure_num_microbatches_calculator, get_num_microbatches = megatron_job.microbatch_calculator()
     margs = megatron_job.args()
     megatron_job.set_parallel_sizes(data_parallel, replicas)
     # seq_length: a parameter since megatron-core 0.13 at the latest (0.12 has none)
@@ -90,13 +85,6 @@ def with_replicas(init_call: tuple, replicas: int) -> tuple:
     """The job's initialize_model_parallel call with `replicas` distributed-optimizer instances."""
     init_args, init_kwargs = init_call
     return init_args, {**init_kwargs, "num_distributed_optimizer_instances": replicas}
-
-
-def microbatch_calculator():
-    """Megatron's global micro-batch calculator: (reconfigure, get_num_microbatches)."""
-    from megatron.core.num_microbatches_calculator import get_num_microbatches, reconfigure_num_microbatches_calculator
-
-    return reconfigure_num_microbatches_calculator, get_num_microbatches
 
 
 def resume_at_checkpoint(session, megatron, step: int, what: str, refused) -> None:
@@ -129,50 +117,17 @@ def rebuild(job, root, step) -> tuple:
     checkpoint of `step` under `root` (with no `root`: loaded from nothing, freshly initialised, for a state
     that comes from elsewhere); they take the places of the job's old ones. Returns (iteration, FLOPs so
     far) as loaded (0, 0 without a checkpoint)."""
-    from megatron.core.utils import get_model_config
-    from megatron.training import training
-
     if job.setup_call is None:
         raise ScaleInRefused("the job's setup_model_and_optimizer call was not recorded: nothing to build the "
                              "model again with")
     old_model, old_optimizer, old_scheduler = job.model, job.optimizer, job.scheduler
-    old_config = get_model_config(old_model[0])
-    call_args, call_kwargs = with_current_groups(*job.setup_call)
-    with megatron_job.loading_from(root, step):
-        model, optimizer, scheduler = training.setup_model_and_optimizer(*call_args, **call_kwargs)
-    new_config = get_model_config(model[0])
-    for name in TRAIN_LOOP_CONFIG_FIELDS:
-        setattr(new_config, name, getattr(old_config, name, None))
+    model, optimizer, scheduler = megatron_job.setup_model_and_optimizer_again(job.setup_call, old_model, root, step)
     old_model[:] = model
     take_place_of(old_optimizer, optimizer)
     take_place_of(old_scheduler, scheduler)
     job.model, job.optimizer, job.scheduler = old_model, old_optimizer, old_scheduler
     margs = megatron_job.args()
     return margs.iteration, margs.num_floating_point_operations_so_far
-
-
-# Megatron caches checkpoint strategies (which hold the data-parallel group) in the checkpointing context.
-CACHED_CHECKPOINT_STRATEGIES = ("save_strategy", "load_strategy")
-
-
-def with_current_groups(call_args, call_kwargs) -> tuple:
-    """The recorded setup call with Megatron's process groups as they are now: pretrain() passes the
-    groups of the start as a ProcessGroupCollection, and its checkpointing context may hold strategies
-    built on them (the context is the one pretrain() keeps: it is cleared, not replaced). Its DDP
-    config takes the current optimizer instance count (the replicas, core/scale_in_plan)."""
-    call_kwargs = dict(call_kwargs)
-    if "pg_collection" in call_kwargs:
-        from megatron.core.process_groups_config import ProcessGroupCollection
-
-        call_kwargs["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()
-    ddp_config = getattr(call_kwargs.get("cfg_container"), "ddp", None)
-    if ddp_config is not None:  # built from the arguments at start: the replica count may have fallen since
-        ddp_config.num_distributed_optimizer_instances = megatron_job.args().num_distributed_optimizer_instances
-    context = call_kwargs.get("checkpointing_context")
-    for key in CACHED_CHECKPOINT_STRATEGIES:
-        if isinstance(context, dict):
-            context.pop(key, None)
-    return call_args, call_kwargs
 
 
 def take_place_of(old, new) -> None:

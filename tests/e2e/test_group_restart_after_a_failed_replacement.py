@@ -31,7 +31,7 @@ def test_the_group_restart_trains_to_the_uninterrupted_digest(restarted, referen
     run = restarted.require_success()
     reference, _ = reference_runs("ha")
     assert run.digest == reference.digest
-    assert {step: loss for step, loss in run.losses.items()} == reference.losses
+    assert run.losses == reference.losses
 
 
 def test_the_restart_loop_then_the_group_restart_with_new_controllers(restarted):

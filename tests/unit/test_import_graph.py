@@ -55,6 +55,21 @@ def test_patches_is_the_only_package_that_imports_megatron():
     assert megatron_imports(outside) == []
 
 
+# Inside patches/, Megatron is imported by the facade and by the patches whose job is its internals: the
+# optimizer-instance groups, the distributed optimizer, the release read from its files. Two more still do, and
+# are named here so that no third one joins them: uneven_batches (installs its own micro-batch calculator; the
+# facade imports it, so it cannot reach Megatron through the facade) and warm_spare (builds the datasets ahead
+# with the function its patch rows wrap).
+MEGATRON_IMPORTERS = {"megatron_job.py", "parallel_state.py", "optimizer_state.py", "megatron_versions.py",
+                      "uneven_batches.py", "warm_spare.py"}
+
+
+def test_inside_patches_only_the_facade_and_the_internals_patches_import_megatron():
+    patches = ROOT / "mindio_adaptor" / "patches"
+    importers = {str(path.relative_to(patches)) for path in patches.rglob("*.py") if megatron_imports([path])}
+    assert importers <= MEGATRON_IMPORTERS, sorted(importers - MEGATRON_IMPORTERS)
+
+
 # The facade writes Megatron's arguments; so do the patches whose job is to change what Megatron reads there
 # at the moment it reads it (its argument parsing; the uneven data-parallel split's log and FLOPs).
 ARGS_WRITERS = {"patches/megatron_job.py", "patches/arguments.py", "patches/uneven_batches.py"}

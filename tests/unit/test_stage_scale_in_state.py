@@ -94,7 +94,7 @@ def test_the_rebuild_call_takes_the_current_replica_count_and_drops_cached_strat
     monkeypatch.setattr(megatron_job, "args", lambda: SimpleNamespace(num_distributed_optimizer_instances=1))
     cfg = SimpleNamespace(ddp=SimpleNamespace(num_distributed_optimizer_instances=2))
     context = {"save_strategy": object(), "load_strategy": object(), "kept": 1}
-    call_args, call_kwargs = scale_in.with_current_groups(("model type",), {"cfg_container": cfg,
+    call_args, call_kwargs = megatron_job.with_current_groups(("model type",), {"cfg_container": cfg,
                                                                             "checkpointing_context": context})
     assert call_args == ("model type",) and call_kwargs["cfg_container"] is cfg
     assert cfg.ddp.num_distributed_optimizer_instances == 1  # tp2 x dp2 R=2 -> dp1: one instance
@@ -111,7 +111,7 @@ def test_the_parallel_state_call_takes_the_plan_replica_count(monkeypatch):
                             data_parallel_size=2, num_distributed_optimizer_instances=2)
     # Megatron's calculator is a process global: a stand-in that counts as it does.
     sizes = {}
-    monkeypatch.setattr(scale_in, "microbatch_calculator", lambda: (
+    monkeypatch.setattr(megatron_job, "microbatch_calculator", lambda: (
         lambda rank, ramp, gbs, mbs, dp, seq_length=None: sizes.update(n=gbs // (mbs * dp)), lambda: sizes["n"]))
     monkeypatch.setattr(megatron_job, "args", lambda: margs)
     assert scale_in.apply_sizes(plan, 0, init_call) == (
