@@ -420,6 +420,13 @@ def install_step_state(state: dict, scheduler, optimizer) -> None:
 
 # --- data position --------------------------------------------------------------------------------
 
+def build_datasets(provider) -> tuple:
+    """Megatron's train, valid and test datasets from `provider` (build_train_valid_test_datasets, as patched)."""
+    from megatron.training import training
+
+    return training.build_train_valid_test_datasets(provider)
+
+
 def iterator_at_sample(old, who: str):
     """A new iterator over `old`'s dataset from sample args.consumed_train_samples (Megatron's own
     sampler positions it, as a resume from a checkpoint does); `old`'s worker processes are shut down."""

@@ -97,13 +97,11 @@ def _record_dataset_provider(wrapped, instance, args, kwargs):
 
 
 def _build_datasets_ahead() -> None:
-    from megatron.training import training
-
     provider = _datasets["provider"]
     if provider is None:
         return
     started = time.monotonic()
-    _datasets["built"] = (provider, training.build_train_valid_test_datasets(provider))
+    _datasets["built"] = (provider, megatron_job.build_datasets(provider))
     logger.info("warm spare: datasets built ahead in %.2f s", time.monotonic() - started)
 
 

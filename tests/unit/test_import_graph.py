@@ -56,12 +56,11 @@ def test_patches_is_the_only_package_that_imports_megatron():
 
 
 # Inside patches/, Megatron is imported by the facade and by the patches whose job is its internals: the
-# optimizer-instance groups, the distributed optimizer, the release read from its files. Two more still do, and
-# are named here so that no third one joins them: uneven_batches (installs its own micro-batch calculator; the
-# facade imports it, so it cannot reach Megatron through the facade) and warm_spare (builds the datasets ahead
-# with the function its patch rows wrap).
+# optimizer-instance groups, the distributed optimizer, the release read from its files. One more still does,
+# named here so that no other joins it: uneven_batches (installs its own micro-batch calculator and reads the
+# arguments in its log patch; the facade imports it, so it cannot reach Megatron through the facade).
 MEGATRON_IMPORTERS = {"megatron_job.py", "parallel_state.py", "optimizer_state.py", "megatron_versions.py",
-                      "uneven_batches.py", "warm_spare.py"}
+                      "uneven_batches.py"}
 
 
 def test_inside_patches_only_the_facade_and_the_internals_patches_import_megatron():
