@@ -156,6 +156,7 @@ bool ActionEngine::collect_locked(std::unique_lock<std::mutex>& lock, bool inter
             for (int r : pending_->waiting) {
                 pending_->errors[r] = std::string("no reply to ") + action_name(pending_->kind) + " within " +
                                       std::to_string(timeout_ms) + " ms (handler time limit exceeded)";
+                ranks_.no_reply(r);
             }
             pending_->waiting.clear();
             return true;

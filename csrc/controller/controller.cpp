@@ -941,8 +941,10 @@ void Controller::run_flow(const Flow& flow, FaultContext& ctx, const std::string
     FlowRun run;
     run.reason = reason;
     for (const FlowStep& step : flow.steps) {
+        if (!lease_holds_within_flow()) return;
         std::string why = run_step(flow, step, ctx, run);
         if (why.empty()) continue;
+        if (!lease_holds_within_flow()) return;  // the fallback acts too
         if (scales_in_instead(flow, step)) return run_flow(flow_for(Strategy::ScaleIn), ctx, why);
         if (flow.fallback == Strategy::Dump) return run_flow(flow_for(Strategy::Dump), ctx, why);
         return exit_all(why, 499);

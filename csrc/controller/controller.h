@@ -132,7 +132,8 @@ private:
     void stop_leading_locked(const std::string& why);
     // The leader's lease (lease.h, controller_lease.cpp): whether it may act on its faults now; past the
     // grace without it, it stands down.
-    bool lease_allows_acting_locked();
+    bool lease_allows_acting_locked(const char* held = "their faults are held, not acted on,");
+    bool lease_holds_within_flow();  // false: this controller stood down (or stops): the flow ends
     std::vector<LeaseRank> lease_ranks_locked() const;
     int lease_grace_ms_locked() const;
     // While a takeover is not settled (takeover.h) no fault is acted on; settles it when it may.

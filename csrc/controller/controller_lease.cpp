@@ -11,6 +11,7 @@ constexpr const char* kLog = "controller";
 // How long a processor takes to notice a silent controller at the least (its I/O timeout): the ranks on
 // the other side of a partition need that long before a backup can hear from them.
 constexpr int kDetectionFloorMs = 5000;
+constexpr auto kLeaseTick = std::chrono::milliseconds(20);
 
 }  // namespace
 
@@ -18,10 +19,11 @@ std::vector<LeaseRank> Controller::lease_ranks_locked() const {
     std::vector<LeaseRank> view;
     view.reserve(ranks_.size());
     for (const RankEntry& r : ranks_) {
-        // A silent rank counts until the hang rule names it (declared dead): a process stalled for seconds on
-        // a busy host must not cost the lease, and a partition's silence reaches the leader's faults only
-        // through that rule anyway.
-        view.push_back({r.registered && r.connected && !r.dead, r.end_reported || r.finished || r.left || r.retired});
+        // A silent rank counts until the hang rule names it (declared dead), or until it lets an action's
+        // deadline pass in that silence (a partition that began during a recovery): a process stalled for
+        // seconds on a busy host must not cost the lease.
+        view.push_back({r.registered && r.connected && !r.dead && !r.unanswered,
+                        r.end_reported || r.finished || r.left || r.retired});
     }
     return view;
 }
@@ -35,7 +37,7 @@ int Controller::lease_grace_ms_locked() const {
     return std::max(kDetectionFloorMs, 3 * static_cast<int>(period));
 }
 
-bool Controller::lease_allows_acting_locked() {
+bool Controller::lease_allows_acting_locked(const char* held) {
     if (!backups_listed_ || state_ == State::Init) return true;
     const LeaseVerdict lease = judge_lease(lease_ranks_locked());
     const auto now = Clock::now();
@@ -52,8 +54,8 @@ bool Controller::lease_allows_acting_locked() {
         lease_lost_since_ = now;
         event_locked("lease_lost", lease.why);
         LOG_WARN(kLog, cfg_.rank, "term " << term_ << ": no lease: " << lease.why << ". A backup may lead them (a "
-                                          "partition looks like their death from here): their faults are held, not acted "
-                                          "on, for at most " << grace_ms << " ms");
+                                          "partition looks like their death from here): " << held << " for at most "
+                                          << grace_ms << " ms");
         return false;
     }
     auto held_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - *lease_lost_since_).count();
@@ -63,6 +65,19 @@ bool Controller::lease_allows_acting_locked() {
     LOG_ERROR(kLog, cfg_.rank, "this controller (term " << term_ << ") " << why << ": it no longer acts and closes "
                                    "its connections; its ranks try the next controller of their list");
     stop_leading_locked(why);
+    return false;
+}
+
+// A partition that begins during a recovery shows as ranks that let an action pass in silence. Before each
+// step of a flow, and before its fallback, the lease is judged as before a fault: held, the flow goes on;
+// lost, its next step waits as a held fault does, and if the lease does not come back this controller
+// stands down and the flow ends there, with no dump and no exit: the side that leads the majority acts alone.
+bool Controller::lease_holds_within_flow() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (not_leading_.empty() && !stopping_) {
+        if (lease_allows_acting_locked("the recovery under way is held before its next action")) return true;
+        cv_.wait_for(lock, kLeaseTick);
+    }
     return false;
 }
 

@@ -15,6 +15,7 @@ public:
     virtual uint64_t generation(int rank) const = 0;  // bumps on every (re-)registration
     virtual const char* gone(int rank) const = 0;     // why it will never reply (dead, left); null otherwise
     virtual void exclude(int rank) = 0;               // it failed an action: out of the job
+    virtual void no_reply(int rank) = 0;              // it let an action's deadline pass without a word
 
 protected:
     ~RankLinks() = default;

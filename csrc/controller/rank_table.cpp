@@ -87,7 +87,7 @@ bool RankTable::register_conn(uint64_t conn, const RegisterMsg& m) {
     r.heartbeat_ms = m.heartbeat_ms;
     r.pid = m.pid;
     r.last_seen = Clock::now();
-    r.suspect = r.hang_reported = false;
+    r.suspect = r.hang_reported = r.unanswered = false;
     r.section = Section::None;
     r.recovery_action = m.recovery_action;
     r.reported = false;
@@ -108,8 +108,17 @@ std::optional<int64_t> RankTable::heard_from(int rank) {
         silence = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.last_seen).count();
         r.suspect = false;
     }
+    r.unanswered = false;
     r.last_seen = now;
     return silence;
+}
+
+// A rank whose handler overran while its heartbeat went on is alive and reachable: only a rank silent
+// for as long as makes it a suspect is marked.
+void RankTable::no_reply(int rank) {
+    RankEntry& r = ranks_[rank];
+    auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - r.last_seen).count();
+    if (silent_ms > rules_.heartbeat_misses * r.heartbeat_ms) r.unanswered = true;
 }
 
 bool RankTable::apply_status(const RankStatusMsg& m) {

@@ -46,6 +46,9 @@ struct RankEntry : RankSnapshot {
     std::string domain;          // its failure domain (node), from its ReplicaInfo; empty: not said
     uint16_t recovery_action = 0;  // as it registered: the last action of a recovery it is inside; 0 none
     bool reported = false;         // sent a status since it registered (its step and data are known)
+    // Silent when an action's deadline passed, and nothing heard from it since: a partition that began
+    // during a recovery shows as this first (its connection stays open), so the lease does not count it.
+    bool unanswered = false;
     bool retired = false;          // dropped by a scale-in (elastic training): the job goes on without it
                                    // (joining as well: a restarted process returned for it, for a scale-out)
 };
@@ -108,6 +111,7 @@ public:
     uint64_t generation(int rank) const override { return ranks_[rank].generation; }
     const char* gone(int rank) const override;
     void exclude(int rank) override { ranks_[rank].excluded = true; }
+    void no_reply(int rank) override;
 
 private:
     static bool gone_or_silent(const RankEntry& r);

@@ -21,9 +21,11 @@ import pytest
 
 from controller_harness import Partition, wait_until
 from mindio_adaptor import _native as nat
+from mindio_adaptor.core.enums import ReportState
 from mindio_adaptor.core.exit_codes import JOB_UNREACHABLE
 from mindio_adaptor.core.processor_link import CutOffFromTheJob, ProcessorLink
-from test_controller_backups import LAYOUT, LINKED_RANKS, STEP, WORLD, RecordingRank, read, start_controller, stop
+from test_controller_backups import (LAYOUT, LINKED_RANKS, STEP, WORLD, RecordingRank, await_decisions, read,
+                                     start_controller, stop)
 
 TOKEN = "partition-test-token"
 TAKEOVER_WAIT_S = 1.5  # how long the backup holds each registration while it waits for a majority
@@ -211,6 +213,53 @@ def test_a_leader_left_with_a_minority_does_not_act_stands_down_and_its_rank_joi
         assert "refused registration of rank 3" in leader_text
         the_whole_job_is_led_by_the_backup(ranks, tmp_path / "backup.log")
         assert "declared dead" not in read(tmp_path / "backup.log")
+    finally:
+        for partition in partitions:
+            partition.close()
+        stop([r.link for r in ranks], leader, backup)
+
+
+def test_a_partition_that_begins_during_a_recovery_stops_the_leader_before_its_next_action(env, tmp_path,
+                                                                                          monkeypatch):
+    # Rank 1's UCE starts an online repair; every rank holds in CLEAN when ranks 0 to 2 are cut off from the
+    # leader, which keeps rank 3. Their CLEAN replies never reach it; they elect the backup (3 of 4). The
+    # leader's CLEAN fails on their silence, and its fallback (a dump, or with rank 3 alone an EXIT) would
+    # act beside the new leader. Without the lease between a flow's steps it sends nothing more, stands
+    # down, and rank 3 joins term 2, which alone finishes the recovery.
+    monkeypatch.setenv("MINDIO_TAKEOVER_WAIT_S", "20")  # the new leader waits for rank 3 to come over
+    env["MINDIO_TAKEOVER_WAIT_S"] = "20"
+    with open(tmp_path / "leader.log", "w") as leader_log, open(tmp_path / "backup.log", "w") as backup_log:
+        (leader, leader_port) = start_controller(dict(env, MINDIO_TEST_ACTION_TIME_LIMIT="3"), WORLD, log=leader_log)
+        (backup, backup_port) = start_controller(env, WORLD, "--backup", log=backup_log)
+    partitions = [Partition(leader_port) for _ in range(3)]
+    ranks = [RecordingRank(r, hold="clean") for r in range(WORLD)]
+    try:
+        for rank, partition in zip(ranks, partitions):
+            rank.start((partition.port, backup_port))
+        ranks[3].start((leader_port, backup_port))
+        wait_until(lambda: "all 4 ranks registered" in read(tmp_path / "leader.log"), 30, "the leader leading 4 ranks")
+        ranks[1].link.report_fault(ReportState.UCE)
+        wait_until(lambda: all("clean" in r.names(1) for r in ranks), 30, "every rank at CLEAN under term 1")
+        for partition in partitions:
+            partition.cut()
+        for rank in ranks:
+            rank.release.set()
+        wait_until(lambda: "stood down" in read(tmp_path / "leader.log"), 30, "the old leader standing down")
+        decisions = await_decisions(ranks)
+        leader_text = read(tmp_path / "leader.log")
+        assert re.search(r"action clean failed on rank [012]: no reply to clean within 3000 ms", leader_text)
+        assert re.search(r"term 1: no lease: 1 of 4 ranks connected or proven ended; ranks \[0,1,2\] lost without "
+                         r"proof of an end: less than half of the world\. A backup may lead them .*the recovery under "
+                         r"way is held before its next action for at most 5000 ms", leader_text), leader_text[-3000:]
+        assert re.search(r"this controller \(term 1\) stood down: no lease for \d+ ms \(1 of 4 ranks", leader_text)
+        assert re.findall(r"action (\w+) sn \d+ to", leader_text)[-1] == "clean"  # nothing was sent after it
+        for rank in ranks:
+            assert rank.names(1) == ["prelock", "stop", "clean"], (rank.rank, rank.names(1))
+        backup_text = read(tmp_path / "backup.log")
+        assert "backup controller taking over as term 2" in backup_text, backup_text[-3000:]
+        assert [(d.go_on, d.strategy) for d in decisions] == [(True, "retry")] * WORLD
+        _, repair = ranks[1].first(2, "repair")
+        assert [(a.src, a.dst) for a in repair.own_repairs(1)] == [((3,), (1,))]
     finally:
         for partition in partitions:
             partition.close()
