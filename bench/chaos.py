@@ -9,8 +9,9 @@ after the log line of a random step (so they land in every phase of a step):
   node   a node lost: its launcher and workers SIGKILLed; a new launcher with its node rank is started
          --replace-after s later, as a rescheduled pod would be. Node 0 (the host of the launchers' store)
          only with --node0 (or in a --sequence). With --standby a standby launcher waits beside the job,
-         its workers warm: it takes the place of a lost node other than node 0 at once, and the new launcher
-         started --replace-after s later is the next standby.
+         its workers warm: it takes the place of a lost node at once (node 0's too: on this one machine it
+         can listen at node 0's address), and the new launcher started --replace-after s later is the next
+         standby.
 One fault per --every s of training at --step-s a step (or --count), spread over the run; a fault waits for the
 step it follows, so it never lands before the previous one recovered.
 
@@ -180,7 +181,7 @@ def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_
     """Train `steps` steps on two nodes, injecting `faults` in order; every launcher's exit code is kept
     (node -> its launchers' codes, in start order; "standby": the standby that was not needed). `spare_workers`:
     warm workers per launcher (a killed rank's replacement is one of them, its imports and model build done).
-    `standby`: a standby launcher beside the job, which takes the place of a lost node other than node 0."""
+    `standby`: a standby launcher beside the job, which takes the place of a lost node."""
     log = Log()
     launch_flags = [*LAUNCH_FLAGS, *(["--spare-workers", str(spare_workers)] if spare_workers else [])]
     cluster = LocalCluster([*flags, *model_flags], nnodes=NNODES, nproc_per_node=NPROC_PER_NODE, train_iters=steps,
@@ -216,7 +217,7 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
         fault.at = time.monotonic()
         cluster.lose_node(nodes[fault.target][-1])
         waiting = nodes.get("standby", [])
-        if waiting and fault.target != 0:  # the standby takes the node's place; the scheduler sends the next one
+        if waiting:  # the standby takes the node's place; the scheduler sends the next one
             nodes[fault.target].append(waiting.pop())
             time.sleep(replace_after)
             waiting.append(cluster.start_node("--standby"))
@@ -342,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--spare-workers", type=int, default=0, help="warm workers kept by each launcher "
                         "(mindio-adaptor launch --spare-workers): a killed rank is replaced by one of them")
     parser.add_argument("--standby", action="store_true", help="a standby launcher (mindio-adaptor launch --standby) "
-                        "beside the job, its workers warm, takes the place of a lost node other than node 0")
+                        "beside the job, its workers warm, takes the place of a lost node")
     parser.add_argument("--log-dir", help="keep each run's whole output there")
     args = parser.parse_args(argv)
     kinds = args.faults.split(",")

@@ -5,9 +5,12 @@ try the same address again, for at most `--node0-wait` seconds: a new launcher s
 `--node-rank 0` (a rescheduled pod keeps its index and DNS name) hosts a fresh store there, and the
 survivors write back into it what the job needs (launch/node_store.rejoin_entries). Past the wait, a
 launcher ends as it did before this existed: it stops its workers and exits 1 naming the lost store.
+A standby takes node 0's place itself, warm, where node 0's address can be hosted on its host (a floating
+address moved to it, or the same host): `can_host`.
 """
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,3 +50,22 @@ def store_listening(addr: str, port: int, timeout: float) -> bool:
     """Whether something accepts connections at addr:port. A plain probe before a TCPStore client: a
     client that cannot connect logs a stack trace per try, and the wait may last minutes."""
     return answers((addr, port), timeout)
+
+
+def can_host(addr: str, port: int) -> bool:
+    """Whether this host could listen at addr:port now: the address is one of its own (a floating address
+    that moved here, or the same host) and nothing listens there. A store server listens on every address,
+    so binding the port alone would succeed on any host, where the other launchers would never reach it."""
+    try:
+        infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError:
+                continue
+            return True
+    return False

@@ -16,6 +16,7 @@ no worker takes a store down by dying.
 - Node 0 lost: the other launchers keep their workers and wait (--node0-wait) for a new launcher of node 0
   to host a fresh launchers' store at the same address; they write back into it what the job needs
   (rejoin_entries), and the new node 0, finding the job running, joins it as a replacement node would.
+  A standby whose host can listen at node 0's address is that new node 0, with its workers warm.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch import lifeline, node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key, controllers_keys, reachable_host
-from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, store_listening
+from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage, can_host, store_listening
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
 POLL_S = 0.05
@@ -133,6 +134,7 @@ class NodeStore:
         self.lost_evidence = ""  # a replacing launcher: how it knew the node it took was lost
         self._owner_value = ""  # what this launcher wrote as its node rank's owner (a rejoin writes it back)
         self._node0_owner = 1  # the incarnation of node 0 last seen running (a rejoin says it was lost)
+        self._node0_lifeline: Optional[lifeline.LifelineAddress] = None  # a standby: node 0's, as last read
 
     @property
     def replacing(self) -> bool:
@@ -206,9 +208,10 @@ class NodeStore:
         return bool(node_liveness.lost_nodes(self.store, [node], self.config.node_lost_after))
 
     def join_as_standby(self, log) -> Optional[int]:
-        """A standby launcher: wait for a node (other than node 0, which hosts the stores) to be lost and
-        take its rank; the node rank taken, or None when the job ended without needing this one. When node 0
-        itself is lost, it follows the store a new node 0 hosts (with worker reboot, as the nodes do)."""
+        """A standby launcher: wait for a node to be lost and take its rank; the node rank taken, or None when
+        the job ended without needing this one. When node 0 itself is lost, it takes node 0's place where its
+        host can listen at node 0's address, else it follows the store a new node 0 hosts there (with worker
+        reboot, as the nodes do)."""
         cfg = self.config
         self.store = self._rendezvous(rank=cfg.nnodes)  # any rank but 0: a client of node 0's store
         while True:
@@ -216,30 +219,62 @@ class NodeStore:
             try:
                 node = self._wait_for_a_lost_node(log)
             except DistError as err:
-                self._standby_follows_new_node0(err, log)
+                if self._standby_follows_new_node0(err, log):
+                    return 0
                 continue
             self.store.add(STANDBYS_LEFT, 1)  # as a node now, or not needed: node 0 need not wait for it
             return node
 
-    def _standby_follows_new_node0(self, err: DistError, log) -> None:
-        """Node 0 was lost while this standby waited: wait up to --node0-wait for a new node 0 at the same
-        address and watch the nodes again in its store; raises NodeStoreError when none comes. (A standby
-        always has worker reboot, under which the nodes wait too.)"""
+    def _standby_follows_new_node0(self, err: DistError, log) -> bool:
+        """Node 0 was lost while this standby waited: take its place (True) when its launcher's process is
+        proven gone and this host can listen at its address, or else wait up to --node0-wait for a new node 0
+        there and watch the nodes again in its store (False); raises NodeStoreError when none comes. (A
+        standby always has worker reboot, under which the nodes wait too.)"""
         cfg = self.config
         where = f"{cfg.master_addr}:{self.port}"
         outage = Node0Outage(cfg.node0_wait)
         log.info("standby: lost the launchers' store at %s (node 0's launcher) at %s: %s; waiting up to %g s "
-                 "(--node0-wait) for a new node 0 at that address", where, outage.started_at(), err,
+                 "(--node0-wait) for a new node 0 at that address, or to be it", where, outage.started_at(), err,
                  cfg.node0_wait)
         while not outage.over():
+            if self._node0_gone_and_hostable_here() and self._take_node0(log):
+                return True
             store = self._client_of_new_node0()
             if store is not None:
                 self.store = store
                 log.info("standby: joined the launchers' store of a new node 0 after %.1f s", outage.elapsed())
-                return
+                return False
             time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
         raise NodeStoreError(f"lost the launchers' store on node 0 ({where}) and no new node 0 came within "
                              f"{cfg.node0_wait:g} s (--node0-wait)")
+
+    def _node0_gone_and_hostable_here(self) -> bool:
+        """Node 0's launcher is proven gone (its lifeline refuses connections) and this host may listen at its
+        address. A stalled node 0 keeps both its lifeline and the store's port: never taken."""
+        address = self._node0_lifeline
+        return (address is not None and lifeline.refused(address)
+                and can_host(self.config.master_addr, self.port))
+
+    def _take_node0(self, log) -> bool:
+        """Host the launchers' store at node 0's address and take node 0's place as a new node 0 would (the
+        others rejoin it); False when another launcher started hosting there first."""
+        cfg = self.config
+        log.info("standby: node 0's launcher is gone (%s) and this host can listen at its address %s:%d: this "
+                 "standby takes node 0's place, hosting the launchers' store", lifeline.EVIDENCE, cfg.master_addr,
+                 self.port)
+        try:
+            self.store = self._rendezvous(0)
+        except NodeStoreError as err:
+            log.info("standby: could not host the launchers' store (%s); following the one hosted there", err)
+            return False
+        cfg.node_rank = 0
+        self._check_members()
+        if not self.store.check([JOB_RUNNING]):
+            raise NodeStoreError("hosted the launchers' store at node 0's address, but no launcher rejoined it "
+                                 "with the job running")
+        self._own(0, first=False, lost_owner=node_liveness.owner_or_none(self.store, 0))
+        self.lost_evidence = lifeline.EVIDENCE
+        return True
 
     def _client_of_new_node0(self) -> Optional[SealedStore]:
         """A client of the store a new node 0 hosts at node 0's address, or None while nothing listens there
@@ -260,6 +295,7 @@ class NodeStore:
         after its last beat, not after a window that began while it still beat."""
         cfg = self.config
         nodes = range(1, cfg.nnodes)
+        self._node0_lifeline = lifeline.published(self.store, 0)  # node 0's loss shows as the store's
         log.info("standby: watching nodes %s; a node is taken over when its launcher's process is gone or its "
                  "beat was silent for %g s", list(nodes),
                  cfg.node_lost_after)

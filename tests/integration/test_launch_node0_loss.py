@@ -148,25 +148,27 @@ def test_a_node_whose_workers_all_exited_0_finishes_0_when_node_0_ended_first(cl
     assert "every local worker exited 0: finishing" in err1 and "summary: 2 local workers exited 0" in err1
 
 
-def test_a_standby_follows_the_new_node_0_and_still_takes_a_lost_node(cluster):
-    """A standby waiting when node 0 is lost waits for the new node 0 as the nodes do, watches the nodes in
-    its store, and takes node 1's place when node 1 is lost later."""
+def test_a_standby_whose_host_can_listen_at_node_0s_address_takes_node_0s_place(cluster):
+    """On node 0's host, or where node 0's floating address moved to it, a standby is the new node 0 itself:
+    once node 0's launcher is proven gone (its lifeline refuses) it hosts the launchers' store at that address,
+    node 1 rejoins it, and its workers start as the lost ranks' replacements, without waiting for a scheduler.
+    A standby on another host follows a new node 0 instead: tests/integration/test_standby_on_another_host.py."""
     wait = ("--node0-wait", str(REPLACEMENT_WAIT_S))
     node0 = cluster.start("--node-rank", "0", *wait, logged=True)
     node1 = cluster.start("--node-rank", "1", *wait, logged=True)
     standby = cluster.start("--standby", *wait, logged=True)
-    cluster.wait_starts(4, node0, node1, standby)
+    first = cluster.wait_starts(4, node0, node1, standby)
     cluster.wait_for_line(standby, "standby: watching nodes [1]")
     cluster.lose_node(node0)
-    time.sleep(3 * LOST_AFTER_S)  # the standby has seen the loss by now, and waits
-    assert standby.poll() is None
-    new_node0 = cluster.start("--node-rank", "0", *wait, logged=True)
-    cluster.wait_starts(6, new_node0, node1, standby)
-    cluster.lose_node(node1)
-    after = cluster.wait_starts(8, new_node0, standby)[6:]
-    assert sorted((rank, restarted) for rank, restarted, *_ in after) == [(2, "1"), (3, "1")]
-    (code0, err0), (code_s, err_s) = cluster.finish(new_node0, standby)
-    assert (code0, code_s) == (0, 0), (err0, err_s)
-    assert f"standby: lost the launchers' store at 127.0.0.1:{cluster.port} (node 0's launcher) at " in err_s
-    assert "standby: joined the launchers' store of a new node 0 after" in err_s
-    assert "node 1 was lost: this launcher takes its place in the running job (incarnation 2)" in err_s
+    after = cluster.wait_starts(6, node1, standby)[4:]
+    assert sorted((rank, restarted) for rank, restarted, *_ in after) == [(0, "1"), (1, "1")]
+    (code_s, err_s), (code1, err1) = cluster.finish(standby, node1)
+    assert (code_s, code1) == (0, 0), (err_s, err1)
+    assert (f"standby: node 0's launcher is gone (its launcher's process is gone: its lifeline closed and its port "
+            f"refuses connections) and this host can listen at its address 127.0.0.1:{cluster.port}: this standby "
+            f"takes node 0's place, hosting the launchers' store") in err_s, err_s
+    assert ("node 0 was lost: this launcher takes its place in the running job (incarnation 2); its workers start "
+            "as replacements (the node counted as lost because its launcher's process is gone") in err_s, err_s
+    assert "rejoined the launchers' store of a new node 0 after" in err1
+    assert "summary: 2 local workers exited 0" in err1  # node 1's two original workers, never restarted
+    assert [row for row in cluster.starts() if row[0] in (2, 3)] == [row for row in first if row[0] in (2, 3)]

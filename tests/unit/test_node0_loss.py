@@ -12,7 +12,7 @@ from mindio_adaptor.core.sealed_values import SealedStore
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controllers_keys
-from mindio_adaptor.launch.node0_loss import Node0Outage, store_listening
+from mindio_adaptor.launch.node0_loss import Node0Outage, can_host, store_listening
 from mindio_adaptor.launch.node_store import (CONTROLLER_END, GENERATION, JOB_RUNNING, NodeStore, rejoin_entries,
                                               stores_keys)
 
@@ -35,6 +35,17 @@ def test_a_store_listening_is_told_from_a_closed_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))  # bound, not listening: nothing accepts there
         assert not store_listening("127.0.0.1", sock.getsockname()[1], timeout=1.0)
+
+
+def test_a_standby_can_host_node_0s_address_only_when_it_is_its_own_and_free():
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert not can_host("127.0.0.1", store.port)  # a live node 0 listens there
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        free = sock.getsockname()[1]
+    assert can_host("127.0.0.1", free)
+    # TEST-NET-1 (RFC 5737) is no address of this host: only bound, never sent to
+    assert not can_host("192.0.2.1", free)
 
 
 def test_the_controllers_keys_come_back_in_node_order_without_the_token():
