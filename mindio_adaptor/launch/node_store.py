@@ -295,13 +295,14 @@ class NodeStore:
         after its last beat, not after a window that began while it still beat."""
         cfg = self.config
         nodes = range(1, cfg.nnodes)
-        self._node0_lifeline = lifeline.published(self.store, 0)  # node 0's loss shows as the store's
+        self._node0_lifeline = None  # read once node 0 published it: its loss shows as the store's
         log.info("standby: watching nodes %s; a node is taken over when its launcher's process is gone or its "
                  "beat was silent for %g s", list(nodes),
                  cfg.node_lost_after)
         watch, lifelines = node_liveness.BeatWatch(self.store, nodes), lifeline.LifelineWatch(self.store, nodes)
         try:
             while not self._job_over():
+                self._node0_lifeline = self._node0_lifeline or lifeline.published(self.store, 0)
                 gone = lifelines.gone()
                 silent = {node: watch.owner_at_last_beat(node) for node in watch.lost(cfg.node_lost_after)}
                 for node, lost_owner in {**silent, **gone}.items():

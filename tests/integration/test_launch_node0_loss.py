@@ -154,9 +154,10 @@ def test_a_standby_whose_host_can_listen_at_node_0s_address_takes_node_0s_place(
     node 1 rejoins it, and its workers start as the lost ranks' replacements, without waiting for a scheduler.
     A standby on another host follows a new node 0 instead: tests/integration/test_standby_on_another_host.py."""
     wait = ("--node0-wait", str(REPLACEMENT_WAIT_S))
+    # The standby first: it watches before node 0 has published its lifeline, which it must read later.
+    standby = cluster.start("--standby", *wait, logged=True)
     node0 = cluster.start("--node-rank", "0", *wait, logged=True)
     node1 = cluster.start("--node-rank", "1", *wait, logged=True)
-    standby = cluster.start("--standby", *wait, logged=True)
     first = cluster.wait_starts(4, node0, node1, standby)
     cluster.wait_for_line(standby, "standby: watching nodes [1]")
     cluster.lose_node(node0)
