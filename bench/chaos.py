@@ -59,6 +59,7 @@ NPROC_PER_NODE, NNODES = 2, 2
 STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
 RECOVERED = re.compile(r"INFO recovery \d+ on rank \d+, step \d+, .*; first step done")
 DECISION = re.compile(r"\] decision (\w+)")
+STANDBY_READY = "standby: watching nodes"
 STALL_S = (3.0, 8.0)
 # What a failed run's end is told by: the controller's decisions and state, errors, launchers' restarts.
 DECISIVE = re.compile(r"\] (decision|state) |Error|exited|restart|gave up|ends the job|taking over")
@@ -217,8 +218,12 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
         fault.at = time.monotonic()
         cluster.lose_node(nodes[fault.target][-1])
         waiting = nodes.get("standby", [])
-        if waiting:  # the standby takes the node's place; the scheduler sends the next one
-            nodes[fault.target].append(waiting.pop())
+        # A standby takes the node's place once it watches the job (the scheduler's last one may still be
+        # starting); the scheduler then sends the next one. Without one ready, the scheduler's new launcher does.
+        ready = [standby for standby in waiting if cluster.said(standby, STANDBY_READY)]
+        if ready:
+            waiting.remove(ready[0])
+            nodes[fault.target].append(ready[0])
             time.sleep(replace_after)
             waiting.append(cluster.start_node("--standby"))
         else:

@@ -228,9 +228,11 @@ def processes_left(run_id: str, grace_s: float = 10.0) -> List[str]:
     return [f"{p.pid} {p.info['name']}: {' '.join(p.info['cmdline'] or [])[:160]}" for p in left]
 
 
-def _pump(stream, lines: List[str], on_line):
+def _pump(stream, lines: List[str], on_line, own: Optional[List[str]] = None):
     for line in stream:
         lines.append(line)
+        if own is not None:
+            own.append(line)
         if on_line is not None:
             on_line(line)
 
@@ -274,6 +276,7 @@ class LocalCluster:
         self.launchers: List[subprocess.Popen] = []
         self.lost: List[subprocess.Popen] = []
         self._readers: List[threading.Thread] = []
+        self._lines_of: Dict[int, List[str]] = {}  # by launcher pid: its own lines
 
     def start_node(self, *node_flags: str, prefix: Sequence[str] = ()) -> subprocess.Popen:
         """A launcher: `start_node("--node-rank", "1")`, or `start_node("--standby")`; `prefix`: a command that runs
@@ -281,11 +284,17 @@ class LocalCluster:
         proc = subprocess.Popen([*prefix, sys.executable, "-m", "mindio_adaptor.launch", *self.common, *node_flags,
                                  *self.script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=self.env, start_new_session=True)
-        reader = threading.Thread(target=_pump, args=(proc.stdout, self.lines, self.on_line), daemon=True)
+        self._lines_of[proc.pid] = []
+        reader = threading.Thread(target=_pump, args=(proc.stdout, self.lines, self.on_line,
+                                                      self._lines_of[proc.pid]), daemon=True)
         reader.start()
         self.launchers.append(proc)
         self._readers.append(reader)
         return proc
+
+    def said(self, launcher: subprocess.Popen, text: str) -> bool:
+        """Whether this launcher (or a worker of it) printed a line containing `text`."""
+        return any(text in line for line in list(self._lines_of.get(launcher.pid, ())))
 
     def lose_node(self, launcher: subprocess.Popen) -> List[int]:
         """SIGKILL a launcher and everything it started (each worker leads its own process group), as a
