@@ -326,14 +326,18 @@ def reference_run(steps: int, model_flags: Sequence[str]) -> tuple:
 
 
 def _seeds(text: str) -> List[int]:
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
+    """'1-10', '4,10' or both mixed: '1-3,7'."""
+    seeds = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds += range(int(first), int(last or first) + 1)
+    return seeds
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--seeds", type=_seeds, help="a range of seeds, e.g. 1-10 (one run each)")
+    parser.add_argument("--seeds", type=_seeds, help="seeds, e.g. 1-10 or 4,10 (one run each)")
     parser.add_argument("--faults", default="kill,stall,node", help="kinds to draw from: kill, stall, node")
     parser.add_argument("--node0", action="store_true", help="node faults may take node 0 (the stores' host)")
     parser.add_argument("--count", type=int, help="faults per run (default: one per --every s of training)")

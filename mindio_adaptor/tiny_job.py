@@ -254,6 +254,11 @@ def load_params(directory: str, nproc: int = 4) -> List[dict]:
     return [torch.load(os.path.join(directory, f"params_rank{r}.pt")) for r in range(nproc)]
 
 
+# The launcher's lines that name a worker's pid (launch/agent): a generation's start, a rank started again.
+_STARTED_GROUP = re.compile(r"\] generation \d+: started ranks \[([\d, ]+)\] as pids \[([\d, ]+)\]")
+_STARTED_ALONE = re.compile(r"worker reboot: rank (\d+) started again alone as pid (\d+)")
+
+
 class LocalCluster:
     """Several `mindio-adaptor launch` processes on this machine playing the nodes of one job (each launcher
     is a node: its own failure domain), with the tiny GPT flags plus `flags`. Nodes are started, lost (the
@@ -326,13 +331,30 @@ class LocalCluster:
                 children = psutil.Process(launcher.pid).children()
             except psutil.NoSuchProcess:
                 continue
+            said = self._pid_said(launcher, rank)
             for child in children:
                 try:
-                    if child.status() != psutil.STATUS_ZOMBIE and child.environ().get("RANK") == str(rank):
+                    if child.status() != psutil.STATUS_ZOMBIE and (
+                            child.pid == said or child.environ().get("RANK") == str(rank)):
                         return child
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
         return None
+
+    def _pid_said(self, launcher: subprocess.Popen, rank: int) -> Optional[int]:
+        """The pid this launcher last said it gave `rank`: a warm worker took its rank after its start, so its
+        environment (as /proc shows it) names none."""
+        pid = None
+        for line in list(self._lines_of.get(launcher.pid, ())):
+            alone = _STARTED_ALONE.search(line)
+            if alone and int(alone.group(1)) == rank:
+                pid = int(alone.group(2))
+            group = _STARTED_GROUP.search(line)
+            if group:
+                ranks, pids = ([int(x) for x in text.split(",")] for text in group.groups())
+                if rank in ranks:
+                    pid = pids[ranks.index(rank)]
+        return pid
 
     def wait(self, timeout: float = 400) -> RunResult:
         """Wait for every launcher not lost; the first non-zero exit code among them is the run's."""
