@@ -8,6 +8,7 @@ that, once cut, resets their connections and then accepts and never answers, or 
 host of its own, a network namespace whose link is taken down (tests/netns_hosts.py). A leader's process that
 really died (its address refuses connections: proof) is test_controller_backups.py's: a backup takes over with
 any number of ranks there. Real controllers in their own processes, real sockets."""
+import contextlib
 import os
 import re
 import select
@@ -175,6 +176,28 @@ def test_a_majority_that_lost_a_live_leader_elects_the_backup_once_more_than_hal
         stop([r.link for r in ranks], leader, backup)
 
 
+@contextlib.contextmanager
+def a_leader_keeping_rank_3(env, tmp_path, leader_env, hold=None):
+    """The leader (with `leader_env`) and a backup in processes of their own, logging to leader.log and
+    backup.log; ranks 0 to 2 reach the leader through relays of their own (to be cut), rank 3 directly.
+    Yields (the relays, the four ranks) once the leader leads all four; stops everything after."""
+    with open(tmp_path / "leader.log", "w") as leader_log, open(tmp_path / "backup.log", "w") as backup_log:
+        (leader, leader_port) = start_controller(leader_env, WORLD, log=leader_log)
+        (backup, backup_port) = start_controller(env, WORLD, "--backup", log=backup_log)
+    partitions = [Partition(leader_port) for _ in range(3)]
+    ranks = [RecordingRank(r, hold=hold) for r in range(WORLD)]
+    try:
+        for rank, partition in zip(ranks, partitions):
+            rank.start((partition.port, backup_port))
+        ranks[3].start((leader_port, backup_port))
+        wait_until(lambda: "all 4 ranks registered" in read(tmp_path / "leader.log"), 30, "the leader leading 4 ranks")
+        yield partitions, ranks
+    finally:
+        for partition in partitions:
+            partition.close()
+        stop([r.link for r in ranks], leader, backup)
+
+
 def test_a_leader_left_with_a_minority_does_not_act_stands_down_and_its_rank_joins_the_new_leader(env, tmp_path,
                                                                                                   monkeypatch):
     # The mirror of the first test: the leader keeps only rank 3. It sees ranks 0 to 2 fall silent, which a
@@ -184,18 +207,9 @@ def test_a_leader_left_with_a_minority_does_not_act_stands_down_and_its_rank_joi
     # the new leader: one controller acts, and the whole job goes on under term 2.
     monkeypatch.setenv("MINDIO_TAKEOVER_WAIT_S", "20")  # the new leader waits for rank 3 to come over
     env["MINDIO_TAKEOVER_WAIT_S"] = "20"
-    with open(tmp_path / "leader.log", "w") as leader_log, open(tmp_path / "backup.log", "w") as backup_log:
-        # The relay leaves the leader's side of the cut connections open and silent: its hang rule names them
-        # after the silence limit
-        (leader, leader_port) = start_controller(dict(env, MINDIO_SILENCE_LIMIT_S="2"), WORLD, log=leader_log)
-        (backup, backup_port) = start_controller(env, WORLD, "--backup", log=backup_log)
-    partitions = [Partition(leader_port) for _ in range(3)]
-    ranks = [RecordingRank(r) for r in range(WORLD)]
-    try:
-        for rank, partition in zip(ranks, partitions):
-            rank.start((partition.port, backup_port))
-        ranks[3].start((leader_port, backup_port))
-        wait_until(lambda: "all 4 ranks registered" in read(tmp_path / "leader.log"), 30, "the leader leading 4 ranks")
+    # The relay leaves the leader's side of the cut connections open and silent: its hang rule names them
+    # after the silence limit
+    with a_leader_keeping_rank_3(env, tmp_path, dict(env, MINDIO_SILENCE_LIMIT_S="2")) as (partitions, ranks):
         for partition in partitions:
             partition.cut()
         wait_until(lambda: "stood down" in read(tmp_path / "leader.log"), 30, "the old leader standing down")
@@ -213,10 +227,6 @@ def test_a_leader_left_with_a_minority_does_not_act_stands_down_and_its_rank_joi
         assert "refused registration of rank 3" in leader_text
         the_whole_job_is_led_by_the_backup(ranks, tmp_path / "backup.log")
         assert "declared dead" not in read(tmp_path / "backup.log")
-    finally:
-        for partition in partitions:
-            partition.close()
-        stop([r.link for r in ranks], leader, backup)
 
 
 def test_a_partition_that_begins_during_a_recovery_stops_the_leader_before_its_next_action(env, tmp_path,
@@ -228,16 +238,8 @@ def test_a_partition_that_begins_during_a_recovery_stops_the_leader_before_its_n
     # down, and rank 3 joins term 2, which alone finishes the recovery.
     monkeypatch.setenv("MINDIO_TAKEOVER_WAIT_S", "20")  # the new leader waits for rank 3 to come over
     env["MINDIO_TAKEOVER_WAIT_S"] = "20"
-    with open(tmp_path / "leader.log", "w") as leader_log, open(tmp_path / "backup.log", "w") as backup_log:
-        (leader, leader_port) = start_controller(dict(env, MINDIO_TEST_ACTION_TIME_LIMIT="3"), WORLD, log=leader_log)
-        (backup, backup_port) = start_controller(env, WORLD, "--backup", log=backup_log)
-    partitions = [Partition(leader_port) for _ in range(3)]
-    ranks = [RecordingRank(r, hold="clean") for r in range(WORLD)]
-    try:
-        for rank, partition in zip(ranks, partitions):
-            rank.start((partition.port, backup_port))
-        ranks[3].start((leader_port, backup_port))
-        wait_until(lambda: "all 4 ranks registered" in read(tmp_path / "leader.log"), 30, "the leader leading 4 ranks")
+    leader_env = dict(env, MINDIO_TEST_ACTION_TIME_LIMIT="3")
+    with a_leader_keeping_rank_3(env, tmp_path, leader_env, hold="clean") as (partitions, ranks):
         ranks[1].link.report_fault(ReportState.UCE)
         wait_until(lambda: all("clean" in r.names(1) for r in ranks), 30, "every rank at CLEAN under term 1")
         for partition in partitions:
@@ -260,10 +262,6 @@ def test_a_partition_that_begins_during_a_recovery_stops_the_leader_before_its_n
         assert [(d.go_on, d.strategy) for d in decisions] == [(True, "retry")] * WORLD
         _, repair = ranks[1].first(2, "repair")
         assert [(a.src, a.dst) for a in repair.own_repairs(1)] == [((3,), (1,))]
-    finally:
-        for partition in partitions:
-            partition.close()
-        stop([r.link for r in ranks], leader, backup)
 
 
 def test_a_held_registration_is_answered_awaiting_a_majority_then_no_majority_on_the_wire(env):
