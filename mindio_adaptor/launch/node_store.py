@@ -150,9 +150,7 @@ class NodeStore:
         node rank (taking a lost node's place in a running job)."""
         self.store = self._rendezvous(self.config.node_rank)
         self._check_members()
-        if self.hosting and self.store.check([JOB_RUNNING]):  # the others rejoined this store: node 0 was lost
-            self.lost_evidence = "the other launchers rejoined at its address with the job running"
-            self._own(0, first=False, lost_owner=node_liveness.owner_or_none(self.store, 0))
+        if self.hosting and self._own_lost_node0("the other launchers rejoined at its address with the job running"):
             return
         self._own(self.config.node_rank, first=self.store.add(_key_node(self.config.node_rank), 1) == 1)
 
@@ -269,11 +267,18 @@ class NodeStore:
             return False
         cfg.node_rank = 0
         self._check_members()
-        if not self.store.check([JOB_RUNNING]):
+        if not self._own_lost_node0(lifeline.EVIDENCE):
             raise NodeStoreError("hosted the launchers' store at node 0's address, but no launcher rejoined it "
                                  "with the job running")
+        return True
+
+    def _own_lost_node0(self, evidence: str) -> bool:
+        """Node 0's place in the running job, for a launcher hosting the store the others rejoined (they wrote
+        that the job runs); False when none did: no job is running, this is a first start."""
+        if not self.store.check([JOB_RUNNING]):
+            return False
+        self.lost_evidence = evidence
         self._own(0, first=False, lost_owner=node_liveness.owner_or_none(self.store, 0))
-        self.lost_evidence = lifeline.EVIDENCE
         return True
 
     def _client_of_new_node0(self) -> Optional[SealedStore]:
