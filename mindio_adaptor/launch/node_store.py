@@ -231,9 +231,10 @@ class NodeStore:
         cfg = self.config
         where = f"{cfg.master_addr}:{self.port}"
         outage = Node0Outage(cfg.node0_wait)
+        unproven = "" if self._node0_lifeline else " (node 0 was lost before this standby read its lifeline: no proof)"
         log.info("standby: lost the launchers' store at %s (node 0's launcher) at %s: %s; waiting up to %g s "
-                 "(--node0-wait) for a new node 0 at that address, or to be it", where, outage.started_at(), err,
-                 cfg.node0_wait)
+                 "(--node0-wait) for a new node 0 at that address, or to be it%s", where, outage.started_at(), err,
+                 cfg.node0_wait, unproven)
         while not outage.over():
             if self._node0_gone_and_hostable_here() and self._take_node0(log):
                 return True
@@ -301,13 +302,13 @@ class NodeStore:
         cfg = self.config
         nodes = range(1, cfg.nnodes)
         self._node0_lifeline = None  # read once node 0 published it: its loss shows as the store's
-        log.info("standby: watching nodes %s; a node is taken over when its launcher's process is gone or its "
-                 "beat was silent for %g s", list(nodes),
-                 cfg.node_lost_after)
         watch, lifelines = node_liveness.BeatWatch(self.store, nodes), lifeline.LifelineWatch(self.store, nodes)
         try:
             while not self._job_over():
-                self._node0_lifeline = self._node0_lifeline or lifeline.published(self.store, 0)
+                if self._node0_lifeline is None:
+                    self._node0_lifeline = lifeline.published(self.store, 0)
+                    if self._node0_lifeline is not None:
+                        self._say_watching(log, nodes)
                 gone = lifelines.gone()
                 silent = {node: watch.owner_at_last_beat(node) for node in watch.lost(cfg.node_lost_after)}
                 for node, lost_owner in {**silent, **gone}.items():
@@ -325,6 +326,13 @@ class NodeStore:
             return None
         finally:
             lifelines.close()
+
+    def _say_watching(self, log, nodes: range) -> None:
+        """Said once node 0's lifeline is known: before it, node 0's loss could not be proven (a loss then
+        is followed, never taken), so an operator or a test that waits for this line can count on both."""
+        log.info("standby: watching nodes %s and node 0 (its lifeline at %s:%d); a node is taken over when its "
+                 "launcher's process is gone or its beat was silent for %g s", list(nodes),
+                 self._node0_lifeline.host, self._node0_lifeline.port, self.config.node_lost_after)
 
     def _silence(self) -> str:
         return f"its beat was silent for {self.config.node_lost_after:g} s"

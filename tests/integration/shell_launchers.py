@@ -44,6 +44,9 @@ class Cluster:
     def log_of(self, proc):
         return self.logs[proc.pid].read_text() if proc.pid in self.logs else proc.stderr.read()
 
+    def logged_lines(self):
+        return "\n\n".join(f"launcher pid {pid}:\n{path.read_text()}" for pid, path in self.logs.items())
+
     def wait_for_line(self, proc, text):
         deadline = time.monotonic() + TIMEOUT_S
         while text not in self.log_of(proc):
@@ -58,7 +61,7 @@ class Cluster:
     def wait_starts(self, count, *running):
         deadline = time.monotonic() + TIMEOUT_S
         while len(self.starts()) < count:
-            assert time.monotonic() < deadline, f"only {self.starts()} started"
+            assert time.monotonic() < deadline, f"only {self.starts()} started\n{self.logged_lines()}"
             assert all(p.poll() is None for p in running), [p.poll() for p in self.launchers]
             time.sleep(0.1)
         return self.starts()
