@@ -1,6 +1,7 @@
 """Elastic training on local launchers, as the e2e tests and `mindio-adaptor demo --scenario elastic` run
 it: the tiny GPT at dp4 (R = 2) on two `mindio-adaptor launch` nodes of two ranks each. Node 1 is lost
-after step `lose_after` and no replacement comes within MINDIO_ARF_WAIT_S: the job scales in to dp2.
+after step `lose_after`; node 0's launcher proves it gone and no standby waits, so nothing will replace
+its ranks (launch/unreplaced_nodes): the job scales in to dp2 at once, whatever MINDIO_ARF_WAIT_S says.
 With `return_at`, a new launcher of node 1 starts once the job scaled in, and the job scales out to dp4
 again at that step.
 
@@ -50,14 +51,14 @@ def samples_by_step(output: str) -> Dict[int, Set[str]]:
     return dict(seen)
 
 
-def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = None, arf_wait_s: float = 15,
+def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = None, arf_wait_s: Optional[float] = 15,
                 train_iters: int = 8, on_line: Optional[Callable[[str], None]] = None,
                 timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
                 kill_rank: int = 1, nproc_per_node: int = 2, lost_node: int = 1,
                 returning_nodes: Optional[Sequence[int]] = None,
                 also_lost: Sequence[int] = ()) -> Tuple[RunResult, List[int]]:
     """The run and the pids lost with the lost node (and the process of `kill_rank`, with `kill_after`); the
-    whole log is kept as workdir/output.txt. `flags`: more of the script's (they come last, so `--save-interval N`
+    whole log is kept as workdir/output.txt. `arf_wait_s` None: MINDIO_ARF_WAIT_S is left at its default. `flags`: more of the script's (they come last, so `--save-interval N`
     replaces the default's 1000). `nproc_per_node`: the four ranks on two nodes of two, or on four of one
     (node 1 then holds rank 1 alone). `lost_node`: the node lost after `lose_after`; `returning_nodes`: the
     nodes started again once the job scaled in, with `return_at` (default: the lost node alone); `also_lost`:
@@ -112,8 +113,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                             "--hold-before-step", *map(str, holds), "--hold-until-file", *map(str, files), *flags],
                            nnodes=nnodes, nproc_per_node=nproc_per_node, train_iters=train_iters,
                            on_line=watch,
-                           env={"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}", "MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S,
-                                "MINDIO_SCALE_OUT_WAIT_S": SCALE_OUT_WAIT_S})
+                           env={"MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S, "MINDIO_SCALE_OUT_WAIT_S": SCALE_OUT_WAIT_S,
+                                **({} if arf_wait_s is None else {"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}"})})
     launchers = {node: [cluster.start_node("--node-rank", str(node))] for node in range(nnodes)}
     cluster.wait_for(step_done, f"step {lose_after}")
     lost = cluster.lose_node(launchers[lost_node][0])

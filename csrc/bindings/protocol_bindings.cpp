@@ -76,6 +76,9 @@ std::string encode_dict(MsgType type, const py::dict& d) {
         case MsgType::ProcessEnded:
             return encode(ProcessEndedMsg{get<std::string>(d, "token", ""), get<int32_t>(d, "rank", 0),
                                           get<int32_t>(d, "pid", 0), get<std::string>(d, "how", "")});
+        case MsgType::NoReplacement:
+            return encode(NoReplacementMsg{get<std::string>(d, "token", ""), ints(d, "ranks"),
+                                           get<std::string>(d, "why", "")});
         case MsgType::ActionReply:
             return encode(ActionReplyMsg{get<int32_t>(d, "rank", 0), static_cast<ActionKind>(get<int>(d, "kind", 1)),
                                          get<int32_t>(d, "result", 0), get<std::string>(d, "message", "")});
@@ -174,6 +177,11 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             d["token"] = m.token; d["rank"] = m.rank; d["pid"] = m.pid; d["how"] = m.how;
             break;
         }
+        case MsgType::NoReplacement: {
+            auto m = decode_as<NoReplacementMsg>(body);
+            d["token"] = m.token; d["ranks"] = m.ranks; d["why"] = m.why;
+            break;
+        }
         case MsgType::ActionReply: {
             auto m = decode_as<ActionReplyMsg>(body);
             d["rank"] = m.rank; d["kind"] = static_cast<int>(m.kind); d["result"] = m.result;
@@ -206,6 +214,7 @@ void bind_protocol(py::module_& m) {
     types["REGISTER"] = 1; types["REGISTER_ACK"] = 2; types["HEARTBEAT"] = 3; types["STATUS"] = 4;
     types["REPLICA_INFO"] = 5; types["ERROR_REPORT"] = 6; types["ACTION"] = 7; types["ACTION_REPLY"] = 8;
     types["GOODBYE"] = 9; types["PROCESS_ENDED"] = 10; types["PROCESS_ENDED_ACK"] = 11;
+    types["NO_REPLACEMENT"] = 12;
     m.attr("MSG_TYPES") = types;
     py::dict actions;
     for (uint16_t k = 1; k <= kMaxActionKind; ++k) actions[action_name(static_cast<ActionKind>(k))] = k;

@@ -33,6 +33,7 @@ ControllerConfig controller_config_from_env(int rank, int world_size) {
     cfg.prelock_timeout_ms = prelock_timeout_ms();
     cfg.prelock_tries = prelock_tries();
     cfg.arf_wait_ms = ms(env_seconds("MINDIO_ARF_WAIT_S", 600, 0.1, 3600));
+    cfg.arf_wait_is_default = env_string("MINDIO_ARF_WAIT_S").empty();
     cfg.scale_out_wait_ms = ms(env_seconds("MINDIO_SCALE_OUT_WAIT_S", cfg.arf_wait_ms / 1000.0, 0.1, 3600));
     cfg.takeover_wait_ms = ms(env_seconds("MINDIO_TAKEOVER_WAIT_S", 10, 0.1, 3600));
     cfg.silence_limit_ms = ms(env_seconds("MINDIO_SILENCE_LIMIT_S", 60, 1, 3600));

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "controller/job_token.h"
 
 namespace mindio {
 namespace {
@@ -12,13 +13,6 @@ constexpr const char* kLog = "controller";
 constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr size_t kMaxCodedReports = 16;  // per rank and fault handling
 constexpr int kGoodbyeDrainMs = 1000;     // longest the goodbyes may take to go out at shutdown
-
-bool tokens_equal(const std::string& a, const std::string& b) {
-    // Constant time over the expected token, so the comparison does not leak a prefix match.
-    unsigned char diff = a.size() == b.size() ? 0 : 1;
-    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-    return diff == 0;
-}
 
 constexpr int kMaxWorldSize = 1 << 20;  // a rank table entry each: a typo must not allocate gigabytes
 
@@ -33,8 +27,6 @@ int valid_world_size(int world_size) {
 // Every rank of the job may connect at once before any registers; beyond that a margin for launchers'
 // reports and reconnects. The rest are closed at accept (net/server.h).
 size_t max_unauthenticated(int world_size) { return static_cast<size_t>(std::max(world_size, 1)) + 1024; }
-
-const char* const kWrongToken = "wrong token (MINDIO_TOKEN differs)";
 
 }  // namespace
 
@@ -165,6 +157,7 @@ void Controller::on_frame(uint64_t conn, Frame&& frame) {
     try {
         if (frame.type == MsgType::Register) return handle_register(conn, frame.body);
         if (frame.type == MsgType::ProcessEnded) return handle_process_ended(conn, frame.body);
+        if (frame.type == MsgType::NoReplacement) return handle_no_replacement(conn, frame.body);
         int rank;
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -319,60 +312,6 @@ void Controller::stop_leading_locked(const std::string& why) {
         if (ranks_[rank].connected) server_.close(ranks_[rank].conn, "this controller " + why);
     }
     pending_faults_.clear();
-}
-
-// A launcher's report that a rank's process ended, answered on its own connection, which then closes.
-// The report proves a death only for the process it names: a replacement registered since is not
-// touched, and a rank already known dead or gone is only acknowledged.
-void Controller::handle_process_ended(uint64_t conn, const std::string& body) {
-    auto m = decode_as<ProcessEndedMsg>(body);
-    if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
-        server_.send(conn, encode_frame(MsgType::ProcessEndedAck, 0, encode(RegisterAckMsg{1, kWrongToken})));
-        std::lock_guard<std::mutex> lock(mu_);
-        return refuse_unproven_locked(conn, "wrong token", std::string("a process-ended report with a ") + kWrongToken);
-    }
-    int result = 0;
-    std::string answer;
-    if (m.rank < 0 || m.rank >= cfg_.world_size) {
-        result = 1;
-        answer = "rank " + std::to_string(m.rank) + " is out of range 0.." + std::to_string(cfg_.world_size - 1);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (result == 0) {
-        bool had_left = false;
-        answer = process_ended_locked(m, &had_left);
-        if (had_left) result = kProcessEndedAfterLeaving;
-    } else {
-        LOG_WARN(kLog, cfg_.rank, "refused a report that rank " << m.rank << "'s process " << m.pid << " ended: " << answer);
-    }
-    server_.send(conn, encode_frame(MsgType::ProcessEndedAck, 0, encode(RegisterAckMsg{result, answer})));
-    server_.close(conn, "process-ended report answered");
-}
-
-std::string Controller::process_ended_locked(const ProcessEndedMsg& m, bool* had_left) {
-    RankEntry& r = ranks_[m.rank];
-    std::string who = "rank " + std::to_string(m.rank);
-    std::string process = "process " + std::to_string(m.pid) + " (" + m.how + ")";
-    if (!r.registered || (r.pid != 0 && r.pid != m.pid)) {
-        // The answer does not name the rank's current process: a peer that could forge a report (no
-        // token) would learn the pid that makes its next report a kill.
-        return who + (r.registered ? " is now another process" : " never registered") + ": " + process +
-               " changes nothing";
-    }
-    if (r.left && !r.dead) {
-        // It said goodbye (its training is over) and then failed on its way out: nothing to replace.
-        *had_left = true;
-        return who + " had left the job before " + process + " ended: nothing to restart";
-    }
-    if (r.dead) return who + " was already dead: " + process + " ended";
-    event_locked("process_ended", who + ": " + process);
-    LOG_WARN(kLog, cfg_.rank, who << "'s " << process << " ended, its launcher reports"
-                              << (r.connected ? "; its connection is still open (a child process holds it): closed" : ""));
-    if (r.connected) server_.close(r.conn, "its process ended");
-    r.end_reported = true;
-    declare_dead_locked(m.rank, process + " ended, reported by its launcher");
-    cv_.notify_all();
-    return who + " declared dead";
 }
 
 // Marks `m.rank` as joining when `m` is a restarted process taking a dead rank's place; returns whether
@@ -1323,7 +1262,8 @@ void Controller::take_offline_locked(const std::set<int>& ranks) {
         server_.close(r.conn, "rank taken offline for process replacement (ARF)");
     }
     LOG_INFO(kLog, cfg_.rank, "ranks " << list_text(ranks) << " offline; waiting up to " << cfg_.arf_wait_ms
-                                       << " ms for their restarted processes");
+                                       << " ms (MINDIO_ARF_WAIT_S" << (cfg_.arf_wait_is_default ? ", its default" : "")
+                                       << ") for their restarted processes");
 }
 
 // Waits (at most arf_wait_ms) until a restarted process of every rank in `ranks` registered and
@@ -1344,6 +1284,7 @@ bool Controller::await_replacements(const std::set<int>& ranks, std::string* why
             return true;
         }
         if (stopping_) *why = "the controller is shutting down";
+        else if (unready.empty() && nothing_comes_for_locked(absent, why)) event_locked("arf_unreplaced", *why);
         else if (second_fault_) *why = "a new fault arrived while waiting for the replacement of ranks " + list_text(ranks);
         else if (Clock::now() >= deadline) {
             *why = "process replacement timed out after " + std::to_string(cfg_.arf_wait_ms) + " ms (MINDIO_ARF_WAIT_S):";

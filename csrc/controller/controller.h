@@ -58,6 +58,7 @@ struct ControllerConfig {
     int silence_limit_ms = 60000;    // MINDIO_SILENCE_LIMIT_S: a rank silent this long is hung
     int save_wait_ms = 120000;       // MINDIO_SAVE_WAIT_S: a fault waits this long for a save to finish
     int arf_wait_ms = 600000;        // MINDIO_ARF_WAIT_S: wait for restarted processes to register and be ready
+    bool arf_wait_is_default = true;  // the user did not set it: the log says so
     int scale_out_wait_ms = 600000;  // MINDIO_SCALE_OUT_WAIT_S: wait for every retired rank's return (elastic)
     // MINDIO_TAKEOVER_WAIT_S: after a backup took over, ranks not registered with it this long after the
     // first are dead (they died with the old controller's node); before, how long an idle backup holds
@@ -147,6 +148,10 @@ private:
     void handle_reply(uint64_t seq, const ActionReplyMsg& m);
     void handle_goodbye(const GoodbyeMsg& m);
     void handle_process_ended(uint64_t conn, const std::string& body);
+    void handle_no_replacement(uint64_t conn, const std::string& body);
+    void answer_launcher_locked(uint64_t conn, int32_t result, const std::string& answer);
+    std::string no_replacement_locked(const NoReplacementMsg& m);
+    bool nothing_comes_for_locked(const std::set<int>& absent, std::string* why) const;
     // A peer that did not prove the token is refused: counted, logged in aggregate (refusal_tally.h).
     void refuse_unproven_locked(uint64_t conn, const std::string& kind, const std::string& detail);
     std::string process_ended_locked(const ProcessEndedMsg& m, bool* had_left);

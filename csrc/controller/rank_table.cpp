@@ -88,6 +88,7 @@ bool RankTable::register_conn(uint64_t conn, const RegisterMsg& m) {
     r.pid = m.pid;
     r.last_seen = Clock::now();
     r.suspect = r.hang_reported = r.unanswered = false;
+    r.unreplaced_why.clear();
     r.section = Section::None;
     r.recovery_action = m.recovery_action;
     r.reported = false;

@@ -19,13 +19,14 @@
 namespace mindio {
 
 constexpr uint32_t kMagic = 0x414F494D;  // "MIOA" in little-endian bytes
-constexpr uint16_t kVersion = 8;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
+constexpr uint16_t kVersion = 9;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
                                   // 4: Register's may_replace, RegisterAck's replacement;
                                   // 5: the controller's term in Register and RegisterAck, ReplicaInfo's domain;
                                   // 6: Register's recovery_action (a recovery in progress at a takeover);
                                   // 7: Register's leader_gone, RegisterAck's results 3 and 4 (a backup
                                   //    leads only a majority without proof that the leader is gone);
                                   // 8: Register's controllers (a leader whose ranks list backups holds a lease)
+                                  // 9: NoReplacement (a lost node's ranks that nothing will replace)
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxBody = 10u * 1024u * 1024u;
 
@@ -40,10 +41,11 @@ enum class MsgType : uint16_t {
     ActionReply = 8,   // processor -> controller: the handler's result (seq = the action's seq)
     Goodbye = 9,       // either way: the sender closes the link on purpose (not a fault)
     ProcessEnded = 10,     // a launcher -> controller, on a connection of its own: a rank's process ended
-    ProcessEndedAck = 11,  // controller -> launcher: what the report changed (RegisterAckMsg's body)
+    ProcessEndedAck = 11,  // controller -> launcher: what a launcher's report changed (RegisterAckMsg's body)
+    NoReplacement = 12,    // a launcher -> controller, on a connection of its own: ranks nothing will replace
 };
 constexpr uint16_t kMinMsgType = 1;
-constexpr uint16_t kMaxMsgType = 11;
+constexpr uint16_t kMaxMsgType = 12;
 
 struct ProtocolError : std::runtime_error {
     using std::runtime_error::runtime_error;

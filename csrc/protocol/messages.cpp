@@ -365,6 +365,15 @@ template <> struct Schema<ProcessEndedMsg> : NoCheck {
     }
 };
 
+template <> struct Schema<NoReplacementMsg> : NoCheck {
+    static constexpr const char* name = "NoReplacement";
+    template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
+        v("token", m.token);
+        v("ranks", m.ranks);
+        v("why", m.why, Printable{kMaxGoodbyeReason});
+    }
+};
+
 template <typename Msg> std::string encode_message(const Msg& m) {
     SendCheck check(Schema<Msg>::name);
     Schema<Msg>::fields(m, check);
@@ -444,6 +453,7 @@ MINDIO_MESSAGE_CODEC(ActionMsg)
 MINDIO_MESSAGE_CODEC(ActionReplyMsg)
 MINDIO_MESSAGE_CODEC(GoodbyeMsg)
 MINDIO_MESSAGE_CODEC(ProcessEndedMsg)
+MINDIO_MESSAGE_CODEC(NoReplacementMsg)
 #undef MINDIO_MESSAGE_CODEC
 
 }  // namespace mindio

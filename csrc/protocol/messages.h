@@ -193,6 +193,16 @@ struct ProcessEndedMsg {
     std::string how;  // logged: short printable ASCII, at most kMaxGoodbyeReason
 };
 
+// Sent by the launcher that watches the other nodes (node 0's) when a node's launcher is proven gone and
+// no standby waits to take its place: its ranks will not come back unless a new launcher is started for
+// that node. With elastic training the controller then scales in without them at once rather than wait
+// out MINDIO_ARF_WAIT_S, and grows back when they return. Answered with a ProcessEndedAck.
+struct NoReplacementMsg {
+    std::string token;
+    std::vector<int32_t> ranks;
+    std::string why;  // logged: short printable ASCII, at most kMaxGoodbyeReason
+};
+
 // The ProcessEndedAck result for a rank that had said goodbye (its training over) before its process
 // ended: the launcher does not start it again. 0 is a report taken, 1 one refused.
 constexpr int32_t kProcessEndedAfterLeaving = 2;
@@ -210,6 +220,7 @@ std::string encode(const ActionMsg& m);
 std::string encode(const ActionReplyMsg& m);
 std::string encode(const GoodbyeMsg& m);
 std::string encode(const ProcessEndedMsg& m);
+std::string encode(const NoReplacementMsg& m);
 
 void decode(const std::string& body, RegisterMsg& m);
 void decode(const std::string& body, RegisterAckMsg& m);
@@ -220,6 +231,7 @@ void decode(const std::string& body, ActionMsg& m);
 void decode(const std::string& body, ActionReplyMsg& m);
 void decode(const std::string& body, GoodbyeMsg& m);
 void decode(const std::string& body, ProcessEndedMsg& m);
+void decode(const std::string& body, NoReplacementMsg& m);
 
 template <typename Msg>
 Msg decode_as(const std::string& body) {

@@ -15,7 +15,7 @@ Scenarios:
            joins the running job, receives its shard and the step's state from a replica peer, and
            training goes on; the other processes never stop running.
   elastic  dp4 on two `mindio-adaptor launch` nodes of two ranks (--enable-elastic-training): node 1 is lost
-           during --fault-step and not replaced within MINDIO_ARF_WAIT_S, so the job scales in to dp2 and
+           during --fault-step and nothing replaces it (no standby), so the job scales in to dp2 and
            trains on; a new launcher of node 1 starts, and two steps later the job scales out to dp4 again.
            No process of node 0 restarts; the losses stay within 1e-4 of the uninterrupted run and every
            step sees the same samples.

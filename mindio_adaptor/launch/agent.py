@@ -19,13 +19,15 @@ from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE,
 from mindio_adaptor.core.paired_store import ENV_STORES
 from mindio_adaptor.launch import membership
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controller_report import ControllerReportError, find_controllers, report_process_ended
+from mindio_adaptor.launch.controller_report import (ControllerContact, ControllerReportError, find_controllers,
+                                                     report_no_replacement, report_process_ended)
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
 from mindio_adaptor.launch.membership import Membership
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage
 from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
+from mindio_adaptor.launch.unreplaced_nodes import UnreplacedNodes
 from mindio_adaptor.launch.warm_pool import WarmPool, script_argv
 from mindio_adaptor.launch.worker import Worker, stop_all
 from mindio_adaptor.launch.worker_env import worker_env
@@ -63,6 +65,7 @@ class NodeAgent:
         self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
         self.fenced = False  # another launcher took this node rank: leave the job to it
         self._refill_at: Optional[float] = None  # when the warm pool is filled again after a hand-out
+        self._unreplaced: Optional[UnreplacedNodes] = None  # node 0's: lost nodes nothing takes, reported
 
     # --- the run ---------------------------------------------------------------------------------------
 
@@ -74,6 +77,8 @@ class NodeAgent:
         finally:  # also when the launcher itself fails: nothing it started may outlive it
             self.warm.close()
             self.controller.stop()
+            if self._unreplaced is not None:
+                self._unreplaced.close()
 
     def _run(self) -> int:
         outcome = self._watch()
@@ -105,8 +110,13 @@ class NodeAgent:
             self.controller.start(generation)
             self._controllers_env = controllers_env(self.config, self.store, generation)
             self._start_generation(generation, replacing=self.store.replacing)
+            if self.store.hosting:
+                self._unreplaced = UnreplacedNodes(self.store, self.config.nproc_per_node, self.config.nnodes,
+                                                   self.log)
             while True:
                 self.controller.check()
+                if self._unreplaced is not None and not self.ended:
+                    self._unreplaced.check(self._tell_no_replacement)
                 self._refill_warm_when_due()
                 try:
                     outcome = self._check()
@@ -419,14 +429,8 @@ class NodeAgent:
         """The OS's word that a rank's process ended, to the recovery controller leading the job (when the
         job has one): the controllers of the list in order, past those unreachable or not leading. True
         when the controller answers that the rank had left the job before (its training was over)."""
-        env = {**os.environ, **self._controllers_env, ENV_TOKEN: self.store.token}
-        try:
-            contacts = find_controllers(self.config.master_addr, self.master_port, env)
-        except ControllerReportError as err:
-            self.log.info("rank %d: the recovery controller was not told that pid %d ended: %s", worker.rank,
-                          worker.pid, err)
-            return False
-        errors = []
+        what = f"rank {worker.rank}: the recovery controller was not told that pid {worker.pid} ended"
+        contacts, errors = self._controller_contacts(what) or [], []
         for contact in contacts:
             try:
                 answer = report_process_ended(contact, worker.rank, worker.pid, describe(code))
@@ -439,9 +443,36 @@ class NodeAgent:
                           answer.message)
             return answer.rank_had_left
         if errors:
-            self.log.info("rank %d: the recovery controller was not told that pid %d ended: %s", worker.rank,
-                          worker.pid, "; ".join(errors))
+            self.log.info("%s: %s", what, "; ".join(errors))
         return False
+
+    def _tell_no_replacement(self, ranks: List[int], why: str) -> bool:
+        """That nothing will replace `ranks`, to every controller of the list (a backup that takes over later
+        needs it too); True once one took it, or when the job has none."""
+        what = f"the recovery controller was not told that ranks {ranks} will not be replaced"
+        contacts, answers, errors = self._controller_contacts(what), [], []
+        if contacts is None:
+            return False  # tried again at the next check
+        for contact in contacts:
+            try:
+                answers.append(report_no_replacement(contact, ranks, why))
+            except ControllerReportError as err:
+                errors.append(str(err))
+        if answers:
+            self.log.info("told the recovery controller that ranks %s will not be replaced: %s", ranks, answers[0])
+        elif errors:
+            self.log.info("%s: %s", what, "; ".join(errors))
+        return bool(answers) or not contacts
+
+    def _controller_contacts(self, what: str) -> Optional[List[ControllerContact]]:
+        """The job's controllers as the launchers' store names them now ([]: no high availability); None
+        when their facts could not be read, which is logged with `what`."""
+        env = {**os.environ, **self._controllers_env, ENV_TOKEN: self.store.token}
+        try:
+            return find_controllers(self.config.master_addr, self.master_port, env)
+        except ControllerReportError as err:
+            self.log.info("%s: %s", what, err)
+            return None
 
     def _reboot(self, worker: Worker, what: str) -> None:
         worker.reboots += 1

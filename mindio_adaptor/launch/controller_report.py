@@ -1,4 +1,5 @@
-"""The launcher tells the recovery controller that a worker's process ended.
+"""The launcher tells the recovery controller that a worker's process ended, or that nothing will replace the
+ranks of a node whose launcher is gone.
 
 The controller sees a death as the rank's closed connection. The launcher sees it from the OS (waitpid)
 and knows how the process ended; its report reaches the controller even when the connection outlives the
@@ -67,29 +68,48 @@ class ControllerAnswer:
 def report_process_ended(contact: ControllerContact, rank: int, pid: int, how: str,
                          timeout_s: float = REPORT_TIMEOUT_S) -> ControllerAnswer:
     """Send one ProcessEnded report; returns the controller's answer."""
+    answer = _exchange(contact, "PROCESS_ENDED", {"token": contact.token, "rank": rank, "pid": pid, "how": how},
+                       timeout_s)
+    if answer["result"] == _native.PROCESS_ENDED_AFTER_LEAVING:
+        return ControllerAnswer(answer["message"], rank_had_left=True)
+    if answer["result"] != 0:
+        raise ControllerReportError(f"{_where(contact)} refused the report: {answer['message']}")
+    return ControllerAnswer(answer["message"])
+
+
+def report_no_replacement(contact: ControllerContact, ranks: List[int], why: str,
+                          timeout_s: float = REPORT_TIMEOUT_S) -> str:
+    """Tell the controller that nothing will replace `ranks` (their node's launcher is gone, no standby
+    waits); returns its answer."""
+    answer = _exchange(contact, "NO_REPLACEMENT", {"token": contact.token, "ranks": list(ranks), "why": why},
+                       timeout_s)
+    if answer["result"] != 0:
+        raise ControllerReportError(f"{_where(contact)} refused the report: {answer['message']}")
+    return answer["message"]
+
+
+def _where(contact: ControllerContact) -> str:
+    return f"the controller at {contact.host}:{contact.port}"
+
+
+def _exchange(contact: ControllerContact, kind: str, message: dict, timeout_s: float) -> dict:
+    """One report on a connection of its own, and the controller's ProcessEndedAck, decoded."""
     types = _native.MSG_TYPES
-    body = _native.encode_message(types["PROCESS_ENDED"], {"token": contact.token, "rank": rank, "pid": pid,
-                                                           "how": how})
-    where = f"the controller at {contact.host}:{contact.port}"
+    body = _native.encode_message(types[kind], message)
     try:
         tls = TlsConfig.from_env()
         with socket.create_connection((contact.host, contact.port), timeout=timeout_s) as raw:
             # With the job's certificate configured the controller speaks TLS only (core/tls_config).
             conn = tls.client_context().wrap_socket(raw) if tls is not None else raw
-            conn.sendall(_native.encode_frame(types["PROCESS_ENDED"], 0, body))
+            conn.sendall(_native.encode_frame(types[kind], 0, body))
             header = _receive(conn, _HEADER.size)
             reply = header + _receive(conn, _HEADER.unpack(header)[4])
     except (OSError, TlsConfigError) as err:  # ssl.SSLError is an OSError
-        raise ControllerReportError(f"{where} could not be told: {err}") from None
-    kind, _, reply_body = _native.decode_frame(reply)
-    if kind != types["PROCESS_ENDED_ACK"]:
-        raise ControllerReportError(f"{where} answered with message type {kind}")
-    answer = _native.decode_message(kind, reply_body)
-    if answer["result"] == _native.PROCESS_ENDED_AFTER_LEAVING:
-        return ControllerAnswer(answer["message"], rank_had_left=True)
-    if answer["result"] != 0:
-        raise ControllerReportError(f"{where} refused the report: {answer['message']}")
-    return ControllerAnswer(answer["message"])
+        raise ControllerReportError(f"{_where(contact)} could not be told: {err}") from None
+    reply_kind, _, reply_body = _native.decode_frame(reply)
+    if reply_kind != types["PROCESS_ENDED_ACK"]:
+        raise ControllerReportError(f"{_where(contact)} answered with message type {reply_kind}")
+    return _native.decode_message(reply_kind, reply_body)
 
 
 def _receive(conn: socket.socket, size: int) -> bytes:

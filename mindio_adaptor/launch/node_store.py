@@ -334,6 +334,14 @@ class NodeStore:
                  "launcher's process is gone or its beat was silent for %g s", list(nodes),
                  self._node0_lifeline.host, self._node0_lifeline.port, self.config.node_lost_after)
 
+    def standby_waiting(self) -> bool:
+        """A standby launcher watches the nodes now, ready to take a lost one's place."""
+        return self.store.add(STANDBYS_LEFT, 0) < self.store.add(STANDBYS, 0)
+
+    def node_done(self, node: int) -> bool:
+        """`node`'s launcher ended its part of the job (its workers finished or left it)."""
+        return self.store.check([_key_done(node)])
+
     def _silence(self) -> str:
         return f"its beat was silent for {self.config.node_lost_after:g} s"
 

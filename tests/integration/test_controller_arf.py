@@ -11,6 +11,7 @@ import pytest
 
 from controller_harness import Job, actions_in_order, wait_until
 from mindio_adaptor.core.exit_codes import LEFT_THE_JOB
+from mindio_adaptor.launch.controller_report import ControllerContact, ControllerReportError, report_no_replacement
 from mindio_adaptor.ttp import controller as ctl
 
 pytestmark = pytest.mark.integration
@@ -129,6 +130,44 @@ def test_replacement_that_never_comes_leads_to_a_dump(tmp_path, job_env, monkeyp
         assert dump == timeout
         assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,3]"]
         assert [d for _, _, d in job.controller_events("state")][-2:] == ["ENV_CLEAR->DUMP", "DUMP->EXIT"]
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
+def test_a_rank_its_launcher_reports_unreplaced_scales_in_without_waiting_out_the_default(tmp_path, job_env,
+                                                                                            monkeypatch):
+    """Elastic training with the default wait for a replacement (600 s): node 0's launcher reports that
+    nothing will replace rank 5 (its node's launcher is gone and no standby waits), and the controller
+    ends the wait at once and scales in. Reports with another token, or naming a rank out of range, are
+    refused, naming why, and change nothing."""
+    monkeypatch.delenv("MINDIO_ARF_WAIT_S", raising=False)
+    monkeypatch.setenv("MINDIO_TOKEN", "s3cret")
+    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5)
+    contact = ControllerContact("127.0.0.1", job.port, "s3cret")
+    why = "node 2's launcher is gone (its lifeline refuses connections) and no standby waits to take its place"
+    try:
+        job.wait_ready()
+        with pytest.raises(ControllerReportError, match=r"refused the report: wrong token"):
+            report_no_replacement(ControllerContact("127.0.0.1", job.port, "guess"), [5], why)
+        with pytest.raises(ControllerReportError, match=r"refused the report: rank 8 is out of range 0\.\.7"):
+            report_no_replacement(contact, [5, 8], why)
+        job.procs[5].send_signal(signal.SIGKILL)
+        wait_until(lambda: job.controller_events("arf_wait"), 15, "the wait for rank 5's replacement")
+        assert report_no_replacement(contact, [5], why) == f"noted: ranks [5] will not be replaced: {why}"
+        live = [r for r in range(8) if r != 5]
+        results = job.wait_results(live, timeout=30)
+        assert all(r["result"] == "done" for r in results.values()), results
+        [wait] = [d for _, _, d in job.controller_events("arf_wait")]
+        assert wait == "ranks [5] up to 600000 ms", wait
+        [scale_in] = [d for _, _, d in job.controller_events("scale_in")]
+        assert scale_in == f"ranks [5] at step 5: ranks [5] will not be replaced: {why} (not waiting out " \
+                           f"MINDIO_ARF_WAIT_S)", scale_in
+        assert [d for _, _, d in job.controller_events("no_replacement")] == [f"ranks [5] will not be replaced: {why}"]
+        assert [d for _, _, d in job.controller_events("retired")] == ["rank 5"]
+        assert not job.controller_events("arf_timeout") and not job.controller_events("dump")
     except AssertionError:
         print(job.worker_logs())
         raise

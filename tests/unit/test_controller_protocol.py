@@ -38,6 +38,7 @@ SAMPLES = {
     "GOODBYE": {"rank": -1, "reason": "controller destroyed"},
     "PROCESS_ENDED": {"token": "s3cret", "rank": 12, "pid": 4242, "how": "signal SIGKILL"},
     "PROCESS_ENDED_ACK": {"result": 0, "message": "rank 12 declared dead", "replacement": False, "term": 1},
+    "NO_REPLACEMENT": {"token": "s3cret", "ranks": [2, 3], "why": "node 1 lost"},
 }
 
 
@@ -67,7 +68,7 @@ def test_header_layout_is_little_endian_with_crc_of_body():
 
 @pytest.mark.parametrize("frame,reason", [
     (header(magic=0x12345678), "bad magic"),
-    (header(version=9), "version 9"),
+    (header(version=nat.FRAME_VERSION + 1), f"version {nat.FRAME_VERSION + 1}"),
     (header(type_=0), "unknown message type 0"),
     (header(type_=99), "unknown message type 99"),
     (header(length=nat.FRAME_MAX_BODY + 1), "exceeds the limit"),
@@ -216,9 +217,9 @@ WIRE_SAMPLES = dict({name: (name, msg) for name, msg in SAMPLES.items()}, **{
 })
 
 # The bytes of WIRE_SAMPLES as the hand-written codec (before the table-driven one) wrote them, with
-# what frame versions 5 to 8 appended (the controller's term in Register and RegisterAck, ReplicaInfo's
-# domain; Register's recovery_action; Register's leader_gone; Register's controllers) added by hand: the
-# wire format must not change unnoticed.
+# what frame versions 5 to 9 added (the controller's term in Register and RegisterAck, ReplicaInfo's
+# domain; Register's recovery_action; Register's leader_gone; Register's controllers; the NoReplacement
+# message) written by hand: the wire format must not change unnoticed.
 WIRE_BYTES = {
     "ACTION": ("0300012a000000000000000101020000000300000005000000010000000001010000000700000001"
                "00000003000000020000000300000007000000010000000103000000000000000100000002000000"),
@@ -235,6 +236,7 @@ WIRE_BYTES = {
                            "ffffffffffffff"),
     "PROCESS_ENDED": "060000007333637265740c000000921000000e0000007369676e616c205349474b494c4c",
     "PROCESS_ENDED_ACK": "000000001500000072616e6b203132206465636c617265642064656164000100000000000000",
+    "NO_REPLACEMENT": "060000007333637265740200000002000000030000000b0000006e6f64652031206c6f7374",  # version 9
     "REGISTER": "0700000010000000d00700000600000073336372657401ffffff7f010300000000000000" "0300" "01" "0300",
     "REGISTER_ACK": "010000000900000062616420746f6b656e000200000000000000",
     "REPLICA_INFO": ("05000000020000000002000000000000000400000001000000030000000500000007000000010400"
@@ -275,5 +277,5 @@ def test_leader_gone_is_a_bool_and_controllers_the_last_field_of_register():
     with pytest.raises(ValueError, match=r"Register\.controllers: needs 2 bytes"):
         nat.decode_message(T["REGISTER"], body[:-2])  # a version 7 body: no controllers
     assert nat.decode_message(T["REGISTER"], body[:-2] + b"\xff\xff")["controllers"] == 65535
-    assert nat.FRAME_VERSION == 8
+    assert nat.FRAME_VERSION == 9
     assert (nat.NOT_THE_LEADER, nat.AWAITING_MAJORITY, nat.NO_MAJORITY) == (2, 3, 4)

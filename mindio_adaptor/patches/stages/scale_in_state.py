@@ -25,8 +25,8 @@ def scale_in_state(session, megatron, action) -> int:
     uneven_batches.weigh_loss(megatron.args(), session.job.optimizer)
     margs = megatron.args()
     if margs.rank == 0:
-        logger.warning("elastic training: scaled in %s after step %d at %s: ranks %s were lost and not replaced "
-                       "within MINDIO_ARF_WAIT_S; training goes on from sample %d with the global batch size "
+        logger.warning("elastic training: scaled in %s after step %d at %s: ranks %s were lost and not replaced; "
+                       "training goes on from sample %d with the global batch size "
                        "%d (loaded in %.2f s)", plan.describe(), step,
                        datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), list(plan.lost),
                        margs.consumed_train_samples, margs.global_batch_size, time.monotonic() - started)
