@@ -16,6 +16,13 @@ namespace mindio {
 namespace {
 
 constexpr const char* kLog = "processor";
+// How long a killed controller's process takes, at the most here, to stop accepting on its address.
+constexpr auto kDyingLeaderPause = std::chrono::milliseconds(200);
+
+// The peer closed a registration unanswered: a controller being torn down does that.
+struct ClosedDuringRegistration : ProtocolError {
+    using ProtocolError::ProtocolError;
+};
 
 int backoff_ms(int attempt, int base_ms) {
     // 1, 2, 4, 8, 10, 10, ... times the base, as the reference.
@@ -182,7 +189,7 @@ bool read_frame(int fd, TlsSession* tls, FrameParser& parser, Frame& out,
             IoStatus s = tls->read(buf, sizeof buf, &got, &error);
             if (s == IoStatus::WouldBlock) continue;
             if (s != IoStatus::Ok) {
-                throw ProtocolError("connection closed during registration" + (error.empty() ? "" : ": " + error));
+                throw ClosedDuringRegistration("connection closed during registration" + (error.empty() ? "" : ": " + error));
             }
             parser.feed(buf, got);
             continue;
@@ -190,7 +197,7 @@ bool read_frame(int fd, TlsSession* tls, FrameParser& parser, Frame& out,
         ssize_t got = ::recv(fd, buf, sizeof buf, 0);
         if (got <= 0) {
             if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-            throw ProtocolError("connection closed during registration");
+            throw ClosedDuringRegistration("connection closed during registration");
         }
         parser.feed(buf, static_cast<size_t>(got));
     }
@@ -309,6 +316,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         *error = e.what();
         tls.reset();
         close_fd(fd);
+        if (dynamic_cast<const ClosedDuringRegistration*>(&e)) recheck_dying_leader(endpoint);
         return false;
     }
     {
@@ -332,6 +340,28 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
     send_frame(status_frame(MsgType::Status));
     LOG_INFO(kLog, cfg_.rank, "registered with the controller at " << host << ":" << port << " (term " << term_ << ")");
     return true;
+}
+
+// The retry of a lost controller's address comes at once, and a process being killed can still accept it
+// while its sockets are torn down, then close it unanswered. A moment later that address refuses: the proof
+// a backup may lead on, without which it would hold this rank for a majority (MINDIO_TAKEOVER_WAIT_S).
+void Processor::recheck_dying_leader(const Endpoint& endpoint) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (term_ == 0 || endpoint != leader_ || leader_gone_ || link_silent_) return;
+    }
+    std::this_thread::sleep_for(kDyingLeaderPause);
+    try {
+        int probe = connect_tcp(endpoint.first, endpoint.second, cfg_.io_timeout_ms);
+        close_fd(probe);
+    } catch (const NetError& e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (e.code != ECONNREFUSED || endpoint != leader_ || leader_gone_ || link_silent_) return;
+        leader_gone_ = true;
+        LOG_WARN(kLog, cfg_.rank, "the controller of term " << term_ << " at " << endpoint_text(endpoint)
+                                      << " closed a registration unanswered, then refused a connection: its process is "
+                                         "gone (a backup may lead on this proof)");
+    }
 }
 
 // A backup that may not lead yet (no majority, no proof) holds the registration open and answers again

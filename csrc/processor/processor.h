@@ -123,6 +123,8 @@ private:
 
     // *no_majority: an idle backup answered that the ranks that reached it are a minority.
     bool connect_and_register(std::string* error, bool* fatal, bool* no_majority);
+    // A registration closed unanswered by the controller of term_: a second look for the proof it is gone.
+    void recheck_dying_leader(const Endpoint& endpoint);
     // The second RegisterAck of a backup that holds the registration until it may lead.
     Frame await_election(int fd, TlsSession* tls, FrameParser& parser, const std::string& where, const std::string& why);
     Endpoint controller_now() const;

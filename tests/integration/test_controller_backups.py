@@ -188,6 +188,64 @@ def test_a_processor_refuses_a_controller_older_than_one_it_registered_under(env
         controller.close()
 
 
+class DyingController:
+    """A controller's stand-in that registers one rank under term 1, then dies as a killed process can be seen
+    to die: the rank's connection closes, the rank's immediate retry is accepted and closed unanswered (the
+    process's sockets being torn down), and only then does its address refuse connections."""
+
+    def __init__(self):
+        from mindio_adaptor import _native as nat
+
+        self.nat = nat
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conn = None
+        threading.Thread(target=self._register_one, daemon=True).start()
+
+    def _register_one(self):
+        nat, types = self.nat, self.nat.MSG_TYPES
+        conn, _ = self.listener.accept()
+        conn.settimeout(5)
+        header = conn.recv(24, socket.MSG_WAITALL)
+        length = int.from_bytes(header[16:20], "little")
+        conn.recv(length, socket.MSG_WAITALL)
+        ack = {"result": 0, "message": "ok", "replacement": False, "term": 1}
+        conn.sendall(nat.encode_frame(types["REGISTER_ACK"], 0, nat.encode_message(types["REGISTER_ACK"], ack)))
+        self.conn = conn
+
+    def die(self):
+        self.listener.settimeout(10)
+        self.conn.close()
+        retry, _ = self.listener.accept()
+        retry.close()
+        self.listener.close()
+
+
+def test_a_retry_closed_unanswered_by_a_dying_controller_is_checked_again_for_the_proof(env, tmp_path, capfd):
+    # Seen in the chaos soak: without the second look the rank reached the backup with no proof, and the
+    # backup held it for a majority (here 1 of 2 ranks: never) for MINDIO_TAKEOVER_WAIT_S.
+    env["MINDIO_TAKEOVER_WAIT_S"] = "20"
+    dying = DyingController()
+    with open(tmp_path / "backup.log", "w") as log:
+        backup, backup_port = start_controller(env, 2, "--backup", log=log)
+    link = ProcessorLink(0, 2)
+    try:
+        link.start("127.0.0.1", dying.port, backups=[("127.0.0.1", backup_port)])
+        assert link.controller_term() == 1
+        died_at = time.monotonic()
+        dying.die()
+        wait_until(lambda: link.controller_term() == 2 and link.connected(), 30, "the rank registered with the backup")
+        assert time.monotonic() - died_at < 10  # not after the backup's wait for a majority
+        err = capfd.readouterr().err
+        assert (f"the controller of term 1 at 127.0.0.1:{dying.port} closed a registration unanswered, then refused a "
+                f"connection: its process is gone (a backup may lead on this proof)") in err, err[-3000:]
+        text = read(tmp_path / "backup.log")
+        assert "found the controller of term 1 gone (its address refused a connection)" in text, text
+        assert "does not lead yet" not in err
+    finally:
+        stop([link], backup)
+
+
 # ---- a takeover while ranks died with the controller's node, and a recovery in progress -----------
 
 WORLD = 4
