@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from mindio_adaptor.launch.unreplaced_nodes import CHECK_PERIOD_S
 from shell_launchers import LOST_AFTER_S, TIMEOUT_S
 
 pytestmark = pytest.mark.integration
@@ -45,10 +46,30 @@ def test_a_standby_takes_the_lost_nodes_place_and_a_second_one_is_not_needed(clu
     assert sorted((rank, restarted) for rank, restarted, *_ in after) == [(2, "1"), (3, "1")]
     results = cluster.finish(node0, *standbys)
     assert [code for code, _ in results] == [0, 0, 0], results
+    assert "will not be replaced" not in results[0][1]  # a standby waited: node 0 told no controller otherwise
     logs = [err for _, err in results[1:]]
     took = [log for log in logs if "node 1 was lost: this launcher takes its place" in log]
     idle = [log for log in logs if "this standby was not needed; exit code 0" in log]
     assert len(took) == 1 and len(idle) == 1, logs
+
+
+def test_node_0_tells_the_controllers_when_nothing_takes_a_lost_nodes_place(cluster):
+    """Node 1 lost with no standby: node 0's launcher, which holds a connection to every node's lifeline,
+    proves node 1's launcher gone and tells the controller it hosts that nothing will replace
+    ranks 2 and 3 (launch/unreplaced_nodes; with elastic training the job then scales in at once). With a
+    standby waiting it tells them nothing (below)."""
+    hosted = ("--controllers", "1")  # node 0's launcher hosts the job's controller
+    node0, node1 = cluster.start("--node-rank", "0", *hosted, logged=True), cluster.start("--node-rank", "1", *hosted)
+    cluster.wait_starts(4, node0, node1)
+    time.sleep(3 * CHECK_PERIOD_S)  # node 0 holds node 1's lifeline by then
+    cluster.lose_node(node1)
+    cluster.wait_for_line(node0, "told the recovery controller that ranks [2, 3] will not be replaced: noted: ranks "
+                                 "[2,3] will not be replaced: node 1's launcher is gone (its launcher's process is "
+                                 "gone: its lifeline closed and its port refuses connections) and no standby waits "
+                                 "to take its place")
+    [(code, err)] = cluster.finish(node0)
+    assert code == 0, err
+    assert err.count("will not be replaced: noted") == 1, err
 
 
 def test_node_0_does_not_wait_for_a_lost_node_at_the_end(cluster):
