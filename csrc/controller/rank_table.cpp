@@ -110,6 +110,7 @@ std::optional<int64_t> RankTable::heard_from(int rank) {
         r.suspect = false;
     }
     r.unanswered = false;
+    r.unreplaced_why.clear();  // its process talks: a report that nothing replaces it was about a stall
     r.last_seen = now;
     return silence;
 }

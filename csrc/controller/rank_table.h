@@ -49,8 +49,9 @@ struct RankEntry : RankSnapshot {
     // Silent when an action's deadline passed, and nothing heard from it since: a partition that began
     // during a recovery shows as this first (its connection stays open), so the lease does not count it.
     bool unanswered = false;
-    // Its node's launcher is proven gone and nothing waits to take the node's place, its launcher's peer
-    // reported (NoReplacement): why, until a process registers for this rank.
+    // Node 0's launcher reported (NoReplacement) that this rank's node is lost and nothing waits to take
+    // its place: why, until a process of this rank registers or is heard from (a stalled launcher's
+    // workers may live on).
     std::string unreplaced_why;
     bool retired = false;          // dropped by a scale-in (elastic training): the job goes on without it
                                    // (joining as well: a restarted process returned for it, for a scale-out)

@@ -112,7 +112,7 @@ class NodeAgent:
             self._start_generation(generation, replacing=self.store.replacing)
             if self.store.hosting:
                 self._unreplaced = UnreplacedNodes(self.store, self.config.nproc_per_node, self.config.nnodes,
-                                                   self.log)
+                                                   self.config.node_lost_after, self.log)
             while True:
                 self.controller.check()
                 if self._unreplaced is not None and not self.ended:

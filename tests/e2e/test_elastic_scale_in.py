@@ -40,7 +40,7 @@ ARF_WAIT_S = 15  # the longest the controller would wait for node 1's replacemen
 # (The scale-out's wait for the returned ranks is its own, MINDIO_SCALE_OUT_WAIT_S: elastic_scenario.)
 LOST_DURING_STEP = 5  # node 1 is lost after step 4, while the job holds before step 5
 RETURN_AT_STEP = 7
-NOTHING_TAKES_NODE_1 = (f"node 1's launcher is gone ({lifeline.EVIDENCE}) and no standby waits to take its place")
+NOTHING_TAKES_NODE_1 = f"node 1 is lost ({lifeline.EVIDENCE}) and no standby waits to take its place"
 LAST_STEP = 8
 SAVED_AT_DP2 = 6  # --save-interval of the scale-in run: a checkpoint written after the scale-in, at dp2
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
@@ -368,7 +368,7 @@ def test_tp2_the_log_names_dp1_and_the_replicas_gone(tp2_scaled_in_and_out):
     assert "optimizer replicas R=2 -> R=1: the job has no replica now, its next fault ends in the dump" in lines[0]
     assert "ranks [3] were lost and not replaced; training goes on" in lines[0]
     assert len(re.findall(r"elastic training: scaling in without ranks \[3\] after step 4 \(ranks \[3\] will not be "
-                          r"replaced: node 3's launcher is gone", output)) == 1, output[-6000:]
+                          r"replaced: node 3 is lost \(its launcher's process is gone", output)) == 1, output[-6000:]
 
 
 def test_tp2_the_live_rank_of_the_lost_slice_leaves_the_job(tp2_scaled_in_and_out):

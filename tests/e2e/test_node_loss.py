@@ -123,7 +123,7 @@ def test_no_replacement_in_time_dumps_and_the_resume_ends_bit_identical(tmp_path
     assert run.returncode != 0
     # Node 0's launcher told the controller that nothing will replace node 1's ranks; without elastic
     # training only a new launcher of node 1 could bring them back, so the wait went on to its end.
-    assert re.search(r"ranks \[2,3\] will not be replaced: node 1's launcher is gone \([^\n]*\) and no standby "
+    assert re.search(r"ranks \[2,3\] will not be replaced: node 1 is lost \([^\n]*\) and no standby "
                      r"waits to take its place; without elastic training only a new launcher of their node brings "
                      r"them back", run.output), run.output[-6000:]
     assert "process replacement timed out after 5000 ms (MINDIO_ARF_WAIT_S)" in run.output

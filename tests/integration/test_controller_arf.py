@@ -6,6 +6,7 @@ report); registrations that may not replace are refused."""
 import contextlib
 import re
 import signal
+import time
 
 import pytest
 
@@ -141,7 +142,8 @@ def test_a_rank_its_launcher_reports_unreplaced_scales_in_without_waiting_out_th
                                                                                             monkeypatch):
     """Elastic training with the default wait for a replacement (600 s): node 0's launcher reports that
     nothing will replace rank 5 (its node's launcher is gone and no standby waits), and the controller
-    ends the wait at once and scales in. Reports with another token, or naming a rank out of range, are
+    ends the wait at once and scales in. One sent while the rank still talked (a stalled launcher) was
+    forgotten at its next heartbeat. Reports with another token, or naming a rank out of range, are
     refused, naming why, and change nothing."""
     monkeypatch.delenv("MINDIO_ARF_WAIT_S", raising=False)
     monkeypatch.setenv("MINDIO_TOKEN", "s3cret")
@@ -154,8 +156,15 @@ def test_a_rank_its_launcher_reports_unreplaced_scales_in_without_waiting_out_th
             report_no_replacement(ControllerContact("127.0.0.1", job.port, "guess"), [5], why)
         with pytest.raises(ControllerReportError, match=r"refused the report: rank 8 is out of range 0\.\.7"):
             report_no_replacement(contact, [5, 8], why)
+        # A report about a rank that still talks (its launcher stalled, its process lives) is forgotten when
+        # the rank is next heard from: it does not end a later wait for that rank's replacement.
+        stalled = "node 2 is lost (its beat was silent for 10 s) and no standby waits to take its place"
+        report_no_replacement(contact, [5], stalled)
+        time.sleep(4 * 0.5)  # heartbeats every 0.5 s
         job.procs[5].send_signal(signal.SIGKILL)
         wait_until(lambda: job.controller_events("arf_wait"), 15, "the wait for rank 5's replacement")
+        time.sleep(2)
+        assert not job.controller_events("scale_in") and not job.controller_events("arf_unreplaced")
         assert report_no_replacement(contact, [5], why) == f"noted: ranks [5] will not be replaced: {why}"
         live = [r for r in range(8) if r != 5]
         results = job.wait_results(live, timeout=30)
@@ -165,7 +174,8 @@ def test_a_rank_its_launcher_reports_unreplaced_scales_in_without_waiting_out_th
         [scale_in] = [d for _, _, d in job.controller_events("scale_in")]
         assert scale_in == f"ranks [5] at step 5: ranks [5] will not be replaced: {why} (not waiting out " \
                            f"MINDIO_ARF_WAIT_S)", scale_in
-        assert [d for _, _, d in job.controller_events("no_replacement")] == [f"ranks [5] will not be replaced: {why}"]
+        assert [d for _, _, d in job.controller_events("no_replacement")] == [
+            f"ranks [5] will not be replaced: {stalled}", f"ranks [5] will not be replaced: {why}"]
         assert [d for _, _, d in job.controller_events("retired")] == ["rank 5"]
         assert not job.controller_events("arf_timeout") and not job.controller_events("dump")
     except AssertionError:

@@ -64,12 +64,32 @@ def test_node_0_tells_the_controllers_when_nothing_takes_a_lost_nodes_place(clus
     time.sleep(3 * CHECK_PERIOD_S)  # node 0 holds node 1's lifeline by then
     cluster.lose_node(node1)
     cluster.wait_for_line(node0, "told the recovery controller that ranks [2, 3] will not be replaced: noted: ranks "
-                                 "[2,3] will not be replaced: node 1's launcher is gone (its launcher's process is "
-                                 "gone: its lifeline closed and its port refuses connections) and no standby waits "
-                                 "to take its place")
+                                 "[2,3] will not be replaced: node 1 is lost (its launcher's process is gone: its "
+                                 "lifeline closed and its port refuses connections) and no standby waits to take "
+                                 "its place")
     [(code, err)] = cluster.finish(node0)
     assert code == 0, err
     assert err.count("will not be replaced: noted") == 1, err
+
+
+def test_node_0_tells_the_controllers_of_a_silent_node_once(cluster):
+    """A node whose beat is silent for --node-lost-after (so a host that vanished looks; here its launcher is
+    stopped) is reported the same way, once. Its workers live on, and the controller forgets the report when
+    it hears from them (tests/integration/test_controller_arf.py); the launcher, woken, finishes its part."""
+    hosted = ("--controllers", "1")
+    node0, node1 = cluster.start("--node-rank", "0", *hosted, logged=True), cluster.start("--node-rank", "1", *hosted)
+    cluster.wait_starts(4, node0, node1)
+    node1.send_signal(signal.SIGSTOP)
+    try:
+        cluster.wait_for_line(node0, f"told the recovery controller that ranks [2, 3] will not be replaced: noted: "
+                                     f"ranks [2,3] will not be replaced: node 1 is lost (its beat was silent for "
+                                     f"{LOST_AFTER_S:g} s) and no standby waits to take its place")
+        time.sleep(4 * CHECK_PERIOD_S)  # still silent: not told again
+    finally:
+        node1.send_signal(signal.SIGCONT)
+    (code0, err0), (code1, err1) = cluster.finish(node0, node1)
+    assert (code0, code1) == (0, 0), (err0, err1)
+    assert err0.count("will not be replaced: noted") == 1, err0
 
 
 def test_node_0_does_not_wait_for_a_lost_node_at_the_end(cluster):
