@@ -202,6 +202,8 @@ def single_instance_init_call(margs) -> tuple:
     return ((margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size,
              margs.virtual_pipeline_model_parallel_size),
             dict(context_parallel_size=margs.context_parallel_size, num_distributed_optimizer_instances=1,
+                 expert_model_parallel_size=margs.expert_model_parallel_size,
+                 expert_tensor_parallel_size=margs.expert_tensor_parallel_size,
                  distributed_timeout_minutes=margs.distributed_timeout_minutes,
                  order="tp-cp-ep-dp-pp" if not margs.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
                  create_gloo_process_groups=gloo_groups_wanted(margs)))
@@ -214,14 +216,27 @@ def gloo_groups_wanted(margs) -> bool:
 
 
 def point_optimizer_at_single_instance(optimizer, margs) -> None:
-    """The optimizer's data-parallel group is the savers' one, and it is instance 0."""
+    """The optimizer's data-parallel group is the savers' one, and it is instance 0; an MoE job's expert
+    optimizer takes the savers' expert data-parallel group."""
     from megatron.core import parallel_state as ps
 
+    gloo = gloo_groups_wanted(margs)
     for opt in distributed_optimizers(optimizer):
-        opt.data_parallel_group = ps.get_data_parallel_group(with_context_parallel=True)
-        if gloo_groups_wanted(margs):
-            opt.data_parallel_group_gloo = ps.get_data_parallel_group_gloo(with_context_parallel=True)
+        if _optimizes_experts(opt):
+            opt.data_parallel_group = ps.get_expert_data_parallel_group()
+            if gloo:
+                opt.data_parallel_group_gloo = ps.get_expert_data_parallel_group_gloo()
+        else:
+            opt.data_parallel_group = ps.get_data_parallel_group(with_context_parallel=True)
+            if gloo:
+                opt.data_parallel_group_gloo = ps.get_data_parallel_group_gloo(with_context_parallel=True)
         opt.distributed_optimizer_instance_id = 0
+
+
+def _optimizes_experts(opt) -> bool:
+    """Megatron builds the expert optimizer over the DDP's expert buffers, whose parameters it marks
+    allreduce=False (expert-parallel: reduced over the expert data-parallel ranks only)."""
+    return any(not getattr(param, "allreduce", True) for buffer in opt.buffers for param in buffer.params)
 
 
 def replica_peers_group():
@@ -560,10 +575,30 @@ def save_checkpoint_for_full_job(step: int, model, optimizer, scheduler, flops: 
     checkpoint_writer.discard_stale_write_results(f"before the save of step {step}")
     margs.save, margs.async_save = save_dir, False
     try:
-        with _rerun_state_for_every_rank(members, world_size):
+        with _rerun_state_for_every_rank(members, world_size), _experts_on_the_current_groups(model):
             save_checkpoint(step, model, optimizer, scheduler, flops, checkpointing_context={})
     finally:
         margs.save, margs.async_save = root, async_save
+
+
+@contextlib.contextmanager
+def _experts_on_the_current_groups(model):
+    """Megatron's expert MLPs keep the expert data-parallel group they were built with and number their
+    tensors' replicas by this rank in it: in the savers' world a saver of the second optimizer instance
+    would write its expert weights as a replica, and nobody the main copy. For the save they take the
+    savers' group (Megatron before 0.13 asks parallel_state at the save: nothing to change there)."""
+    from megatron.core import parallel_state as ps
+
+    experts = [module for chunk in model for module in chunk.modules()
+               if type(module).__module__.endswith("transformer.moe.experts") and hasattr(module, "dp_group")]
+    kept = [module.dp_group for module in experts]
+    for module in experts:
+        module.dp_group = ps.get_expert_data_parallel_group()
+    try:
+        yield
+    finally:
+        for module, group in zip(experts, kept):
+            module.dp_group = group
 
 
 def unfinalized_async_saves() -> int:
