@@ -111,19 +111,19 @@ class HighAvailabilityConfig:
                 f"--num-distributed-optimizer-instances (the adaptor sets it to R)")
 
     def check_elastic(self, tensor: int, pipeline: int, context: int, expert: int):
-        """The scale-in drops whole data-parallel slices (every TP rank of each) of a job without pipeline,
-        context or expert parallelism so far (docs/elastic.md): refused at the start rather than at the
-        first lost rank."""
+        """The scale-in drops whole data-parallel slices (every TP rank of each) of a job without pipeline or
+        context parallelism so far (docs/elastic.md): refused at the start rather than at the first lost
+        rank. Expert parallelism is carried where the smaller size can hold it (patches/scale_in)."""
         if not self.enable_elastic_training:
             return
-        del tensor  # carried: a lost slice leaves with all its tensor-parallel ranks
-        sizes = {"--pipeline-model-parallel-size": pipeline,
-                 "--context-parallel-size": context, "--expert-model-parallel-size": expert}
+        del tensor, expert  # carried: a lost slice leaves with all its tensor-parallel ranks; experts stay put
+        sizes = {"--pipeline-model-parallel-size": pipeline, "--context-parallel-size": context}
         other = [f"{flag} {size}" for flag, size in sizes.items() if size != 1]
         if other:
             raise HighAvailabilityConfigError(
-                f"--enable-elastic-training supports data and tensor parallelism alone so far, but this job has "
-                f"{', '.join(other)}: drop --enable-elastic-training (a lost rank is then replaced or dumped)")
+                f"--enable-elastic-training supports data, tensor and expert parallelism alone so far, but this "
+                f"job has {', '.join(other)}: drop --enable-elastic-training (a lost rank is then replaced or "
+                f"dumped)")
 
     def inactive_requests(self) -> List[str]:
         return [text for name, text in NOT_YET_ACTIVE.items() if getattr(self, name)]

@@ -63,9 +63,11 @@ class ScaleInPlan:
 
 
 def plan_scale_in(dp_lists: Sequence[Sequence[int]], lost: Iterable[int], global_batch_size: int,
-                  micro_batch_size: int, layout: Optional[ReplicaLayout] = None) -> ScaleInPlan:
+                  micro_batch_size: int, layout: Optional[ReplicaLayout] = None,
+                  expert_parallel: int = 1) -> ScaleInPlan:
     """The scale-in after `lost` ranks are gone, from Megatron's data-parallel rank lists (one per TP x
-    PP position, each in data-parallel order); raises ScaleInRefused when the job cannot go on."""
+    PP position, each in data-parallel order); raises ScaleInRefused when the job cannot go on. With
+    expert parallelism the replica count must also divide the new expert data-parallel size."""
     lost = set(lost)
     old_dp = len(dp_lists[0])
     index_of = {rank: i for ranks in dp_lists for i, rank in enumerate(ranks)}
@@ -83,7 +85,7 @@ def plan_scale_in(dp_lists: Sequence[Sequence[int]], lost: Iterable[int], global
     if layout is not None:
         check_every_shard_survives(layout, survivors)
         old_replicas = layout.sets[0].replica_cnt
-        new_replicas = replicas_at(new_dp, old_replicas)
+        new_replicas = replicas_at(new_dp, old_replicas, expert_parallel)
     return ScaleInPlan(tuple(sorted(lost)), survivors, tuple(sorted(leaving - lost)), tuple(lost_indices), old_dp, new_dp,
                        split.microbatches(0), old_replicas, new_replicas, split)
 
@@ -111,6 +113,8 @@ def check_every_shard_survives(layout: ReplicaLayout, survivors: Sequence[int]) 
                     f"is lost, the job cannot go on")
 
 
-def replicas_at(new_dp: int, replica_cnt: int) -> int:
-    """The most optimizer replicas, up to the job's R, that divide the new data-parallel size."""
-    return max(r for r in range(1, min(replica_cnt, new_dp) + 1) if new_dp % r == 0)
+def replicas_at(new_dp: int, replica_cnt: int, expert_parallel: int = 1) -> int:
+    """The most optimizer replicas, up to the job's R, that divide the new data-parallel size (and the new
+    expert data-parallel size, dp / EP, where EP divides dp: Megatron cuts both into the instances)."""
+    sizes = [new_dp] + ([new_dp // expert_parallel] if new_dp % expert_parallel == 0 else [])
+    return max(r for r in range(1, min(replica_cnt, new_dp) + 1) if all(size % r == 0 for size in sizes))

@@ -23,23 +23,35 @@ def plan_for(layout, lost) -> ScaleInPlan:
     margs = megatron_job.args()
     refuse_unsupported(margs, layout)
     dense = [s for s in layout.sets if s.optimizer_type == 0]
-    return plan_scale_in([s.rank_list for s in dense], lost, margs.global_batch_size, margs.micro_batch_size,
-                         layout)
+    plan = plan_scale_in([s.rank_list for s in dense], lost, margs.global_batch_size, margs.micro_batch_size,
+                         layout, margs.expert_model_parallel_size)
+    refuse_expert_misfit(margs.expert_model_parallel_size, plan)
+    return plan
 
 
 def refuse_unsupported(margs, layout) -> None:
     """What this first slice of elastic training does not do; each refusal names the size."""
     # Tensor parallelism is carried: a lost slice leaves with all its TP ranks, the survivors keep theirs.
-    sizes = {"pipeline": margs.pipeline_model_parallel_size, "context": margs.context_parallel_size,
-             "expert": margs.expert_model_parallel_size}
+    # Expert parallelism is carried where the smaller job can hold it (refuse_expert_misfit).
+    sizes = {"pipeline": margs.pipeline_model_parallel_size, "context": margs.context_parallel_size}
     other = {name: size for name, size in sizes.items() if size != 1}
     if other:
-        raise ScaleInRefused("scale-in supports data and tensor parallelism alone so far; this job has "
+        raise ScaleInRefused("scale-in supports data, tensor and expert parallelism alone so far; this job has "
                              + ", ".join(f"{name}-parallel size {size}" for name, size in other.items()))
-    if any(s.optimizer_type != 0 for s in layout.sets):
-        raise ScaleInRefused("scale-in with separate expert data-parallel lists (MoE) is not supported")
     if getattr(margs, "step_batch_size_schedule", None) or getattr(margs, "rampup_batch_size", None):
         raise ScaleInRefused("scale-in with a batch-size ramp-up or schedule is not supported")
+
+
+def refuse_expert_misfit(expert_parallel: int, plan: ScaleInPlan) -> None:
+    """The experts stay where they are (each survivor keeps its expert-parallel rank), so the new data-parallel
+    size must be a multiple of the expert-parallel size, and every survivor must run the same micro-batches
+    (an expert's all-to-all meets every rank of its group at each micro-batch)."""
+    if expert_parallel == 1:
+        return
+    if plan.uneven or plan.new_dp % expert_parallel:
+        raise ScaleInRefused(f"scale-in to dp{plan.new_dp} with expert-parallel size {expert_parallel}: the new "
+                             f"data-parallel size must be a multiple of it"
+                             + (", with the step's micro-batches shared evenly" if plan.uneven else ""))
 
 
 def apply_sizes(plan: ScaleInPlan, old_rank: int, init_call: tuple) -> tuple:

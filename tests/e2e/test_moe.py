@@ -4,11 +4,14 @@ and (2, 3)) and one expert optimizer per expert-parallel rank ((0, 2) and (1, 3)
 faulted run is checked against the uninterrupted one: an online repair and a process replacement end
 bit-identical; the dying-gasp dump, written by savers of both instances (rank 1 killed: ranks 0 and 3
 save), holds the dense and the expert shards in Megatron's format, and a stock --load of it ends
-bit-identical."""
+bit-identical. Elastic training on two launchers of two ranks: node 1 lost after step 4, the job scales in
+to dp2 (EP 2 kept, R=1), node 1 returns and the job scales out to dp4 at step 7 through a checkpoint (the
+in-memory reshard does not move expert state), every loss within 1e-4 of the uninterrupted run's."""
 import re
 
 import pytest
 
+from mindio_adaptor.elastic_scenario import run_elastic
 from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
@@ -76,3 +79,16 @@ def test_a_stock_load_of_the_dump_ends_bit_identical(dumped, reference):
     assert sorted(resumed.losses) == list(range(5, 9))
     assert resumed.losses[5] == reference.losses[5]  # later lines average two steps after a resume
     assert resumed.digest == reference.digest
+
+
+def test_elastic_training_scales_in_and_out_like_the_uninterrupted_run(tmp_path, reference):
+    run, _ = run_elastic(tmp_path / "elastic", lose_after=4, return_at=7, arf_wait_s=None, flags=MOE)
+    run.require_success()
+    [scaled_in] = re.findall(r"elastic training: scaled in dp4 -> dp2 [^\n]*", run.output)
+    assert "optimizer replicas R=2 -> R=1" in scaled_in, scaled_in  # dp2 / EP2: one expert data-parallel rank
+    assert ("scale-out: through a checkpoint of step 6, not from the replicas: the in-memory reshard does not move "
+            "expert-parallel state (--expert-model-parallel-size 2)") in run.output
+    assert re.search(r"elastic training: scaled out dp2 -> dp4 \(ranks \[2, 3\] returned", run.output)
+    assert sorted(run.losses) == list(range(1, 9))
+    for step, loss in reference.losses.items():
+        assert abs(run.losses[step] - loss) <= 1e-4 * abs(loss), (step, run.losses[step], loss)

@@ -31,7 +31,7 @@ CASES = [
      "--enable-elastic-training (scale-in) requires --enable-worker-reboot"),
     ({"flags": DIST + ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training",
                        "--pipeline-model-parallel-size", "2"], "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
-     "--enable-elastic-training supports data and tensor parallelism alone so far, but this job has "
+     "--enable-elastic-training supports data, tensor and expert parallelism alone so far, but this job has "
      "--pipeline-model-parallel-size 2"),
 ]
 

@@ -55,6 +55,20 @@ def test_replicas_fall_to_the_most_that_divide_the_new_size():
     assert (plan.new_dp, plan.new_replicas) == (6, 3) and plan.describe().endswith("R=4 -> R=3)")
 
 
+def test_with_expert_parallelism_replicas_also_divide_the_new_expert_data_parallel_size():
+    # dp4 R=2 EP2 losing node 1: dp2, expert data-parallel size 2 / 2 = 1, so R=1 (Megatron would refuse R=2)
+    layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3]], 2, expert_dp_lists=[[0, 2], [1, 3]])
+    plan = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2, layout=layout,
+                         expert_parallel=2)
+    assert (plan.new_dp, plan.new_replicas) == (2, 1)
+    dense_only = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2,
+                               layout=ReplicaLayout.from_dp_lists([[0, 1, 2, 3]], 2))
+    assert dense_only.new_replicas == 2
+    plan = plan_scale_in([list(range(8))], {6, 7}, global_batch_size=12, micro_batch_size=1,
+                         layout=ReplicaLayout.from_dp_lists([list(range(8))], 4), expert_parallel=2)
+    assert (plan.new_dp, plan.new_replicas) == (6, 3)  # dp6 / EP2 = 3: R=3 divides both
+
+
 def test_tp2_dp2_losing_node_1_goes_on_at_dp1_without_replicas():
     # tp2 x dp2, R=2: DP lists [0,2] and [1,3], each rank holds its TP piece's whole optimizer state
     layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)

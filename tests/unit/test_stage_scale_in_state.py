@@ -71,7 +71,7 @@ def test_a_rebuilt_object_takes_the_old_ones_place_for_every_holder():
         scale_in.take_place_of(Optimizer("x"), object())
 
 
-def test_parallelism_other_than_data_and_tensor_parallel_is_refused_naming_the_size():
+def test_parallelism_other_than_data_tensor_and_expert_parallel_is_refused_naming_the_size():
     from types import SimpleNamespace
 
     from mindio_adaptor.core.replica_layout import ReplicaLayout
@@ -79,11 +79,25 @@ def test_parallelism_other_than_data_and_tensor_parallel_is_refused_naming_the_s
     layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
     margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=1,
                             expert_model_parallel_size=1)
-    with pytest.raises(ScaleInRefused, match="data and tensor parallelism alone so far; this job has "
+    with pytest.raises(ScaleInRefused, match="data, tensor and expert parallelism alone so far; this job has "
                                              "pipeline-parallel size 2$"):
         scale_in.refuse_unsupported(margs, layout)
     margs.pipeline_model_parallel_size = 1
     scale_in.refuse_unsupported(margs, layout)  # tp2 x dp2: accepted
+
+
+def test_an_expert_parallel_job_scales_in_only_to_a_multiple_of_its_expert_parallel_size():
+    from mindio_adaptor.core.replica_layout import ReplicaLayout
+    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+
+    layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3]], 2, expert_dp_lists=[[0, 2], [1, 3]])
+    to_dp2 = plan_scale_in([[0, 1, 2, 3]], {2, 3}, 16, 2, layout, expert_parallel=2)
+    scale_in.refuse_expert_misfit(2, to_dp2)  # dp2 holds EP2
+    to_dp3 = plan_scale_in([[0, 1, 2, 3]], {3}, 16, 2, None, expert_parallel=2)
+    with pytest.raises(ScaleInRefused, match=r"scale-in to dp3 with expert-parallel size 2: the new data-parallel "
+                                             r"size must be a multiple of it, with the step's micro-batches shared evenly$"):
+        scale_in.refuse_expert_misfit(2, to_dp3)
+    scale_in.refuse_expert_misfit(1, to_dp3)  # dense: the uneven dp3 is fine
 
 
 def test_the_rebuild_call_takes_the_current_replica_count_and_drops_cached_strategies(monkeypatch):
