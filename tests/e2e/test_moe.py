@@ -1,8 +1,8 @@
 """Mixture of experts with expert parallelism in the recovery flows, on the real megatron.training (dp4,
 R=2, gloo, 4 experts, EP 2, top-2 routing). The replica layout has one dense optimizer (instances (0, 1)
 and (2, 3)) and one expert optimizer per expert-parallel rank ((0, 2) and (1, 3), one shard each). Each
-faulted run is checked against the uninterrupted one: an online repair and a process replacement end
-bit-identical; the dying-gasp dump, written by savers of both instances (rank 1 killed: ranks 0 and 3
+faulted run is checked against the uninterrupted one: an online repair and a process replacement (by a
+warm spare) end bit-identical; the dying-gasp dump, written by savers of both instances (rank 1 killed: ranks 0 and 3
 save), holds the dense and the expert shards in Megatron's format, and a stock --load of it ends
 bit-identical. Elastic training on two launchers of two ranks: node 1 lost after step 4, the job scales in
 to dp2 (EP 2 kept, R=1), node 1 returns and the job scales out to dp4 at step 7 through a checkpoint (the
@@ -44,12 +44,17 @@ def test_online_repair_ends_bit_identical(tmp_path, reference):
     assert run.digest == reference.digest
 
 
-def test_process_replacement_ends_bit_identical(tmp_path, reference):
-    run = run_training(["--enable-worker-reboot", *HA], env=faults("kill:rank=2,step=4", tmp_path),
-                       launcher=("mindio_adaptor.launch", "--max-restarts", "1")).require_success()
-    assert "ranks [2] replaced, training resumes at step 3" in run.output
+def test_process_replacement_by_a_warm_spare_ends_bit_identical(tmp_path, reference):
+    # With expert parallelism a stand-in rank's model is not every rank's (its experts are its expert-parallel
+    # rank's), so the spare takes its rank once Megatron parsed its arguments, before the world and the model.
+    run = run_training(["--enable-worker-reboot", *HA], env=faults("kill:rank=3,step=4", tmp_path),
+                       launcher=("mindio_adaptor.launch", "--max-restarts", "1", "--spare-workers", "1"))
+    run.require_success()
+    assert re.search(r"worker reboot: rank 3 started again alone as pid \d+, a warm spare", run.output)
+    assert re.search(r"takes rank 3 after [\d.]+ s warm \(arguments parsed\)", run.output)
+    assert "ranks [3] replaced, training resumes at step 3" in run.output
     seen = process_ids(run.output)
-    assert len(set(seen[2]["starting"])) == 2, seen
+    assert len(set(seen[3]["starting"])) == 2, seen
     assert run.losses == reference.losses
     assert run.digest == reference.digest
 
