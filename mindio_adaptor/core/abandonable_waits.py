@@ -14,9 +14,17 @@ asks whether a stop wants it out. When it does, the wait raises CollectiveAbando
 leaves the collective and parks, and the gloo thread still inside it is left behind with its group, which
 the recovery tears down and replaces anyway. A collective that completes is unchanged; a wait given a
 timeout by its caller is passed through as it is.
+
+Point-to-point operations (send, recv: a pipeline's stages) are waited on whole: gloo ends a timed wait on
+one that passes its timeout by signalling the timeout to every pair of the group's context
+(`UnboundBuffer::waitRecv`), which breaks the group, so a healthy stage that waits 0.2 s for its neighbour
+(found: the next stage during a step held by a test; a slow data loader does the same) failed as a
+communication fault. A stop still ends a recv (the connections comm_abort shuts fail it); a send to a peer
+that stopped may wait for the group's timeout.
 """
 from __future__ import annotations
 
+import weakref
 from datetime import timedelta
 from typing import Callable, Optional
 
@@ -26,6 +34,9 @@ SLICE = timedelta(milliseconds=200)
 _TIMED_OUT = "Operation timed out!"  # c10d Work::wait's message when its timeout passes
 
 _ORIGINAL_WAIT = dist.Work.wait
+_POINT_TO_POINT = ("send", "recv", "recv_anysource")  # ProcessGroup's methods, under every torch.distributed p2p call
+_ORIGINAL_P2P = {name: getattr(dist.ProcessGroup, name) for name in _POINT_TO_POINT}
+_waited_whole: "weakref.WeakSet" = weakref.WeakSet()  # point-to-point works: never waited on in slices
 _stop_wanted: Optional[Callable[[], bool]] = None
 
 
@@ -39,10 +50,22 @@ def install(stop_wanted: Callable[[], bool]) -> None:
     global _stop_wanted
     _stop_wanted = stop_wanted
     dist.Work.wait = _abandonable_wait
+    for name, original in _ORIGINAL_P2P.items():
+        setattr(dist.ProcessGroup, name, _whole_wait_for(original))
+
+
+def _whole_wait_for(point_to_point):
+    def started(*args, **kwargs):
+        work = point_to_point(*args, **kwargs)
+        _waited_whole.add(work)
+        return work
+
+    started.__name__, started.__doc__ = point_to_point.__name__, point_to_point.__doc__
+    return started
 
 
 def _abandonable_wait(work, timeout: timedelta = timedelta(0)):
-    if timeout != timedelta(0):  # timedelta(0) is c10d's "no timeout"
+    if timeout != timedelta(0) or work in _waited_whole:  # timedelta(0) is c10d's "no timeout"
         return _ORIGINAL_WAIT(work, timeout)
     while True:
         try:

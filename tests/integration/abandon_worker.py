@@ -1,5 +1,5 @@
-"""A gloo process for tests/integration/test_abandonable_waits.py: rank 0 waits in an all-reduce while
-rank 1 is alive but late (or never comes); prints one JSON line saying how rank 0's wait ended and, in the
+"""A gloo process for tests/integration/test_abandonable_waits.py: rank 0 waits in an all-reduce (or, in
+the mode "late_send", in two receives) while rank 1 is alive but late (or never comes); prints one JSON line saying how rank 0's wait ended and, in the
 modes "drop" and "bury", how long dropping the abandoned group took this thread."""
 import json
 import os
@@ -22,6 +22,12 @@ def main(rank: int, port: int, mode: str) -> None:
     group = dist.new_group([0, 1], timeout=GROUP_TIMEOUT)
     store = dist.distributed_c10d._get_default_store()
     if rank == 1:
+        if mode == "late_send":
+            store.wait(["rank0/waiting"], timedelta(seconds=30))
+            for value in (5.0, 7.0):
+                time.sleep(1.0)  # rank 0 waits in its recv meanwhile, five short waits' worth each time
+                dist.send(torch.tensor([value]), dst=0, group=group)
+            return
         if mode == "late":
             store.wait(["rank0/waiting"], timedelta(seconds=30))
             time.sleep(1.5)  # rank 0 is in the all-reduce by now: it waits through several short waits
@@ -32,6 +38,9 @@ def main(rank: int, port: int, mode: str) -> None:
     store.set("rank0/waiting", "1")
     stop = threading.Event()
     abandonable_waits.install(stop.is_set)
+    if mode == "late_send":
+        print(json.dumps(wait_in_recv(group)), flush=True)
+        return
     if mode != "late":
         threading.Timer(1.0, stop.set).start()
     result = wait_in_all_reduce(group)
@@ -53,6 +62,18 @@ def wait_in_all_reduce(group) -> dict:
         return {"ended": "completed", "sum": x.item(), "s": time.monotonic() - started}
     except abandonable_waits.CollectiveAbandoned as exc:
         return {"ended": "abandoned", "why": str(exc), "s": time.monotonic() - started}
+
+
+def wait_in_recv(group) -> dict:
+    """A late peer's two sends, received with dist.recv and with dist.irecv(...).wait()."""
+    first, second = torch.zeros(1), torch.zeros(1)
+    started = time.monotonic()
+    try:
+        dist.recv(first, src=1, group=group)
+        dist.irecv(second, src=1, group=group).wait()
+    except RuntimeError as exc:
+        return {"ended": "failed", "why": str(exc), "s": time.monotonic() - started}
+    return {"ended": "completed", "values": [first.item(), second.item()], "s": time.monotonic() - started}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """core/abandonable_waits and core/group_graveyard on real gloo processes: a stop pulls a thread out of an
-all-reduce its peer never joins; a wait that completes is unchanged (same sum, a late peer waited for);
+all-reduce its peer never joins; a wait that completes is unchanged (same sum, a late peer waited for); a
+receive is waited on whole (a late sender's values arrive);
 and the abandoned group, dropped, holds its last holder until the group's timeout unless the graveyard
 holds it."""
 import json
@@ -39,6 +40,14 @@ def test_a_completed_collective_is_unchanged():
     result = run_pair("late")
     assert result == {"ended": "completed", "sum": 3.0, "s": result["s"]}
     assert result["s"] >= 1.0  # it waited for the late peer through several short waits
+
+
+def test_a_receive_waits_for_a_late_sender_whole():
+    # Cut into 0.2 s waits, gloo's first timed-out slice would break the group ("Timed out waiting 200ms
+    # for recv operation to complete"): a pipeline stage waiting for its neighbour failed so.
+    result = run_pair("late_send")
+    assert result["ended"] == "completed" and result["values"] == [5.0, 7.0], result
+    assert result["s"] >= 2.0, result
 
 
 def test_the_graveyard_keeps_the_abandoned_group_off_the_dropping_thread():
