@@ -111,19 +111,19 @@ class HighAvailabilityConfig:
                 f"--num-distributed-optimizer-instances (the adaptor sets it to R)")
 
     def check_elastic(self, tensor: int, pipeline: int, context: int, expert: int):
-        """The scale-in drops whole data-parallel slices (every TP rank of each) of a job without pipeline or
-        context parallelism so far (docs/elastic.md): refused at the start rather than at the first lost
-        rank. Expert parallelism is carried where the smaller size can hold it (patches/scale_in)."""
+        """The scale-in drops whole data-parallel slices (every TP x PP rank of each) of a job without context
+        parallelism so far (docs/elastic.md): refused at the start rather than at the first lost rank. Expert
+        parallelism is carried where the smaller size can hold it (patches/scale_in)."""
         if not self.enable_elastic_training:
             return
-        del tensor, expert  # carried: a lost slice leaves with all its tensor-parallel ranks; experts stay put
-        sizes = {"--pipeline-model-parallel-size": pipeline, "--context-parallel-size": context}
+        del tensor, pipeline, expert  # carried: a lost slice leaves with all its TP x PP ranks; experts stay put
+        sizes = {"--context-parallel-size": context}
         other = [f"{flag} {size}" for flag, size in sizes.items() if size != 1]
         if other:
             raise HighAvailabilityConfigError(
-                f"--enable-elastic-training supports data, tensor and expert parallelism alone so far, but this "
-                f"job has {', '.join(other)}: drop --enable-elastic-training (a lost rank is then replaced or "
-                f"dumped)")
+                f"--enable-elastic-training supports data, tensor, pipeline and expert parallelism alone so far, "
+                f"but this job has {', '.join(other)}: drop --enable-elastic-training (a lost rank is then replaced "
+                f"or dumped)")
 
     def inactive_requests(self) -> List[str]:
         return [text for name, text in NOT_YET_ACTIVE.items() if getattr(self, name)]

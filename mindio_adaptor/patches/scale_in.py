@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 def plan_for(layout, lost) -> ScaleInPlan:
     """The scale-in after `lost` (global ranks), refused where this slice cannot do it."""
     margs = megatron_job.args()
-    refuse_unsupported(margs, layout)
+    refuse_unsupported(margs)
     dense = [s for s in layout.sets if s.optimizer_type == 0]
     plan = plan_scale_in([s.rank_list for s in dense], lost, margs.global_batch_size, margs.micro_batch_size,
                          layout, margs.expert_model_parallel_size)
@@ -29,15 +29,13 @@ def plan_for(layout, lost) -> ScaleInPlan:
     return plan
 
 
-def refuse_unsupported(margs, layout) -> None:
+def refuse_unsupported(margs) -> None:
     """What this first slice of elastic training does not do; each refusal names the size."""
-    # Tensor parallelism is carried: a lost slice leaves with all its TP ranks, the survivors keep theirs.
-    # Expert parallelism is carried where the smaller job can hold it (refuse_expert_misfit).
-    sizes = {"pipeline": margs.pipeline_model_parallel_size, "context": margs.context_parallel_size}
-    other = {name: size for name, size in sizes.items() if size != 1}
-    if other:
-        raise ScaleInRefused("scale-in supports data, tensor and expert parallelism alone so far; this job has "
-                             + ", ".join(f"{name}-parallel size {size}" for name, size in other.items()))
+    # Tensor and pipeline parallelism are carried: a lost slice leaves with all its TP x PP ranks, the survivors
+    # keep theirs. Expert parallelism is carried where the smaller job can hold it (refuse_expert_misfit).
+    if margs.context_parallel_size != 1:
+        raise ScaleInRefused(f"scale-in supports data, tensor, pipeline and expert parallelism alone so far; this "
+                             f"job has context-parallel size {margs.context_parallel_size}")
     if getattr(margs, "step_batch_size_schedule", None) or getattr(margs, "rampup_batch_size", None):
         raise ScaleInRefused("scale-in with a batch-size ramp-up or schedule is not supported")
 
@@ -66,9 +64,10 @@ def apply_sizes(plan: ScaleInPlan, old_rank: int, init_call: tuple) -> tuple:
 def resize_uneven(plan: ScaleInPlan, init_call: tuple) -> tuple:
     """As resize(), where the new size does not divide the step's micro-batches: this rank's share of them
     in place of Megatron's calculator (patches/uneven_batches). The data-parallel rank is the new rank's
-    index in its data-parallel list: with TP x DP (PP = 1) and TP innermost, new rank // TP."""
+    index in its data-parallel list, in Megatron's order (tp-dp-pp, or tp-pp-dp; no context parallelism)."""
     margs = megatron_job.args()
-    dp_rank = margs.rank // margs.tensor_model_parallel_size
+    tp, pp = margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size
+    dp_rank = margs.rank // (tp * pp) if margs.use_tp_pp_dp_mapping else (margs.rank // tp) % plan.new_dp
     megatron_job.set_parallel_sizes(plan.new_dp, plan.new_replicas)
     uneven_batches.install(plan.split, dp_rank)
     return with_replicas(init_call, plan.new_replicas)

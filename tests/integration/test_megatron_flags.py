@@ -30,9 +30,9 @@ CASES = [
     ({"flags": DIST + ["--enable-high-availability", "--enable-elastic-training"]},
      "--enable-elastic-training (scale-in) requires --enable-worker-reboot"),
     ({"flags": DIST + ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training",
-                       "--pipeline-model-parallel-size", "2"], "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
-     "--enable-elastic-training supports data, tensor and expert parallelism alone so far, but this job has "
-     "--pipeline-model-parallel-size 2"),
+                       "--context-parallel-size", "2"], "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
+     "--enable-elastic-training supports data, tensor, pipeline and expert parallelism alone so far, but this job "
+     "has --context-parallel-size 2"),
 ]
 
 

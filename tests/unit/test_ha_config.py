@@ -77,16 +77,14 @@ def test_elastic_training_is_active_and_needs_worker_reboot():
         alone.check_flags(use_distributed_optimizer=True)
 
 
-def test_elastic_training_beyond_data_tensor_and_expert_parallelism_is_refused_at_the_start():
+def test_elastic_training_with_context_parallelism_is_refused_at_the_start():
     config = HighAvailabilityConfig(enable_high_availability=True, enable_worker_reboot=True,
                                     enable_elastic_training=True)
     config.check_elastic(1, 1, 1, 1)
-    config.check_elastic(2, 1, 1, 1)  # tensor parallelism is carried
+    config.check_elastic(2, 2, 1, 1)  # tensor and pipeline parallelism are carried
     config.check_elastic(1, 1, 1, 2)  # expert parallelism too, where the smaller size holds it (patches/scale_in)
-    with pytest.raises(HighAvailabilityConfigError, match=r"data, tensor and expert parallelism alone so far, but "
-                                                          r"this job "
-                                                          r"has --pipeline-model-parallel-size 2, "
-                                                          r"--context-parallel-size 2: drop"):
+    with pytest.raises(HighAvailabilityConfigError, match=r"data, tensor, pipeline and expert parallelism alone so "
+                                                          r"far, but this job has --context-parallel-size 2: drop"):
         config.check_elastic(2, 2, 2, 1)
     HighAvailabilityConfig(enable_high_availability=True).check_elastic(2, 2, 2, 2)  # not asked for: no check
 

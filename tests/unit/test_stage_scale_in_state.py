@@ -71,19 +71,16 @@ def test_a_rebuilt_object_takes_the_old_ones_place_for_every_holder():
         scale_in.take_place_of(Optimizer("x"), object())
 
 
-def test_parallelism_other_than_data_tensor_and_expert_parallel_is_refused_naming_the_size():
+def test_context_parallelism_is_refused_naming_the_size():
     from types import SimpleNamespace
 
-    from mindio_adaptor.core.replica_layout import ReplicaLayout
-
-    layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
-    margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=1,
-                            expert_model_parallel_size=1)
-    with pytest.raises(ScaleInRefused, match="data, tensor and expert parallelism alone so far; this job has "
-                                             "pipeline-parallel size 2$"):
-        scale_in.refuse_unsupported(margs, layout)
-    margs.pipeline_model_parallel_size = 1
-    scale_in.refuse_unsupported(margs, layout)  # tp2 x dp2: accepted
+    margs = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=2,
+                            expert_model_parallel_size=2)
+    with pytest.raises(ScaleInRefused, match="data, tensor, pipeline and expert parallelism alone so far; this job "
+                                             "has context-parallel size 2$"):
+        scale_in.refuse_unsupported(margs)
+    margs.context_parallel_size = 1
+    scale_in.refuse_unsupported(margs)  # tp2 x pp2 x ep2: accepted
 
 
 def test_an_expert_parallel_job_scales_in_only_to_a_multiple_of_its_expert_parallel_size():
