@@ -4,13 +4,13 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "controller/controller_timing.h"
 #include "controller/job_token.h"
 
 namespace mindio {
 namespace {
 
 constexpr const char* kLog = "controller";
-constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr size_t kMaxCodedReports = 16;  // per rank and fault handling
 constexpr int kGoodbyeDrainMs = 1000;     // longest the goodbyes may take to go out at shutdown
 
