@@ -3,15 +3,13 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "common/text.h"
 #include "controller/controller_timing.h"
-#include "controller/job_token.h"
 
 namespace mindio {
 namespace {
 
 constexpr const char* kLog = "controller";
-constexpr int kGoodbyeDrainMs = 1000;     // longest the goodbyes may take to go out at shutdown
+constexpr int kGoodbyeDrainMs = 1000;  // longest the goodbyes may take to go out at shutdown
 
 constexpr int kMaxWorldSize = 1 << 20;  // a rank table entry each: a typo must not allocate gigabytes
 
