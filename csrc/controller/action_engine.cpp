@@ -193,7 +193,7 @@ void ActionEngine::on_reply_locked(uint64_t seq, const ActionReplyMsg& m) {
     if (m.kind != pending_->kind) {
         pending_->errors[m.rank] = std::string("replied to ") + action_name(m.kind) + " for sn " + std::to_string(seq) +
                                    " which is " + action_name(pending_->kind);
-    } else if (m.result != 0 && !(m.kind == ActionKind::Clean && m.result == 2) &&
+    } else if (m.result != 0 && !(m.kind == ActionKind::Clean && m.result == kCleanNeedsNoRebuild) &&
                !(m.kind == ActionKind::RebuildGroup && m.result == kLeavesTheJob)) {
         pending_->errors[m.rank] = m.message.empty() ? "handler failed with code " + std::to_string(m.result) : m.message;
     }

@@ -3,8 +3,11 @@
 // (action_engine.h: one action at a time, a sequence number per action, a reply deadline, resend when
 // a rank reconnects). What to do after a fault is the pure planner's answer (planner.h) on a snapshot
 // of the rank table taken under the lock; the recovery flows are data (flows.h) run by one loop
-// (run_flow). The consultations of a fault policy and the cluster manager are in
-// controller_consultation.cpp. One mutex guards all of it.
+// (run_flow). One mutex guards all of it. Its members live one concern per file: controller.cpp (the
+// thread's loop, the getters), controller_inbox.cpp (the server thread's handlers), controller_faults.cpp,
+// controller_flow_runner.cpp, controller_replacement.cpp, controller_elastic.cpp, controller_takeover.cpp,
+// controller_lease.cpp, controller_election.cpp, controller_launcher_reports.cpp, and
+// controller_consultation.cpp (the consultations of a fault policy and the cluster manager).
 //
 // Security (docs/security.md): a processor's Register and a launcher's ProcessEnded are checked against
 // the shared token (MINDIO_TOKEN) first, in constant time; a refusal says nothing about the job. Peers

@@ -53,7 +53,8 @@ bool lone_memory_error(const RankSnapshots& ranks, const Faults& faults) {
 RepairType receiver_type(int rank, const FaultContext& ctx, const std::map<int, int>& clean_results) {
     if (ctx.replace.count(rank)) return RepairType::RecvRepair;
     auto clean = clean_results.find(rank);
-    return clean != clean_results.end() && clean->second == 2 ? RepairType::UceLowLevel : RepairType::UceHighLevel;
+    return clean != clean_results.end() && clean->second == kCleanNeedsNoRebuild ? RepairType::UceLowLevel
+                                                                                  : RepairType::UceHighLevel;
 }
 
 }  // namespace

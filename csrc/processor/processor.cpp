@@ -644,7 +644,7 @@ void Processor::worker_loop() {
             result = {1, "rank " + std::to_string(cfg_.rank) + " action " + action_name(job.msg.kind) +
                              ": no handler dispatcher is registered"};
         }
-        if (result.first != 0 && !(job.msg.kind == ActionKind::Clean && result.first == 2) &&
+        if (result.first != 0 && !(job.msg.kind == ActionKind::Clean && result.first == kCleanNeedsNoRebuild) &&
             !(job.msg.kind == ActionKind::RebuildGroup && result.first == kLeavesTheJob)) {
             LOG_ERROR(kLog, cfg_.rank, "action " << action_name(job.msg.kind) << " failed: " << result.second);
         }

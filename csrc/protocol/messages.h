@@ -207,6 +207,10 @@ struct NoReplacementMsg {
 // ended: the launcher does not start it again. 0 is a report taken, 1 one refused.
 constexpr int32_t kProcessEndedAfterLeaving = 2;
 
+// The CLEAN reply of a rank whose memory error needs no rebuild: no failure; it is then repaired in place
+// as UCE_LOWLEVEL rather than UCE_HIGHLEVEL (RepairType).
+constexpr int32_t kCleanNeedsNoRebuild = 2;
+
 // The REBUILD_GROUP reply of a rank that a scale-in drops with its data-parallel slice (a peer of the
 // slice was lost): no failure, it leaves the job, which goes on without it (docs/elastic.md).
 constexpr int32_t kLeavesTheJob = 3;

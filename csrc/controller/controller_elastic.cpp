@@ -1,0 +1,143 @@
+// Elastic training (members of Controller): the scale-in's glue and the scale-out (scale_out.h).
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/text.h"
+#include "controller/controller.h"
+
+namespace mindio {
+namespace {
+
+constexpr const char* kLog = "controller";
+
+}  // namespace
+
+// With elastic training on, a replacement that never came (the wait for it failed) makes the job go on
+// without the lost ranks' data-parallel slices instead of dumping and ending. Any other failure of a
+// recovery still falls back to the dump.
+bool Controller::scales_in_instead(const Flow& flow, const FlowStep& failed) const {
+    return cfg_.caps.elastic && flow.replaces && failed.op == FlowOp::AwaitReplacements;
+}
+
+bool Controller::scaled_in_locked() const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.retired; });
+}
+
+Capabilities Controller::caps_now_locked() const {
+    Capabilities caps = cfg_.caps;
+    if (scaled_in_locked()) caps.retry = caps.recover = caps.elastic = false;  // a second scale-in is not built
+    return caps;
+}
+
+// The scale-in's start: the dump it saves is of the repair step, which every survivor then reloads.
+void Controller::begin_scale_in(FaultContext& ctx, FlowRun& run) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Chosen at the decision (the cluster manager's downgrade) rather than after a replacement's wait.
+    if (state_ == State::Abnormal) transition_locked(State::EnvClear, run.reason);
+    ctx.reload_step = ctx.repair_step;
+    event_locked("scale_in", "ranks " + list_text(ctx.replace) + " at step " + std::to_string(ctx.repair_step) +
+                                 ": " + run.reason);
+    LOG_INFO(kLog, cfg_.rank, "elastic training: scaling in without ranks " << list_text(ctx.replace) << " after step "
+                                  << ctx.repair_step << " (" << run.reason << ")");
+    run.targets = ranks_.live();
+}
+
+// Ranks dropped by a scale-in: dead, not awaited, never counted as a fault or a replacement again.
+void Controller::retire_locked(const std::set<int>& ranks) {
+    for (int rank : ranks) {
+        RankEntry& r = ranks_[rank];
+        r.dead = r.retired = true;
+        r.joining = r.ready = false;
+        r.left = true;
+        event_locked("retired", "rank " + std::to_string(rank));
+    }
+}
+
+// ---- the scale-out (scale_out.h) ------------------------------------------------------------------
+
+bool Controller::scale_out_due_locked() {
+    // A job that completed, or whose ranks all left, has nobody to grow back with.
+    if (!cfg_.caps.elastic || state_ != State::Normal || finished_rank_ >= 0 || ranks_.live().empty()) return false;
+    std::vector<ReturnView> view;
+    for (const RankEntry& r : ranks_) view.push_back({r.retired, r.joining, r.ready, r.connected});
+    const auto now = Clock::now();
+    if (!first_return_) first_return_ = now;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *first_return_).count();
+    ScaleOutJudgement j = judge_scale_out(view, waited, cfg_.scale_out_wait_ms);
+    if (j.verdict == ScaleOutVerdict::Wait) {
+        if (j.why != scale_out_wait_) {
+            scale_out_wait_ = j.why;
+            event_locked("scale_out_wait", j.why);
+            LOG_INFO(kLog, cfg_.rank, "elastic training: " << j.why << " (up to " << cfg_.scale_out_wait_ms
+                                                          << " ms, MINDIO_SCALE_OUT_WAIT_S)");
+        }
+        return false;
+    }
+    first_return_.reset();
+    scale_out_wait_.clear();
+    if (j.verdict == ScaleOutVerdict::Abandon) send_returned_away_locked(j);
+    return j.verdict == ScaleOutVerdict::Start;
+}
+
+// Returned processes that did not make the set complete in time: told to exit and cut off; their ranks
+// stay retired, and a later return may try again.
+void Controller::send_returned_away_locked(const ScaleOutJudgement& j) {
+    event_locked("scale_out_abandoned", j.why);
+    LOG_ERROR(kLog, cfg_.rank, "elastic training: " << j.why);
+    FaultContext none;
+    none.repair_step = repair_step_;
+    // The EXIT names the scale-out (the process leaves; the job goes on), and the goodbye after it keeps the
+    // processor from registering again as a new return.
+    const std::string why = "sent away: the scale-out did not happen";
+    const std::string bye = encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, why}));
+    for (int rank : j.returned) {
+        RankEntry& r = ranks_[rank];
+        actions_.send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::ScaleOut));
+        server_.send(r.conn, bye);
+        server_.close(r.conn, why);
+        r.dead = r.left = true;
+        r.joining = r.ready = false;
+    }
+}
+
+void Controller::return_lost_locked(int rank, const std::string& why) {
+    RankEntry& r = ranks_[rank];
+    const bool was_returning = r.joining;
+    r.joining = r.ready = false;
+    r.left = true;
+    if (!was_returning) return;
+    event_locked("return_lost", "rank " + std::to_string(rank) + ": " + why);
+    LOG_WARN(kLog, cfg_.rank, "elastic training: rank " << rank << ", returned after the scale-in, was lost before "
+                                  "the scale-out (" << why << "): the job goes on at its smaller size");
+}
+
+// Every retired rank is back and ready: the survivors stop at a step they all completed (PRELOCK), and
+// the scale_out flow grows the job back to its original size from that step.
+void Controller::scale_out() {
+    std::unique_lock<std::mutex> lock(mu_);
+    flow_active_ = true;
+    second_fault_ = false;
+    std::set<int> returned;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+        if (ranks_[i].retired && ranks_[i].joining) returned.insert(static_cast<int>(i));
+    }
+    transition_locked(State::Abnormal, "elastic training: retired ranks " + list_text(returned) + " returned and are ready");
+    lock.unlock();
+    const int64_t step = prelock(Faults{});
+    lock.lock();
+    if (!pending_faults_.empty()) {
+        LOG_WARN(kLog, cfg_.rank, "elastic training: a fault arrived before the scale-out; it is handled first");
+        lock.unlock();
+        return handle_fault();
+    }
+    FaultContext ctx = assess_locked({}, step);
+    ctx.replace = returned;
+    ctx.reload_step = ctx.repair_step;
+    event_locked("scale_out", "ranks " + list_text(returned) + " at step " + std::to_string(ctx.repair_step));
+    LOG_INFO(kLog, cfg_.rank, "elastic training: scaling out with ranks " << list_text(returned) << " after step "
+                                  << ctx.repair_step << " (they returned after the scale-in and are ready)");
+    lock.unlock();
+    run_flow(flow_for(Strategy::ScaleOut), ctx);
+}
+
+}  // namespace mindio
