@@ -11,16 +11,13 @@ import re
 
 import pytest
 
+from fault_plan import fault_env
 from mindio_adaptor.elastic_scenario import run_elastic
 from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 MOE = ["--num-experts", "4", "--expert-model-parallel-size", "2", "--moe-router-topk", "2"]
 HA = ["--enable-high-availability", *MOE]
-
-
-def faults(spec, tmp_path):
-    return {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +32,7 @@ def test_the_layout_has_an_expert_optimizer_per_expert_parallel_rank(reference):
 
 def test_online_repair_ends_bit_identical(tmp_path, reference):
     run = run_training([*HA, "--enable-hbmfault-repair"],
-                       env=faults("raise:rank=1,step=5,msg=UCE ERROR injected", tmp_path)).require_success()
+                       env=fault_env("raise:rank=1,step=5,msg=UCE ERROR injected", tmp_path)).require_success()
     assert "decision retry: faults 1:memory repair_step=4" in run.output
     assert re.search(r"rank 1\] INFO repair of step 4: received my optimizer shard \(\d+ tensors, \d+ bytes\) "
                      r"from rank 3", run.output)
@@ -47,7 +44,7 @@ def test_online_repair_ends_bit_identical(tmp_path, reference):
 def test_process_replacement_by_a_warm_spare_ends_bit_identical(tmp_path, reference):
     # With expert parallelism a stand-in rank's model is not every rank's (its experts are its expert-parallel
     # rank's), so the spare takes its rank once Megatron parsed its arguments, before the world and the model.
-    run = run_training(["--enable-worker-reboot", *HA], env=faults("kill:rank=3,step=4", tmp_path),
+    run = run_training(["--enable-worker-reboot", *HA], env=fault_env("kill:rank=3,step=4", tmp_path),
                        launcher=("mindio_adaptor.launch", "--max-restarts", "1", "--spare-workers", "1"))
     run.require_success()
     assert re.search(r"worker reboot: rank 3 started again alone as pid \d+, a warm spare", run.output)
@@ -64,7 +61,7 @@ def dumped(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("moe_dump")
     ckpt = workdir / "ckpt"
     run = run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"],
-                       env=faults("kill:rank=1,step=5,phase=backward", workdir))
+                       env=fault_env("kill:rank=1,step=5,phase=backward", workdir))
     return run, ckpt
 
 

@@ -11,16 +11,13 @@ import re
 
 import pytest
 
+from fault_plan import fault_env
 from mindio_adaptor.elastic_scenario import run_elastic
 from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 PP2 = ["--pipeline-model-parallel-size", "2"]
 HA = ["--enable-high-availability", *PP2]
-
-
-def faults(spec, directory):
-    return {"MINDIO_FAULT_INJECT": spec, "MINDIO_FAULT_STATE_DIR": str(directory / "faults")}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +27,7 @@ def reference():
 
 def test_online_repair_ends_bit_identical(tmp_path, reference):
     run = run_training([*HA, "--enable-hbmfault-repair"],
-                       env=faults("raise:rank=1,step=5,msg=UCE ERROR injected", tmp_path)).require_success()
+                       env=fault_env("raise:rank=1,step=5,msg=UCE ERROR injected", tmp_path)).require_success()
     assert "decision retry: faults 1:memory repair_step=4" in run.output
     assert re.search(r"rank 1\] INFO repair of step 4: received my optimizer shard \(\d+ tensors, \d+ bytes\) "
                      r"from rank 0", run.output)
@@ -41,7 +38,7 @@ def test_online_repair_ends_bit_identical(tmp_path, reference):
 def test_the_dump_resumes_bit_identical(tmp_path, reference):
     ckpt = tmp_path / "ckpt"
     run = run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"],
-                       env=faults("kill:rank=1,step=5,phase=backward", tmp_path))
+                       env=fault_env("kill:rank=1,step=5,phase=backward", tmp_path))
     assert run.returncode != 0 and "dump of step 4 published" in run.output
     assert "dump of step 4: saved my part (savers [0, 2]" in run.output
     resumed = run_training(["--load", str(ckpt), *HA]).require_success()
