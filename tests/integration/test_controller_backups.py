@@ -210,8 +210,9 @@ class DyingController:
         length = int.from_bytes(header[16:20], "little")
         conn.recv(length, socket.MSG_WAITALL)
         ack = {"result": 0, "message": "ok", "replacement": False, "term": 1}
-        conn.sendall(nat.encode_frame(types["REGISTER_ACK"], 0, nat.encode_message(types["REGISTER_ACK"], ack)))
+        # Kept before the answer goes out: the rank proceeds on the answer, and the test may call die() at once.
         self.conn = conn
+        conn.sendall(nat.encode_frame(types["REGISTER_ACK"], 0, nat.encode_message(types["REGISTER_ACK"], ack)))
 
     def die(self):
         self.listener.settimeout(10)
