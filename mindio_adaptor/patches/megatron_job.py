@@ -509,6 +509,10 @@ def setup_model_and_optimizer_again(setup_call, old_model, root, step) -> tuple:
     old_config, new_config = get_model_config(old_model[0]), get_model_config(model[0])
     for name in TRAIN_LOOP_CONFIG_FIELDS:
         setattr(new_config, name, getattr(old_config, name, None))
+    if old_config is not new_config and type(old_config) is type(new_config):
+        # pretrain() hands its config object to train() (0.12 to 0.18 set the loop's fields on that one, and
+        # a returned process enters train() only after this rebuild): both objects share one state.
+        old_config.__dict__ = new_config.__dict__
     return model, optimizer, scheduler
 
 
