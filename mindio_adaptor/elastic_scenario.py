@@ -56,14 +56,15 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                 timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
                 kill_rank: int = 1, nproc_per_node: int = 2, lost_node: int = 1,
                 returning_nodes: Optional[Sequence[int]] = None,
-                also_lost: Sequence[int] = ()) -> Tuple[RunResult, List[int]]:
+                also_lost: Sequence[int] = (), env: Optional[Dict[str, str]] = None) -> Tuple[RunResult, List[int]]:
     """The run and the pids lost with the lost node (and the process of `kill_rank`, with `kill_after`); the
     whole log is kept as workdir/output.txt. `arf_wait_s` None: MINDIO_ARF_WAIT_S is left at its default. `flags`: more of the script's (they come last, so `--save-interval N`
     replaces the default's 1000). `nproc_per_node`: the four ranks on two nodes of two, or on four of one
     (node 1 then holds rank 1 alone). `lost_node`: the node lost after `lose_after`; `returning_nodes`: the
     nodes started again once the job scaled in, with `return_at` (default: the lost node alone); `also_lost`:
-    nodes lost at the same moment (no return). The run's `launcher_codes` name each node's launchers' exit
-    codes, in start order."""
+    nodes lost at the same moment (no return); `env`: more of the launchers' environment (e.g. the PYTHONPATH of
+    another Megatron release). The run's `launcher_codes` name each node's launchers' exit codes, in start
+    order."""
     if not 1 <= lose_after < train_iters or (return_at is not None and not lose_after + 1 < return_at <= train_iters):
         raise ValueError(f"node 1 lost after step {lose_after} and back at step {return_at} do not fit "
                          f"{train_iters} steps: 1 <= lose after < return - 1 < return <= steps")
@@ -114,7 +115,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                            nnodes=nnodes, nproc_per_node=nproc_per_node, train_iters=train_iters,
                            on_line=watch,
                            env={"MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S, "MINDIO_SCALE_OUT_WAIT_S": SCALE_OUT_WAIT_S,
-                                **({} if arf_wait_s is None else {"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}"})})
+                                **({} if arf_wait_s is None else {"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}"}),
+                                **(env or {})})
     launchers = {node: [cluster.start_node("--node-rank", str(node))] for node in range(nnodes)}
     cluster.wait_for(step_done, f"step {lose_after}")
     lost = cluster.lose_node(launchers[lost_node][0])

@@ -5,13 +5,20 @@ several ways (a UCE error on rank 1 in step 3 repaired online from its replica p
 and replaced by a new process); one under torchrun with --save where rank 2 is killed in step 5's backward (the
 survivors' dying-gasp checkpoint of step 4); and a stock --load of that checkpoint. The oracle is the
 uninterrupted run of the same release: the same losses, and bit-identical final parameters (digests differ
-between releases)."""
+between releases).
+
+Elastic training (two launchers as two nodes, node 1 lost after step 3 and back at step 6: dp4 -> dp2 -> dp4, every
+loss within 1e-4 of the uninterrupted run's) runs for 0.12.1, the release furthest from the installed one, and for
+every release with MINDIO_VERSION_TESTS_ELASTIC=all (docs/megatron_versions.md has what it measured): a fifth
+run per release would cost CI three more minutes for code paths that 0.12.1 and the installed release bound."""
+import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from mindio_adaptor.elastic_scenario import run_elastic
 from mindio_adaptor.patches import megatron_versions
 from mindio_adaptor.tiny_job import process_ids, run_training
 
@@ -22,6 +29,7 @@ pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
 ONLINE = "raise:rank=1,step=3,msg=UCE ERROR injected;kill:rank=2,step=5"
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
+ELASTIC_RELEASES = set(RELEASES) if os.environ.get("MINDIO_VERSION_TESTS_ELASTIC") == "all" else {"0.12.1"}
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
@@ -37,6 +45,8 @@ def release_runs(request, tmp_path_factory):
                                 env={**env, "MINDIO_FAULT_INJECT": "kill:rank=2,step=5,phase=backward",
                                      "MINDIO_FAULT_STATE_DIR": str(work / "dump_faults")})
     runs["resumed"] = run_training([*HA, "--load", str(ckpt)], env=env).require_success()
+    if request.param in ELASTIC_RELEASES:
+        runs["elastic"], _ = run_elastic(work / "elastic", lose_after=3, return_at=6, arf_wait_s=None, env=env)
     return request.param, runs, ckpt
 
 
@@ -83,3 +93,17 @@ def test_a_stock_load_of_the_dump_ends_as_the_uninterrupted_run(release_runs):
     assert sorted(resumed.losses) == [5, 6, 7, 8]
     assert resumed.losses[5] == reference.losses[5]  # the first line after a resume is exact
     assert resumed.digest == reference.digest
+
+
+def test_the_job_scales_in_and_out_like_the_uninterrupted_run(release_runs):
+    release, runs, _ = release_runs
+    if "elastic" not in runs:
+        pytest.skip(f"elastic training runs for {sorted(ELASTIC_RELEASES)} (MINDIO_VERSION_TESTS_ELASTIC=all: every "
+                    f"release)")
+    elastic, reference = runs["elastic"].require_success(), runs["reference"]
+    assert "elastic training: scaled in dp4 -> dp2" in elastic.output
+    assert "elastic training: scaled out dp2 -> dp4" in elastic.output
+    assert sorted(elastic.losses) == list(range(1, 9))
+    assert all(elastic.losses[step] == reference.losses[step] for step in (1, 2, 3))  # before the node was lost
+    for step, loss in reference.losses.items():
+        assert elastic.losses[step] == pytest.approx(loss, rel=1e-4), (release, step, elastic.losses[step], loss)
