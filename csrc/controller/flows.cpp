@@ -99,11 +99,12 @@ const Flow kDump{
 };
 
 // Scale-in (elastic training), when a process replacement got no replacement in time: instead of the
-// dump-and-exit, the savers write the dump of the repair step, and the survivors drop the
-// data-parallel slices that lost a rank (REBUILD_GROUP, the lost ranks as its fault ranks), load the
-// dump at the smaller data-parallel size (REPAIR, LOAD_CKPT of the repair step), ROLLBACK and go on.
-// A failure before the dump is published ends like the dump's (exit); after it the dump is the
-// resume point.
+// dump-and-exit, the survivors drop the data-parallel slices that lost a rank (REBUILD_GROUP, the lost
+// ranks as its fault ranks), take the repair step's state at the smaller data-parallel size (REPAIR),
+// ROLLBACK and go on. Where the state comes from is the ranks' choice (--elastic-scale-in-from): resharded
+// among the survivors in memory, SAVE_CKPT and RENAME then being no-ops on the savers, or from the dump
+// of the repair step that the savers write and publish first, which is then the resume point should a
+// later action fail. Either way a failure ends like the dump's (exit).
 const Flow kScaleIn{
     Strategy::ScaleIn,
     "scale_in",
@@ -122,7 +123,7 @@ const Flow kScaleIn{
         {FlowOp::RetireLost},
         {FlowOp::Act, ActionKind::RebuildGroup, "rebuilding the groups among the survivors failed", false,
          FlowTargets::Flow, false},
-        {FlowOp::Act, ActionKind::Repair, "loading the checkpoint at the smaller data-parallel size failed", false,
+        {FlowOp::Act, ActionKind::Repair, "taking the repair step's state at the smaller data-parallel size failed", false,
          FlowTargets::Flow, false},
         {FlowOp::Act, ActionKind::Rollback, "rollback after the scale-in failed", false, FlowTargets::Flow, false},
         {FlowOp::Act, ActionKind::Normal, "resuming after the scale-in failed", false, FlowTargets::Flow, false},
@@ -132,7 +133,7 @@ const Flow kScaleIn{
     nullptr,
     [](const FaultContext& ctx) {
         return "scale-in: ranks " + list_text(ctx.replace) + " were not replaced; the survivors go on without " +
-               "their data-parallel slices from the dump of step " + std::to_string(ctx.repair_step);
+               "their data-parallel slices from step " + std::to_string(ctx.repair_step);
     },
     [](const FaultContext& ctx) {
         return "scaled in without ranks " + list_text(ctx.replace) + ", training resumes at step " +

@@ -17,8 +17,8 @@ ENV_WORDS = {
     "elastic-training": "enable_elastic_training",
 }
 
-# Where a scale-out's returned ranks take the state (--elastic-scale-out-from).
-SCALE_OUT_SOURCES = ("replicas", "checkpoint")
+# Where a resize takes the job's state (--elastic-scale-in-from, --elastic-scale-out-from).
+RESIZE_SOURCES = ("replicas", "checkpoint")
 
 # Flags accepted now whose capability a later version of the adaptor brings.
 NOT_YET_ACTIVE: dict = {}
@@ -35,6 +35,7 @@ class HighAvailabilityConfig:
     enable_worker_reboot: bool = False
     enable_elastic_training: bool = False
     distributed_optimizer_no_replica: bool = False
+    elastic_scale_in_from: str = "replicas"
     elastic_scale_out_from: str = "replicas"
     optimizer_replica_num: int = 2
     verify_optimizer_replicas: bool = False
@@ -76,9 +77,10 @@ class HighAvailabilityConfig:
             flag = "--" + needs_ha[0].replace("_", "-")
             raise HighAvailabilityConfigError(
                 f"{flag} requires --enable-high-availability: add --enable-high-availability")
-        if self.elastic_scale_out_from not in SCALE_OUT_SOURCES:
-            raise HighAvailabilityConfigError(
-                f"--elastic-scale-out-from {self.elastic_scale_out_from!r}: choose from {', '.join(SCALE_OUT_SOURCES)}")
+        for flag, source in (("--elastic-scale-in-from", self.elastic_scale_in_from),
+                             ("--elastic-scale-out-from", self.elastic_scale_out_from)):
+            if source not in RESIZE_SOURCES:
+                raise HighAvailabilityConfigError(f"{flag} {source!r}: choose from {', '.join(RESIZE_SOURCES)}")
         if self.enable_elastic_training and not self.enable_worker_reboot:
             # The scale-in is what happens when a lost rank's replacement does not come in time.
             raise HighAvailabilityConfigError(

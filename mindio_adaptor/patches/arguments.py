@@ -3,7 +3,7 @@ import logging
 import os
 import re
 
-from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, SCALE_OUT_SOURCES, HighAvailabilityConfig,
+from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, RESIZE_SOURCES, HighAvailabilityConfig,
                                            HighAvailabilityConfigError)
 from mindio_adaptor.patches import warm_rank
 from mindio_adaptor.patches.patch import Patch
@@ -30,8 +30,13 @@ FLAGS = [
         action="store_true",
         help="Drop failed data-parallel replicas and continue with a smaller DP (needs "
              "--enable-high-availability).")),
+    ("--elastic-scale-in-from", dict(
+        choices=RESIZE_SOURCES, default="replicas",
+        help="Where the survivors of a scale-in take the job's state at the smaller size: resharded among "
+             "themselves in memory (replicas, the default), or from the dying-gasp checkpoint the savers write "
+             "first (checkpoint: slower, but a resume point if the scale-in fails).")),
     ("--elastic-scale-out-from", dict(
-        choices=SCALE_OUT_SOURCES, default="replicas",
+        choices=RESIZE_SOURCES, default="replicas",
         help="Where the ranks that return after a scale-in take the job's state: from the survivors' "
              "memory, resharded to the original size (replicas, the default), or from a checkpoint the "
              "survivors save first (checkpoint: slower, but a resume point if the scale-out fails).")),

@@ -8,13 +8,15 @@ The controller drives a flow action by action (csrc/controller): STOP on every l
             is loaded again online; the controller says so in REPAIR's repair type)
   recover  (process replacement)  CLEAN, REBUILD_GROUP once the replacement has joined, REPAIR, ROLLBACK
   dump     (dying-gasp checkpoint) SAVE_CKPT on the savers, RENAME on one of them, EXIT
-  scale_in (elastic training: a recover whose replacement never came) SAVE_CKPT and RENAME as the
-            dump, then REBUILD_GROUP among the survivors at the smaller data-parallel size, REPAIR
-            (load that checkpoint at the new size), ROLLBACK, and training goes on
+  scale_in (elastic training: a recover whose replacement never came) SAVE_CKPT and RENAME (the
+            dump, with --elastic-scale-in-from checkpoint; nothing from the replicas), then REBUILD_GROUP
+            among the survivors at the smaller data-parallel size, REPAIR (the state resharded in memory,
+            or that checkpoint loaded at the new size), ROLLBACK, and training goes on
   scale_out (elastic training: the ranks a scale-in retired returned) CLEAN (the survivors' groups),
-            SAVE_CKPT (the survivors save the repair step at the smaller size and publish it), then with
-            the returned processes REBUILD_GROUP at the original size, REPAIR (load it at that size),
-            ROLLBACK, and training goes on
+            SAVE_CKPT (with --elastic-scale-out-from checkpoint: the survivors save the repair step at the
+            smaller size and publish it), then with the returned processes REBUILD_GROUP at the original
+            size, REPAIR (the state from the replicas, or that checkpoint loaded), ROLLBACK, and training
+            goes on
   exit                             EXIT
 and EXIT ends any of them. The processor link's actions (core/processor_link) are answered here: each
 becomes this rank's RecoveryActions, whose stages come from the table and run where they must run (the
@@ -40,6 +42,7 @@ from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
 from mindio_adaptor.patches.stages.save_repair_step import SAVE_REPAIR_STEP
 from mindio_adaptor.patches.stages.scale_in_groups import SCALE_IN_GROUPS
+from mindio_adaptor.patches.stages.scale_in_save import SCALE_IN_PUBLISH, SCALE_IN_SAVE
 from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE
 from mindio_adaptor.patches.stages.scale_out_groups import SCALE_OUT_GROUPS
 from mindio_adaptor.patches.stages.scale_out_save import SCALE_OUT_SAVE
@@ -62,7 +65,7 @@ FLOWS: Dict[str, Flow] = {
     "recover": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, DROP_GRADIENTS), "rebuild_group": (REBUILD_GROUPS,),
                 "repair": (REPAIR_FROM_PEER,), "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "dump": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,), "exit": (END_IF_HUNG,)},
-    "scale_in": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,),
+    "scale_in": {"stop": (STOP,), "save_ckpt": (SCALE_IN_SAVE,), "rename": (SCALE_IN_PUBLISH,),
                  "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,),
                  "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "scale_out": {"stop": (STOP,), "clean": (REBUILD_GROUPS,), "save_ckpt": (SCALE_OUT_SAVE,),

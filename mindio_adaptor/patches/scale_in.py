@@ -40,6 +40,13 @@ def refuse_unsupported(margs) -> None:
         raise ScaleInRefused("scale-in with a batch-size ramp-up or schedule is not supported")
 
 
+def from_replicas(margs) -> bool:
+    """Whether the survivors take the state at the smaller size from their own memory (patches/
+    resize_from_replicas), not from the dump the savers write first (`--elastic-scale-in-from`). A job with
+    expert parallelism takes the dump, as its scale-out takes a checkpoint (patches/scale_out.from_replicas)."""
+    return margs.elastic_scale_in_from == "replicas" and margs.expert_model_parallel_size == 1
+
+
 def refuse_expert_misfit(expert_parallel: int, plan: ScaleInPlan) -> None:
     """The experts stay where they are (each survivor keeps its expert-parallel rank), so the new data-parallel
     size must be a multiple of the expert-parallel size, and every survivor must run the same micro-batches

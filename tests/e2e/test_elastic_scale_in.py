@@ -1,10 +1,9 @@
 """Elastic training's scale-in on the real megatron.training (dp4, R=2, gloo): two `mindio-adaptor launch`
 processes play two nodes of two ranks each. Node 1 is lost after step 4 and nothing replaces it: node 0's
 launcher proves its launcher gone and no standby waits, so the controller stops waiting for a replacement
-at once (the first run leaves MINDIO_ARF_WAIT_S at its default, 600 s), the savers on node 0 write the dump
-of the repair step,
-node 0's two ranks rebuild the world among themselves at dp2, load that dump in-process and train on to
-the last step with twice the micro-batches each (step 5 waits until node 1 is lost: the example's
+at once (the first run leaves MINDIO_ARF_WAIT_S at its default, 600 s); node 0's two ranks rebuild the world
+among themselves at dp2, reshard the optimizer state they hold between them in memory (no dump written:
+--elastic-scale-in-from replicas, the default) and train on to the last step with twice the micro-batches each (step 5 waits until node 1 is lost: the example's
 --hold-before-step, mindio_adaptor/elastic_scenario). A second run does the same, and then node 1 returns: a
 new launcher of node 1 starts once the job scaled in, and step 7 waits for its ranks (the example's
 --hold-before-step), so the controller scales the job out to dp4 there and it ends on dp4. Each faulted
@@ -14,7 +13,8 @@ a checkpoint at dp2 (step 6), which two short plain runs load, one at dp4 and on
 run: tp2 x dp2 on four one-rank nodes (TP pairs (0, 1) and (2, 3)), node 3 lost: rank 2, alive, leaves the job
 with its data-parallel slice (exit 87, its launcher ends 0), ranks 0 and 1 go on at dp1, and the optimizer's
 R=2 replicas fall to none; then new launchers of nodes 2 and 3 start, and the job grows back to tp2 x dp2
-with R=2 at step 7. A fourth: a second fault while scaled in (rank 1's
+with R=2 at step 7 (that run takes both resizes through a checkpoint: --elastic-scale-in-from and
+--elastic-scale-out-from checkpoint). A fourth: a second fault while scaled in (rank 1's
 process killed during step 7 at dp2): the controller, which learned the layout at dp2, has rank 0 save the
 dump of step 6 alone and the job ends; a plain run loads that dump at dp4 and trains to the last step like
 the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
@@ -180,6 +180,13 @@ def test_the_log_names_the_scale_in(scaled_in):
     assert decided == [f"ranks [2,3] will not be replaced: {NOTHING_TAKES_NODE_1} (not waiting out "
                        f"MINDIO_ARF_WAIT_S)"], decided
     assert "ranks [2,3] offline; waiting up to 600000 ms (MINDIO_ARF_WAIT_S, its default)" in run.output
+    # from the replicas (the default): the survivors' state resharded in memory, no dump written or loaded
+    assert "(state from the replicas in " in lines[0], lines[0]
+    assert "scale-in: no dump of step 4 written: the survivors reshard the state among themselves" in run.output
+    assert "dump of step 4" not in run.output and "loading distributed checkpoint" not in run.output
+    received = re.findall(r"scale-in: step 4's optimizer state resharded from the replicas in memory at rank (\d) "
+                          r"\(\d+ pieces, (\d+) bytes received\)", run.output)
+    assert sorted(rank for rank, _ in received) == ["0", "1"] and all(int(n) > 0 for _, n in received), received
     assert re.search(r"node 0\] told the recovery controller that ranks \[2, 3\] will not be replaced: noted",
                      run.output), run.output[-6000:]
 
@@ -335,10 +342,12 @@ def tp2_scaled_in_and_out(tmp_path_factory):
     """tp2 x dp2 on four one-rank nodes, node 3 (rank 3, of data-parallel index 1) lost after step 4: rank 2,
     alive, leaves the job with its slice and node 2's launcher ends; ranks 0 and 1 go on at dp1. Then new
     launchers of nodes 2 and 3 start, and at step 7 the job grows back to dp2 (as scaled_out, but through a
-    checkpoint: --elastic-scale-out-from checkpoint, so that path keeps its end-to-end run)."""
+    checkpoint both ways: --elastic-scale-in-from and --elastic-scale-out-from checkpoint, so that path keeps its
+    end-to-end run)."""
     run, lost = run_elastic(tmp_path_factory.mktemp("elastic_tp2"), lose_after=4, return_at=RETURN_AT_STEP,
                             arf_wait_s=ARF_WAIT_S,
-                            flags=["--tensor-model-parallel-size", "2", "--elastic-scale-out-from", "checkpoint"],
+                            flags=["--tensor-model-parallel-size", "2", "--elastic-scale-in-from", "checkpoint",
+                                   "--elastic-scale-out-from", "checkpoint"],
                             nproc_per_node=1, lost_node=TP2_LOST_NODE,
                             returning_nodes=(TP2_LEAVING_NODE, TP2_LOST_NODE))
     return run, lost
@@ -367,6 +376,8 @@ def test_tp2_the_log_names_dp1_and_the_replicas_gone(tp2_scaled_in_and_out):
     assert "(data-parallel indices [1] lost a rank; survivors [0, 1], 8 micro-batches each" in lines[0]
     assert "optimizer replicas R=2 -> R=1: the job has no replica now, its next fault ends in the dump" in lines[0]
     assert "ranks [3] were lost and not replaced; training goes on" in lines[0]
+    # --elastic-scale-in-from checkpoint: the savers wrote and published the dump of step 4, the survivors loaded it
+    assert "(state loaded in " in lines[0] and "dump of step 4 published" in output, lines[0]
     assert len(re.findall(r"elastic training: scaling in without ranks \[3\] after step 4 \(ranks \[3\] will not be "
                           r"replaced: node 3 is lost \(its launcher's process is gone", output)) == 1, output[-6000:]
 

@@ -88,6 +88,9 @@ def test_elastic_training_scales_in_and_out_like_the_uninterrupted_run(tmp_path,
     run.require_success()
     [scaled_in] = re.findall(r"elastic training: scaled in dp4 -> dp2 [^\n]*", run.output)
     assert "optimizer replicas R=2 -> R=1" in scaled_in, scaled_in  # dp2 / EP2: one expert data-parallel rank
+    assert "(state loaded in " in scaled_in, scaled_in
+    assert ("scale-in: through the dump of step 4, not from the replicas: the in-memory reshard does not move "
+            "expert-parallel state (--expert-model-parallel-size 2)") in run.output
     assert ("scale-out: through a checkpoint of step 6, not from the replicas: the in-memory reshard does not move "
             "expert-parallel state (--expert-model-parallel-size 2)") in run.output
     assert re.search(r"elastic training: scaled out dp2 -> dp4 \(ranks \[2, 3\] returned", run.output)

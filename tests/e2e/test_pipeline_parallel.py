@@ -55,6 +55,7 @@ def test_elastic_training_scales_in_and_out_like_the_uninterrupted_run(tmp_path,
     assert "dp2 -> dp1" in left, left
     [scaled_in] = re.findall(r"elastic training: scaled in dp2 -> dp1 [^\n]*", run.output)
     assert "survivors [0, 2]" in scaled_in, scaled_in
+    assert "(state from the replicas in " in scaled_in, scaled_in  # each stage's state resharded in memory
     assert re.search(r"elastic training: scaled out dp1 -> dp2 \(ranks \[1, 3\] returned", run.output)
     seen = process_ids(run.output)
     for rank in (0, 2):  # one process from start to end

@@ -74,10 +74,10 @@ def test_dump_stops_unless_stopped_saves_on_the_savers_renames_on_one_and_exits(
     ]
 
 
-def test_scale_in_saves_like_the_dump_then_the_survivors_reload_it_and_go_on():
+def test_scale_in_saves_like_the_dump_where_the_ranks_take_that_path_then_the_survivors_go_on():
     f = nat.flow_table("scale_in")
     assert (f["strategy"], f["result"], f["replaces"], f["may_reload"]) == ("scale_in", "scale_in", False, True)
-    assert f["fallback"] == "exit"  # the dump it writes first is the resume point
+    assert f["fallback"] == "exit"  # the dump, where written, is the resume point
     assert f["steps"] == [
         op("begin_scale_in"),
         act("stop", "", interruptible=False, unless_stopped=True),
@@ -88,7 +88,7 @@ def test_scale_in_saves_like_the_dump_then_the_survivors_reload_it_and_go_on():
         op("enter_repair"),
         op("retire_lost"),
         act("rebuild_group", "rebuilding the groups among the survivors failed", interruptible=False),
-        act("repair", "loading the checkpoint at the smaller data-parallel size failed", interruptible=False),
+        act("repair", "taking the repair step's state at the smaller data-parallel size failed", interruptible=False),
         act("rollback", "rollback after the scale-in failed", interruptible=False),
         act("normal", "resuming after the scale-in failed", interruptible=False),
         op("finish"),

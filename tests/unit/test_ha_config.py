@@ -89,8 +89,11 @@ def test_elastic_training_with_context_parallelism_is_refused_at_the_start():
     HighAvailabilityConfig(enable_high_availability=True).check_elastic(2, 2, 2, 2)  # not asked for: no check
 
 
-def test_the_scale_out_source_is_one_of_two():
-    HighAvailabilityConfig(elastic_scale_out_from="checkpoint").check_flags(True)
+def test_each_resize_source_is_one_of_two():
+    HighAvailabilityConfig(elastic_scale_in_from="checkpoint", elastic_scale_out_from="checkpoint").check_flags(True)
     with pytest.raises(HighAvailabilityConfigError, match=r"--elastic-scale-out-from 'disk': choose from replicas, "
                                                           r"checkpoint"):
         HighAvailabilityConfig(elastic_scale_out_from="disk").check_flags(True)
+    with pytest.raises(HighAvailabilityConfigError, match=r"--elastic-scale-in-from 'memory': choose from replicas, "
+                                                          r"checkpoint"):
+        HighAvailabilityConfig(elastic_scale_in_from="memory").check_flags(True)

@@ -20,7 +20,7 @@ EVERY_FLOW = {
     "recover": {"stop": ["stop"], "clean": ["repair fault point", "drop gradients"], "rebuild_group": ["rebuild groups"],
                 "repair": ["repair from peer"], "rollback": ROLLBACK, "exit": ["end even if hung"]},
     "dump": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"], "exit": ["end even if hung"]},
-    "scale_in": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"],
+    "scale_in": {"stop": ["stop"], "save_ckpt": ["scale in: save"], "rename": ["scale in: publish"],
                  "rebuild_group": ["scale in: groups"], "repair": ["scale in: state"], "rollback": ROLLBACK,
                  "exit": ["end even if hung"]},
     "scale_out": {"stop": ["stop"], "clean": ["rebuild groups"], "save_ckpt": ["scale out: save"],

@@ -1,5 +1,5 @@
-"""stages/scale_in_state: the survivors load the dump of the repair step into a model and optimizer built at
-the smaller size; the session's snapshot, the data position and the replay follow it; and how the rebuilt
+"""stages/scale_in_state: with --elastic-scale-in-from checkpoint the survivors load the dump of the repair step
+into a model and optimizer built at the smaller size (from the replicas: test_resize_from_replicas); the session's snapshot, the data position and the replay follow it; and how the rebuilt
 objects take the places Megatron's frames hold (patches/scale_in.take_place_of)."""
 import logging
 from types import SimpleNamespace
@@ -13,6 +13,7 @@ from mindio_adaptor.patches import megatron_job, scale_in, scale_out
 from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
 
 PLAN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
+FROM_CHECKPOINT = dict(elastic_scale_in_from="checkpoint")
 
 
 def scaled_in_session(step=5):
@@ -25,7 +26,7 @@ def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(
     loads = []
     monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: loads.append((root, step))
                         or (4, 400.0))
-    session, megatron = scaled_in_session(), FakeMegatron(global_batch_size=16)
+    session, megatron = scaled_in_session(), FakeMegatron(global_batch_size=16, **FROM_CHECKPOINT)
     megatron.margs.consumed_train_samples = 64  # what the load set
     replay = FakeReplay()
     session.replay.iterators[1] = replay
@@ -43,13 +44,13 @@ def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(
 def test_a_checkpoint_of_another_step_or_no_plan_or_no_save_is_refused(monkeypatch):
     monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: (3, 300.0))
     with pytest.raises(ScaleInRefused, match="scale in from the checkpoint of step 4 under /ckpt; loaded step 3"):
-        scale_in_state(scaled_in_session(), FakeMegatron(), action("repair", step=4))
+        scale_in_state(scaled_in_session(), FakeMegatron(**FROM_CHECKPOINT), action("repair", step=4))
     with pytest.raises(ScaleInRefused, match="before the groups were rebuilt"):
-        scale_in_state(session_at(5, save_root="/ckpt"), FakeMegatron(), action("repair", step=4))
+        scale_in_state(session_at(5, save_root="/ckpt"), FakeMegatron(**FROM_CHECKPOINT), action("repair", step=4))
     no_save = scaled_in_session()
     no_save.save_root = None
     with pytest.raises(ScaleInRefused, match="no --save directory"):
-        scale_in_state(no_save, FakeMegatron(), action("repair", step=4))
+        scale_in_state(no_save, FakeMegatron(**FROM_CHECKPOINT), action("repair", step=4))
 
 
 class Optimizer:

@@ -1,5 +1,5 @@
-"""patches/scale_out_from_replicas: the scale-out's REPAIR without a checkpoint. Every rank builds its
-objects again loaded from nothing, takes the step's common state from its data-parallel group's first
+"""patches/resize_from_replicas: a scale-out's and a scale-in's REPAIR without a checkpoint. Every rank builds
+its objects again loaded from nothing, takes the step's common state from its data-parallel group's first
 survivor, then its optimizer shard through core/state_reshard (the exchange itself: test_state_reshard).
 Here with a fake Megatron and the group's collectives replaced."""
 import logging
@@ -11,7 +11,10 @@ from recovery_fakes import FakeMegatron, FakeReplay, action, session_at, snapsho
 from mindio_adaptor.core import state_reshard
 from mindio_adaptor.core.scale_in_plan import plan_scale_in
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
+from mindio_adaptor.core.processor_link import SaveAssignment
 from mindio_adaptor.patches import scale_in
+from mindio_adaptor.patches.stages import scale_in_save as scale_in_save_stage
+from mindio_adaptor.patches.stages.scale_in_state import scale_in_state
 from mindio_adaptor.patches.stages.scale_out_save import scale_out_save
 from mindio_adaptor.patches.stages.scale_out_state import scale_out_state
 
@@ -107,3 +110,54 @@ def test_from_the_replicas_the_survivors_save_no_checkpoint(caplog):
         assert scale_out_save(session, megatron, action("save_ckpt", strategy="scale_out", step=6)) == 0
     assert megatron.calls == []
     assert any("no checkpoint of step 6 saved" in r.getMessage() for r in caplog.records)
+
+
+def scaled_in_survivor(rank):
+    session = session_at(4)
+    session.latest = snapshot(4, samples=64)
+    session.job.optimizer, session.job.scheduler = "old optimizer", FakeScheduler(4)
+    session.scale_in = SCALED_IN
+    return session, FakeMegatron(global_batch_size=16, rank=rank, world_size=2)
+
+
+def test_a_scale_in_survivor_reshards_what_the_survivors_hold_without_the_dump(group, caplog):
+    """--elastic-scale-in-from replicas (the default): built at dp2 from nothing, no checkpoint loaded."""
+    session, megatron = scaled_in_survivor(rank=0)
+    session.save_root = None  # no --save needed
+    session.replay.iterators[1] = replay = FakeReplay()
+    with caplog.at_level(logging.INFO):
+        assert scale_in_state(session, megatron, action("repair", strategy="scale_in", step=4)) == 0
+    assert group.rebuilt == [(None, None)] and megatron.called("load_checkpoint_of_step") == []
+    [(held, _)] = group.resharded
+    assert held == {"slots of": "old optimizer"}
+    assert megatron.called("set_iteration_state") == [(4,)] and replay.restarts == [(64, 4)]
+    [said] = [r.getMessage() for r in caplog.records if "elastic training: scaled in" in r.getMessage()]
+    assert said.startswith("elastic training: scaled in dp4 -> dp2") and "(state from the replicas in " in said
+    assert any("scale-in: step 4's optimizer state resharded from the replicas in memory at rank 0" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_scale_in_from_the_replicas_writes_no_dump_and_with_experts_writes_it(monkeypatch, caplog):
+    written = []
+    monkeypatch.setattr(scale_in_save_stage, "save_dump", lambda session, megatron, action: written.append("saved") or 0)
+    monkeypatch.setattr(scale_in_save_stage, "publish_dump",
+                        lambda session, megatron, action: written.append("published") or 0)
+    saves = (SaveAssignment(0, (0, 1)),)
+    session, megatron = scaled_in_survivor(rank=0)
+    with caplog.at_level(logging.INFO):
+        assert scale_in_save_stage.scale_in_save(session, megatron, action("save_ckpt", step=4, saves=saves)) == 0
+        assert scale_in_save_stage.scale_in_publish(session, megatron, action("rename", step=4)) == 0
+    assert written == [] and megatron.calls == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "scale-in: no dump of step 4 written: the survivors reshard the state among themselves in memory"]
+    caplog.clear()
+    megatron.margs.expert_model_parallel_size = 2  # the in-memory reshard moves no expert-parallel state
+    with caplog.at_level(logging.INFO):
+        scale_in_save_stage.scale_in_save(session, megatron, action("save_ckpt", step=4, saves=saves))
+        scale_in_save_stage.scale_in_publish(session, megatron, action("rename", step=4))
+    assert written == ["saved", "published"]
+    assert "not from the replicas: the in-memory reshard does not move expert-parallel state" in caplog.text
+    written.clear()
+    megatron.margs.expert_model_parallel_size, megatron.margs.elastic_scale_in_from = 1, "checkpoint"
+    scale_in_save_stage.scale_in_save(session, megatron, action("save_ckpt", step=4, saves=saves))
+    assert written == ["saved"]

@@ -1,13 +1,15 @@
-"""The scale-out's REPAIR from the survivors' memory (`--elastic-scale-out-from replicas`, the default):
-the returned ranks receive their state from the replicas, with no checkpoint written or read.
+"""A resize's REPAIR from the survivors' memory, with no checkpoint written or read: a scale-out's
+(`--elastic-scale-out-from replicas`, the default), where the returned ranks receive their state from the
+replicas, and a scale-in's (`--elastic-scale-in-from replicas`, the default), where the survivors, who hold
+every shard between them, cut it anew for the smaller size.
 
-Every rank of the original world builds its model, DDP wrapper, optimizer and scheduler again at the
-original sizes, loaded from nothing (patches/scale_in.rebuild). Within each data-parallel group (the ranks
-of one tensor- and pipeline-parallel position), then:
+Every rank of the new world builds its model, DDP wrapper, optimizer and scheduler again at the new sizes,
+loaded from nothing (patches/scale_in.rebuild). Within each data-parallel group (the ranks of one tensor-
+and pipeline-parallel position), then:
 1. the step's common state (iteration, data position, FLOPs, RNG: the repair step's snapshot; the
    optimizer's param groups and step count; the scheduler) goes from the group's first survivor to every
    rank, which installs it, and the new optimizer allocates its moments;
-2. the optimizer state by parameter (fp32 main params and moments), cut for the smaller size in the
+2. the optimizer state by parameter (fp32 main params and moments), cut for the old size in the
    survivors' old optimizers, is resharded into the new ones' shards (core/state_reshard): a survivor
    copies what it holds itself, the rest comes point to point from a survivor that holds it, spread over
    the replicas.
@@ -23,11 +25,12 @@ from mindio_adaptor.patches import scale_in
 logger = logging.getLogger(__name__)
 
 
-def resume_from_replicas(session, megatron, step: int, returning: bool) -> None:
-    """REPAIR of the scale-out on one rank: `returning` for a process that returned for a retired rank."""
+def resume_from_replicas(session, megatron, step: int, returning: bool, what: str) -> None:
+    """A resize's REPAIR on one rank (`what`: "scale in" or "scale out"): `returning` for a process that
+    returned for a retired rank."""
     started, job = time.monotonic(), session.job
     held = {} if returning else megatron.optimizer_state_slots(job.model, job.optimizer)
-    common = None if returning else common_state(session, megatron, step)
+    common = None if returning else common_state(session, megatron, step, what)
     scale_in.rebuild(job, None, None)
     group = megatron.data_parallel_group()
     common = _first_survivors(state_reshard.gather(group, (megatron.args().rank, common)), step)
@@ -38,16 +41,16 @@ def resume_from_replicas(session, megatron, step: int, returning: bool) -> None:
         job.scheduler.load_state_dict(common["scheduler"])
     wanted = megatron.optimizer_state_slots(job.model, job.optimizer)
     pieces, received = state_reshard.reshard_in_group(group, held, wanted)
-    scale_in.resume_at(session, megatron, snapshot, "scale out")
-    logger.info("scale-out: step %d's optimizer state resharded from the replicas in memory at rank %d (%d "
-                "pieces, %d bytes received) in %.2f s", step, megatron.args().rank, pieces, received,
+    scale_in.resume_at(session, megatron, snapshot, what)
+    logger.info("%s: step %d's optimizer state resharded from the replicas in memory at rank %d (%d pieces, %d "
+                "bytes received) in %.2f s", what.replace(" ", "-"), step, megatron.args().rank, pieces, received,
                 time.monotonic() - started)
 
 
-def common_state(session, megatron, step: int) -> dict:
+def common_state(session, megatron, step: int, what: str) -> dict:
     """What a survivor gives the rest of its data-parallel group besides the optimizer shards."""
     job = session.job
-    return {"snapshot": session.snapshot_of(step, "scale out from"),
+    return {"snapshot": session.snapshot_of(step, f"{what} from"),
             "optimizer": megatron.optimizer_common_state(job.optimizer),
             "scheduler": job.scheduler.state_dict() if job.scheduler is not None else None}
 
