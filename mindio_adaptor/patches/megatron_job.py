@@ -466,6 +466,19 @@ def iterator_at_sample(old, who: str):
     return iter(loader) if margs.dataloader_type == "single" else iter(cyclic_iter(loader))
 
 
+def position_train_iterators(holder, who: str) -> None:
+    """The train data iterator a process gave train() (Megatron's wrapper with its `iterable`; with a virtual
+    pipeline, a list of them, one per model chunk; None where a stage reads no data), each started again at
+    sample args.consumed_train_samples. A process that ran no train_step yet (no replay wrapper) needs this."""
+    for one in holder if isinstance(holder, (list, tuple)) else [holder]:
+        if one is None:
+            continue
+        if not hasattr(one, "iterable"):
+            raise RuntimeError(f"{who}: cannot position its train data iterator ({type(one).__name__}) at sample "
+                               f"{args().consumed_train_samples}")
+        one.iterable = iterator_at_sample(one.iterable, who)
+
+
 # --- checkpoints ----------------------------------------------------------------------------------
 
 def load_checkpoint_of_step(model, optimizer, scheduler, step: int) -> tuple:

@@ -7,10 +7,12 @@ import queue
 import traceback
 from datetime import timedelta
 from types import SimpleNamespace
+from unittest.mock import patch
 
 import torch.distributed as dist
 
 from mindio_adaptor.core.comm import host_store
+from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.recovery_session import RecoverySession, StepSnapshot
 from mindio_adaptor.patches.stages.stage import RecoveryAction
 
@@ -117,6 +119,11 @@ class FakeMegatron:
     def iterator_at_sample(self, old, who):
         self._record("iterator_at_sample", self.margs.consumed_train_samples, who)
         return iter(range(self.margs.consumed_train_samples, self.margs.consumed_train_samples + 100))
+
+    def position_train_iterators(self, holder, who):
+        with patch.object(megatron_job, "iterator_at_sample", self.iterator_at_sample), \
+                patch.object(megatron_job, "args", lambda: self.margs):
+            megatron_job.position_train_iterators(holder, who)
 
     def optimizer_state_slots(self, model, optimizer):
         return {"slots of": optimizer}

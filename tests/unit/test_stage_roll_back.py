@@ -74,6 +74,18 @@ def test_a_replacement_whose_loader_cannot_be_positioned_is_refused():
     session.replacement.active = True
     session.received = received(6)
     session.replacement.train_data_iterator = object()  # not Megatron's RerunDataIterator
-    with pytest.raises(RuntimeError, match="replacement process: cannot position a 'single' data loader at "
-                                           "sample 48"):
+    with pytest.raises(RuntimeError, match=r"replacement process: cannot position its train data iterator \(object\) "
+                                           "at sample 48"):
         roll_back(session, FakeMegatron(), action("rollback", strategy="recover", step=6))
+
+
+def test_a_replacement_with_a_virtual_pipeline_positions_each_chunks_iterator():
+    """With a virtual pipeline train() gets one iterator per model chunk (None where a stage reads no data)."""
+    session, megatron = session_at(None), FakeMegatron()
+    session.replacement.active = True
+    session.received = received(6)
+    chunks = [SimpleNamespace(iterable=iter(range(1000))), None, SimpleNamespace(iterable=iter(range(1000)))]
+    session.replacement.train_data_iterator = chunks
+    roll_back(session, megatron, action("rollback", strategy="recover", step=6))
+    assert len(megatron.called("iterator_at_sample")) == 2
+    assert [next(chunk.iterable) for chunk in (chunks[0], chunks[2])] == [snapshot(6).consumed_train_samples] * 2

@@ -52,14 +52,7 @@ def install_received_state(session, megatron, step: int):
 
 def _position_replacement_data(session, megatron) -> None:
     """The replacement built its data loader at sample 0; the job is at the repair step's sample."""
-    holder = session.replacement.train_data_iterator
-    if holder is None:
-        return
-    margs = megatron.args()
-    if not hasattr(holder, "iterable"):
-        raise RuntimeError(f"replacement process: cannot position a '{margs.dataloader_type}' data loader at "
-                           f"sample {margs.consumed_train_samples}")
-    holder.iterable = megatron.iterator_at_sample(holder.iterable, "replacement process")
+    megatron.position_train_iterators(session.replacement.train_data_iterator, "replacement process")
 
 
 ROLL_BACK = Stage("roll back", roll_back)

@@ -45,13 +45,10 @@ def scale_out_state(session, megatron, action) -> int:
 def _position_returned_data(session, megatron, step: int) -> None:
     """A returned process built its data loader at sample 0 and has run no train_step (no replay
     wrapper yet): its train data iterator's source starts at the checkpoint's sample."""
-    holder = session.replacement.train_data_iterator
-    if holder is None:
-        return
-    if not hasattr(holder, "iterable"):
-        raise ScaleOutRefused(f"returned process: cannot position its train data iterator "
-                              f"({type(holder).__name__}) at sample {megatron.args().consumed_train_samples}")
-    holder.iterable = megatron.iterator_at_sample(holder.iterable, f"returned process at step {step}")
+    try:
+        megatron.position_train_iterators(session.replacement.train_data_iterator, f"returned process at step {step}")
+    except RuntimeError as exc:
+        raise ScaleOutRefused(str(exc)) from exc
 
 
 SCALE_OUT_STATE = Stage("scale out: state", scale_out_state)
