@@ -18,7 +18,6 @@ import argparse
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,35 +25,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script, the checkout's build is the one measured
 
 from mindio_adaptor.elastic_scenario import run_elastic  # noqa: E402
+from resize_clock import ResizeClock  # noqa: E402
 
-ITERATION = re.compile(r"iteration\s+(\d+)/")
 SAVED = re.compile(r"rank 0\] INFO dump of step \d+: saved my part \([^)]*\) in ([\d.]+) s")
 STATE = re.compile(r"elastic training: scaled in .*\(state (?:from the replicas|loaded) in ([\d.]+) s\)")
 
 
-class ScaleInClock:
-    """Arrival times: the controller's decision, rank 0's scale-in line, the first step after it."""
-
-    def __init__(self):
-        self.seen = {}
-
-    def __call__(self, line: str) -> None:
-        now = time.monotonic()
-        if "elastic training: scaling in without ranks" in line:
-            self.seen.setdefault("decided", now)
-        elif "elastic training: scaled in" in line:
-            self.seen.setdefault("scaled_in", now)
-        elif ITERATION.search(line) and "scaled_in" in self.seen:
-            self.seen.setdefault("first_step", now)
-
-    def between(self, a: str, b: str) -> float:
-        if a not in self.seen or b not in self.seen:
-            sys.exit(f"scale_in: did not see {a!r} and {b!r} (seen {sorted(self.seen)})")
-        return self.seen[b] - self.seen[a]
-
-
 def scale_in(source: str, args, tmp: Path):
-    clock = ScaleInClock()
+    clock = ResizeClock("elastic training: scaling in without ranks", "elastic training: scaled in")
     flags = ["--elastic-scale-in-from", source, "--hidden-size", str(args.hidden_size),
              "--num-layers", str(args.num_layers)]
     run, _ = run_elastic(tmp / source, lose_after=args.lose_after, arf_wait_s=None, train_iters=args.iters,

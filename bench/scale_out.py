@@ -17,39 +17,17 @@ import argparse
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from mindio_adaptor.elastic_scenario import run_elastic
+from resize_clock import ResizeClock
 
-ITERATION = re.compile(r"iteration\s+(\d+)/")
 SAVED = re.compile(r"scale-out: checkpoint of step \d+ saved at dp\d+ and published in ([\d.]+) s")
 STATE = re.compile(r"elastic training: scaled out .*\(state (?:from the replicas|loaded) in ([\d.]+) s\)")
 
 
-class ScaleOutClock:
-    """Arrival times: the controller's decision, rank 0's scale-out line, the first step after it."""
-
-    def __init__(self):
-        self.seen = {}
-
-    def __call__(self, line: str) -> None:
-        now = time.monotonic()
-        if "elastic training: scaling out with ranks" in line:
-            self.seen.setdefault("decided", now)
-        elif "elastic training: scaled out" in line:
-            self.seen.setdefault("scaled_out", now)
-        elif ITERATION.search(line) and "scaled_out" in self.seen:
-            self.seen.setdefault("first_step", now)
-
-    def between(self, a: str, b: str) -> float:
-        if a not in self.seen or b not in self.seen:
-            sys.exit(f"scale_out: did not see {a!r} and {b!r} (seen {sorted(self.seen)})")
-        return self.seen[b] - self.seen[a]
-
-
 def scale_out(source: str, args, tmp: Path):
-    clock = ScaleOutClock()
+    clock = ResizeClock("elastic training: scaling out with ranks", "elastic training: scaled out")
     flags = ["--elastic-scale-out-from", source, "--hidden-size", str(args.hidden_size),
              "--num-layers", str(args.num_layers)]
     run, _ = run_elastic(tmp / source, lose_after=4, return_at=args.return_at, arf_wait_s=args.arf_wait_s,
