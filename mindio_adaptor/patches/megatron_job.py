@@ -382,22 +382,36 @@ def materialize_optimizer_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0, dtype=torch.float32)
 
 
+# The optimizer state's kinds, each sharded over its own group: the dense parameters' over the data-parallel
+# group, the experts' (expert parallelism) over the expert data-parallel group.
+STATE_KINDS = ("dense", "expert")
+
+
 def optimizer_state_slots(model, optimizer) -> dict:
-    """This rank's part of every parameter's optimizer state, as core/state_reshard addresses it: for each
-    model parameter in its shard, the first of the parameter's (flattened) elements it holds and the fp32
-    main param and optimizer moments over them, keyed by the optimizer's index and the parameter's name.
-    The step count (a 0-dim tensor) is not in it: it comes with the optimizer's own state dict."""
+    """This rank's part of every parameter's optimizer state, as core/state_reshard addresses it, by the kind of
+    state ("dense", "expert": each sharded over its own data-parallel group, `state_group`): for each model
+    parameter in its shard, the first of the parameter's (flattened) elements it holds and the fp32 main param
+    and optimizer moments over them, keyed by the optimizer's index and the parameter's name. The step count
+    (a 0-dim tensor) is not in it: it comes with the optimizer's own state dict."""
     names = {param: f"{index}.{name}" for index, chunk in enumerate(model) for name, param in chunk.named_parameters()}
-    slots = {}
+    slots = {kind: {} for kind in STATE_KINDS}
     for index, dopt in enumerate(distributed_optimizers(optimizer)):
+        kind = slots["expert" if _optimizes_experts(dopt) else "dense"]
         for buffer_ranges in dopt.gbuf_ranges:
             for bucket_ranges in buffer_ranges.values():
                 for bucket in bucket_ranges:
                     for param, ranges in bucket["param_map"].items():
                         tensors = dopt._get_main_param_and_optimizer_states(param)
-                        slots[f"{index}.{names[param]}"] = Slot(ranges["param"].start, {
+                        kind[f"{index}.{names[param]}"] = Slot(ranges["param"].start, {
                             name: t for name, t in tensors.items() if t.dim() > 0})
     return slots
+
+
+def state_group(kind: str):
+    """The whole group (every optimizer instance of it) over which a kind of optimizer state is sharded."""
+    from megatron.core import parallel_state as ps
+
+    return ps.get_expert_data_parallel_group() if kind == "expert" else data_parallel_group()
 
 
 def optimizer_common_state(optimizer):

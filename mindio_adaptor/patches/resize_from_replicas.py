@@ -12,7 +12,8 @@ and pipeline-parallel position), then:
 2. the optimizer state by parameter (fp32 main params and moments), cut for the old size in the
    survivors' old optimizers, is resharded into the new ones' shards (core/state_reshard): a survivor
    copies what it holds itself, the rest comes point to point from a survivor that holds it, spread over
-   the replicas.
+   the replicas. The experts' state (expert parallelism) is resharded the same way within the expert
+   data-parallel group, the group Megatron shards it over.
 ROLLBACK then re-derives the model params from the main params on every rank. The survivors' old objects
 are dropped once their state was sent."""
 import logging
@@ -40,7 +41,11 @@ def resume_from_replicas(session, megatron, step: int, returning: bool, what: st
     if job.scheduler is not None and common["scheduler"] is not None:
         job.scheduler.load_state_dict(common["scheduler"])
     wanted = megatron.optimizer_state_slots(job.model, job.optimizer)
-    pieces, received = state_reshard.reshard_in_group(group, held, wanted)
+    pieces = received = 0
+    for kind in sorted(wanted):  # one order on every rank; a kind's group agrees on whether it has any
+        if wanted[kind]:
+            moved = state_reshard.reshard_in_group(megatron.state_group(kind), held.get(kind, {}), wanted[kind])
+            pieces, received = pieces + moved[0], received + moved[1]
     scale_in.resume_at(session, megatron, snapshot, what)
     logger.info("%s: step %d's optimizer state resharded from the replicas in memory at rank %d (%d pieces, %d "
                 "bytes received) in %.2f s", what.replace(" ", "-"), step, megatron.args().rank, pieces, received,

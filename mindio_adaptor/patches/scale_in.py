@@ -42,9 +42,8 @@ def refuse_unsupported(margs) -> None:
 
 def from_replicas(margs) -> bool:
     """Whether the survivors take the state at the smaller size from their own memory (patches/
-    resize_from_replicas), not from the dump the savers write first (`--elastic-scale-in-from`). A job with
-    expert parallelism takes the dump, as its scale-out takes a checkpoint (patches/scale_out.from_replicas)."""
-    return margs.elastic_scale_in_from == "replicas" and margs.expert_model_parallel_size == 1
+    resize_from_replicas), not from the dump the savers write first (`--elastic-scale-in-from`)."""
+    return margs.elastic_scale_in_from == "replicas"
 
 
 def refuse_expert_misfit(expert_parallel: int, plan: ScaleInPlan) -> None:

@@ -31,7 +31,5 @@ def apply_original_sizes(plan: ScaleOutPlan, init_call: tuple) -> tuple:
 
 def from_replicas(margs) -> bool:
     """Whether the scale-out takes the state from the survivors' memory (patches/resize_from_replicas), not
-    from a checkpoint they save (`--elastic-scale-out-from`). A job with expert parallelism takes the
-    checkpoint: the in-memory reshard moves the dense optimizer's state alone (tried on MoE: the losses after
-    the scale-out left the uninterrupted run's; through the checkpoint they stayed with it)."""
-    return margs.elastic_scale_out_from == "replicas" and margs.expert_model_parallel_size == 1
+    from a checkpoint they save (`--elastic-scale-out-from`)."""
+    return margs.elastic_scale_out_from == "replicas"

@@ -51,6 +51,7 @@ class FakeMegatron:
         self.calls = []
         self.groups = {}
         self.loaded = None  # (iteration, flops) load_checkpoint_of_step returns
+        self.expert_slots = {}  # optimizer_state_slots' "expert" kind (expert parallelism)
 
     def _record(self, name, *args):
         self.calls.append((name, *args))
@@ -126,7 +127,10 @@ class FakeMegatron:
             megatron_job.position_train_iterators(holder, who)
 
     def optimizer_state_slots(self, model, optimizer):
-        return {"slots of": optimizer}
+        return {"dense": {"slots of": optimizer}, "expert": dict(self.expert_slots)}
+
+    def state_group(self, kind):
+        return f"{kind} data-parallel group"
 
     def data_parallel_group(self):
         return "data-parallel group"

@@ -36,7 +36,7 @@ class FakeScheduler:
 @pytest.fixture
 def group(monkeypatch):
     """The data-parallel group: ranks 0 (a survivor, whose report the test sets) and 2 (returned)."""
-    seen = SimpleNamespace(rebuilt=[], resharded=[], survivor=None)
+    seen = SimpleNamespace(rebuilt=[], resharded=[], groups=[], survivor=None)
     monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: seen.rebuilt.append((root, step)) or (0, 0.0))
 
     def gather(group_, item):
@@ -45,6 +45,7 @@ def group(monkeypatch):
 
     def reshard(group_, held, wanted):
         seen.resharded.append((held, wanted))
+        seen.groups.append(group_)
         return 3, 4096
 
     monkeypatch.setattr(state_reshard, "gather", gather)
@@ -137,7 +138,7 @@ def test_a_scale_in_survivor_reshards_what_the_survivors_hold_without_the_dump(g
                for r in caplog.records)
 
 
-def test_a_scale_in_from_the_replicas_writes_no_dump_and_with_experts_writes_it(monkeypatch, caplog):
+def test_a_scale_in_from_the_replicas_writes_no_dump_and_from_a_checkpoint_writes_it(monkeypatch, caplog):
     written = []
     monkeypatch.setattr(scale_in_save_stage, "save_dump", lambda session, megatron, action: written.append("saved") or 0)
     monkeypatch.setattr(scale_in_save_stage, "publish_dump",
@@ -150,14 +151,17 @@ def test_a_scale_in_from_the_replicas_writes_no_dump_and_with_experts_writes_it(
     assert written == [] and megatron.calls == []
     assert [r.getMessage() for r in caplog.records] == [
         "scale-in: no dump of step 4 written: the survivors reshard the state among themselves in memory"]
-    caplog.clear()
-    megatron.margs.expert_model_parallel_size = 2  # the in-memory reshard moves no expert-parallel state
-    with caplog.at_level(logging.INFO):
-        scale_in_save_stage.scale_in_save(session, megatron, action("save_ckpt", step=4, saves=saves))
-        scale_in_save_stage.scale_in_publish(session, megatron, action("rename", step=4))
-    assert written == ["saved", "published"]
-    assert "not from the replicas: the in-memory reshard does not move expert-parallel state" in caplog.text
-    written.clear()
-    megatron.margs.expert_model_parallel_size, megatron.margs.elastic_scale_in_from = 1, "checkpoint"
+    megatron.margs.elastic_scale_in_from = "checkpoint"
     scale_in_save_stage.scale_in_save(session, megatron, action("save_ckpt", step=4, saves=saves))
-    assert written == ["saved"]
+    scale_in_save_stage.scale_in_publish(session, megatron, action("rename", step=4))
+    assert written == ["saved", "published"]
+
+
+def test_the_experts_state_is_resharded_within_the_expert_data_parallel_group(group):
+    """Expert parallelism: the dense state over the data-parallel group, then the experts' over theirs."""
+    session, megatron = scaled_in_survivor(rank=0)
+    megatron.expert_slots = {"1.0.decoder.layers.0.mlp.experts.weight1": "expert slot"}
+    scale_in_state(session, megatron, action("repair", strategy="scale_in", step=4))
+    assert group.groups == ["dense data-parallel group", "expert data-parallel group"]
+    assert [held for held, _ in group.resharded] == [{"slots of": "old optimizer"},
+                                                     {"1.0.decoder.layers.0.mlp.experts.weight1": "expert slot"}]

@@ -21,10 +21,6 @@ def scale_in_save(session, megatron, action) -> int:
             logger.info("scale-in: no dump of step %d written: the survivors reshard the state among themselves in "
                         "memory", action.step)
         return 0
-    if margs.elastic_scale_in_from == "replicas" and first_saver:
-        logger.info("scale-in: through the dump of step %d, not from the replicas: the in-memory reshard does not "
-                    "move expert-parallel state (--expert-model-parallel-size %d)", action.step,
-                    margs.expert_model_parallel_size)
     return save_dump(session, megatron, action)
 
 

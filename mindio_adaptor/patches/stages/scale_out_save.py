@@ -27,11 +27,6 @@ def scale_out_save(session, megatron, action) -> int:
             logger.info("scale-out: no checkpoint of step %d saved: the returned ranks take the state from the "
                         "replicas", step)
         return 0
-    margs = megatron.args()
-    if margs.elastic_scale_out_from == "replicas" and margs.rank == 0:
-        logger.info("scale-out: through a checkpoint of step %d, not from the replicas: the in-memory reshard "
-                    "does not move expert-parallel state (--expert-model-parallel-size %d)", step,
-                    margs.expert_model_parallel_size)
     if not root:
         raise ScaleOutRefused("the run has no --save directory: there is nowhere to write the checkpoint the "
                               "scale-out loads")
