@@ -45,10 +45,7 @@ def scale_out_state(session, megatron, action) -> int:
 def _position_returned_data(session, megatron, step: int) -> None:
     """A returned process built its data loader at sample 0 and has run no train_step (no replay
     wrapper yet): its train data iterator's source starts at the checkpoint's sample."""
-    try:
-        megatron.position_train_iterators(session.replacement.train_data_iterator, f"returned process at step {step}")
-    except RuntimeError as exc:
-        raise ScaleOutRefused(str(exc)) from exc
+    megatron.position_train_iterators(session.replacement.train_data_iterator, f"returned process at step {step}")
 
 
 SCALE_OUT_STATE = Stage("scale out: state", scale_out_state)
