@@ -107,6 +107,11 @@ def process_ids(output: str) -> Dict[int, Dict[str, List[int]]]:
     return seen
 
 
+def kept_one_process(seen: Dict[int, Dict[str, List[int]]], rank: int) -> bool:
+    """Whether `rank` ran in one process from its start to its end, by process_ids' record `seen`."""
+    return len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"]
+
+
 def loss_lines(output: str) -> List[Tuple[int, float]]:
     """Every loss line of the output, in order, as (step, loss): a step logged twice appears twice."""
     return [(int(m.group(1)), float(m.group(3))) for m in _ITERATION.finditer(output)]

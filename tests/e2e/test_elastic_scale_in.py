@@ -33,7 +33,7 @@ from mindio_adaptor.cli import build_parser, demo
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
 from mindio_adaptor.elastic_scenario import run_elastic, samples_by_step
 from mindio_adaptor.launch import lifeline
-from mindio_adaptor.tiny_job import process_ids, run_training
+from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 ARF_WAIT_S = 15  # the longest the controller would wait for node 1's replacement (it is told none comes)
@@ -144,7 +144,7 @@ def test_node_0_keeps_its_processes(elastic_run):
     run, lost = elastic_run
     seen = process_ids(run.output)
     for rank in (0, 1):
-        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+        assert kept_one_process(seen, rank), seen
 
 
 def test_node_1_ends_lost_or_returned(scaled_in, scaled_out):
@@ -307,7 +307,7 @@ def test_tp2_dp2_on_two_nodes_goes_on_at_dp1_like_the_uninterrupted_run(tp2_on_t
     assert "leaves the job" not in run.output  # the lost node held the whole slice
     seen = process_ids(run.output)
     for rank in (0, 1):
-        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+        assert kept_one_process(seen, rank), seen
     assert all(seen[rank]["starting"][0] in lost for rank in (2, 3)), (seen, lost)
 
 
@@ -367,7 +367,7 @@ def test_tp2_dp2_scaled_in_and_out_trains_like_the_uninterrupted_run(tp2_scaled_
     assert consumed_by_step(run.output)[LAST_STEP] == consumed_by_step(reference.output)[LAST_STEP] == 16 * LAST_STEP
     seen = process_ids(run.output)
     for rank in (0, 1):
-        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+        assert kept_one_process(seen, rank), seen
 
 
 def test_tp2_the_log_names_dp1_and_the_replicas_gone(tp2_scaled_in_and_out):
@@ -565,6 +565,6 @@ def test_dp3_grows_back_to_dp4_when_node_1_returns(scaled_in_to_dp3):
                           run.output)) == 1
     seen = process_ids(run.output)
     for rank in (0, 2, 3):  # the survivors: the same process from start to end
-        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+        assert kept_one_process(seen, rank), seen
     gone, last = seen[1]["starting"]  # one process lost with node 1, the returned one finished the run
     assert gone in lost and seen[1]["done"] == [last], (seen, lost)

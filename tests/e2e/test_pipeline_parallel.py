@@ -19,7 +19,7 @@ import pytest
 
 from fault_plan import fault_env
 from mindio_adaptor.elastic_scenario import run_elastic
-from mindio_adaptor.tiny_job import process_ids, run_training
+from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 LAYOUTS = {"pp2": ["--pipeline-model-parallel-size", "2"],
@@ -48,7 +48,7 @@ def test_online_repair_then_process_replacement_end_bit_identical(tmp_path, layo
     assert "ranks [2] replaced, training resumes at step 4" in run.output
     seen = process_ids(run.output)
     for rank in (0, 1, 3):  # one process from start to end
-        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+        assert kept_one_process(seen, rank), seen
     assert len(set(seen[2]["starting"])) == 2, seen
     assert run.losses == reference.losses
     assert run.digest == reference.digest
@@ -80,7 +80,7 @@ def test_elastic_training_scales_in_and_out_like_the_uninterrupted_run(tmp_path,
     assert re.search(r"elastic training: scaled out dp1 -> dp2 \(ranks \[1, 3\] returned", run.output)
     seen = process_ids(run.output)
     for rank in (0, 2):  # one process from start to end
-        assert len(seen[rank]["starting"]) == 1 and seen[rank]["done"] == seen[rank]["starting"], seen
+        assert kept_one_process(seen, rank), seen
     assert sorted(run.losses) == list(range(1, 9))
     for step, loss in reference.losses.items():
         assert abs(run.losses[step] - loss) <= 1e-4 * abs(loss), (step, run.losses[step], loss)
