@@ -79,6 +79,7 @@ class NodeAgent:
             self.controller.stop()
             if self._unreplaced is not None:
                 self._unreplaced.close()
+            self.store.stop_beat()
 
     def _run(self) -> int:
         outcome = self._watch()

@@ -41,10 +41,16 @@ def beat_period(lost_after: float) -> float:
 
 class NodeBeat:
     """This launcher's beat, on a connection of its own (a TCPStore client serialises its calls, and the
-    main loop may sit in a bounded wait on the shared one)."""
+    main loop may sit in a bounded wait on the shared one).
+
+    stop() waits for the thread to end. A daemon thread still inside a store call when the interpreter exits
+    aborts the process: the call, returning, takes the GIL during finalisation, which unwinds the thread through
+    torch's no-throw frames into std::terminate (a launcher whose job had succeeded exited -6 in CI). So every
+    store call of the thread is bounded, by lost_after: a beat slower than that is a lost node anyway."""
 
     def __init__(self, addr: str, port: int, run_id: str, node: int, lost_after: float):
         self._key, self._period = beat_key(node), beat_period(lost_after)
+        self._call_limit = timedelta(seconds=max(1.0, lost_after))
         self._addr, self._port, self._run_id = addr, port, run_id
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -57,7 +63,7 @@ class NodeBeat:
 
     def _connect(self) -> Store:
         return PrefixStore(self._run_id, TCPStore(self._addr, self._port, is_master=False,
-                                                  timeout=timedelta(seconds=30), wait_for_workers=False))
+                                                  timeout=self._call_limit, wait_for_workers=False))
 
     def _run(self, store: Optional[Store]) -> None:
         while not self._stop.wait(self._period):
@@ -71,12 +77,15 @@ class NodeBeat:
 
     def _reconnect(self) -> Optional[Store]:
         """A connection to the store now listening at node 0's address, or None while none does."""
-        if not store_listening(self._addr, self._port, timeout=self._period):
+        if not store_listening(self._addr, self._port, timeout=self._period) or self._stop.is_set():
             return None
         return self._connect()
 
     def stop(self) -> None:
+        """End the beat; returns once its thread has (bounded by the longest call it can be in)."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self._period + 2 * self._call_limit.total_seconds())
 
 
 class BeatWatch:

@@ -477,12 +477,16 @@ class NodeStore:
     def controller_ended(self) -> bool:
         return self.store.check([CONTROLLER_END])
 
+    def stop_beat(self) -> None:
+        """Stop beating for this node (at the latest before the launcher exits: see NodeBeat)."""
+        if self._beat is not None:
+            self._beat.stop()
+
     def leave(self, timeout: float = EXIT_BARRIER_S, wait_for_all: bool = False) -> bool:
         """Say this node is done; node 0 (and, with `wait_for_all`, this node) then waits until every node
         said so or is lost (bounded): node 0 keeps the stores up meanwhile. Returns False when it stopped
         waiting before that."""
-        if self._beat is not None:
-            self._beat.stop()
+        self.stop_beat()
         if self.store is None:
             return True
         try:

@@ -1,6 +1,9 @@
 """Who owns a node rank (launch/node_liveness) on a real TCPStore, its values sealed as the launchers' are:
 the first launcher, a taker after a lost owner, two takers after the same owner, of which exactly one wins,
 and a stranger's write of the owner, which fences nobody and blocks no taker."""
+import threading
+import time
+
 import pytest
 from torch.distributed import TCPStore
 
@@ -60,3 +63,18 @@ def test_a_strangers_owner_fences_nobody_and_blocks_no_taker():
     assert node_liveness.owner_or_none(watcher, 1) == 0  # a watcher takes no node on it
     assert node_liveness.take_over(watcher, 1, 1) == 2  # a taker with evidence replaces it
     assert node_liveness.owner(owner, 1) == 2  # and the owner finds itself fenced by that one
+
+
+def test_a_stopped_beat_has_ended_its_thread_so_no_exit_finds_it_inside_a_store_call():
+    """A daemon thread inside a torch store call at interpreter exit aborts the process (a launcher whose job
+    had succeeded exited -6 in CI): stop() returns once the beat's thread has ended."""
+    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    beat = node_liveness.NodeBeat("127.0.0.1", master.port, "r", 1, lost_after=0.25)
+    beat.start()
+    time.sleep(0.4)
+    beat.stop()
+    assert not [t for t in threading.enumerate() if t.name == "node-beat"]
+    beats = int(master.add("r/" + node_liveness.beat_key(1), 0))
+    assert beats > 2  # it did beat, every lost_after / 5
+    time.sleep(0.2)
+    assert int(master.add("r/" + node_liveness.beat_key(1), 0)) == beats
