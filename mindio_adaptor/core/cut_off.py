@@ -13,6 +13,7 @@ The native processor also refuses the next optimizer update once cut off, so a p
 this watcher takes no step either."""
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -39,10 +40,13 @@ def leave(who: str, reason: str, end: Callable[[int], None] = os._exit) -> None:
 def leave_when_cut_off(link, who: str, end: Callable[[int], None] = os._exit,
                        slice_s: float = WATCH_SLICE_S) -> threading.Thread:
     """A daemon thread that waits (in bounded slices) for `link`'s processor to be cut off and then ends the
-    process by `leave`; it ends by itself once the processor is stopped."""
+    process by `leave`; it ends by itself once the processor is stopped, and at the latest at the process's
+    exit, which waits for it: a daemon thread that comes back from a native wait while the interpreter
+    finalises is unwound through no-throw frames into std::terminate, and the process ends -6 (SIGABRT)."""
+    exiting = threading.Event()
 
     def watch() -> None:
-        while True:
+        while not exiting.is_set():
             reason = link.native.wait_cut_off(slice_s)
             if reason is None:  # the processor was stopped: this process left the job its own way
                 return
@@ -52,4 +56,11 @@ def leave_when_cut_off(link, who: str, end: Callable[[int], None] = os._exit,
 
     thread = threading.Thread(target=watch, name="mindio-cut-off", daemon=True)
     thread.start()
+    # atexit runs the last registered first: a link's disconnect, registered after this, has stopped its processor.
+    atexit.register(_end_at_exit, exiting, thread, slice_s)
     return thread
+
+
+def _end_at_exit(exiting: threading.Event, thread: threading.Thread, slice_s: float) -> None:
+    exiting.set()
+    thread.join(slice_s + 1.0)

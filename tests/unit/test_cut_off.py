@@ -1,7 +1,11 @@
 """A rank cut off from the job leaves it (core/cut_off): one line naming why, exit code 88 (JOB_UNREACHABLE);
 the watcher waits in bounded slices and ends with its processor. A fake native processor, no sockets."""
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 from mindio_adaptor.core import cut_off
 from mindio_adaptor.core.exit_codes import JOB_UNREACHABLE, describe
@@ -54,3 +58,26 @@ def test_the_watcher_waits_in_bounded_slices_and_ends_with_its_processor():
     link.native.set(stopped=True)
     watcher.join(10)
     assert not watcher.is_alive() and codes == []
+
+
+
+def test_the_process_exit_waits_for_the_watcher_so_no_native_wait_returns_into_a_finalising_interpreter():
+    """A daemon thread returning from a native call while the interpreter finalises aborts the process (-6)."""
+    script = textwrap.dedent("""
+        import atexit, time
+        from mindio_adaptor.core import cut_off
+        class Native:  # a processor never stopped: the watcher would wait on, slice after slice
+            def wait_cut_off(self, timeout_s):
+                time.sleep(timeout_s)
+                return ""
+        class Link:
+            native = Native()
+        seen = {}
+        atexit.register(lambda: print("watcher alive after the exit handlers:", seen["w"].is_alive(), flush=True))
+        seen["w"] = cut_off.leave_when_cut_off(Link(), "rank 0", slice_s=0.2)
+        time.sleep(0.3)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert "watcher alive after the exit handlers: False" in out.stdout
