@@ -161,7 +161,11 @@ void bind_runtime(py::module_& m) {
         }, py::arg("policy"), py::arg("timeout_s") = 5.0,
            "policy(rank, report_state, code) -> 'none'|'retry'|'recover'|'dump'|'exit', or None to remove it")
         .def("notify_dump", &Controller::notify_dump)
-        .def("notify_pause", &Controller::notify_pause);
+        .def("notify_pause", [](Controller& c, int64_t after_step, double hold_s) {
+            return c.notify_pause(after_step, static_cast<int>(hold_s * 1000));
+        }, py::arg("after_step") = -1, py::arg("hold_s") = kDefaultPauseHoldMs / 1000.0,
+           "pause every rank after `after_step` (-1: the next step all can hold after) for at most hold_s; "
+           "'' when asked for, else why not");
 
     py::class_<Processor, std::shared_ptr<Processor>>(m, "Processor")
         .def(py::init([](int rank, int world_size, py::object backoff_base_s) {
@@ -263,6 +267,11 @@ void bind_runtime(py::module_& m) {
         .def("prelock_step", &Processor::prelock_step, "-1, or the step of the controller's PRELOCK in force")
         .def("repair_type", [](const Processor& p) { return std::string(strategy_name(p.repair_type())); })
         .def("paused", &Processor::paused)
+        .def("hold_if_paused", [](Processor& p, double timeout_s) {
+            py::gil_scoped_release nogil;
+            return p.hold_if_paused(timeout_s < 0 ? -1 : static_cast<int>(timeout_s * 1000));
+        }, py::arg("timeout_s") = -1.0,
+           "holds while paused after a step this rank completed; False when still held after timeout_s")
         .def("restarted", &Processor::restarted,
              "started again for a dead rank (MINDIO_RESTARTED=1), or accepted as its replacement at registration")
         .def("allow_replacement", &Processor::allow_replacement, py::arg("allowed"),

@@ -119,7 +119,8 @@ std::vector<Controller::RankView> Controller::ranks() const {
         const std::pair<bool, const char*> flags[] = {{r.registered, "registered"}, {r.connected, "connected"},
                                                       {r.suspect, "suspect"}, {r.dead, "dead"},
                                                       {r.joining, "joining"}, {r.left, "left"},
-                                                      {r.finished, "finished"}};
+                                                      {r.finished, "finished"},
+                                                      {r.run == RunStatus::Paused, "paused"}};
         for (const auto& [on, name] : flags) {
             if (on) v.flags.push_back(name);
         }
@@ -187,6 +188,7 @@ void Controller::run() {
         if (state_ == State::Init && ranks_.all_registered()) {
             transition_locked(State::Normal, "all " + std::to_string(cfg_.world_size) + " ranks registered");
         }
+        expire_pause_locked();
         bool idle = state_ == State::Init || state_ == State::Normal || state_ == State::Pause;
         if (!idle) continue;
         try {

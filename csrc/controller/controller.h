@@ -32,6 +32,7 @@
 #include "controller/flows.h"
 #include "controller/lease.h"
 #include "controller/liveness.h"
+#include "controller/pause.h"
 #include "controller/planner.h"
 #include "controller/rank_table.h"
 #include "controller/refusal_tally.h"
@@ -112,7 +113,9 @@ public:
     void notify_faults(const std::map<int, int>& fault_ranks);
     void notify_strategy(const std::string& strategy);
     void notify_dump();
-    void notify_pause();
+    // Pause after `after_step` (< 0: the next step every rank can still hold after) for at most hold_ms;
+    // "" when asked, else why not (nothing is changed then). CONTINUE by notify_strategy("continue").
+    std::string notify_pause(int64_t after_step = -1, int hold_ms = kDefaultPauseHoldMs);
 
     // Fault policy: consulted for every reported fault that carries an error code. An empty
     // callback removes it. timeout_ms bounds the whole consultation of one fault handling.
@@ -226,6 +229,10 @@ private:
     ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
     void exit_all(const std::string& why, int result);
     void pause_flow();
+    void end_pause(const std::string& why);
+    HoldVerdict await_hold(std::unique_lock<std::mutex>& lock);
+    std::map<int, PauseSighting> pause_sightings_locked() const;
+    void expire_pause_locked();
 
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
 
@@ -263,6 +270,12 @@ private:
     ClusterCallbacks cluster_;
     std::optional<Strategy> cluster_strategy_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
+    struct Pausing {
+        int64_t step = -1;  // updates hold once a rank completed this step
+        int hold_ms = kDefaultPauseHoldMs;
+        Clock::time_point asked, held_since;
+        std::optional<Clock::time_point> until;  // while every rank holds: when the pause ends by itself
+    } pause_;
     uint64_t registrations_refused_ = 0;
     RefusalTally refusals_;  // of peers that did not prove the token (refusal_tally.h)
     uint64_t heartbeats_ = 0;  // handled, for stats() (the scale benchmark's rate)

@@ -120,10 +120,5 @@ void Controller::notify_dump() {
     cv_.notify_all();
 }
 
-void Controller::notify_pause() {
-    std::lock_guard<std::mutex> lock(mu_);
-    pause_requested_ = true;
-    cv_.notify_all();
-}
 
 }  // namespace mindio

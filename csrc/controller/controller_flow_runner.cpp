@@ -1,4 +1,4 @@
-// The recovery flows (flows.h) as Controller runs them: steps, actions, savers, relayouts, exit and pause.
+// The recovery flows (flows.h) as Controller runs them: steps, actions, savers, relayouts and exit.
 #include "common/log.h"
 #include "common/text.h"
 #include "controller/controller.h"
@@ -286,32 +286,6 @@ void Controller::exit_all(const std::string& why, int result) {
     report.result = result;
     report.strategy = result == 0 ? "dump" : "exit";
     report_cluster(report);
-}
-
-void Controller::pause_flow() {
-    std::set<int> live;
-    bool pausing;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        pausing = state_ == State::Normal;
-        pause_requested_ = continue_requested_ = false;
-        flow_active_ = true;
-        live = ranks_.live();
-        if (pausing) transition_locked(State::Pause, "pause requested");
-    }
-    FaultContext ctx;
-    ctx.repair_step = repair_step_;
-    ActionKind kind = pausing ? ActionKind::Pause : ActionKind::Continue;
-    ActionOutcome out = actions_.run_all(kind, live, base_action(kind, ctx, Strategy::None), true);
-    if (!out.ok()) {
-        FaultContext now;
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            now = assess_locked(pending_faults_);
-        }
-        return run_flow(flow_for(Strategy::Dump), now, std::string(action_name(kind)) + " failed");
-    }
-    if (!pausing) transition(State::Normal, "training continues");
 }
 
 }  // namespace mindio

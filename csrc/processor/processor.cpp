@@ -18,6 +18,9 @@ namespace {
 constexpr const char* kLog = "processor";
 // How long a killed controller's process takes, at the most here, to stop accepting on its address.
 constexpr auto kDyingLeaderPause = std::chrono::milliseconds(200);
+// A pause holds a rank at most this long whatever happens to its controller (which holds one at most
+// kMaxPauseHoldMs, controller.h): past it the rank trains on.
+constexpr auto kPauseHoldCap = std::chrono::milliseconds(24LL * 3600 * 1000 + 60 * 1000);
 
 // The peer closed a registration unanswered: a controller being torn down does that.
 struct ClosedDuringRegistration : ProtocolError {
@@ -617,12 +620,16 @@ void Processor::worker_loop() {
             if (!running_) return;
             job = std::move(queue_.front());
             queue_.pop_front();
-            if (job.msg.step >= 0) repair_step_ = job.msg.step;
+            if (job.msg.step >= 0 && job.msg.kind != ActionKind::Pause) repair_step_ = job.msg.step;
             if (job.msg.strategy != Strategy::None) repair_type_ = job.msg.strategy;
             if (job.msg.kind == ActionKind::Stop) run_ = RunStatus::Stopped;
             if (job.msg.kind == ActionKind::Prelock) prelock_step_ = std::max<int64_t>(job.msg.step, 0);
             cv_.notify_all();  // a start_updating blocked by the prelock waits for STOP
-            if (job.msg.kind == ActionKind::Pause) paused_ = true, run_ = RunStatus::Paused;
+            // Whatever comes after PAUSE ends it: CONTINUE, or a recovery's first action. Cleared here, never
+            // set back by a later action, so a held rank that wakes late still sees it (PRELOCK then EXIT
+            // may both be taken before it wakes).
+            paused_ = job.msg.kind == ActionKind::Pause;
+            pause_step_ = paused_ ? job.msg.step : -1;
             if (job.msg.kind != ActionKind::Normal && job.msg.kind != ActionKind::Exit &&
                 job.msg.kind != ActionKind::Pause && job.msg.kind != ActionKind::Continue) {
                 recovery_action_ = static_cast<uint16_t>(job.msg.kind);
@@ -662,7 +669,6 @@ void Processor::worker_loop() {
                 recovery_action_ = 0;
                 open_report_.reset();
             }
-            if (job.msg.kind == ActionKind::Continue) paused_ = false, run_ = RunStatus::Running;
             cv_.notify_all();
         }
         send_frame(reply);
@@ -678,9 +684,54 @@ void Processor::set_replica(const ReplicaInfoMsg& info) {
     send_frame(frame);
 }
 
+bool Processor::pause_due_locked() const {
+    return paused_ && pause_step_ >= 0 && step_ >= pause_step_ && prelock_step_ < 0 && run_ != RunStatus::Stopped;
+}
+
+// Holds this rank before its next update while the pause is due; the controller sees it hold (run status
+// Paused). Released by CONTINUE, by a recovery (PRELOCK, STOP), by a controller of another term (the pause
+// was the old one's), by the end of the link, or at `limit`. The time held is no time in the rank's
+// section: the hang rule judges the step, not the pause. Returns false when released only by the limit.
+bool Processor::hold_while_paused(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit) {
+    if (!pause_due_locked()) return true;
+    const uint64_t term = term_;
+    const int64_t step = step_;
+    const auto since = Clock::now();
+    if (holders_++ == 0) run_ = RunStatus::Paused, hold_started_ = since;
+    lock.unlock();
+    send_frame(status_frame(MsgType::Status));
+    LOG_INFO(kLog, cfg_.rank, "paused after step " << step << ": holding before the next update");
+    lock.lock();
+    bool released = cv_.wait_for(lock, limit, [&] { return !pause_due_locked() || term_ != term || !running_ || lost_; });
+    if (!released && limit >= kPauseHoldCap) {
+        LOG_WARN(kLog, cfg_.rank, "still paused after " << kPauseHoldCap.count() / 1000 << " s, longer than any "
+                                      "controller holds a pause: this rank goes on by itself");
+        paused_ = false, pause_step_ = -1;
+        released = true;
+    }
+    if (--holders_ == 0) {
+        if (run_ == RunStatus::Paused) run_ = RunStatus::Running;
+        section_started_ += Clock::now() - hold_started_;
+    }
+    ++stats_["pause_holds"];
+    lock.unlock();
+    send_frame(status_frame(MsgType::Status));
+    const auto held_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
+    LOG_INFO(kLog, cfg_.rank, "held for " << held_ms << " ms after step " << step << (released ? "; training goes on" : ""));
+    lock.lock();
+    return released;
+}
+
+bool Processor::hold_if_paused(int timeout_ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto limit = timeout_ms < 0 ? kPauseHoldCap : std::min(kPauseHoldCap, std::chrono::milliseconds(timeout_ms));
+    return hold_while_paused(lock, limit);
+}
+
 void Processor::start_updating(int64_t) {
     {
         std::unique_lock<std::mutex> lock(mu_);
+        hold_while_paused(lock, kPauseHoldCap);
         if (!cut_off_.empty()) {
             throw std::runtime_error("rank " + std::to_string(cfg_.rank) + " is cut off from the job and may not start "
                                      "an optimizer update: " + cut_off_);

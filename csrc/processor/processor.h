@@ -70,7 +70,12 @@ public:
     // After PRELOCK no update starts: this blocks until the controller's STOP (at most prelock_wait_ms)
     // and throws std::runtime_error("FORCE STOP ..."); at once when the lock is for a step this rank
     // has already completed.
+    // Paused after a step this rank completed (PAUSE, the step its message carries): this first holds
+    // until CONTINUE, a recovery's PRELOCK or STOP, a new controller or the end of the link.
     void start_updating(int64_t backup_step);
+    // The same hold, for a client that drives its own loop (tft_pause_train); false when still held
+    // after timeout_ms (< 0: no timeout but the cap).
+    bool hold_if_paused(int timeout_ms);
     int64_t prelock_step() const;  // -1 when not locked
     void end_updating(int64_t step);
     // The optimizer state is being copied (tft_start_copy_os): the rank is no saver or repair source
@@ -115,6 +120,8 @@ public:
     std::map<std::string, uint64_t> stats() const;
 
 private:
+    bool pause_due_locked() const;
+    bool hold_while_paused(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit);
     using Clock = std::chrono::steady_clock;
     struct Queued {
         uint64_t seq;
@@ -180,6 +187,9 @@ private:
     int64_t prelock_step_ = -1;  // >= 0 between PRELOCK and the NORMAL/EXIT that ends the fault handling
     Strategy repair_type_ = Strategy::None;
     bool paused_ = false;
+    int64_t pause_step_ = -1;  // with paused_: the step after which updates hold
+    int holders_ = 0;             // threads holding for the pause (run_ is Paused while any does)
+    Clock::time_point hold_started_;
     // Registers as a replacement until the controller's NORMAL shows the replacement is complete;
     // a later reconnect is an ordinary one.
     bool joining_ = false;

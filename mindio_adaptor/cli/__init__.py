@@ -1,7 +1,8 @@
 """The `mindio-adaptor` command line.
 
-Each subcommand lives in its own module in this package and exposes `register(subparsers)`, which
-adds its parser and sets `func` (called with the parsed namespace, returns the exit code).
+Each subcommand lives in its own module in this package (a pair of opposites, pause and continue, shares
+one) and exposes `register(subparsers)`, which adds its parser and sets `func` (called with the parsed
+namespace, returns the exit code).
 """
 import argparse
 import importlib
@@ -12,6 +13,7 @@ SUBCOMMAND_MODULES = [
     "policy",
     "controller",
     "status",
+    "pause",
     "timeline",
     "demo",
     "launch",

@@ -1,43 +1,17 @@
 """`mindio-adaptor status --controller HOST:PORT`: the controller's status page as a table in the terminal
 (read from its /status.json; the job's token from --token or MINDIO_TOKEN; over HTTPS with the job's certificate
 when MINDIO_TLS_CERT, MINDIO_TLS_KEY and MINDIO_TLS_CA are set: core/tls_config)."""
-import json
-import os
-import urllib.error
-import urllib.request
-
-from mindio_adaptor.core.controller_address import ENV_TOKEN
-from mindio_adaptor.core.tls_config import TlsConfig, TlsConfigError
-
-TIMEOUT_S = 10.0
+from mindio_adaptor.cli.status_client import add_server_arguments, request_json, token_of
 
 
 def register(subparsers):
     p = subparsers.add_parser("status", help="print a running job's status from its controller's status server")
-    p.add_argument("--controller", required=True, metavar="HOST:PORT",
-                   help="the status server (MINDIO_STATUS_PORT / --status-port of the controller)")
-    p.add_argument("--token", default=None, help=f"the job's token (default: {ENV_TOKEN})")
+    add_server_arguments(p)
     p.set_defaults(func=run)
 
 
 def fetch_status(address: str, token: str) -> dict:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise SystemExit(f"--controller {address!r}: expected HOST:PORT")
-    try:
-        tls = TlsConfig.from_env()
-    except TlsConfigError as err:
-        raise SystemExit(str(err)) from None
-    scheme = "https" if tls is not None else "http"
-    request = urllib.request.Request(f"{scheme}://{host}:{port}/status.json", headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S,
-                                    context=tls.client_context() if tls is not None else None) as answer:
-            return json.loads(answer.read())
-    except urllib.error.HTTPError as err:
-        raise SystemExit(f"{address}: {err.code} {err.read().decode(errors='replace').strip()}") from None
-    except (urllib.error.URLError, OSError) as err:
-        raise SystemExit(f"{address}: no status server reachable ({getattr(err, 'reason', err)})") from None
+    return request_json(address, token, "/status.json")
 
 
 def status_table(status: dict) -> str:
@@ -99,8 +73,5 @@ def _heard(rank: dict) -> str:
 
 
 def run(args) -> int:
-    token = args.token or os.environ.get(ENV_TOKEN, "")
-    if not token:
-        raise SystemExit(f"the status server needs the job's token: pass --token or set {ENV_TOKEN}")
-    print(status_table(fetch_status(args.controller, token)))
+    print(status_table(fetch_status(args.controller, token_of(args))))
     return 0

@@ -6,6 +6,7 @@ from typing import Optional
 
 from mindio_adaptor.core.controller_address import ENV_TOKEN
 from mindio_adaptor.core.tls_config import TlsConfig
+from mindio_adaptor.status.commands import controller_commands
 from mindio_adaptor.status.job_status import JobStatus, job_status
 from mindio_adaptor.status.server import STATUS_HOST_ENV, STATUS_PORT_ENV, StatusServer
 
@@ -32,7 +33,8 @@ def start_if_asked(port: Optional[int] = None, host: Optional[str] = None) -> Op
     if port is None:
         return None
     host = host or os.environ.get(STATUS_HOST_ENV, "127.0.0.1")
-    return StatusServer(controller_status, os.environ.get(ENV_TOKEN, ""), host, port, tls=TlsConfig.from_env()).start()
+    return StatusServer(controller_status, os.environ.get(ENV_TOKEN, ""), host, port, tls=TlsConfig.from_env(),
+                        commands=controller_commands()).start()
 
 
 def write_token_file(token: str) -> str:

@@ -9,7 +9,10 @@ operator names (default 127.0.0.1). What a peer can hold is bounded: each connec
 and REQUEST_DEADLINE_S to send it and be answered, and at most MAX_CONNECTIONS are open at once. Plain
 HTTP by default, for a trusted network; HTTPS with mutual TLS 1.3 when the job's certificate is configured
 (core/tls_config: MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA): a client must then present a certificate
-the job's authority signed, and the token is still required (docs/security.md)."""
+the job's authority signed, and the token is still required (docs/security.md).
+
+Commands that change the job (POST, e.g. /pause and /continue: status/commands) take the token from the
+Authorization header only: a browser's cookie would let any page it visits send them."""
 import errno
 import hmac
 import json
@@ -20,7 +23,7 @@ import threading
 import time
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from mindio_adaptor.core.tls_config import TlsConfig
@@ -37,6 +40,7 @@ REQUEST_DEADLINE_S = 15.0  # the longest a connection may take, whatever it send
 MAX_CONNECTIONS = 32  # open at once; more are closed at accept
 ACCEPT_BACKOFF_S = 0.1  # between accept attempts at the fd limit
 COOKIE = "mindio_token"
+MAX_COMMAND_BYTES = 4096  # a command's JSON body
 SERVER_NAME = "mindio-status"  # the Server header: no Python or library version
 
 
@@ -117,13 +121,23 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
                 pass
 
 
+# A command gets the request's JSON object and returns what to answer; ValueError: the job refused it (409),
+# CommandError: the request itself is wrong (400).
+Command = Callable[[Dict[str, Any]], str]
+
+
+class CommandError(ValueError):
+    """A command's request is malformed (a missing or mistyped field): answered 400, naming it."""
+
+
 class StatusServer:
     def __init__(self, source: Callable[[], JobStatus], token: str, host: str = "127.0.0.1", port: int = 0,
                  max_connections: int = MAX_CONNECTIONS, deadline_s: float = REQUEST_DEADLINE_S,
-                 tls: Optional[TlsConfig] = None):
+                 tls: Optional[TlsConfig] = None, commands: Optional[Dict[str, "Command"]] = None):
         if not token:
             raise ValueError("the status server needs the job's token (MINDIO_TOKEN): it serves nothing without one")
         self.source, self.token = source, token
+        self.commands = dict(commands or {})
         self.scheme = "https" if tls is not None else "http"
         try:
             self._httpd = _BoundedHTTPServer((host, port), _handler_for(self), max_connections, deadline_s,
@@ -202,6 +216,38 @@ def _handler_for(server: StatusServer):
             # in their address.
             cookie = f"{COOKIE}={quote(token, safe='')}; HttpOnly; SameSite=Strict; Path=/" if token else None
             return routes[url.path](cookie)
+
+        def do_POST(self):  # noqa: N802
+            url = urlsplit(self.path)
+            if not server.authorized(self.headers.get("Authorization"), None, None):
+                return self._answer(401, {"error": "a command needs the job's token in Authorization: Bearer <token>"})
+            if url.path not in server.commands:
+                return self._answer(404, {"error": f"no command {url.path}; commands: {sorted(server.commands)}"})
+            try:
+                request = self._command_body()
+                message = server.commands[url.path](request)
+            except CommandError as err:
+                return self._answer(400, {"error": str(err)})
+            except ValueError as err:
+                return self._answer(409, {"error": str(err)})
+            logger.info("status server: %s done: %s", url.path, message)
+            return self._answer(200, {"ok": True, "message": message})
+
+        def _command_body(self) -> Dict[str, Any]:
+            length = self.headers.get("Content-Length", "0")
+            if not length.isdigit() or int(length) > MAX_COMMAND_BYTES:
+                raise CommandError(f"Content-Length {length!r}: expected at most {MAX_COMMAND_BYTES} bytes")
+            raw = self.rfile.read(int(length)) if int(length) else b"{}"
+            try:
+                body = json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise CommandError(f"the body is not JSON: {err}") from None
+            if not isinstance(body, dict):
+                raise CommandError("the body must be a JSON object")
+            return body
+
+        def _answer(self, code: int, body: Dict[str, Any]):
+            self._send(code, "application/json", json.dumps(body).encode() + b"\n")
 
         def _cookie_token(self) -> Optional[str]:
             try:

@@ -9,6 +9,7 @@ from typing import Callable, Dict, Optional
 
 from mindio_adaptor import _native
 from mindio_adaptor.core import fork_safety
+from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.core.tls_config import tls_link
 from mindio_adaptor.ttp.fault_policy import DEFAULT_TIMEOUT_S, PolicySpec, check_timeout, make_policy
 
@@ -20,6 +21,7 @@ _port: Optional[int] = None
 
 _cluster_callbacks: Dict[str, Callable] = {}  # kept across controllers: a cluster manager registers them once
 _CLUSTER_ACTIONS = ("report_fault_ranks", "report_stop_complete", "report_strategies", "report_result")
+PAUSE_LIMIT_ENV = "MINDIO_PAUSE_LIMIT_S"  # how long a pause holds at most unless told (tft_notify_controller_stop_train)
 _IMPLEMENTED_STRATEGIES = ("retry", "recover", "downgrade", "dump", "exit", "continue")
 
 
@@ -134,9 +136,10 @@ def tft_register_mindx_callback(action: str, func: Callable) -> int:
 def tft_notify_controller_stop_train(fault_ranks: Dict[int, int], stop_type: str = "stop",
                                      timeout: Optional[float] = None) -> int:
     """`stop`: these ranks are faulty (0 memory, 1 process/node, 2 communication); recovery starts.
-    `pause`: pause training (every processor runs its pause action) until change_strategy('continue')."""
+    `pause`: every rank holds before its next optimizer update, after the next step all can still reach,
+    until change_strategy('continue') (or MINDIO_PAUSE_LIMIT_S, default 600 s). See pause_training."""
     if stop_type == "pause":
-        _require().notify_pause()
+        pause_training()
     elif stop_type == "stop":
         if not fault_ranks:
             raise ValueError("tft_notify_controller_stop_train: fault_ranks is empty")
@@ -215,6 +218,24 @@ def tft_notify_controller_prepare_action(action: str, fault_ranks: Optional[Dict
 
 
 # Ours, for tools and tests.
+def pause_training(after_step: int = -1, hold_s: Optional[float] = None) -> None:
+    """Pause every rank after `after_step` (-1: the next step all ranks can still hold after) for at most
+    `hold_s` seconds (default MINDIO_PAUSE_LIMIT_S, else 600); ValueError naming why when it cannot be kept."""
+    hold = pause_limit_s() if hold_s is None else hold_s
+    refused = _require().notify_pause(int(after_step), float(hold))
+    if refused:
+        raise ValueError(f"pause refused: {refused}")
+
+
+def pause_limit_s() -> float:
+    return seconds_from_env(PAUSE_LIMIT_ENV, _native.DEFAULT_PAUSE_HOLD_MS / 1000, 1, _native.MAX_PAUSE_HOLD_MS / 1000)
+
+
+def continue_training() -> None:
+    """End a pause (change_strategy('continue'))."""
+    _require().notify_strategy("continue")
+
+
 def controller_state() -> str:
     return _require().state()
 

@@ -326,14 +326,13 @@ def handler_args() -> Any:
     return _step_args if _step_args is not None else _decorated_args
 
 
-def tft_pause_train(cur_step: int, poll_s: float = 0.05, timeout: Optional[float] = None) -> None:
-    """Block while the controller holds training paused (stop_train(stop_type='pause'))."""
+def tft_pause_train(cur_step: int, timeout: Optional[float] = None) -> None:
+    """Hold here while the controller holds training paused after a step this rank completed
+    (stop_train(stop_type='pause')); for a client that drives its own loop. The patched Megatron holds
+    before each optimizer update without it. TimeoutError when still held after `timeout` seconds."""
     processor = _require()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while processor.paused():
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"rank {_rank}: still paused at step {cur_step} after {timeout} s")
-        time.sleep(poll_s)
+    if not processor.hold_if_paused(-1.0 if timeout is None else float(timeout)):
+        raise TimeoutError(f"rank {_rank}: still paused at step {cur_step} after {timeout} s")
 
 
 def _register(name: str, func: Callable, ctx: Any) -> None:
