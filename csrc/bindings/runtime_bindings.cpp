@@ -23,6 +23,22 @@ std::shared_ptr<py::function> hold(py::function fn) {
     });
 }
 
+py::dict goodput_dict(const GoodputTotals& t) {
+    py::list recoveries;
+    for (const auto& r : t.recoveries) {
+        py::dict d;
+        d["number"] = r.number;
+        d["phases"] = r.phases;
+        d["recomputed_s"] = r.recomputed_s;
+        recoveries.append(d);
+    }
+    py::dict out;
+    out["wall_s"] = t.wall_s;
+    out["uses"] = t.uses;
+    out["recoveries"] = recoveries;
+    return out;
+}
+
 py::dict cluster_dict(const std::map<int, int>& faults) {
     py::dict d;
     for (auto [rank, code] : faults) d[py::int_(rank)] = code;
@@ -160,6 +176,9 @@ void bind_runtime(py::module_& m) {
             translate_errors([&] { c.set_policy(std::move(cb), timeout_ms); });
         }, py::arg("policy"), py::arg("timeout_s") = 5.0,
            "policy(rank, report_state, code) -> 'none'|'retry'|'recover'|'dump'|'exit', or None to remove it")
+        .def("goodput", [](const Controller& c) { return goodput_dict(c.goodput()); },
+             "where the job's wall time went so far: {'wall_s', 'uses': {use: s}, 'recoveries': [{'number', "
+             "'phases': {state: s}, 'recomputed_s'}]} (controller/goodput.h)")
         .def("notify_dump", &Controller::notify_dump)
         .def("notify_pause", [](Controller& c, int64_t after_step, double hold_s) {
             return c.notify_pause(after_step, static_cast<int>(hold_s * 1000));

@@ -165,6 +165,7 @@ void Controller::transition_locked(State to, const std::string& why) {
     LOG_INFO(kLog, cfg_.rank, "state " << state_name(state_) << " -> " << state_name(to) << ": " << why);
     event_locked("state", std::string(state_name(state_)) + "->" + state_name(to));
     state_ = to;
+    observe_goodput_locked();
     cv_.notify_all();
 }
 
@@ -178,6 +179,7 @@ void Controller::run() {
     while (!stopping_) {
         cv_.wait_for(lock, kTick);
         if (stopping_) break;
+        observe_goodput_locked();
         std::string refused = refusals_.summary_due(Clock::now());
         if (!refused.empty()) LOG_WARN(kLog, cfg_.rank, refused);
         if (!not_leading_.empty()) continue;  // another controller leads the job, or may

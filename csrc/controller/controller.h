@@ -30,6 +30,7 @@
 #include "controller/consultation.h"
 #include "controller/election.h"
 #include "controller/flows.h"
+#include "controller/goodput.h"
 #include "controller/lease.h"
 #include "controller/liveness.h"
 #include "controller/pause.h"
@@ -91,6 +92,7 @@ public:
     State state() const;
     std::vector<ControllerEvent> events() const;
     std::map<std::string, uint64_t> stats() const;
+    GoodputTotals goodput() const;  // where the job's wall time went so far (goodput.h)
     int64_t repair_step() const;
     uint64_t term() const;  // 0: a backup nobody has registered with yet
     // The replica layout the ranks reported: (optimizer type, list index, replica count, ranks) per list.
@@ -233,6 +235,7 @@ private:
     HoldVerdict await_hold(std::unique_lock<std::mutex>& lock);
     std::map<int, PauseSighting> pause_sightings_locked() const;
     void expire_pause_locked();
+    void observe_goodput_locked();
 
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
 
@@ -267,12 +270,14 @@ private:
     std::optional<Clock::time_point> first_return_;  // a retired rank returned, the scale-out not yet due
     std::string scale_out_wait_;                      // what the wait for the scale-out last logged
     std::vector<ControllerEvent> events_;
+    GoodputLedger goodput_{Clock::now()};
     ClusterCallbacks cluster_;
     std::optional<Strategy> cluster_strategy_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
     struct Pausing {
         int64_t step = -1;  // updates hold once a rank completed this step
         int hold_ms = kDefaultPauseHoldMs;
+        bool asked_for = false;  // from the request until the pause ends or is given up
         Clock::time_point asked, held_since;
         std::optional<Clock::time_point> until;  // while every rank holds: when the pause ends by itself
     } pause_;

@@ -204,6 +204,8 @@ void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
 void Controller::note_finished_locked(int rank) {
     if (finished_rank_ >= 0) return;
     finished_rank_ = rank;
+    observe_goodput_locked();  // the last step's completion, then the end of the accounting
+    goodput_.finish(Clock::now());
     event_locked("finished", "rank " + std::to_string(rank));
     LOG_INFO(kLog, cfg_.rank, "rank " << rank << " finished training: the job has completed, a later fault is not acted on");
 }

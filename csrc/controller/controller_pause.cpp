@@ -27,14 +27,14 @@ std::string Controller::notify_pause(int64_t after_step, int hold_ms) {
                std::to_string(hold_ms) + " ms";
     }
     if (!not_leading_.empty()) return "this controller does not lead the job (" + not_leading_ + ")";
-    if (pause_requested_) return "a pause is already asked for";
+    if (pause_.asked_for) return "a pause is already asked for";
     if (state_ != State::Normal || flow_active_ || !pending_faults_.empty()) {
         return std::string("the job is in state ") + state_name(state_) + ": only a job training normally is paused";
     }
     std::string why;
     const int64_t step = pause_step(pause_sightings_locked(), after_step, &why);
     if (step < 0) return why;
-    pause_ = Pausing{step, hold_ms, Clock::now(), {}, std::nullopt};
+    pause_ = Pausing{step, hold_ms, true, Clock::now(), {}, std::nullopt};
     pause_requested_ = true;
     continue_requested_ = false;
     LOG_INFO(kLog, cfg_.rank, "pause asked for: after step " << step << ", holding at most " << hold_ms / 1000.0 << " s");
@@ -69,7 +69,6 @@ void Controller::pause_flow() {
         return end_pause(limit ? "its hold limit was reached" : "continue was asked for");
     }
     const std::set<int> live = ranks_.live();
-    transition_locked(State::Pause, "pause after step " + std::to_string(pause_.step));
     FaultContext ctx;
     ctx.repair_step = repair_step_;
     ActionMsg msg = base_action(ActionKind::Pause, ctx, Strategy::None);
@@ -79,12 +78,16 @@ void Controller::pause_flow() {
     lock.lock();
     if (!out.ok()) {
         for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the PAUSE");
-        LOG_WARN(kLog, cfg_.rank, "the pause after step " << pause_.step << " is given up: a fault came");
-        return;  // the fault is handled next; its recovery releases the ranks that hold
     }
     HoldVerdict v = await_hold(lock);
-    if (stopping_ || !pending_faults_.empty()) return;
+    if (stopping_ || !pending_faults_.empty()) {
+        LOG_WARN(kLog, cfg_.rank, "the pause after step " << pause_.step << " is given up: a fault came first");
+        pause_.asked_for = false;
+        return;  // the fault is handled next; its recovery's first action ends the pause on every rank
+    }
     if (v.kind == HoldVerdict::Holding) {
+        // PAUSE only now: until every rank holds, the job trains (the ledger and the hang rule see it so)
+        transition_locked(State::Pause, "every rank holds after step " + std::to_string(pause_.step));
         pause_.held_since = Clock::now();
         pause_.until = pause_.held_since + std::chrono::milliseconds(pause_.hold_ms);
         event_locked("paused", "after step " + std::to_string(pause_.step));
@@ -134,6 +137,7 @@ void Controller::end_pause(const std::string& why) {
     {
         std::lock_guard<std::mutex> lock(mu_);
         continue_requested_ = false;
+        pause_.asked_for = false;
         pause_.until.reset();
         live = ranks_.live();
         ctx.repair_step = repair_step_;
@@ -144,10 +148,11 @@ void Controller::end_pause(const std::string& why) {
         for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the CONTINUE");
         return;  // the fault's recovery releases the ranks that still hold
     }
-    const double held = pause_.held_since == Clock::time_point{} ? 0.0 : seconds_since(pause_.held_since);
     event_locked("continue", why);
+    if (state_ != State::Pause) return;  // given up before every rank held: the job never left NORMAL
     std::ostringstream text;
-    text << "training continues after step " << pause_.step << ": " << why << " (held " << held << " s)";
+    text << "training continues after step " << pause_.step << ": " << why << " (held "
+         << seconds_since(pause_.held_since) << " s)";
     transition_locked(State::Normal, text.str());
 }
 

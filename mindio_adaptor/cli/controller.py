@@ -126,6 +126,7 @@ def run(args) -> int:
 
 def serve(args, world_size: int, port: int, status_port) -> int:
     from mindio_adaptor.status.controller_source import start_if_asked
+    from mindio_adaptor.status.goodput import goodput_line
     from mindio_adaptor.status.server import StatusServerError
     from mindio_adaptor.ttp import controller as ctl
 
@@ -152,6 +153,8 @@ def serve(args, world_size: int, port: int, status_port) -> int:
                 done.wait(1.0)  # let the last replies arrive
                 break
         print(f"controller finished in state {ctl.controller_state()}", flush=True)
+        if ctl.controller_state() != "INIT":  # a backup that never led accounted nothing of the job
+            print(goodput_line(ctl.controller_goodput()), flush=True)
         return 0
     finally:
         if status is not None:

@@ -2,6 +2,7 @@
 (read from its /status.json; the job's token from --token or MINDIO_TOKEN; over HTTPS with the job's certificate
 when MINDIO_TLS_CERT, MINDIO_TLS_KEY and MINDIO_TLS_CA are set: core/tls_config)."""
 from mindio_adaptor.cli.status_client import add_server_arguments, request_json, token_of
+from mindio_adaptor.status.goodput import goodput_line
 
 
 def register(subparsers):
@@ -32,6 +33,8 @@ def status_table(status: dict) -> str:
     faults = ", ".join(f"{k} {n}" for k, n in sorted(status["faults_by_kind"].items())) or "none"
     decisions = ", ".join(f"{k} {n}" for k, n in sorted(status["decisions_by_strategy"].items())) or "none"
     lines += [f"faults: {faults}", f"decisions: {decisions}"]
+    if status.get("goodput"):
+        lines.append(goodput_line(status["goodput"]))
     return "\n".join(lines)
 
 

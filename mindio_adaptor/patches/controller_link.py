@@ -27,6 +27,7 @@ from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches import fault_handling
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.status.goodput import goodput_line
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ def disconnect():
         stats = controller.controller_stats()
         logger.info("controller at exit: state %s, %s", controller.controller_state(),
                     ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
+        logger.info("controller at exit: %s", goodput_line(controller.controller_goodput()))
         controller.tft_destroy_controller()
 
 

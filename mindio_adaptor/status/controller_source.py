@@ -15,7 +15,8 @@ def controller_status() -> JobStatus:
     from mindio_adaptor.ttp import controller
 
     return job_status(controller.controller_state(), controller.controller_ranks(), controller.controller_events(),
-                      controller.controller_stats(), controller.controller_layout(), controller.controller_term())
+                      controller.controller_stats(), controller.controller_layout(), controller.controller_term(),
+                      controller.controller_goodput())
 
 
 def status_port_from_env() -> Optional[int]:

@@ -77,6 +77,7 @@ class JobStatus:
     dp_size: Optional[int] = None  # the data-parallel size of the layout now; None: not reported
     scaling: List[ScaleEvent] = field(default_factory=list)
     scale_out_note: str = ""  # the controller's latest word on a scale-out not yet made
+    goodput: Optional[dict] = None  # the controller's ledger: {"wall_s", "uses", "recoveries"} (status/goodput)
 
     def health_counts(self) -> Dict[str, int]:
         counts = {health: 0 for health in HEALTH_ORDER}
@@ -97,7 +98,7 @@ class JobStatus:
 
 
 def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], counters: Dict[str, int],
-               layout: Sequence[dict] = (), term: int = 1) -> JobStatus:
+               layout: Sequence[dict] = (), term: int = 1, goodput: Optional[dict] = None) -> JobStatus:
     """ranks: the controller's rank table as controller_ranks() gives it ({"step", "flags", "silent_ms",
     "heartbeat_ms", "domain"} per rank); layout: its replica sets as controller_layout() gives them
     ({"optimizer_type", "group", "replica_cnt", "ranks"} each)."""
@@ -110,7 +111,8 @@ def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], count
                      recoveries=_with_resizes(recoveries(events), scaling), counters=dict(counters),
                      last_event_s=events[-1][0] if events else 0.0, term=term,
                      shards=[shard for replica_set in layout for shard in _shards(replica_set, rank_statuses)],
-                     dp_size=dp_size_of(layout), scaling=scaling, scale_out_note=scale_out_note(events))
+                     dp_size=dp_size_of(layout), scaling=scaling, scale_out_note=scale_out_note(events),
+                     goodput=goodput)
 
 
 def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]:

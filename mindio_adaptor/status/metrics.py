@@ -35,9 +35,23 @@ class JobCollector:
         yield _labelled_counter("mindio_decisions", "the controller's decisions, by strategy", "strategy",
                                 status.decisions_by_strategy)
         yield from _recoveries(status)
+        yield from _goodput(status)
         for name, help_text in COUNTERS.items():
             if name in status.counters:
                 yield CounterMetricFamily(f"mindio_controller_{name}", help_text, value=status.counters[name])
+
+
+def _goodput(status: JobStatus):
+    if status.goodput is None:
+        return
+    yield CounterMetricFamily("mindio_wall_seconds", "the job's wall time as the controller accounted it",
+                              value=status.goodput["wall_s"])
+    family = CounterMetricFamily("mindio_goodput_seconds", "the job's wall time by use (they add up to "
+                                 "mindio_wall_seconds): productive, start_up, saving, stalled, paused, recovering, "
+                                 "recomputed", labels=["use"])
+    for use, seconds in sorted(status.goodput["uses"].items()):
+        family.add_metric([use], seconds)
+    yield family
 
 
 def _state(status: JobStatus) -> GaugeMetricFamily:

@@ -236,6 +236,12 @@ def continue_training() -> None:
     _require().notify_strategy("continue")
 
 
+def controller_goodput() -> dict:
+    """Where the job's wall time went so far: {"wall_s", "uses": {use: s}, "recoveries": [...]}
+    (csrc/controller/goodput.h; status/goodput prints it)."""
+    return _require().goodput()
+
+
 def controller_state() -> str:
     return _require().state()
 

@@ -1,6 +1,8 @@
-"""Pause and continue on the real megatron.training (dp4, R=2, 4 gloo processes): `mindio-adaptor pause`
-against the in-job controller's status server holds every rank after step 5 for 3 s; the run then ends
-with the uninterrupted run's digest and losses, with no recovery of any kind. One paused run, checked
+"""Pause and continue, and the goodput ledger, on the real megatron.training (dp4, R=2, 4 gloo processes,
+online repair on): a memory error injected in step 2 is repaired online, then `mindio-adaptor pause` against
+the in-job controller's status server holds every rank after step 5 for 3 s. The run ends with the
+uninterrupted run's digest and losses; the pause started no recovery; the controller's ledger at the end puts
+the wall time in its uses, adding up within 1 %, with the 3 s paused and the repair's time. One run, checked
 several ways."""
 import contextlib
 import io
@@ -13,16 +15,16 @@ from mindio_adaptor.cli import build_parser, main as cli_main
 from mindio_adaptor.tiny_job import run_training
 
 pytestmark = pytest.mark.e2e
-HA = ["--enable-high-availability"]
+REPAIR = ["--enable-high-availability", "--enable-hbmfault-repair"]
 TOKEN = "pause-e2e-token-0123456789abcdef"
 HOLD_S = 3.0
 _STATUS_PAGE = re.compile(r"status page at http://127\.0\.0\.1:(\d+)/")
 
 
 class Pauser:
-    """Once the status page's port is printed and every rank registered, runs `mindio-adaptor pause
+    """Once the status page's port is printed and the online repair finished, runs `mindio-adaptor pause
     --after-step 5` (its main, in this process: a new interpreter takes longer to start than the tiny job's
-    first five steps)."""
+    next steps). A pause asked for before would be given up: a fault's recovery ends it."""
 
     def __init__(self):
         self.port, self.thread, self.code, self.printed = None, None, None, ""
@@ -31,7 +33,7 @@ class Pauser:
         m = _STATUS_PAGE.search(line)
         if m:
             self.port = int(m.group(1))
-        if self.thread is None and self.port and "state INIT -> NORMAL" in line:
+        if self.thread is None and self.port and "online repair finished" in line:
             self.thread = threading.Thread(target=self._pause, daemon=True)
             self.thread.start()
 
@@ -47,10 +49,13 @@ class Pauser:
 
 
 @pytest.fixture(scope="module")
-def paused_run():
+def paused_run(tmp_path_factory):
     build_parser()  # imports every subcommand's module now, not while the job's first steps run
     pauser = Pauser()
-    run = run_training(HA, env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN}, on_line=pauser)
+    faults = tmp_path_factory.mktemp("pause") / "faults"
+    run = run_training(REPAIR, on_line=pauser, env={
+        "MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN, "MINDIO_FAULT_STATE_DIR": str(faults),
+        "MINDIO_FAULT_INJECT": "raise:rank=1,step=2,msg=UCE ERROR injected before the pause"})
     if pauser.thread is not None:
         pauser.thread.join(130)
     return run, pauser
@@ -78,7 +83,35 @@ def test_every_rank_held_after_step_5_for_the_hold_then_training_went_on(paused_
     assert re.search(r"training continues after step 5: its hold limit was reached \(held 3\.\d+ s\)", run.output)
 
 
-def test_a_pause_is_no_fault_and_starts_no_recovery(paused_run):
+def test_the_pause_started_no_recovery(paused_run):
     run, _ = paused_run
+    assert run.output.count("[controller rank 0] decision ") == 1  # the injected memory error's online repair
+    during = run.output[run.output.index("pause asked for: after step 5"):run.output.index("training continues after")]
     for sign in ("fault on rank", "decision ", "ABNORMAL", "FORCE STOP", "hang:"):
-        assert sign not in run.output, sign
+        assert sign not in during, sign
+
+
+_LEDGER = re.compile(r"controller at exit: goodput ([\d.]+) of ([\d.]+) s: (.*?)(?:; recovery|$)", re.M)
+_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d (\d\d):(\d\d):([\d.]+)\] \[mindio INFO\] \[controller rank 0\] ", re.M)
+
+
+def _at(line: str, output: str) -> float:
+    """Seconds of the day of the controller's line that matches `line` (a regex) after its prefix."""
+    for m in _STAMP.finditer(output):
+        if re.match(line, output[m.end():]):
+            return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+    raise AssertionError(f"no controller line {line!r}")
+
+
+def test_the_goodput_ledger_adds_up_to_the_wall_time_with_the_pause_and_the_repair_in_it(paused_run):
+    run, _ = paused_run
+    ratio, wall, uses_text = _LEDGER.search(run.output).groups()
+    uses = {name: float(seconds) for name, seconds in re.findall(r"([a-z-]+) ([\d.]+) s", uses_text)}
+    assert abs(sum(uses.values()) - float(wall)) <= 0.01 * float(wall), (wall, uses)
+    # the wall time is the controller's, from its start to the job's end, as its own log lines say
+    lived = _at(r"rank \d+ finished training", run.output) - _at("listening on", run.output)
+    assert abs(float(wall) - lived) <= 0.01 * lived + 0.05, (wall, lived)
+    assert HOLD_S - 0.1 <= uses["paused"] <= HOLD_S + 1.0, uses
+    assert uses["recovering"] > 0 and uses["recomputed"] > 0 and uses["productive"] > 0 and uses["start-up"] > 0
+    assert float(ratio) == round(uses["productive"] / float(wall), 2)
+    assert re.search(r"; recovery #1: .*ABNORMAL [\d.]+ s.*, recomputed [\d.]+ s$", run.output, re.M)
