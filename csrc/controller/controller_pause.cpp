@@ -87,14 +87,14 @@ void Controller::pause_flow() {
     }
     if (v.kind == HoldVerdict::Holding) {
         // PAUSE only now: until every rank holds, the job trains (the ledger and the hang rule see it so)
-        transition_locked(State::Pause, "every rank holds after step " + std::to_string(pause_.step));
+        std::ostringstream text;
+        text << "training paused after step " << pause_.step << ": all " << live.size() << " ranks hold before "
+             << "their next update, " << seconds_since(pause_.asked) << " s after the request; it continues when "
+             << "asked, or after " << pause_.hold_ms / 1000.0 << " s";
+        transition_locked(State::Pause, text.str());
         pause_.held_since = Clock::now();
         pause_.until = pause_.held_since + std::chrono::milliseconds(pause_.hold_ms);
         event_locked("paused", "after step " + std::to_string(pause_.step));
-        LOG_INFO(kLog, cfg_.rank, "training paused after step " << pause_.step << ": all " << live.size()
-                                      << " ranks hold before their next update, " << seconds_since(pause_.asked)
-                                      << " s after the request; it continues when asked, or after "
-                                      << pause_.hold_ms / 1000.0 << " s");
         return;
     }
     std::string why = continue_requested_ ? "continue was asked for before every rank held"
