@@ -15,6 +15,31 @@ REPO = Path(__file__).resolve().parents[2]
 HEARTBEAT_S = 0.2
 
 
+def in_process_job(world_size):
+    """A standalone controller and `world_size` native processors in this process, each answering every action
+    with success and reporting a layout of two instances (R=2); the processors once the job is NORMAL."""
+    from mindio_adaptor import _native as nat
+
+    ctl.tft_init_controller(-1, world_size)
+    port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
+    processors = []
+    for rank in range(world_size):
+        p = nat.Processor(rank, world_size)
+        p.set_dispatcher(lambda action: (0, ""))
+        p.start("127.0.0.1", port)
+        p.set_replica(rank, [{"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0,
+                              "rank_list": list(range(world_size))}])
+        processors.append(p)
+    wait_until(lambda: ctl.controller_state() == "NORMAL", 5, "all ranks registered")
+    return processors
+
+
+def end_in_process_job(processors):
+    for p in processors:
+        p.stop()
+    ctl.tft_destroy_controller()
+
+
 def wait_until(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

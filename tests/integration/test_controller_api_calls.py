@@ -4,8 +4,7 @@ completed one), tft_notify_controller_on_global_rank (the cluster manager names 
 four native processors in this process and a dump as the observable outcome."""
 import pytest
 
-from controller_harness import wait_until
-from mindio_adaptor import _native as nat
+from controller_harness import end_in_process_job, in_process_job, wait_until
 from mindio_adaptor.ttp import controller as ctl
 
 pytestmark = pytest.mark.integration
@@ -14,20 +13,9 @@ N = 4  # DP [0,1,2,3], R=2: shard 0 on ranks 0 and 2, shard 1 on ranks 1 and 3
 
 @pytest.fixture
 def job(job_env):
-    ctl.tft_init_controller(-1, N)
-    port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
-    procs = []
-    for rank in range(N):
-        p = nat.Processor(rank, N)
-        p.set_dispatcher(lambda action: (0, ""))
-        p.start("127.0.0.1", port)
-        p.set_replica(rank, [{"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0, "rank_list": list(range(N))}])
-        procs.append(p)
-    wait_until(lambda: ctl.controller_state() == "NORMAL", 5, "all ranks registered")
+    procs = in_process_job(N)
     yield procs
-    for p in procs:
-        p.stop()
-    ctl.tft_destroy_controller()
+    end_in_process_job(procs)
 
 
 def savers_after(event_count=1):

@@ -2,14 +2,12 @@
 processors in this process, each stepped by a thread; a barrier before each update plays the step's
 gradient collectives, which keep real ranks within one step of each other. Asked through the reference API
 and through the status server's commands (mindio-adaptor pause / continue)."""
-import os
 import threading
 import time
 
 import pytest
 
-from controller_harness import wait_until
-from mindio_adaptor import _native as nat
+from controller_harness import end_in_process_job, in_process_job, wait_until
 from mindio_adaptor.cli import main as cli_main
 from mindio_adaptor.status.controller_source import start_if_asked
 from mindio_adaptor.ttp import controller as ctl
@@ -58,23 +56,12 @@ class SteppingRanks:
 
 @pytest.fixture
 def job(job_env):
-    ctl.tft_init_controller(-1, N)
-    port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
-    procs = []
-    for rank in range(N):
-        p = nat.Processor(rank, N)
-        p.set_dispatcher(lambda action: (0, ""))
-        p.start("127.0.0.1", port)
-        p.set_replica(rank, [{"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0, "rank_list": list(range(N))}])
-        procs.append(p)
-    wait_until(lambda: ctl.controller_state() == "NORMAL", 5, "all ranks registered")
+    procs = in_process_job(N)
     ranks = SteppingRanks(procs).start()
     wait_until(lambda: min(ranks.steps) >= 3, 20, "three steps")
     yield ranks
     ranks.stop()
-    for p in procs:
-        p.stop()
-    ctl.tft_destroy_controller()
+    end_in_process_job(procs)
 
 
 def every_rank_holds():
