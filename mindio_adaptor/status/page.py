@@ -2,6 +2,7 @@
 the browser every few seconds."""
 from html import escape
 
+from mindio_adaptor.status.goodput import USES
 from mindio_adaptor.status.job_status import JobStatus
 
 REFRESH_S = 3
@@ -29,7 +30,7 @@ def status_page(status: JobStatus) -> str:
         _health_pills(status), "<h2>Ranks</h2>", _rank_table(status), "<h2>Replica layout</h2>",
         _layout_table(status), "<h2>Scaling</h2>", _scaling_table(status), "<h2>Recoveries</h2>",
         _recovery_table(status), "<h2>Faults and decisions</h2>", _counts_table(status),
-        "</body></html>"])
+        "<h2>Where the time went</h2>", _goodput_table(status), "</body></html>"])
 
 
 def _pill(health: str, text: str) -> str:
@@ -113,3 +114,14 @@ def _counts_table(status: JobStatus) -> str:
     if not rows:
         return "<p>none</p>"
     return "<table><tr><th>what</th><th>kind</th><th>count</th></tr>" + "".join(rows) + "</table>"
+
+
+def _goodput_table(status: JobStatus) -> str:
+    """The controller's goodput ledger: each use's seconds and share of the wall time (status/goodput)."""
+    if not status.goodput or status.goodput["wall_s"] <= 0:
+        return "<p>not accounted yet</p>"
+    wall, uses = status.goodput["wall_s"], status.goodput["uses"]
+    rows = [f"<tr><td>{use.replace('_', '-')}</td><td>{uses[use]:.1f} s</td><td>{uses[use] / wall:.1%}</td></tr>"
+            for use in USES]
+    return ("<table><tr><th>use</th><th>time</th><th>share</th></tr>" + "".join(rows)
+            + f"<tr><th>wall</th><th>{wall:.1f} s</th><th>100%</th></tr></table>")

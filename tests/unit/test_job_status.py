@@ -74,3 +74,25 @@ def test_a_large_layout_lists_only_the_shards_that_need_a_look():
     page = status_page(job_status("NORMAL", ranks, [], {}, layout=layout))
     assert page.count("node node0 holds several copies") == 1 and "<td>0</td><td>0</td><td>1</td>" in page
     assert "99 more shards: copies on distinct nodes, every copy alive" in page
+
+
+def test_the_goodput_ledger_reaches_the_page_the_table_and_the_metrics():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from mindio_adaptor.cli.status import status_table
+    from mindio_adaptor.status.metrics import metrics_text
+    from mindio_adaptor.status.page import status_page
+
+    goodput = {"wall_s": 10.0, "recoveries": [{"number": 1, "phases": {"ABNORMAL": 0.5}, "recomputed_s": 0.2}],
+               "uses": {"productive": 6.0, "start_up": 2.0, "saving": 0.0, "stalled": 0.3, "paused": 1.0,
+                        "recovering": 0.5, "recomputed": 0.2}}
+    status = job_status("NORMAL", RANKS, [], {}, goodput=goodput)
+    assert "<tr><td>paused</td><td>1.0 s</td><td>10.0%</td></tr>" in status_page(status)
+    assert status_table(status.to_json()).endswith(
+        "goodput 0.60 of 10.00 s: productive 6.00 s, start-up 2.00 s, stalled 0.30 s, paused 1.00 s, recovering "
+        "0.50 s, recomputed 0.20 s; recovery #1: ABNORMAL 0.50 s, recomputed 0.20 s")
+    samples = {(s.name, s.labels.get("use")): s.value for f in text_string_to_metric_families(
+        metrics_text(lambda: status).decode()) for s in f.samples}
+    assert samples[("mindio_goodput_seconds_total", "stalled")] == 0.3
+    assert samples[("mindio_wall_seconds_total", None)] == 10.0
+    assert "<p>not accounted yet</p>" in status_page(job_status("INIT", RANKS, [], {}))
