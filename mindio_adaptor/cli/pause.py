@@ -33,18 +33,18 @@ def run_pause(args) -> int:
         return 0
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
-        state = request_json(args.controller, token, "/status.json")["state"]
-        if state == "PAUSE" and _every_rank_holds(args.controller, token):
+        status = request_json(args.controller, token, "/status.json")
+        if _every_rank_holds(status):
             print("paused: every rank holds")
             return 0
         time.sleep(POLL_S)
-    print(f"not every rank holds after {args.wait:g} s (state {state})")
+    print(f"not every rank holds after {args.wait:g} s (state {status['state']})")
     return 1
 
 
-def _every_rank_holds(address: str, token: str) -> bool:
-    ranks = request_json(address, token, "/status.json")["ranks"]
-    return all("paused" in r["flags"] for r in ranks if "left" not in r["flags"] and "dead" not in r["flags"])
+def _every_rank_holds(status: dict) -> bool:
+    live = [r for r in status["ranks"] if "left" not in r["flags"] and "dead" not in r["flags"]]
+    return status["state"] == "PAUSE" and all("paused" in r["flags"] for r in live)
 
 
 def run_continue(args) -> int:

@@ -223,6 +223,7 @@ def _handler_for(server: StatusServer):
                 return self._answer(401, {"error": "a command needs the job's token in Authorization: Bearer <token>"})
             if url.path not in server.commands:
                 return self._answer(404, {"error": f"no command {url.path}; commands: {sorted(server.commands)}"})
+            logger.info("status server: command %s from %s", url.path, self.client_address[0])
             try:
                 request = self._command_body()
                 message = server.commands[url.path](request)
@@ -230,7 +231,6 @@ def _handler_for(server: StatusServer):
                 return self._answer(400, {"error": str(err)})
             except ValueError as err:
                 return self._answer(409, {"error": str(err)})
-            logger.info("status server: %s done: %s", url.path, message)
             return self._answer(200, {"ok": True, "message": message})
 
         def _command_body(self) -> Dict[str, Any]:
