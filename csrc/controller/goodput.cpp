@@ -11,7 +11,7 @@ bool recovering(State s) { return s != State::Init && s != State::Normal && s !=
 
 }  // namespace
 
-GoodputLedger::GoodputLedger(Clock::time_point start) : start_(start), last_(start) {
+GoodputLedger::GoodputLedger(Clock::time_point start) : last_(start) {
     for (const char* use : kUses) uses_[use] = 0.0;
 }
 
@@ -47,11 +47,17 @@ double GoodputLedger::usual_step_s() const {
     return sorted[sorted.size() / 2];
 }
 
-// `count` steps completed in the open interval, the last of them step_: put its time where it belongs.
-void GoodputLedger::steps_completed(int64_t count) {
+// Closes the open interval: its saving is put in "saving"; the rest, its work, is returned for the caller to place.
+double GoodputLedger::take_open() {
     add("saving", open_saving_s_);
     const double work = open_s_ - open_saving_s_;
     open_s_ = open_saving_s_ = 0.0;
+    return work;
+}
+
+// `count` steps completed in the open interval, the last of them step_: put its time where it belongs.
+void GoodputLedger::steps_completed(int64_t count) {
+    const double work = take_open();
     if (step_ <= high_water_) return add("recomputed", work);
     const double per_step = work / static_cast<double>(count), usual = usual_step_s();
     const double stalled = usual > 0 && per_step > kStallFactor * usual ? (per_step - usual) * count : 0.0;
@@ -74,9 +80,7 @@ void GoodputLedger::observe(Clock::time_point now, State state, int64_t step, Ac
     }
     if (recovering(state) && !recovering(state_)) {
         recoveries_.push_back(RecoveryTime{static_cast<int>(recoveries_.size()) + 1, {}, 0.0});
-        add("saving", open_saving_s_);
-        add("recomputed", open_s_ - open_saving_s_);  // the step a fault interrupted is done again
-        open_s_ = open_saving_s_ = 0.0;
+        add("recomputed", take_open());  // the step a fault interrupted is done again
     }
     state_ = state;
     activity_ = activity;
@@ -85,19 +89,16 @@ void GoodputLedger::observe(Clock::time_point now, State state, int64_t step, Ac
 void GoodputLedger::finish(Clock::time_point now) {
     if (finished_) return;
     account(now);
-    add("saving", open_saving_s_);
-    add("productive", open_s_ - open_saving_s_);  // after the last step: the end of the train loop
-    open_s_ = open_saving_s_ = 0.0;
+    add("productive", take_open());  // after the last step: the end of the train loop
     finished_ = true;
 }
 
 GoodputTotals GoodputLedger::totals(Clock::time_point now) const {
     GoodputLedger now_ledger = *this;
     now_ledger.account(now);
+    now_ledger.add("productive", now_ledger.take_open());  // the step in progress, so far
     GoodputTotals t;
     t.uses = now_ledger.uses_;
-    t.uses["productive"] += now_ledger.open_s_ - now_ledger.open_saving_s_;  // the step in progress, so far
-    t.uses["saving"] += now_ledger.open_saving_s_;
     for (const auto& [use, s] : t.uses) t.wall_s += s;
     t.recoveries = now_ledger.recoveries_;
     return t;

@@ -55,11 +55,12 @@ public:
 
 private:
     void account(Clock::time_point now);
+    double take_open();
     void steps_completed(int64_t count);
     void add(const std::string& use, double seconds);
     double usual_step_s() const;
 
-    Clock::time_point start_, last_;
+    Clock::time_point last_;
     State state_ = State::Init;
     Activity activity_ = Activity::StartingUp;
     bool finished_ = false;
