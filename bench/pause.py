@@ -24,11 +24,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script, the checkout's build is the one measured
 
 from mindio_adaptor.cli.status_client import request_json  # noqa: E402
-from mindio_adaptor.tiny_job import run_training  # noqa: E402
+from mindio_adaptor.tiny_job import STATUS_PAGE, controller_said_at, run_training  # noqa: E402
 
 TOKEN = "bench-pause-token-0123456789abcdef"
-STATUS_PAGE = re.compile(r"status page at http://127\.0\.0\.1:(\d+)/")
-CONTROLLER = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] \[mindio INFO\] \[controller rank 0\] "
 ITERATION = re.compile(r"^ \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] iteration\s+(\d+)/", re.M)
 
 
@@ -37,10 +35,10 @@ def stamp(text: str) -> float:
 
 
 def controller_time(output: str, says: str) -> float:
-    m = re.search(CONTROLLER + says, output, re.M)
-    if m is None:
+    said = controller_said_at(output, says)
+    if said is None:
         sys.exit(f"pause: the controller never said {says!r}")
-    return stamp(m.group(1))
+    return said
 
 
 class Pauser:

@@ -47,6 +47,18 @@ _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iterati
                         r".*?lm loss: ([\d.E+-]+).*?grad norm: ([\d.]+)")
 _NUM_ZEROS = re.compile(r"iteration\s+(\d+)/.*?num zeros: ([\d.]+)")
 _DIGEST = re.compile(r"^params digest ([0-9a-f]{64})$", re.M)
+# The in-job controller's status page, as rank 0 logs it (MINDIO_STATUS_PORT=0 picks the port).
+STATUS_PAGE = re.compile(r"status page at http://127\.0\.0\.1:(\d+)/")
+_CONTROLLER_LINE = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] \[mindio \w+\] \[controller rank 0\] "
+
+
+def controller_said_at(output: str, says: str) -> Optional[float]:
+    """When (seconds since the epoch, by its own clock) the in-job controller first logged a line whose text
+    matches the regex `says`; None when it never did."""
+    from datetime import datetime
+
+    m = re.search(_CONTROLLER_LINE + says, output, re.M)
+    return None if m is None else datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
 
 
 # Every run's leftover processes, for a test suite to check once per module (tests/e2e/conftest.py).

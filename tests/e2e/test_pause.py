@@ -12,13 +12,12 @@ import threading
 import pytest
 
 from mindio_adaptor.cli import build_parser, main as cli_main
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny_job import STATUS_PAGE, controller_said_at, run_training
 
 pytestmark = pytest.mark.e2e
 REPAIR = ["--enable-high-availability", "--enable-hbmfault-repair"]
 TOKEN = "pause-e2e-token-0123456789abcdef"
 HOLD_S = 3.0
-_STATUS_PAGE = re.compile(r"status page at http://127\.0\.0\.1:(\d+)/")
 
 
 class Pauser:
@@ -30,7 +29,7 @@ class Pauser:
         self.port, self.thread, self.code, self.printed = None, None, None, ""
 
     def __call__(self, line):
-        m = _STATUS_PAGE.search(line)
+        m = STATUS_PAGE.search(line)
         if m:
             self.port = int(m.group(1))
         if self.thread is None and self.port and "online repair finished" in line:
@@ -92,15 +91,10 @@ def test_the_pause_started_no_recovery(paused_run):
 
 
 _LEDGER = re.compile(r"controller at exit: goodput ([\d.]+) of ([\d.]+) s: (.*?)(?:; recovery|$)", re.M)
-_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d (\d\d):(\d\d):([\d.]+)\] \[mindio INFO\] \[controller rank 0\] ", re.M)
-
-
-def _at(line: str, output: str) -> float:
-    """Seconds of the day of the controller's line that matches `line` (a regex) after its prefix."""
-    for m in _STAMP.finditer(output):
-        if re.match(line, output[m.end():]):
-            return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
-    raise AssertionError(f"no controller line {line!r}")
+def _at(says: str, output: str) -> float:
+    said = controller_said_at(output, says)
+    assert said is not None, f"no controller line {says!r}"
+    return said
 
 
 def test_the_goodput_ledger_adds_up_to_the_wall_time_with_the_pause_and_the_repair_in_it(paused_run):
