@@ -9,7 +9,7 @@ def goodput_line(goodput: Dict) -> str:
     """'goodput 0.91 of 120.40 s: productive 109.60 s, start-up 8.10 s, ...; recovery #1: ABNORMAL 0.30 s, ...'"""
     wall, uses = goodput["wall_s"], goodput["uses"]
     ratio = uses["productive"] / wall if wall > 0 else 0.0
-    parts = [f"{use.replace('_', '-')} {uses[use]:.2f} s" for use in USES if uses[use] > 0 or use == "productive"]
+    parts = [f"{use.replace('_', '-')} {uses[use]:.2f} s" for use in USES if uses[use] >= 0.005 or use == "productive"]
     line = f"goodput {ratio:.2f} of {wall:.2f} s: {', '.join(parts)}"
     for r in goodput["recoveries"]:
         phases = ", ".join(f"{state} {s:.2f} s" for state, s in sorted(r["phases"].items()))
