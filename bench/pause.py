@@ -63,7 +63,7 @@ class Pauser:
 def run(args, pauser=None):
     flags = ["--enable-high-availability", "--hidden-size", str(args.hidden_size), "--num-layers",
              str(args.num_layers)]
-    env = {"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN}
+    env = {"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}  # the workers import it too
     result = run_training(flags, train_iters=args.iters, env=env, on_line=pauser, timeout=1200).require_success()
     steps = [(stamp(t), int(i)) for t, i in ITERATION.findall(result.output)]
     return result, steps[-1][0] - controller_time(result.output, "listening on"), steps

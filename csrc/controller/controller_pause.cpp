@@ -128,6 +128,7 @@ HoldVerdict Controller::await_hold(std::unique_lock<std::mutex>& lock) {
         }
         if (Clock::now() >= deadline) return v;
         cv_.wait_for(lock, kTick);
+        observe_goodput_locked();  // the job trains meanwhile: the state machine's loop does not tick
     }
 }
 
