@@ -13,6 +13,7 @@ void bind_takeover(py::module_& m);
 void bind_scale_out(py::module_& m);
 void bind_pause(py::module_& m);
 void bind_goodput(py::module_& m);
+void bind_slow_ranks(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "mindio_adaptor native core: wire protocol, replica manager, controller, processor client";
@@ -26,4 +27,5 @@ PYBIND11_MODULE(_native, m) {
     bind_scale_out(m);
     bind_pause(m);
     bind_goodput(m);
+    bind_slow_ranks(m);
 }

@@ -39,7 +39,7 @@ std::string encode_dict(MsgType type, const py::dict& d) {
                                         get<int64_t>(d, "ckpt_step", -1),
                                         static_cast<Section>(get<int>(d, "section", 0)),
                                         get<int64_t>(d, "section_ms", 0), get<int64_t>(d, "limit_ms", 0),
-                                        get<uint64_t>(d, "progress", 0)});
+                                        get<uint64_t>(d, "progress", 0), get<int64_t>(d, "compute_ms", -1)});
         case MsgType::ReplicaInfo: {
             ReplicaInfoMsg m{get<int32_t>(d, "rank", 0), {}, get<std::string>(d, "domain", "")};
             for (auto item : get<py::list>(d, "groups", py::list())) {
@@ -145,7 +145,7 @@ py::dict decode_dict(MsgType type, const std::string& body) {
             d["data_status"] = static_cast<int>(m.data_status);
             d["ckpt_step"] = m.ckpt_step;
             d["section"] = static_cast<int>(m.section); d["section_ms"] = m.section_ms;
-            d["limit_ms"] = m.limit_ms; d["progress"] = m.progress;
+            d["limit_ms"] = m.limit_ms; d["progress"] = m.progress; d["compute_ms"] = m.compute_ms;
             break;
         }
         case MsgType::ReplicaInfo: {

@@ -38,6 +38,9 @@ ControllerConfig controller_config_from_env(int rank, int world_size) {
     cfg.takeover_wait_ms = ms(env_seconds("MINDIO_TAKEOVER_WAIT_S", 10, 0.1, 3600));
     cfg.silence_limit_ms = ms(env_seconds("MINDIO_SILENCE_LIMIT_S", 60, 1, 3600));
     cfg.save_wait_ms = ms(env_seconds("MINDIO_SAVE_WAIT_S", 120, 0, 3600));
+    cfg.slow.factor = env_number("MINDIO_SLOW_FACTOR", 1.5, 1.05, 100, "times the ranks' median");
+    cfg.slow.window_steps = static_cast<int>(env_int("MINDIO_SLOW_WINDOW_STEPS", 10, 1, 100000));
+    cfg.slow.windows = static_cast<int>(env_int("MINDIO_SLOW_WINDOWS", 3, 1, 1000));
     cfg.token = env_string("MINDIO_TOKEN");
     cfg.tls = tls_files_from_env();
     return cfg;

@@ -24,21 +24,25 @@ long env_int(const char* name, long fallback, long lo, long hi) {
     return value;
 }
 
-double env_seconds(const char* name, double fallback, double lo, double hi) {
+double env_number(const char* name, double fallback, double lo, double hi, const char* unit) {
     const char* raw = std::getenv(name);
     if (!raw || !*raw) return fallback;
     char* end = nullptr;
     errno = 0;
     double value = std::strtod(raw, &end);
     if (errno || *end != '\0') {
-        throw std::invalid_argument(std::string(name) + "='" + raw + "' is not a number of seconds");
+        throw std::invalid_argument(std::string(name) + "='" + raw + "' is not a number of " + unit);
     }
     if (!(value >= lo && value <= hi)) {
         std::ostringstream os;
-        os << name << "=" << raw << " is out of range [" << lo << ", " << hi << "] seconds";
+        os << name << "=" << raw << " is out of range [" << lo << ", " << hi << "] " << unit;
         throw std::invalid_argument(os.str());
     }
     return value;
+}
+
+double env_seconds(const char* name, double fallback, double lo, double hi) {
+    return env_number(name, fallback, lo, hi, "seconds");
 }
 
 std::string env_string(const char* name, const std::string& fallback) {

@@ -6,6 +6,7 @@
 namespace mindio {
 
 long env_int(const char* name, long fallback, long lo, long hi);
+double env_number(const char* name, double fallback, double lo, double hi, const char* unit);  // unit: for errors
 double env_seconds(const char* name, double fallback, double lo, double hi);
 std::string env_string(const char* name, const std::string& fallback = "");
 

@@ -32,7 +32,8 @@ Controller::Controller(ControllerConfig config)
       server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms, max_unauthenticated(cfg_.world_size)),
       ranks_(valid_world_size(cfg_.world_size), cfg_.caps.recover,
              LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}, cfg_.caps.elastic),
-      actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms) {
+      actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms),
+      slow_(cfg_.slow) {
     started_ = Clock::now();
     term_ = cfg_.term;
     if (cfg_.token.empty()) {
@@ -120,7 +121,8 @@ std::vector<Controller::RankView> Controller::ranks() const {
                                                       {r.suspect, "suspect"}, {r.dead, "dead"},
                                                       {r.joining, "joining"}, {r.left, "left"},
                                                       {r.finished, "finished"},
-                                                      {r.run == RunStatus::Paused, "paused"}};
+                                                      {r.run == RunStatus::Paused, "paused"},
+                                                      {slow_.slow(static_cast<int>(out.size())), "slow"}};
         for (const auto& [on, name] : flags) {
             if (on) v.flags.push_back(name);
         }
@@ -180,6 +182,7 @@ void Controller::run() {
         cv_.wait_for(lock, kTick);
         if (stopping_) break;
         observe_goodput_locked();
+        judge_slow_ranks_locked();
         std::string refused = refusals_.summary_due(Clock::now());
         if (!refused.empty()) LOG_WARN(kLog, cfg_.rank, refused);
         if (!not_leading_.empty()) continue;  // another controller leads the job, or may

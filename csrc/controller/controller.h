@@ -39,6 +39,7 @@
 #include "controller/refusal_tally.h"
 #include "controller/replica_manager.h"
 #include "controller/scale_out.h"
+#include "controller/slow_ranks.h"
 #include "controller/state_machine.h"
 #include "controller/takeover.h"
 #include "net/server.h"
@@ -69,6 +70,7 @@ struct ControllerConfig {
     // first are dead (they died with the old controller's node); before, how long an idle backup holds
     // each registration while it waits for a majority (election.h).
     int takeover_wait_ms = 10000;
+    SlowRules slow;  // MINDIO_SLOW_FACTOR, MINDIO_SLOW_WINDOW_STEPS, MINDIO_SLOW_WINDOWS (slow_ranks.h)
     std::string token;
     // 1 for the first controller of a job. 0: a backup, which leads once the ranks that lost their
     // controller and registered with it prove that controller gone or are a strict majority (election.h),
@@ -236,6 +238,7 @@ private:
     std::map<int, PauseSighting> pause_sightings_locked() const;
     void expire_pause_locked();
     void observe_goodput_locked();
+    void judge_slow_ranks_locked();
 
     ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
 
@@ -271,6 +274,7 @@ private:
     std::string scale_out_wait_;                      // what the wait for the scale-out last logged
     std::vector<ControllerEvent> events_;
     GoodputLedger goodput_{Clock::now()};
+    SlowRankJudge slow_;  // after cfg_: built from its rules
     ClusterCallbacks cluster_;
     std::optional<Strategy> cluster_strategy_;
     bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;

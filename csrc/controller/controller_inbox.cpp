@@ -195,6 +195,7 @@ bool Controller::accept_replacement_locked(const RegisterMsg& m) {
 void Controller::handle_status(const RankStatusMsg& m, bool heartbeat) {
     std::lock_guard<std::mutex> lock(mu_);
     heard_from_locked(m.rank);
+    if (m.step > ranks_[m.rank].step) slow_.record(m.rank, m.step, m.compute_ms);  // once per step, not per beat
     if (ranks_.apply_status(m)) note_finished_locked(m.rank);
     if (heartbeat) ++heartbeats_;
     else cv_.notify_all();

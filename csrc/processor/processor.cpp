@@ -402,7 +402,8 @@ bool Processor::send_frame(const std::string& frame) {
 
 std::string Processor::status_frame(MsgType type) const {
     std::lock_guard<std::mutex> lock(mu_);
-    RankStatusMsg m{cfg_.rank, step_, run_, data_, ckpt_step_, section_, 0, section_limit_ms_, progress_.load()};
+    RankStatusMsg m{cfg_.rank, step_, run_, data_, ckpt_step_, section_, 0, section_limit_ms_, progress_.load(),
+                    compute_ms_};
     if (section_ != Section::None) {
         m.section_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - section_started_).count();
     }
@@ -731,6 +732,7 @@ bool Processor::hold_if_paused(int timeout_ms) {
 void Processor::start_updating(int64_t) {
     {
         std::unique_lock<std::mutex> lock(mu_);
+        updating_compute_ms_ = step_compute_ms_locked();  // its gradients are synced: the compute is over
         hold_while_paused(lock, kPauseHoldCap);
         if (!cut_off_.empty()) {
             throw std::runtime_error("rank " + std::to_string(cfg_.rank) + " is cut off from the job and may not start "
@@ -768,6 +770,7 @@ void Processor::end_updating(int64_t step) {
         std::lock_guard<std::mutex> lock(mu_);
         data_ = DataStatus::Updated;
         step_ = step;
+        compute_ms_ = updating_compute_ms_;
     }
     send_frame(status_frame(MsgType::Status));
 }
@@ -823,7 +826,17 @@ void Processor::end_section() {
     send_frame(status_frame(MsgType::Status));
 }
 
-void Processor::add_progress(uint64_t units) { progress_.fetch_add(units); }
+void Processor::add_progress(uint64_t units) {
+    progress_.fetch_add(units);
+    last_progress_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+// The step's compute so far: from its section's start to its last forward or backward (-1: not in a step).
+int64_t Processor::step_compute_ms_locked() const {
+    if (section_ != Section::Step || progress_.load() == 0) return -1;
+    const auto last = Clock::time_point(std::chrono::nanoseconds(last_progress_ns_.load()));
+    return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(last - section_started_).count());
+}
 
 void Processor::finish() {
     {

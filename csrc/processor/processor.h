@@ -121,6 +121,7 @@ public:
 
 private:
     bool pause_due_locked() const;
+    int64_t step_compute_ms_locked() const;
     bool hold_while_paused(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit);
     using Clock = std::chrono::steady_clock;
     struct Queued {
@@ -189,6 +190,9 @@ private:
     bool paused_ = false;
     int64_t pause_step_ = -1;  // with paused_: the step after which updates hold
     int holders_ = 0;             // threads holding for the pause (run_ is Paused while any does)
+    std::atomic<int64_t> last_progress_ns_{0};  // steady clock of the last add_progress
+    int64_t updating_compute_ms_ = -1;  // the compute of the step whose update runs
+    int64_t compute_ms_ = -1;           // of the last completed step, sent in every status
     Clock::time_point hold_started_;
     // Registers as a replacement until the controller's NORMAL shows the replacement is complete;
     // a later reconnect is an ordinary one.

@@ -269,9 +269,11 @@ template <> struct Schema<RankStatusMsg> {
         v("section_ms", m.section_ms);
         v("limit_ms", m.limit_ms);
         v("progress", m.progress);
+        v("compute_ms", m.compute_ms);
     }
     static void check(const RankStatusMsg& m, Decoder& d) {
         if (m.section_ms < 0) d.fail("section_ms", "negative duration " + std::to_string(m.section_ms));
+        if (m.compute_ms < -1) d.fail("compute_ms", "negative duration " + std::to_string(m.compute_ms));
         if (m.limit_ms < 0) d.fail("limit_ms", "negative limit " + std::to_string(m.limit_ms));
     }
 };

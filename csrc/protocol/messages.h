@@ -104,6 +104,9 @@ struct RankStatusMsg {
     int64_t section_ms = 0;  // how long the section had run when this was sent
     int64_t limit_ms = 0;    // the section's time limit; 0: none
     uint64_t progress = 0;   // work done in the section so far (micro-batch forwards and backwards)
+    // The last completed step's compute: from its section's start to its last forward or backward, before
+    // its gradients were synced (controller/slow_ranks.h); -1: not measured.
+    int64_t compute_ms = -1;
 };
 
 struct ReplicaGroupMsg {

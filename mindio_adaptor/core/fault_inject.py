@@ -6,10 +6,11 @@ Grammar (whitespace around kinds, keys and values is ignored)::
     spec   := fault (';' fault)*             an unset or blank variable means no faults
     fault  := KIND ':' item (',' item)*
     item   := KEY '=' VALUE
-    KIND   := raise | kill | hang | sigterm
+    KIND   := raise | kill | hang | sigterm | slow
     KEY    := rank (required, integer >= 0) | step (required, integer >= 0)
             | phase (forward | backward | optimizer | repair | save | written | exit; default forward)
             | msg   (only for raise; the RuntimeError's text, default "Other ERROR")
+            | seconds (only for slow, and required there: 0 < seconds <= 60)
 
 Escaping: a backslash makes the next character literal, so a message can carry the separators:
 ``\\;`` ``\\,`` ``\\=`` ``\\:`` ``\\\\``. Any other escape, a trailing backslash, an unescaped ``=`` inside a
@@ -26,6 +27,9 @@ Kinds:
              thread, Python signal handlers still run between sleeps.
 - sigterm -- SIGTERM to this process, as a job manager's graceful stop. With the default disposition
              the process dies; with a handler installed the handler runs and maybe_fire returns.
+- slow    -- the calling thread sleeps `seconds` at this phase of EVERY step from `step` on: sub-healthy
+             hardware, not a failure (no marker: it is no once-per-job event, and a restarted process is as
+             slow again). Said once in the log.
 
 Once per job: before firing, a marker file is created with O_CREAT|O_EXCL in the state directory; if it
 exists the fault has already fired in this job (before a recompute, a resume from checkpoint or a process
@@ -54,7 +58,8 @@ logger = logging.getLogger("mindio_adaptor.fault_inject")
 
 ENV_SPEC = "MINDIO_FAULT_INJECT"
 ENV_STATE_DIR = "MINDIO_FAULT_STATE_DIR"
-KINDS = ("raise", "kill", "hang", "sigterm")
+KINDS = ("raise", "kill", "hang", "sigterm", "slow")
+MAX_SLOW_S = 60.0
 # repair: when the rank starts its part of a recovery the controller drives (the CLEAN action), `step`
 # being the interrupted step -- a second fault while a repair is running.
 # save: inside the checkpoint save of iteration `step`, once Megatron created its directory and before
@@ -65,7 +70,7 @@ KINDS = ("raise", "kill", "hang", "sigterm")
 PHASES = ("forward", "backward", "optimizer", "repair", "save", "written", "exit")
 DEFAULT_PHASE = "forward"
 DEFAULT_MESSAGE = "Other ERROR"
-_KEYS = ("rank", "step", "phase", "msg")
+_KEYS = ("rank", "step", "phase", "msg", "seconds")
 _ESCAPABLE = "\\;,=:"
 # torchrun's default --rdzv-id is the literal "none": shared by unrelated jobs, so not a job identity.
 _JOB_ID_ENVS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
@@ -82,6 +87,7 @@ class Fault:
     step: int
     phase: str = DEFAULT_PHASE
     msg: Optional[str] = None
+    seconds: Optional[float] = None  # slow's sleep per step
 
     @property
     def message(self) -> str:
@@ -95,6 +101,8 @@ class Fault:
     def to_spec(self) -> str:
         """The fault in MINDIO_FAULT_INJECT syntax (parses back to an equal Fault)."""
         text = f"{self.kind}:rank={self.rank},step={self.step},phase={self.phase}"
+        if self.seconds is not None:
+            text += f",seconds={self.seconds:g}"
         return text if self.msg is None else f"{text},msg={_escape(self.msg)}"
 
 
@@ -185,7 +193,22 @@ def _parse_fault(text: str, where: str) -> Fault:
     if msg is not None and not msg:
         raise FaultSpecError(f"{where}: msg= is empty (leave it out for {DEFAULT_MESSAGE!r})")
     return Fault(kind, _parse_int(items["rank"], "rank", where), _parse_int(items["step"], "step", where),
-                 phase, msg)
+                 phase, msg, _parse_seconds(kind, items.get("seconds"), where))
+
+
+def _parse_seconds(kind: str, value: Optional[str], where: str) -> Optional[float]:
+    if (value is None) != (kind != "slow"):
+        raise FaultSpecError(f"{where}: seconds= is " + ("required for slow" if kind == "slow" else
+                                                           f"only for slow, not {kind}"))
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise FaultSpecError(f"{where}: seconds={value!r} is not a number") from None
+    if not 0 < seconds <= MAX_SLOW_S:
+        raise FaultSpecError(f"{where}: seconds={value} must be within (0, {MAX_SLOW_S:g}]")
+    return seconds
 
 
 def parse_spec(spec: Optional[str]) -> Tuple[Fault, ...]:
@@ -264,7 +287,9 @@ class FaultPlan:
     def __init__(self, faults: Tuple[Fault, ...] = (), state_dir: Optional[str] = None):
         self.faults = tuple(faults)
         self.state_dir = state_dir
-        self._by_point = {(f.rank, f.step, f.phase): f for f in self.faults}
+        self._by_point = {(f.rank, f.step, f.phase): f for f in self.faults if f.kind != "slow"}
+        self._slow = [f for f in self.faults if f.kind == "slow"]
+        self._slow_said = set()
         if self.faults:
             if not state_dir:
                 raise FaultSpecError("FaultPlan with faults needs a state_dir for its once-per-job markers")
@@ -297,12 +322,22 @@ class FaultPlan:
         Cheap when nothing is planned there: one dict lookup."""
         if phase not in PHASES:
             raise ValueError(f"maybe_fire: unknown phase {phase!r}; known: {', '.join(PHASES)}")
+        for slow in self._slow:
+            if (slow.rank, slow.phase) == (rank, phase) and step >= slow.step:
+                self._sleep(slow)
         fault = self._by_point.get((rank, step, phase))
         if fault is None or not self._claim(fault):
             return
         logger.warning("fault injection: firing %s on rank %d at step %d (%s) at %s [pid %d]", fault.kind,
                        rank, step, phase, time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid())
         _FIRE[fault.kind](fault)
+
+    def _sleep(self, fault: Fault) -> None:
+        if fault not in self._slow_said:
+            self._slow_said.add(fault)
+            logger.warning("fault injection: rank %d is slow from step %d on: %g s more at each %s [pid %d]",
+                           fault.rank, fault.step, fault.seconds, fault.phase, os.getpid())
+        time.sleep(fault.seconds)
 
     def marker_path(self, fault: Fault) -> str:
         return os.path.join(self.state_dir, fault.marker_name)

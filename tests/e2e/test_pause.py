@@ -1,9 +1,10 @@
-"""Pause and continue, and the goodput ledger, on the real megatron.training (dp4, R=2, 4 gloo processes,
-online repair on): a memory error injected in step 2 is repaired online, then `mindio-adaptor pause` against
-the in-job controller's status server holds every rank after step 5 for 3 s. The run ends with the
-uninterrupted run's digest and losses; the pause started no recovery; the controller's ledger at the end puts
-the wall time in its uses, adding up within 1 %, with the 3 s paused and the repair's time. One run, checked
-several ways."""
+"""Sub-health on the real megatron.training (dp4, R=2, 4 gloo processes, online repair on): pause and continue,
+the slow-rank signal and the goodput ledger. Rank 3 is slowed from step 1 on (a sleep in each forward); a
+memory error injected in step 2 is repaired online; then `mindio-adaptor pause` against the in-job
+controller's status server holds every rank after step 5 for 3 s. The run ends with the uninterrupted run's
+digest and losses; the pause started no recovery; rank 3 alone is reported slow (not the peers that wait for
+it); the controller's ledger at the end puts the wall time in its uses, adding up within 1 %, with the 3 s
+paused and the repair's time. One run, checked several ways."""
 import contextlib
 import io
 import re
@@ -54,7 +55,9 @@ def paused_run(tmp_path_factory):
     faults = tmp_path_factory.mktemp("pause") / "faults"
     run = run_training(REPAIR, on_line=pauser, env={
         "MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN, "MINDIO_FAULT_STATE_DIR": str(faults),
-        "MINDIO_FAULT_INJECT": "raise:rank=1,step=2,msg=UCE ERROR injected before the pause"})
+        "MINDIO_FAULT_INJECT": "raise:rank=1,step=2,msg=UCE ERROR injected before the pause;"
+                               "slow:rank=3,step=1,seconds=0.3",
+        "MINDIO_SLOW_WINDOW_STEPS": "2", "MINDIO_SLOW_WINDOWS": "2"})
     if pauser.thread is not None:
         pauser.thread.join(130)
     return run, pauser
@@ -109,3 +112,12 @@ def test_the_goodput_ledger_adds_up_to_the_wall_time_with_the_pause_and_the_repa
     assert uses["recovering"] > 0 and uses["recomputed"] > 0 and uses["productive"] > 0 and uses["start-up"] > 0
     assert float(ratio) == round(uses["productive"] / float(wall), 2)
     assert re.search(r"; recovery #1: .*ABNORMAL [\d.]+ s.*, recomputed [\d.]+ s$", run.output, re.M)
+
+
+def test_the_slowed_rank_alone_is_reported_slow(paused_run):
+    run, _ = paused_run
+    slow = re.findall(r"\[controller rank 0\] rank (\d+) is slow: steps (\d+)-(\d+): compute (\d+) ms per step "
+                      r"against the ranks' median of (\d+) ms \(2 windows of 2 steps in a row over 1.5x\)", run.output)
+    assert [rank for rank, *_ in slow] == ["3"], slow  # once, and none of the peers that wait for it
+    _, first, last, compute, median = map(int, slow[0])
+    assert last <= 6 and compute >= median + 500, slow  # two sleeps of 0.3 s per step (two micro-batches)

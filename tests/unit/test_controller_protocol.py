@@ -21,9 +21,10 @@ SAMPLES = {
                  "controllers": 3},
     "REGISTER_ACK": {"result": 1, "message": "bad token", "replacement": False, "term": 2},
     "HEARTBEAT": {"rank": 3, "step": 123456789012, "run_status": 2, "data_status": 1, "ckpt_step": 123456789000,
-                  "section": nat.SECTIONS["save"], "section_ms": 61234, "limit_ms": 600000, "progress": 2 ** 40},
+                  "section": nat.SECTIONS["save"], "section_ms": 61234, "limit_ms": 600000, "progress": 2 ** 40,
+                  "compute_ms": 1234},
     "STATUS": {"rank": 0, "step": -1, "run_status": 0, "data_status": 0, "ckpt_step": -1, "section": 0,
-               "section_ms": 0, "limit_ms": 0, "progress": 0},
+               "section_ms": 0, "limit_ms": 0, "progress": 0, "compute_ms": -1},
     "REPLICA_INFO": {"rank": 5, "groups": [
         {"optimizer_type": 0, "replica_cnt": 2, "replica_shift": 0, "ranks": [1, 3, 5, 7]},
         {"optimizer_type": 1, "replica_cnt": 4, "replica_shift": 0, "ranks": list(range(8))}],
@@ -53,7 +54,8 @@ def test_message_round_trip(name):
 
 def test_the_last_run_status_and_section_round_trip():
     status = {"rank": 1, "step": 8, "run_status": 4, "data_status": 0, "ckpt_step": 8,
-              "section": nat.SECTIONS["startup"], "section_ms": 5, "limit_ms": 600000, "progress": 0}
+              "section": nat.SECTIONS["startup"], "section_ms": 5, "limit_ms": 600000, "progress": 0,
+              "compute_ms": 0}
     assert nat.SECTIONS["startup"] == 4  # finished (run status 4) and start-up are the highest values
     assert nat.decode_message(T["STATUS"], nat.encode_message(T["STATUS"], status)) == status
 
@@ -121,8 +123,11 @@ ACTION_HEAD = struct.pack("<HBqBBI", nat.ACTION_KINDS["repair"], 0, 1, 0, 0, 0) 
      r"Action\.repair\.repair_type: value 7 out of range 0\.\.6"),
     ("ACTION", ACTION_HEAD + struct.pack("<IIB", 0, 1, 2) + bytes(4),
      r"Action\.save\.optimizer_type: value 2 out of range 0\.\.1"),
-    ("STATUS", struct.pack("<iqBBqBqqQ", 1, 5, 0, 0, -1, 1, -1, 0, 0), "RankStatus.section_ms: negative duration -1"),
-    ("STATUS", struct.pack("<iqBBqBqqQ", 1, 5, 0, 0, -1, 1, 0, -5, 0), "RankStatus.limit_ms: negative limit -5"),
+    ("STATUS", struct.pack("<iqBBqBqqQq", 1, 5, 0, 0, -1, 1, -1, 0, 0, -1),
+     "RankStatus.section_ms: negative duration -1"),
+    ("STATUS", struct.pack("<iqBBqBqqQq", 1, 5, 0, 0, -1, 1, 0, -5, 0, -1), "RankStatus.limit_ms: negative limit -5"),
+    ("STATUS", struct.pack("<iqBBqBqqQq", 1, 5, 0, 0, -1, 1, 0, 0, 0, -2),
+     "RankStatus.compute_ms: negative duration -2"),
     ("REGISTER", struct.pack("<iiII", 0, 1, 0, 0) + bytes([2]), r"Register\.restarted: value 2 out of range 0\.\.1"),
     ("REGISTER", struct.pack("<iiIIBiBQH", 0, 1, 0, 0, 0, 0, 0, 1, 13),
      r"Register\.recovery_action: value 13 out of range 0\.\.12"),
@@ -213,13 +218,14 @@ WIRE_SAMPLES = dict({name: (name, msg) for name, msg in SAMPLES.items()}, **{
         {"optimizer_type": 1, "replica_cnt": -1, "replica_shift": 3, "ranks": []}], "domain": ""}),
     "HEARTBEAT_EXTREMES": ("HEARTBEAT", {"rank": -2 ** 31, "step": -2 ** 63, "run_status": 4, "data_status": 2,
                                          "ckpt_step": 2 ** 63 - 1, "section": 4, "section_ms": 2 ** 63 - 1,
-                                         "limit_ms": 1, "progress": 2 ** 64 - 1}),
+                                         "limit_ms": 1, "progress": 2 ** 64 - 1,
+                                         "compute_ms": 2 ** 63 - 1}),
 })
 
 # The bytes of WIRE_SAMPLES as the hand-written codec (before the table-driven one) wrote them, with
-# what frame versions 5 to 9 added (the controller's term in Register and RegisterAck, ReplicaInfo's
+# what frame versions 5 to 10 added (the controller's term in Register and RegisterAck, ReplicaInfo's
 # domain; Register's recovery_action; Register's leader_gone; Register's controllers; the NoReplacement
-# message) written by hand: the wire format must not change unnoticed.
+# message; RankStatus's compute_ms) written by hand: the wire format must not change unnoticed.
 WIRE_BYTES = {
     "ACTION": ("0300012a000000000000000101020000000300000005000000010000000001010000000700000001"
                "00000003000000020000000300000007000000010000000103000000000000000100000002000000"),
@@ -231,9 +237,9 @@ WIRE_BYTES = {
     "ERROR_REPORT": "020000000213000000554345204552524f5220617420307864656164",
     "GOODBYE": "ffffffff14000000636f6e74726f6c6c65722064657374726f796564",
     "HEARTBEAT": ("03000000141a99be1c0000000201081a99be1c0000000232ef000000000000c02709000000000000"
-                  "00000000010000"),
+                  "00000000010000" "d204000000000000"),
     "HEARTBEAT_EXTREMES": ("0000008000000000000000800402ffffffffffffff7f04ffffffffffffff7f0100000000000000ff"
-                           "ffffffffffffff"),
+                           "ffffffffffffff" "ffffffffffffff7f"),
     "PROCESS_ENDED": "060000007333637265740c000000921000000e0000007369676e616c205349474b494c4c",
     "PROCESS_ENDED_ACK": "000000001500000072616e6b203132206465636c617265642064656164000100000000000000",
     "NO_REPLACEMENT": "060000007333637265740200000002000000030000000b0000006e6f64652031206c6f7374",  # version 9
@@ -243,7 +249,8 @@ WIRE_BYTES = {
                      "00000000000008000000000000000100000002000000030000000400000005000000060000000700"
                      "0000" "0c000000686f73742d612f6e6f646531"),
     "REPLICA_INFO_EMPTY": "f9ffffff0100000001ffffffff030000000000000000000000",
-    "STATUS": "00000000ffffffffffffffff0000ffffffffffffffff00000000000000000000000000000000000000000000000000",
+    "STATUS": ("00000000ffffffffffffffff0000ffffffffffffffff00000000000000000000000000000000000000000000000000"
+               "ffffffffffffffff"),
 }
 
 
@@ -277,5 +284,5 @@ def test_leader_gone_is_a_bool_and_controllers_the_last_field_of_register():
     with pytest.raises(ValueError, match=r"Register\.controllers: needs 2 bytes"):
         nat.decode_message(T["REGISTER"], body[:-2])  # a version 7 body: no controllers
     assert nat.decode_message(T["REGISTER"], body[:-2] + b"\xff\xff")["controllers"] == 65535
-    assert nat.FRAME_VERSION == 9
+    assert nat.FRAME_VERSION == 10
     assert (nat.NOT_THE_LEADER, nat.AWAITING_MAJORITY, nat.NO_MAJORITY) == (2, 3, 4)

@@ -221,3 +221,32 @@ def test_hang_stops_progress_but_keeps_the_process_and_other_threads_alive(tmp_p
         proc.kill()
         out, err = proc.communicate(timeout=CHILD_TIMEOUT)
     assert proc.returncode == -signal.SIGKILL and "SURVIVED" not in out
+
+
+def test_slow_sleeps_at_every_step_from_its_own_and_says_so_once(tmp_path, caplog):
+    [slow] = parse_spec("slow:rank=1,step=3,seconds=0.05")
+    assert slow.to_spec() == "slow:rank=1,step=3,phase=forward,seconds=0.05"
+    plan = FaultPlan((slow,), str(tmp_path))
+    started = time.monotonic()
+    for step in (1, 2):
+        plan.maybe_fire(1, step)
+    assert time.monotonic() - started < 0.05  # before its step: no sleep
+    started = time.monotonic()
+    for step in (3, 4, 5):
+        plan.maybe_fire(1, step)
+        plan.maybe_fire(0, step)  # another rank is never slowed
+    assert time.monotonic() - started >= 0.15
+    assert caplog.text.count("rank 1 is slow from step 3 on: 0.05 s more at each forward") == 1
+    assert os.listdir(tmp_path) == []  # no once-per-job marker: it is a condition, not an event
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("slow:rank=1,step=3", "seconds= is required for slow"),
+    ("kill:rank=1,step=3,seconds=1", "seconds= is only for slow, not kill"),
+    ("slow:rank=1,step=3,seconds=0", r"seconds=0 must be within \(0, 60\]"),
+    ("slow:rank=1,step=3,seconds=1e9", r"seconds=1e9 must be within \(0, 60\]"),
+    ("slow:rank=1,step=3,seconds=soon", "seconds='soon' is not a number"),
+])
+def test_slow_needs_a_sensible_sleep(spec, message):
+    with pytest.raises(FaultSpecError, match=message):
+        parse_spec(spec)
