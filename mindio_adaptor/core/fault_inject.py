@@ -6,9 +6,10 @@ Grammar (whitespace around kinds, keys and values is ignored)::
     spec   := fault (';' fault)*             an unset or blank variable means no faults
     fault  := KIND ':' item (',' item)*
     item   := KEY '=' VALUE
-    KIND   := raise | kill | hang | sigterm | slow
+    KIND   := raise | kill | hang | sigterm | slow | flip
     KEY    := rank (required, integer >= 0) | step (required, integer >= 0)
-            | phase (forward | backward | optimizer | repair | save | written | exit; default forward)
+            | phase (forward | backward | optimizer | completed | repair | save | written | exit;
+                     default forward; flip needs completed)
             | msg   (only for raise; the RuntimeError's text, default "Other ERROR")
             | seconds (only for slow, and required there: 0 < seconds <= 60)
 
@@ -30,6 +31,9 @@ Kinds:
 - slow    -- the calling thread sleeps `seconds` at this phase of EVERY step from `step` on: sub-healthy
              hardware, not a failure (no marker: it is no once-per-job event, and a restarted process is as
              slow again). Said once in the log.
+- flip    -- one bit of this rank's optimizer shard flipped, at rest after the step's update: the highest
+             mantissa bit (bit 22) of the middle element of the shard's first float32 tensor (an fp32 main
+             param). Silent data corruption: nothing fails, the value is just wrong.
 
 Once per job: before firing, a marker file is created with O_CREAT|O_EXCL in the state directory; if it
 exists the fault has already fired in this job (before a recompute, a resume from checkpoint or a process
@@ -50,7 +54,9 @@ import socket
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
 
 from mindio_adaptor.core.private_files import NotPrivate, private_dir
 
@@ -58,8 +64,9 @@ logger = logging.getLogger("mindio_adaptor.fault_inject")
 
 ENV_SPEC = "MINDIO_FAULT_INJECT"
 ENV_STATE_DIR = "MINDIO_FAULT_STATE_DIR"
-KINDS = ("raise", "kill", "hang", "sigterm", "slow")
+KINDS = ("raise", "kill", "hang", "sigterm", "slow", "flip")
 MAX_SLOW_S = 60.0
+# completed: once the step's update is final (after the scheduler's step), the state at rest.
 # repair: when the rank starts its part of a recovery the controller drives (the CLEAN action), `step`
 # being the interrupted step -- a second fault while a repair is running.
 # save: inside the checkpoint save of iteration `step`, once Megatron created its directory and before
@@ -67,7 +74,7 @@ MAX_SLOW_S = 60.0
 # written: inside the same save, once this rank wrote its files and before the save's closing barrier
 # (the others may wait at that barrier, their own files written).
 # exit: when the process exits, before the rank leaves the controller (`step` the last iteration).
-PHASES = ("forward", "backward", "optimizer", "repair", "save", "written", "exit")
+PHASES = ("forward", "backward", "optimizer", "completed", "repair", "save", "written", "exit")
 DEFAULT_PHASE = "forward"
 DEFAULT_MESSAGE = "Other ERROR"
 _KEYS = ("rank", "step", "phase", "msg", "seconds")
@@ -192,6 +199,8 @@ def _parse_fault(text: str, where: str) -> Fault:
         raise FaultSpecError(f"{where}: msg= is only for raise, not {kind}")
     if msg is not None and not msg:
         raise FaultSpecError(f"{where}: msg= is empty (leave it out for {DEFAULT_MESSAGE!r})")
+    if kind == "flip" and phase != "completed":
+        raise FaultSpecError(f"{where}: flip changes the state at rest: give phase=completed")
     return Fault(kind, _parse_int(items["rank"], "rank", where), _parse_int(items["step"], "step", where),
                  phase, msg, _parse_seconds(kind, items.get("seconds"), where))
 
@@ -278,6 +287,22 @@ def _raise(fault: Fault) -> None:
     raise RuntimeError(fault.message)
 
 
+FLIPPED_BIT = 22  # float32's highest mantissa bit: the value changes by up to half, silently
+
+
+def flip_bit(shard: Sequence[torch.Tensor]) -> str:
+    """Flip FLIPPED_BIT of the middle element of the shard's first float32 tensor; says what it did."""
+    for index, tensor in enumerate(shard):
+        if tensor.dtype == torch.float32 and tensor.numel():
+            element = tensor.numel() // 2
+            words = tensor.detach().view(-1).view(torch.int32)
+            before = float(tensor.detach().view(-1)[element])
+            words[element] ^= 1 << FLIPPED_BIT
+            return (f"bit {FLIPPED_BIT} of element {element} of shard tensor {index}: {before!r} -> "
+                    f"{float(tensor.detach().view(-1)[element])!r}")
+    raise FaultSpecError("flip: this rank's optimizer shard has no float32 tensor")
+
+
 _FIRE = {"raise": _raise, "kill": _kill, "hang": _hang, "sigterm": _sigterm}
 
 
@@ -317,9 +342,10 @@ class FaultPlan:
                 raise FaultSpecError(f"{ENV_SPEC} fault {fault.to_spec()!r}: rank {fault.rank} does not "
                                      f"exist (world size {world_size})")
 
-    def maybe_fire(self, rank: int, step: int, phase: str = DEFAULT_PHASE) -> None:
+    def maybe_fire(self, rank: int, step: int, phase: str = DEFAULT_PHASE,
+                   shard: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> None:
         """Fire the fault planned for (rank, step, phase) unless it already fired in this job.
-        Cheap when nothing is planned there: one dict lookup."""
+        Cheap when nothing is planned there: one dict lookup. `shard` gives a flip its tensors."""
         if phase not in PHASES:
             raise ValueError(f"maybe_fire: unknown phase {phase!r}; known: {', '.join(PHASES)}")
         for slow in self._slow:
@@ -330,6 +356,11 @@ class FaultPlan:
             return
         logger.warning("fault injection: firing %s on rank %d at step %d (%s) at %s [pid %d]", fault.kind,
                        rank, step, phase, time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid())
+        if fault.kind == "flip":
+            if shard is None:
+                raise FaultSpecError(f"{fault.to_spec()}: fired where no optimizer shard is at hand")
+            logger.warning("fault injection: flipped %s", flip_bit(shard()))
+            return
         _FIRE[fault.kind](fault)
 
     def _sleep(self, fault: Fault) -> None:

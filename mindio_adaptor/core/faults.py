@@ -46,11 +46,14 @@ def _rules(state: ReportState, source: str, *texts: str) -> Tuple[FaultRule, ...
 _REFERENCE = "reference adaptor (reference-system.md §5)"
 _CUDA = "cudaGetErrorString texts as torch prints them ('CUDA error: ...'), CUDA runtime API docs"
 _NCCL = "torch c10d NCCLUtils getNcclErrorDetailStr / ProcessGroupNCCL, NCCL ncclResult_t docs"
+_OURS = "mindio_adaptor.patches.silent_corruption (the holders of an optimizer shard disagree)"
 _GLOO = "observed: torch 2.13.0+cpu, gloo, 2 processes (tests/unit/test_faults.py)"
 
 _S = ReportState
 BUILTIN_RULES: Tuple[FaultRule, ...] = (
     _rules(_S.UCE, _REFERENCE, "UCE ERROR", "HBM MULTI BIT ECC")
+    # Raised on every rank when the holders of an optimizer shard disagree: nobody's state is trusted.
+    + _rules(_S.UCE, _OURS, "SDC ERROR")
     + _rules(_S.NORMAL, _REFERENCE, "FORCE STOP")  # this rank was stopped on purpose (prelock)
     + _rules(_S.PREREPAIR_FINISH, _REFERENCE, "ARF FINISH")
     + _rules(_S.STEP_FINISH, _REFERENCE, "STEP FINISH")

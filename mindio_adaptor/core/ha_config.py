@@ -39,6 +39,7 @@ class HighAvailabilityConfig:
     elastic_scale_out_from: str = "replicas"
     optimizer_replica_num: int = 2
     verify_optimizer_replicas: bool = False
+    sdc_check_interval: int = 10
 
     @property
     def replica_count(self) -> int:
@@ -69,6 +70,10 @@ class HighAvailabilityConfig:
         if not isinstance(self.optimizer_replica_num, int) or self.optimizer_replica_num < 1:
             raise HighAvailabilityConfigError(
                 f"--optimizer-replica-num must be an integer >= 1, got {self.optimizer_replica_num}")
+        if not isinstance(self.sdc_check_interval, int) or self.sdc_check_interval < 0:
+            raise HighAvailabilityConfigError(
+                f"--sdc-check-interval must be an integer >= 0 (0: only at checkpoint steps), got "
+                f"{self.sdc_check_interval}")
         needs_ha = [name for name in ("enable_hbmfault_repair", "enable_worker_reboot",
                                       "enable_elastic_training", "distributed_optimizer_no_replica",
                                       "verify_optimizer_replicas")

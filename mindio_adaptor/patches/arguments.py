@@ -47,7 +47,12 @@ FLAGS = [
     ("--verify-optimizer-replicas", dict(
         action="store_true",
         help="After every step, check that the R holders of each shard hold bit-identical fp32 "
-             "main params and Adam moments (one extra collective per step).")),
+             "main params and Adam moments (--sdc-check-interval 1, and a line per step).")),
+    ("--sdc-check-interval", dict(
+        type=int, default=10, metavar="N",
+        help="Every N steps, and at every step a periodic checkpoint is saved, the R holders of each "
+             "optimizer shard compare fingerprints of it; a difference (silent data corruption) is "
+             "recomputed from the last checkpoint. 0: only at checkpoint steps (default 10).")),
 ]
 
 

@@ -1,7 +1,7 @@
 """MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
-the run at start), fired at the forward, backward and optimizer phases of the planned step, inside a
-checkpoint save of that iteration (before and after this rank writes its files), and when the process
-exits."""
+the run at start), fired at the forward, backward and optimizer phases of the planned step, once its
+update is final (completed: a flip changes this rank's optimizer shard there), inside a checkpoint save of
+that iteration (before and after this rank writes its files), and when the process exits."""
 import functools
 import os
 
@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.fault_inject import FaultPlan
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.megatron_job import current_iteration
+from mindio_adaptor.patches.megatron_job import current_iteration, shard_tensors
 from mindio_adaptor.patches.recovery_session import SESSION
 
 
@@ -27,18 +27,23 @@ def _read_plan(wrapped, instance, args, kwargs):
     if plan and _fire_optimizer_phase not in SESSION.job.before_optimizer_step:
         SESSION.job.before_optimizer_step.append(_fire_optimizer_phase)
         SESSION.job.before_leaving.append(_fire_exit_phase)
+        SESSION.job.step_completed.append(_fire_completed_phase)
     return wrapped(*args, **kwargs)
 
 
-def fire(phase: str, step: int):
+def fire(phase: str, step: int, shard=None):
     if SESSION.job.fault_plan:
         # At exit the process groups may be destroyed already (the example does so after main()).
         rank = dist.get_rank() if dist.is_initialized() else int(os.environ["RANK"])
-        SESSION.job.fault_plan.maybe_fire(rank, step, phase)
+        SESSION.job.fault_plan.maybe_fire(rank, step, phase, shard)
 
 
 def _fire_optimizer_phase(step: int):
     fire("optimizer", step)
+
+
+def _fire_completed_phase(step: int):
+    fire("completed", step, lambda: shard_tensors(SESSION.job.optimizer))
 
 
 def _fire_exit_phase():

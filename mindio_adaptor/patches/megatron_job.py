@@ -16,11 +16,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from mindio_adaptor.core.replica_layout import ATTENTION, MOE
 from mindio_adaptor.core.state_reshard import Slot
 from mindio_adaptor.patches import checkpoint_writer, uneven_batches
 from mindio_adaptor.patches.call_arguments import has_parameter
 from mindio_adaptor.patches.recovery_session import StepSnapshot
-from mindio_adaptor.patches.training_state import distributed_optimizers, shard_state_tensors
+from mindio_adaptor.patches.training_state import (distributed_optimizer_shard, distributed_optimizers,
+                                                    shard_state_tensors)
 
 logger = logging.getLogger(__name__)
 
@@ -367,6 +369,16 @@ def rederive_model_params(model, optimizer) -> None:
 
 def shard_tensors(optimizer) -> list:
     return shard_state_tensors(optimizer)
+
+
+def shard_tensors_by_optimizer(optimizer) -> dict:
+    """This rank's shard of the dense optimizer and of the expert optimizer, by replica_layout's
+    optimizer type (their holders differ under expert parallelism)."""
+    shards = {}
+    for opt in distributed_optimizers(optimizer):
+        kind = MOE if _optimizes_experts(opt) else ATTENTION
+        shards.setdefault(kind, []).extend(distributed_optimizer_shard(opt))
+    return shards
 
 
 def materialize_optimizer_state(optimizer) -> None:

@@ -1,10 +1,9 @@
-"""Hooks on Megatron's training loop: remember the model and optimizer, check replicas per step."""
+"""Hooks on Megatron's training loop: remember the model and optimizer, complete each step, check the shard holders."""
 import logging
 
 import torch.distributed as dist
 
-from mindio_adaptor.core.replica_check import check_peers_agree
-from mindio_adaptor.patches import loss_lines, megatron_job, uneven_batches
+from mindio_adaptor.patches import loss_lines, megatron_job, silent_corruption, uneven_batches
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 from mindio_adaptor.patches.training_state import shard_state_tensors
@@ -109,8 +108,8 @@ def _after_train_step(wrapped, instance, args, kwargs):
     complete_step(step)  # an iteration whose update was skipped (no scheduler step)
     if SESSION.job.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
         report_optimizer_state_bytes()
-    if getattr(margs, "verify_optimizer_replicas", False) and margs.num_distributed_optimizer_instances > 1:
-        verify_replicas(step)
+    if silent_corruption.check_is_due(step, margs):
+        silent_corruption.check_holders(step, say_agreement=margs.verify_optimizer_replicas)
     return result
 
 
@@ -124,17 +123,6 @@ def report_optimizer_state_bytes():
     dist.all_gather_object(everyone, local)
     if dist.get_rank() == 0:
         logger.info("optimizer state bytes per rank (fp32 master copies + Adam moments): %s", everyone)
-
-
-def verify_replicas(step: int):
-    tensors = shard_state_tensors(SESSION.job.optimizer)
-    if not tensors:
-        raise RuntimeError("--verify-optimizer-replicas: found no distributed-optimizer shard state")
-    peers = megatron_job.replica_peers_group()
-    check_peers_agree(tensors, peers, step)
-    if dist.get_rank() == 0:
-        logger.info("step %d: every optimizer shard identical on its %d holders (%d tensors checked "
-                    "on rank 0)", step, peers.size(), len(tensors))
 
 
 PATCHES = [

@@ -44,11 +44,15 @@ def distributed_optimizers(optimizer) -> list:
 
 def shard_state_tensors(optimizer) -> list:
     """This rank's optimizer shard: fp32 main params, then each one's Adam state, in a fixed order."""
+    return [t for dopt in distributed_optimizers(optimizer) for t in distributed_optimizer_shard(dopt)]
+
+
+def distributed_optimizer_shard(dopt) -> list:
+    """One distributed optimizer's part of this rank's shard, in shard_state_tensors' order."""
     tensors = []
-    for dopt in distributed_optimizers(optimizer):
-        for group in dopt.optimizer.param_groups:
-            for param in group["params"]:
-                tensors.append(param)
-                state = dopt.optimizer.state.get(param, {})
-                tensors += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
+    for group in dopt.optimizer.param_groups:
+        for param in group["params"]:
+            tensors.append(param)
+            state = dopt.optimizer.state.get(param, {})
+            tensors += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
     return tensors

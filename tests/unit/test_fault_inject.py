@@ -51,7 +51,7 @@ def test_valid_specs_parse_to_faults(spec, faults):
     ("raise:rank=1.5,step=2", "rank='1.5'"),
     ("raise:rank=1,step=2,when=now", "unknown key 'when'; known: rank, step, phase, msg"),
     ("raise:rank=1,rank=2,step=2", "key 'rank' given twice"),
-    ("raise:rank=1,step=2,phase=loss", "unknown phase 'loss'; known: forward, backward, optimizer, repair, save, written, exit"),
+    ("raise:rank=1,step=2,phase=loss", "unknown phase 'loss'; known: forward, backward, optimizer, completed, repair, save, written, exit"),
     ("raise:rank=1,step=2,msg=", "msg= is empty"),
     ("raise:rank=1,step=2,msg=   ", "msg= is empty"),
     ("kill:rank=1,step=2,msg=boom", "msg= is only for raise, not kill"),
@@ -67,6 +67,8 @@ def test_valid_specs_parse_to_faults(spec, faults):
     ("raise:rank=1,step=2,msg=oops\\", "trailing backslash"),
     (r"raise:rank=1,step=2,msg=a\nb", r"unknown escape '\\n'"),
     ("raise:rank=1,step=2;kill:rank=1,step=2", "rank 1 step 2 forward already has fault 1"),
+    ("flip:rank=1,step=2", "flip changes the state at rest: give phase=completed"),
+    ("flip:rank=1,step=2,phase=completed,seconds=1", "seconds= is only for slow, not flip"),
 ])
 def test_malformed_specs_name_the_bad_part(spec, message):
     with pytest.raises(FaultSpecError, match=message):
@@ -250,3 +252,16 @@ def test_slow_sleeps_at_every_step_from_its_own_and_says_so_once(tmp_path, caplo
 def test_slow_needs_a_sensible_sleep(spec, message):
     with pytest.raises(FaultSpecError, match=message):
         parse_spec(spec)
+
+
+def test_a_flip_fires_once_on_the_shard_it_is_given(tmp_path):
+    import torch
+
+    plan = FaultPlan(parse_spec("flip:rank=1,step=5,phase=completed"), str(tmp_path))
+    shard = [torch.zeros(3, dtype=torch.int64), torch.ones(9)]
+    plan.maybe_fire(1, 5, "completed", lambda: shard)
+    assert shard[1][4] == 1.5 and int((shard[1] != 1).sum()) == 1  # bit 22 of 1.0's mantissa: 1.5
+    plan.maybe_fire(1, 5, "completed", lambda: shard)  # once per job
+    assert shard[1][4] == 1.5
+    with pytest.raises(FaultSpecError, match="no optimizer shard is at hand"):
+        FaultPlan(parse_spec("flip:rank=0,step=1,phase=completed"), str(tmp_path / "b")).maybe_fire(0, 1, "completed")

@@ -1,0 +1,49 @@
+"""A fingerprint of an optimizer shard, computed where the shard lives (no copy to the host): per
+tensor, its size in bytes, the sum of its 32-bit words and a position-weighted sum of them, each
+modulo the Mersenne prime 2^31 - 1.
+
+Integer sums do not depend on the order of the reduction, so the same bytes give the same fingerprint
+on every device and in every run, and the holders of a shard can compare theirs exactly. A flipped bit
+changes its word by 2^k (k < 32), never a multiple of the prime, so it always changes the plain sum;
+two words swapped change the weighted sum. A check against hardware faults, not against an adversary.
+
+The words are summed as int64 in rows of ROW words: a row's weighted sum stays below 2^59 (words below
+2^31, weights up to 2^14), and every partial result is reduced modulo the prime before it is combined.
+At most BLOCK words are widened at a time, so the extra memory is bounded whatever the shard's size."""
+from typing import List, Sequence, Tuple
+
+import torch
+
+PRIME = (1 << 31) - 1
+ROW = 1 << 14
+BLOCK = 64 * ROW
+
+Fingerprint = Tuple[int, int, int]  # (bytes, sum of words, weighted sum of words)
+
+
+def _words(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as 32-bit words (as bytes when their count is no multiple of 4)."""
+    raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    return raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
+
+
+def fingerprint(tensor: torch.Tensor) -> Fingerprint:
+    words = _words(tensor)
+    device = words.device
+    column_weight = torch.arange(1, ROW + 1, dtype=torch.int64, device=device)
+    total = weighted = 0
+    for start in range(0, words.numel(), BLOCK):
+        block = words[start:start + BLOCK].to(torch.int64)
+        if block.numel() % ROW:
+            block = torch.cat([block, block.new_zeros(ROW - block.numel() % ROW)])
+        block = block.view(-1, ROW)
+        first_row = start // ROW
+        row_weight = torch.arange(first_row + 1, first_row + 1 + block.shape[0], dtype=torch.int64, device=device)
+        total += int(block.sum(dim=1).remainder(PRIME).sum())
+        rows = (block * column_weight).sum(dim=1).remainder(PRIME)
+        weighted += int((rows * row_weight.remainder(PRIME)).remainder(PRIME).sum())
+    return words.numel() * words.element_size(), total % PRIME, weighted % PRIME
+
+
+def fingerprints(tensors: Sequence[torch.Tensor]) -> List[Fingerprint]:
+    return [fingerprint(t) for t in tensors]
