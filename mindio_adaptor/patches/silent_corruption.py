@@ -13,6 +13,7 @@ after recomputing cannot be settled: it is raised as an unrecoverable error."""
 import hashlib
 import logging
 import socket
+import time
 from typing import Dict, List, Tuple
 
 import torch.distributed as dist
@@ -51,6 +52,7 @@ def check_is_due(step: int, margs) -> bool:
 
 def check_holders(step: int, say_agreement: bool = False) -> None:
     """A collective of the whole job: every rank calls it after the same step."""
+    started = time.monotonic()
     shards = megatron_job.shard_tensors_by_optimizer(SESSION.job.optimizer)
     mine = {kind: tuple(fingerprints(tensors)) for kind, tensors in shards.items()}
     digests = megatron_job.gather_objects({kind: _digest(prints) for kind, prints in mine.items()})
@@ -60,7 +62,8 @@ def check_holders(step: int, say_agreement: bool = False) -> None:
         _settle(step, shards, mine)
         if say_agreement and dist.get_rank() == 0:
             logger.info("step %d: every optimizer shard identical on its %d holders (%d tensors checked on "
-                        "rank 0)", step, SESSION.job.layout.sets[0].replica_cnt, sum(map(len, mine.values())))
+                        "rank 0 in %.1f ms)", step, SESSION.job.layout.sets[0].replica_cnt,
+                        sum(map(len, mine.values())), 1000 * (time.monotonic() - started))
         return
     me = dist.get_rank()
     prints = megatron_job.gather_objects({kind: mine[kind] for kind, holders in disputed if me in holders})
@@ -76,7 +79,7 @@ def check_holders(step: int, say_agreement: bool = False) -> None:
     if me == min(dispute.holders[0] for _, dispute in found):
         logger.error("silent data corruption found after step %d: %s", step, described)
     raise SilentCorruption(f"{SDC_ERROR}: the holders of {len(found)} optimizer shard(s) disagree after step "
-                           f"{step}; the job recomputes from its last checkpoint")
+                           f"{step}; no rank's state is trusted until it is recomputed from a checkpoint")
 
 
 def _shards(layout):
