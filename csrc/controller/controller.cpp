@@ -122,7 +122,8 @@ std::vector<Controller::RankView> Controller::ranks() const {
                                                       {r.joining, "joining"}, {r.left, "left"},
                                                       {r.finished, "finished"},
                                                       {r.run == RunStatus::Paused, "paused"},
-                                                      {slow_.slow(static_cast<int>(out.size())), "slow"}};
+                                                      {slow_.slow(static_cast<int>(out.size())), "slow"},
+                                                      {!r.sub_health.empty(), "sub-healthy"}};
         for (const auto& [on, name] : flags) {
             if (on) v.flags.push_back(name);
         }

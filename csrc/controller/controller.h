@@ -155,6 +155,7 @@ private:
     void handle_status(const RankStatusMsg& m, bool heartbeat);
     void handle_replica(const ReplicaInfoMsg& m);
     void handle_error(const ErrorReportMsg& m);
+    void note_sub_health_locked(int rank, const std::string& code);  // a rank reported ReportState::SubHealth
     void handle_reply(uint64_t seq, const ActionReplyMsg& m);
     void handle_goodbye(const GoodbyeMsg& m);
     void handle_process_ended(uint64_t conn, const std::string& body);

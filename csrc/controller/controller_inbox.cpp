@@ -240,6 +240,10 @@ void Controller::handle_error(const ErrorReportMsg& m) {
     auto kind = fault_kind_of(static_cast<ReportState>(m.state));
     event_locked("report", "rank " + std::to_string(m.rank) + " state " + std::to_string(m.state) +
                                (m.error_code.empty() ? "" : " code " + m.error_code));
+    if (static_cast<ReportState>(m.state) == ReportState::SubHealth) {
+        note_sub_health_locked(m.rank, m.error_code);
+        return;
+    }
     if (static_cast<ReportState>(m.state) == ReportState::PrerepairFinish && ranks_[m.rank].joining) {
         ranks_[m.rank].ready = true;  // "ARF FINISH": the restarted process waits for REBUILD_GROUP
         event_locked("replacement_ready", "rank " + std::to_string(m.rank));
@@ -250,6 +254,16 @@ void Controller::handle_error(const ErrorReportMsg& m) {
     CodedReport coded{m.state, m.error_code};
     add_fault_locked(m.rank, *kind, "reported state " + std::to_string(m.state) + " " + m.error_code,
                      m.error_code.empty() ? nullptr : &coded);
+}
+
+void Controller::note_sub_health_locked(int rank, const std::string& code) {
+    auto& codes = ranks_[rank].sub_health;
+    if (std::find(codes.begin(), codes.end(), code) != codes.end()) return;
+    codes.push_back(code);
+    const std::string domain = ranks_[rank].domain.empty() ? "" : " (node " + ranks_[rank].domain + ")";
+    LOG_WARN(kLog, cfg_.rank, "rank " << rank << domain << " reported sub-health: " << code
+                                      << "; training goes on, the rank is flagged sub-healthy");
+    event_locked("sub_health", "rank " + std::to_string(rank) + domain + ": " + code);
 }
 
 void Controller::handle_reply(uint64_t seq, const ActionReplyMsg& m) {

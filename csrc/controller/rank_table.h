@@ -53,6 +53,8 @@ struct RankEntry : RankSnapshot {
     // its place: why, until a process of this rank registers or is heard from (a stalled launcher's
     // workers may live on).
     std::string unreplaced_why;
+    // The codes of the sub-health it reported (ReportState::SubHealth), oldest first, each once.
+    std::vector<std::string> sub_health;
     bool retired = false;          // dropped by a scale-in (elastic training): the job goes on without it
                                    // (joining as well: a restarted process returned for it, for a scale-out)
 };

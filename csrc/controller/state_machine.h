@@ -23,11 +23,6 @@ const char* state_name(State s);
 bool transition_allowed(State from, State to);
 std::vector<std::pair<State, State>> transition_table();
 
-// The reference's ReportState values.
-enum class ReportState : uint8_t {
-    Normal = 0, Retry = 1, Uce = 2, UceCorrupted = 3, HcclFailed = 4, InitFinish = 5, PrerepairFinish = 6,
-    StepFinish = 7, Unknown = 8,
-};
 
 enum class FaultKind : uint8_t { Memory = 0, Comm = 1, Node = 2, Unknown = 3 };
 const char* fault_kind_name(FaultKind k);

@@ -853,14 +853,19 @@ void Processor::report_error(uint8_t report_state, const std::string& error_code
     // instead of the controller dropping the connection over it.
     std::string problem = check_error_code(error_code);
     if (!problem.empty()) throw std::invalid_argument("error_code " + problem);
-    if (report_state > 8) throw std::invalid_argument("report_state " + std::to_string(report_state) + " is out of range 0..8");
+    if (report_state > kMaxReportState) {
+        throw std::invalid_argument("report_state " + std::to_string(report_state) + " is out of range 0.." +
+                                    std::to_string(kMaxReportState));
+    }
+    const bool sub_health = report_state == static_cast<uint8_t>(ReportState::SubHealth);
     ErrorReportMsg msg{cfg_.rank, report_state, error_code};
     {
         std::lock_guard<std::mutex> lock(mu_);
         // NORMAL (stopped on purpose) and the progress reports (INIT_FINISH, PREREPAIR_FINISH,
         // STEP_FINISH) are not faults.
-        if (report_state != 0 && (report_state < 5 || report_state > 7)) run_ = RunStatus::Faulted;
-        if (report_state != 0 && report_state != 5 && report_state != 7) open_report_ = msg;
+        // SUB_HEALTH (ours) is not a fault either: training goes on.
+        if (report_state != 0 && (report_state < 5 || report_state > 7) && !sub_health) run_ = RunStatus::Faulted;
+        if (report_state != 0 && report_state != 5 && report_state != 7 && !sub_health) open_report_ = msg;
     }
     if (!send_frame(encode_frame(MsgType::ErrorReport, 0, encode(msg)))) {
         std::lock_guard<std::mutex> lock(mu_);

@@ -300,7 +300,7 @@ template <> struct Schema<ErrorReportMsg> : NoCheck {
     static constexpr const char* name = "ErrorReport";
     template <typename Self, typename Visit> static void fields(Self& m, Visit& v) {
         v("rank", m.rank);
-        v("state", m.state, upto(8));  // ReportState::Unknown, the highest (controller/state_machine.h)
+        v("state", m.state, upto(kMaxReportState));
         v("error_code", m.error_code, Printable{kMaxErrorCode});
     }
 };

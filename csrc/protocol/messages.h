@@ -125,6 +125,14 @@ struct ReplicaInfoMsg {
 };
 constexpr size_t kMaxDomain = 256;
 
+// The reference's ReportState values, and ours after them. SubHealth: the rank's hardware is suspect
+// (the error code says why, e.g. silent data corruption) and training goes on: not a fault.
+enum class ReportState : uint8_t {
+    Normal = 0, Retry = 1, Uce = 2, UceCorrupted = 3, HcclFailed = 4, InitFinish = 5, PrerepairFinish = 6,
+    StepFinish = 7, Unknown = 8, SubHealth = 9,
+};
+constexpr uint8_t kMaxReportState = 9;
+
 struct ErrorReportMsg {
     int32_t rank = 0;
     uint8_t state = 0;  // ReportState value

@@ -25,6 +25,8 @@ class ReportState(IntEnum):
     PREREPAIR_FINISH = 6
     STEP_FINISH = 7
     UNKNOWN = 8
+    # Ours: the rank's hardware is suspect (the error code says why), training goes on; not a fault.
+    SUB_HEALTH = 9
     RS_NORMAL = 0
     RS_RETRY = 1
     RS_UCE = 2
@@ -34,6 +36,7 @@ class ReportState(IntEnum):
     RS_PREREPAIR_FINISH = 6
     RS_STEP_FINISH = 7
     RS_UNKNOWN = 8
+    RS_SUB_HEALTH = 9
 
 
 class RepairType(IntEnum):

@@ -213,6 +213,10 @@ class ProcessorLink:
     def report_fault(self, state: ReportState, error_code: str = "") -> None:
         self.native.report_error(int(ReportState(state)), error_code)
 
+    def report_sub_health(self, code: str) -> None:
+        """This rank's hardware is suspect (`code` says why); the controller flags it, training goes on."""
+        self.native.report_error(int(ReportState.SUB_HEALTH), code)
+
     def await_decision(self, timeout_s: Optional[float] = None,
                        between: Optional[Callable[[], None]] = None) -> ControllerDecision:
         """Wait for the controller's decision after a reported fault: the only such wait, shared by the

@@ -7,9 +7,10 @@ A disagreement is raised on every rank as a memory fault (SDC_ERROR): a corrupte
 rank's gradients within a step, so no rank's state is trusted, and the controller reloads the last
 checkpoint online and the job recomputes from there (the controller's ordinary decision when no live
 peer can repair a shard). Without a checkpoint to reload, or without online repair, the job ends with
-nothing saved. When the recomputation passes the disputed step, the holders whose copy differs from the
-recomputed one are named as corrupted, and their hosts as suspect. A disagreement again at the same step
-after recomputing cannot be settled: it is raised as an unrecoverable error."""
+nothing saved. When the recomputation passes the disputed step, core/holder_vote's rule names the corrupted
+copies: each of their holders logs its host as suspect and reports sub-health (SDC_CODE) to the controller,
+which flags the rank. A disagreement again at the same step after recomputing cannot be settled: it is
+raised as an unrecoverable error."""
 import hashlib
 import logging
 import socket
@@ -18,6 +19,7 @@ from typing import Dict, List, Tuple
 
 import torch.distributed as dist
 
+from mindio_adaptor.core import processor_link
 from mindio_adaptor.core.holder_vote import Disagreement, compare_holders, judge_copies
 from mindio_adaptor.core.replica_layout import ATTENTION, MOE
 from mindio_adaptor.core.shard_fingerprint import fingerprints
@@ -27,6 +29,7 @@ from mindio_adaptor.patches.recovery_session import SESSION
 logger = logging.getLogger(__name__)
 
 SDC_ERROR = "SDC ERROR"  # core/faults: a memory fault of the rank that raises it
+SDC_CODE = "MINDIO-SDC"  # the sub-health a corrupted copy's holder reports (the controller flags it)
 OPTIMIZER_NAMES = {ATTENTION: "optimizer", MOE: "expert optimizer"}
 
 # Disputed step -> each disputed shard's optimizer type, disagreement, and its holders' disputed tensors
@@ -114,6 +117,9 @@ def _settle(step: int, shards: dict, mine: dict) -> None:
         if me in corrupted:
             logger.error("silent data corruption after step %d: this rank's copy of its %s shard was the "
                          "corrupted one (%s); host %s is suspect", step, name, rule, socket.gethostname())
+            link = processor_link.current_or_none()
+            if link is not None:
+                link.report_sub_health(SDC_CODE)
         if me == next((h for h in dispute.holders if h not in corrupted), dispute.holders[0]):
             logger.warning("silent data corruption after step %d, recomputed: the %s shard of ranks %s: the "
                            "corrupted copy was rank(s) %s's (%s)", step, name, list(dispute.holders),

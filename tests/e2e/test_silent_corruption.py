@@ -48,6 +48,9 @@ def test_the_recomputation_names_the_corrupted_copy_and_its_host(corrupted_run):
     assert re.search(r"rank 3\] WARNING silent data corruption after step 6, recomputed: the optimizer shard of "
                      r"ranks \[1, 3\]: the corrupted copy was rank\(s\) \[1\]'s", out)
     assert "rank 3] ERROR silent data corruption after step 6: this rank" not in out
+    assert re.search(r"\[controller rank 0\] rank 1( \(node \S+\))? reported sub-health: MINDIO-SDC; training goes "
+                     r"on, the rank is flagged sub-healthy", out)
+    assert "rank 3 reported sub-health" not in out and "rank 3 (node" not in out
 
 
 def test_the_run_ends_as_the_uninterrupted_one(corrupted_run, reference_runs):
