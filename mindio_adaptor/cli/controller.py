@@ -125,13 +125,23 @@ def run(args) -> int:
 
 
 def serve(args, world_size: int, port: int, status_port) -> int:
+    from mindio_adaptor.core.offender_record import OffenderRecord, OffenderSettingError
     from mindio_adaptor.status.controller_source import start_if_asked
     from mindio_adaptor.status.goodput import goodput_line
+    from mindio_adaptor.status.offender_watch import OffenderWatch
     from mindio_adaptor.status.server import StatusServerError
     from mindio_adaptor.ttp import controller as ctl
 
+    try:
+        record = OffenderRecord.from_env()
+    except OffenderSettingError as err:
+        print(f"mindio-adaptor controller: cannot start: {err}", file=sys.stderr, flush=True)
+        return 2
     ctl.tft_init_controller(-1, world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
                             backup=args.backup, enable_scale_in=args.elastic)
+    watch = OffenderWatch(record, ctl.controller_events, ctl.controller_ranks,
+                          say=lambda line: print(f"controller: {line}", file=sys.stderr, flush=True))
+    said_remembered = False
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
@@ -149,9 +159,14 @@ def serve(args, world_size: int, port: int, status_port) -> int:
         if status is not None:
             print("status page on %s://%s:%d/" % (status.scheme, *status.address), flush=True)
         while not done.wait(0.5):
+            if not said_remembered and ctl.controller_state() != "INIT":  # leading (a backup may never)
+                said_remembered = True
+                watch.say_remembered()
+            watch.poll()
             if ctl.controller_state() == "EXIT":
                 done.wait(1.0)  # let the last replies arrive
                 break
+        watch.poll()  # the events of the job's end
         print(f"controller finished in state {ctl.controller_state()}", flush=True)
         if ctl.controller_state() != "INIT":  # a backup that never led accounted nothing of the job
             print(goodput_line(ctl.controller_goodput()), flush=True)

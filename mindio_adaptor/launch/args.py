@@ -10,7 +10,8 @@ import argparse
 import os
 from typing import Tuple
 
-from mindio_adaptor.launch.config import DEFAULT_LOST_AFTER_S, DEFAULT_WARM_REFILL_DELAY_S, LaunchConfig, LaunchConfigError, resolve
+from mindio_adaptor.launch.config import (DEFAULT_LOST_AFTER_S, DEFAULT_WARM_REFILL_DELAY_S, REPEAT_OFFENDER_POLICIES,
+                                          LaunchConfig, LaunchConfigError, resolve)
 from mindio_adaptor.launch.job_token import launcher_token
 from mindio_adaptor.launch.warm_worker import DEFAULT_PRELOAD
 
@@ -96,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a file of yours, readable by you only (mode 600), holding the job's token: the same on every "
              "node (or MINDIO_TOKEN). Without either, launchers whose store is on a loopback address make one "
              "and share it through a private file; on any other address the launcher refuses to start")
+    add("--repeat-offenders", "--repeat_offenders", dest="repeat_offenders", choices=REPEAT_OFFENDER_POLICIES,
+        default=_env("repeat_offenders", "warn"),
+        help="when the offender record (MINDIO_OFFENDER_FILE, `mindio-adaptor offenders`) names this node a "
+             "repeat offender: warn and run (default), or refuse to start")
     add("--role", default=_env("role", "default"), help="ROLE_NAME of the workers (default 'default')")
     add("-m", "--module", action="store_true", default=_env_flag("module"),
         help="run the script as a Python module (python -m)")

@@ -32,6 +32,9 @@ DEFAULT_LOST_AFTER_S = 10.0
 DEFAULT_WARM_REFILL_DELAY_S = 20.0  # past the recovery that the handed-out workers take part in
 
 
+REPEAT_OFFENDER_POLICIES = ("warn", "refuse")
+
+
 class LaunchConfigError(ValueError):
     """A command line that cannot run; the message names the flag."""
 
@@ -63,6 +66,7 @@ class LaunchConfig:
     online_repair: bool = True  # the job asked for online repair (--enable-hbmfault-repair / retry)
     elastic_training: bool = False  # the job asked for the scale-in (--enable-elastic-training / elastic-training)
     node0_wait: float = DEFAULT_RDZV_TIMEOUT_S  # seconds a launcher that lost node 0 waits for a new one
+    repeat_offenders: str = "warn"  # a node the offender record names: warn and run, or refuse to start
 
     @property
     def world_size(self) -> int:
@@ -100,7 +104,8 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         controllers=controllers,
         controllers_reason=controllers_reason,
         online_repair=_online_repair(args, environ),
-        elastic_training=_training_asks(args, environ, SCRIPT_ELASTIC_FLAG, "enable_elastic_training"), node0_wait=_node0_wait(args.node0_wait, rdzv_timeout))
+        elastic_training=_training_asks(args, environ, SCRIPT_ELASTIC_FLAG, "enable_elastic_training"),
+        node0_wait=_node0_wait(args.node0_wait, rdzv_timeout), repeat_offenders=args.repeat_offenders)
 
 
 def _node0_wait(given, rdzv_timeout: float) -> float:

@@ -15,11 +15,14 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
 
 def run(config: LaunchConfig, token: str) -> int:
     # torch is imported only now: a bad command line was answered without it.
+    from mindio_adaptor.launch import repeat_offender
     from mindio_adaptor.launch.agent import NodeAgent
     from mindio_adaptor.launch.node_store import NodeStore, NodeStoreError
     from mindio_adaptor.launch.warm_pool import WarmPool
 
     log = configure("standby" if config.standby else config.node_rank)
+    if not config.standby and repeat_offender.refused(config, log):
+        return 1
     store = NodeStore(config, token)
     # A standby's workers wait warm for the node it will replace; a node keeps --spare-workers of them.
     warm = WarmPool(config, config.nproc_per_node if config.standby else config.spare_workers)

@@ -18,6 +18,11 @@ ENV_RESTARTED = "MINDIO_RESTARTED"  # read by mindio_adaptor.ttp.processor (tft_
 ENV_FAILURE_DOMAIN = "MINDIO_FAILURE_DOMAIN"
 
 
+def failure_domain(config: LaunchConfig, base: Mapping[str, str]) -> str:
+    """The node as the replica layout and the offender record name it: MINDIO_FAILURE_DOMAIN when set."""
+    return base.get(ENV_FAILURE_DOMAIN) or f"{socket.gethostname()}/node{config.node_rank}"
+
+
 def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_count: int, restarted: bool,
                token: str, base: Mapping[str, str] = os.environ, extra: Mapping[str, str] = {}) -> Dict[str, str]:
     """`master_port` is the port of the current generation's worker store (not --master-port: that one is the
@@ -44,7 +49,7 @@ def worker_env(config: LaunchConfig, local_rank: int, master_port: int, restart_
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         # Set in both cases: a launcher started from inside a restarted worker must not pass it on.
         ENV_RESTARTED: "1" if restarted else "0",
-        ENV_FAILURE_DOMAIN: base.get(ENV_FAILURE_DOMAIN) or f"{socket.gethostname()}/node{config.node_rank}",
+        ENV_FAILURE_DOMAIN: failure_domain(config, base),
         ENV_TOKEN: token,
     })
     env.update(extra)  # the controllers hosted by the launchers (launch/controllers)

@@ -14,9 +14,11 @@ from mindio_adaptor.ttp.exception_handler import classify, tft_register_exceptio
 def test_enum_values_are_the_reference_values():
     assert {e.name: e.value for e in OptimizerType} == {"ATTENTION": 0, "MOE": 1}
     assert {e.name: e.value for e in Action} == {"RETRY": 0, "EXIT": 1}
+    # the reference's nine, then ours (SUB_HEALTH: a suspect rank, not a fault)
     assert [e.name for e in ReportState] == ["NORMAL", "RETRY", "UCE", "UCE_CORRUPTED", "HCCL_FAILED",
-                                             "INIT_FINISH", "PREREPAIR_FINISH", "STEP_FINISH", "UNKNOWN"]
-    assert [e.value for e in ReportState] == list(range(9))
+                                             "INIT_FINISH", "PREREPAIR_FINISH", "STEP_FINISH", "UNKNOWN",
+                                             "SUB_HEALTH"]
+    assert [e.value for e in ReportState] == list(range(10))
     assert [e.name for e in RepairType] == ["SEND", "UCE_HIGHLEVEL", "UCE_LOWLEVEL", "RECV_REPAIR", "ROLLBACK",
                                             "LOAD_CKPT", "LOAD_REBUILD"]
     assert [e.value for e in RepairType] == list(range(7))

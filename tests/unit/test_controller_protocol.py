@@ -105,6 +105,7 @@ def test_every_truncated_body_is_refused(name):
     ("STATUS", struct.pack("<iqBBq", 1, 5, 5, 0, -1), "run_status"),  # 4 (finished) is the last
     ("STATUS", struct.pack("<iqBBqB", 1, 5, 4, 0, -1, 5), "section"),  # 4 (startup) is the last
     ("ERROR_REPORT", struct.pack("<iB", 1, 200) + struct.pack("<I", 0), "state"),
+    ("ERROR_REPORT", struct.pack("<iB", 1, 10) + struct.pack("<I", 0), r"state: value 10 out of range 0\.\.9"),
     ("REGISTER", struct.pack("<iiII", 0, 1, 0, 0xFFFFFFFF), "string length"),
     ("REPLICA_INFO", struct.pack("<iI", 0, 0x7FFFFFFF), "does not fit"),
 ])
@@ -163,6 +164,11 @@ def test_error_code_round_trips_up_to_its_bound(code):
     sample = {"rank": 1, "state": 2, "error_code": code}
     body = nat.encode_message(T["ERROR_REPORT"], sample)
     assert nat.decode_message(T["ERROR_REPORT"], body) == sample
+
+
+def test_a_sub_health_report_is_state_9_on_the_wire():
+    sample = {"rank": 3, "state": 9, "error_code": "MINDIO-SDC"}  # ReportState.SUB_HEALTH (protocol 11)
+    assert nat.decode_message(T["ERROR_REPORT"], nat.encode_message(T["ERROR_REPORT"], sample)) == sample
 
 
 def error_report_body(code: bytes) -> bytes:
@@ -284,5 +290,5 @@ def test_leader_gone_is_a_bool_and_controllers_the_last_field_of_register():
     with pytest.raises(ValueError, match=r"Register\.controllers: needs 2 bytes"):
         nat.decode_message(T["REGISTER"], body[:-2])  # a version 7 body: no controllers
     assert nat.decode_message(T["REGISTER"], body[:-2] + b"\xff\xff")["controllers"] == 65535
-    assert nat.FRAME_VERSION == 10
+    assert nat.FRAME_VERSION == 11
     assert (nat.NOT_THE_LEADER, nat.AWAITING_MAJORITY, nat.NO_MAJORITY) == (2, 3, 4)
