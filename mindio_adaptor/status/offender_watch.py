@@ -10,7 +10,8 @@ What counts as an incident of a node, from the events:
   optimizer shard was found corrupted.
 
 The controller's host polls the watch; a node that becomes a repeat offender is said once, with its
-incidents. A rank with no failure domain is recorded as "rank R"."""
+incidents. A rank's node is the failure domain it last reported; a rank the controller never learned one of
+(it died before it reported to a controller that took over) is recorded as "rank R"."""
 import logging
 import re
 import time
@@ -46,6 +47,7 @@ class OffenderWatch:
                  say: Callable[[str], None] = logger.warning, clock: Callable[[], float] = time.time):
         self.record, self._events, self._ranks, self._say, self._clock = record, events, ranks, say, clock
         self._seen = 0
+        self._domains = {}  # rank -> the last failure domain it reported
 
     def say_remembered(self) -> None:
         """At the controller's start: the repeat offenders the record already holds."""
@@ -53,14 +55,13 @@ class OffenderWatch:
             self._say(f"remembered from earlier runs: {self.record.describe(node, incidents)}")
 
     def poll(self) -> None:
+        ranks = self._ranks()
+        self._domains.update({rank: r["domain"] for rank, r in enumerate(ranks) if r["domain"]})
         events = self._events()
         new, self._seen = events[self._seen:], len(events)
-        if not new:
-            return
-        ranks = self._ranks()
         for _, kind, detail in new:
             for rank, what in charged_faults(kind, detail, len(ranks)):
-                node = ranks[rank]["domain"] if 0 <= rank < len(ranks) and ranks[rank]["domain"] else f"rank {rank}"
+                node = self._domains.get(rank, f"rank {rank}")
                 try:
                     offended = self.record.note(Incident(self._clock(), node, rank, what))
                 except OSError as err:  # the job goes on; the incident is said, not kept

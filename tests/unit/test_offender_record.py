@@ -102,6 +102,10 @@ def test_the_watch_notes_each_new_event_once_and_says_a_repeat_offender(tmp_path
     assert len(said) == 1 and said[0].startswith("node vm-1 is a repeat offender: 2 incidents within 24 h (")
     watch.say_remembered()
     assert said[1].startswith("remembered from earlier runs: node vm-1 is a repeat offender")
+    ranks[1] = {"domain": ""}  # a replacement not yet reported: the rank's last known node is kept
+    events.append((4.0, "decision", "recover: faults 1:node repair_step=6"))
+    watch.poll()
+    assert (r.incidents()[-1].node, r.incidents()[-1].rank) == ("vm-1", 1)
 
 
 def test_a_record_that_cannot_be_written_is_said_and_the_watch_goes_on(tmp_path):
