@@ -22,14 +22,17 @@ from mindio_adaptor.core import cut_off, inherited_sockets, job_store, processor
 from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 from mindio_adaptor.core.paired_store import control_ports
 from mindio_adaptor.core.env_values import seconds_from_env
+from mindio_adaptor.core.offender_record import OffenderRecord
 from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state, recovery
 from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches import fault_handling
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 from mindio_adaptor.status.goodput import goodput_line
+from mindio_adaptor.status.offender_watch import OffenderWatch
 
 logger = logging.getLogger(__name__)
+_offender_watch = None  # on rank 0, beside the in-job controller
 
 FINISH_WAIT_ENV = "MINDIO_FINISH_WAIT_S"
 DEFAULT_FINISH_WAIT_S = 10.0
@@ -109,6 +112,7 @@ def _start_in_job_controller(rank, world, controller, config):
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
         _publish_contact(shared[0], needed=config.enable_worker_reboot)
         _start_status_page(announce_token=not token_chosen_by_user)
+        _watch_offenders(controller)
     dist.broadcast_object_list(shared, src=0)
     port, token = shared
     os.environ[ENV_TOKEN] = token
@@ -125,6 +129,16 @@ def _start_status_page(announce_token: bool) -> None:
     if SESSION.status_server is not None and announce_token:
         logger.info("status page at http://%s:%d/: the token this job made is in %s (readable by you only)",
                     *SESSION.status_server.address, write_token_file(os.environ[ENV_TOKEN]))
+
+
+def _watch_offenders(controller) -> None:
+    """Rank 0's controller keeps the record of the nodes that caused faults too (status/offender_watch): its
+    events are read after every completed step and when the job ends."""
+    global _offender_watch
+    _offender_watch = OffenderWatch(OffenderRecord.from_env(), controller.controller_events,
+                                    controller.controller_ranks)
+    _offender_watch.say_remembered()
+    SESSION.job.step_completed.append(lambda step: _offender_watch.poll())
 
 
 def _publish_contact(port: int, needed: bool) -> None:
@@ -150,6 +164,8 @@ def disconnect():
             _await_the_others_leaving(controller)
         if SESSION.status_server is not None:
             SESSION.status_server.stop()
+        if _offender_watch is not None:
+            _offender_watch.poll()
         stats = controller.controller_stats()
         logger.info("controller at exit: state %s, %s", controller.controller_state(),
                     ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))

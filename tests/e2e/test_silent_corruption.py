@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from mindio_adaptor.core.offender_record import FILE_ENV, OffenderRecord
 from mindio_adaptor.tiny_job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
@@ -18,8 +19,11 @@ def corrupted_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sdc")
     flags = ["--enable-high-availability", "--enable-hbmfault-repair", "--save", str(tmp / "ckpt"),
              "--save-interval", "3"]
-    env = {"MINDIO_FAULT_INJECT": FLIP, "MINDIO_FAULT_STATE_DIR": str(tmp / "faults")}
-    return run_training(flags, env=env).require_success()
+    env = {"MINDIO_FAULT_INJECT": FLIP, "MINDIO_FAULT_STATE_DIR": str(tmp / "faults"),
+           FILE_ENV: str(tmp / "offenders.json")}
+    run = run_training(flags, env=env).require_success()
+    run.offenders = OffenderRecord(tmp / "offenders.json").incidents()
+    return run
 
 
 def test_the_flip_is_found_at_the_next_comparison_naming_the_holders(corrupted_run):
@@ -51,6 +55,11 @@ def test_the_recomputation_names_the_corrupted_copy_and_its_host(corrupted_run):
     assert re.search(r"\[controller rank 0\] rank 1( \(node \S+\))? reported sub-health: MINDIO-SDC; training goes "
                      r"on, the rank is flagged sub-healthy", out)
     assert "rank 3 reported sub-health" not in out and "rank 3 (node" not in out
+
+
+def test_the_offender_record_charges_the_corrupted_copy_and_not_the_job_wide_check(corrupted_run):
+    # every rank raised SDC ERROR (a memory fault each): that names no node; rank 1's sub-health report does
+    assert [(i.rank, i.what) for i in corrupted_run.offenders] == [(1, "sub-health MINDIO-SDC")]
 
 
 def test_the_run_ends_as_the_uninterrupted_one(corrupted_run, reference_runs):
