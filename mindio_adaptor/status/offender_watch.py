@@ -7,7 +7,8 @@ What counts as an incident of a node, from the events:
   failing for the whole job (silent data corruption raises on every rank), which names no node;
 - not communication faults: every peer of a broken link reports one;
 - a rank's sub-health report (event sub_health), charged to its node: e.g. the holder whose copy of an
-  optimizer shard was found corrupted.
+  optimizer shard was found corrupted;
+- a rank found slow (event slow_rank, controller/slow_ranks.h), once each time it turns slow.
 
 The controller's host polls the watch; a node that becomes a repeat offender is said once, with its
 incidents. A rank's node is the failure domain it last reported; a rank the controller never learned one of
@@ -23,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 DECISION_FAULTS = re.compile(r"faults ((?:\d+:\w+ ?)+)")
 SUB_HEALTH = re.compile(r"^rank (\d+)(?: \(node .*\))?: (\S+)$")
+SLOW_RANK = re.compile(r"^rank (\d+): ")
 CHARGED_KINDS = ("node", "memory")
 
 
@@ -31,6 +33,9 @@ def charged_faults(kind: str, detail: str, world_size: int) -> List[Tuple[int, s
     if kind == "sub_health":
         found = SUB_HEALTH.match(detail)
         return [(int(found[1]), f"sub-health {found[2]}")] if found else []
+    if kind == "slow_rank":
+        found = SLOW_RANK.match(detail)
+        return [(int(found[1]), "slow rank")] if found else []
     if kind != "decision":
         return []
     listed = DECISION_FAULTS.search(detail)

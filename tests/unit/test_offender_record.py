@@ -80,6 +80,8 @@ def test_settings_from_the_environment(tmp_path):
     ("decision", "exit: faults 1:unknown repair_step=2", 4, []),
     ("sub_health", "rank 3 (node vm-7): MINDIO-SDC", 4, [(3, "sub-health MINDIO-SDC")]),
     ("sub_health", "rank 3: MINDIO-SDC", 4, [(3, "sub-health MINDIO-SDC")]),
+    ("slow_rank", "rank 2: steps 3-4: compute 636 ms, median 44 ms", 4, [(2, "slow rank")]),
+    ("slow_rank_well", "rank 2: steps 13-14: compute 40 ms", 4, []),
     ("fault", "rank 1 memory: reported state 2", 4, []),  # counted once, from its decision
 ])
 def test_what_an_event_charges_to_a_node(kind, detail, world, charged):
