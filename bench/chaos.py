@@ -225,7 +225,8 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
             waiting.remove(ready[0])
             nodes[fault.target].append(ready[0])
             time.sleep(replace_after)
-            waiting.append(cluster.start_node("--standby"))
+            if not _job_ended(nodes):  # a standby started after the end would wait for the job's store in vain
+                waiting.append(cluster.start_node("--standby"))
         else:
             time.sleep(replace_after)
             nodes[fault.target].append(cluster.start_node("--node-rank", str(fault.target)))
@@ -244,6 +245,11 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
     except ProcessLookupError:
         pass  # a stalled worker judged hung and stopped by its launcher meanwhile
     fault.ended = time.monotonic()
+
+
+def _job_ended(nodes: Dict[int, list]) -> bool:
+    """Every node's current launcher has exited."""
+    return all(procs[-1].poll() is not None for node, procs in nodes.items() if node != "standby")
 
 
 def _judge(soak: Soak) -> None:
