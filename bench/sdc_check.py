@@ -10,7 +10,7 @@ time on rank 0). Printed:
               default interval, 1 + check / (interval x baseline step)
 and whether both runs ended on the same parameters (the check only reads).
 
-    python bench/sdc_check.py [--iters 30] [--hidden-size 256] [--num-layers 4] [--interval 10]
+    python bench/sdc_check.py [--iters 30] [--hidden-size 256] [--num-layers 4] [--interval 20]
 """
 import argparse
 import re
@@ -44,7 +44,7 @@ def main():
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--num-layers", type=int, default=4)
-    parser.add_argument("--interval", type=int, default=10, help="the interval to project the cost to")
+    parser.add_argument("--interval", type=int, default=20, help="the interval to project the cost to")
     args = parser.parse_args()
 
     baseline, baseline_ms = run(args, ["--sdc-check-interval", "0"])

@@ -39,7 +39,7 @@ class HighAvailabilityConfig:
     elastic_scale_out_from: str = "replicas"
     optimizer_replica_num: int = 2
     verify_optimizer_replicas: bool = False
-    sdc_check_interval: int = 10
+    sdc_check_interval: int = 20
 
     @property
     def replica_count(self) -> int:

@@ -29,20 +29,33 @@ def _words(tensor: torch.Tensor) -> torch.Tensor:
 
 def fingerprint(tensor: torch.Tensor) -> Fingerprint:
     words = _words(tensor)
-    device = words.device
-    column_weight = torch.arange(1, ROW + 1, dtype=torch.int64, device=device)
+    weights = _column_weights(words.device)
     total = weighted = 0
     for start in range(0, words.numel(), BLOCK):
         block = words[start:start + BLOCK].to(torch.int64)
-        if block.numel() % ROW:
-            block = torch.cat([block, block.new_zeros(ROW - block.numel() % ROW)])
-        block = block.view(-1, ROW)
+        whole = block.numel() // ROW * ROW
         first_row = start // ROW
-        row_weight = torch.arange(first_row + 1, first_row + 1 + block.shape[0], dtype=torch.int64, device=device)
-        total += int(block.sum(dim=1).remainder(PRIME).sum())
-        rows = (block * column_weight).sum(dim=1).remainder(PRIME)
-        weighted += int((rows * row_weight.remainder(PRIME)).remainder(PRIME).sum())
+        if whole:
+            rows = block[:whole].view(-1, ROW)
+            row_weight = torch.arange(first_row + 1, first_row + 1 + rows.shape[0], dtype=torch.int64,
+                                      device=words.device)
+            total += int(rows.sum(dim=1).remainder(PRIME).sum())
+            sums = (rows * weights).sum(dim=1).remainder(PRIME)
+            weighted += int((sums * row_weight.remainder(PRIME)).remainder(PRIME).sum())
+        tail = block[whole:]
+        if tail.numel():  # the last, shorter row: as if padded with zero words, without the padding's work
+            total += int(tail.sum()) % PRIME
+            weighted += (int((tail * weights[:tail.numel()]).sum()) % PRIME) * ((first_row + whole // ROW + 1) % PRIME)
     return words.numel() * words.element_size(), total % PRIME, weighted % PRIME
+
+
+_WEIGHTS = {}
+
+
+def _column_weights(device) -> torch.Tensor:
+    if device not in _WEIGHTS:
+        _WEIGHTS[device] = torch.arange(1, ROW + 1, dtype=torch.int64, device=device)
+    return _WEIGHTS[device]
 
 
 def fingerprints(tensors: Sequence[torch.Tensor]) -> List[Fingerprint]:

@@ -49,10 +49,10 @@ FLAGS = [
         help="After every step, check that the R holders of each shard hold bit-identical fp32 "
              "main params and Adam moments (--sdc-check-interval 1, and a line per step).")),
     ("--sdc-check-interval", dict(
-        type=int, default=10, metavar="N",
+        type=int, default=20, metavar="N",
         help="Every N steps, and at every step a periodic checkpoint is saved, the R holders of each "
              "optimizer shard compare fingerprints of it; a difference (silent data corruption) is "
-             "recomputed from the last checkpoint. 0: only at checkpoint steps (default 10).")),
+             "recomputed from the last checkpoint. 0: only at checkpoint steps (default 20).")),
 ]
 
 
