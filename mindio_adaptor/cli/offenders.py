@@ -1,6 +1,7 @@
 """`mindio-adaptor offenders`: the nodes the record of incidents holds (core/offender_record), the repeat
 offenders among them, and `--forget NODE` for a node an operator returned to service."""
 import time
+from pathlib import Path
 
 from mindio_adaptor.core.offender_record import OffenderRecord, OffenderSettingError
 
@@ -20,7 +21,7 @@ def run(args) -> int:
         print(f"mindio-adaptor offenders: {err}")
         return 2
     if args.file:
-        record.path = type(record.path)(args.file)
+        record.path = Path(args.file)
     if args.forget is not None:
         print(f"forgot {record.forget(args.forget)} incident(s) of node {args.forget} in {record.path}")
         return 0
