@@ -1,6 +1,5 @@
 """`mindio-adaptor offenders`: the nodes the record of incidents holds (core/offender_record), the repeat
 offenders among them, and `--forget NODE` for a node an operator returned to service."""
-import time
 from pathlib import Path
 
 from mindio_adaptor.core.offender_record import OffenderRecord, OffenderSettingError
@@ -26,7 +25,7 @@ def run(args) -> int:
         print(f"forgot {record.forget(args.forget)} incident(s) of node {args.forget} in {record.path}")
         return 0
     incidents = record.incidents()
-    offenders = record.offenders()
+    offenders = record.offenders(incidents=incidents)
     print(f"{record.path}: {len(incidents)} incident(s); a repeat offender has {record.times} within "
           f"{record.window_s / 3600:g} h")
     by_node = {}
@@ -36,5 +35,5 @@ def run(args) -> int:
         mark = "REPEAT OFFENDER" if node in offenders else ""
         print(f"  {node:<24} {len(found):>4}  {mark}")
         for i in found:
-            print(f"      {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(i.time))}  rank {i.rank}  {i.what}")
+            print(f"      {i.when}  rank {i.rank}  {i.what}")
     return 0

@@ -44,6 +44,10 @@ class Incident:
     rank: int
     what: str  # e.g. "node fault", "memory fault", "sub-health MINDIO-SDC"
 
+    @property
+    def when(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.time))
+
 
 def default_path(environ: Mapping[str, str] = os.environ) -> Path:
     state = environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
@@ -97,18 +101,19 @@ class OffenderRecord:
         mine = [i for i in kept if i.node == incident.node]
         return mine if len(mine) == self.times else None
 
-    def offenders(self, now: Optional[float] = None) -> Dict[str, List[Incident]]:
-        """Every node with at least `times` incidents within the window before `now`."""
+    def offenders(self, now: Optional[float] = None,
+                  incidents: Optional[List[Incident]] = None) -> Dict[str, List[Incident]]:
+        """Every node with at least `times` incidents within the window before `now`; of `incidents` when
+        given (as read from the record already), else of the record."""
         now = time.time() if now is None else now
         recent: Dict[str, List[Incident]] = {}
-        for incident in self.incidents():
+        for incident in self.incidents() if incidents is None else incidents:
             if now - self.window_s < incident.time <= now:
                 recent.setdefault(incident.node, []).append(incident)
         return {node: found for node, found in recent.items() if len(found) >= self.times}
 
     def describe(self, node: str, incidents: List[Incident]) -> str:
-        listed = ", ".join(f"{i.what} of rank {i.rank} at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(i.time))}"
-                           for i in incidents)
+        listed = ", ".join(f"{i.what} of rank {i.rank} at {i.when}" for i in incidents)
         return (f"node {node} is a repeat offender: {len(incidents)} incidents within {self.window_s / 3600:g} h "
                 f"({listed})")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +239,12 @@ class ReplicaLayout:
 
     def holders(self, key: ShardKey) -> Tuple[int, ...]:
         return self._set(key.optimizer_type, key.group_index).holders(key.shard)
+
+    def shard_holders(self) -> Iterator[Tuple[int, Tuple[int, ...]]]:
+        """(optimizer type, holders) of every shard of every set."""
+        for s in self.sets:
+            for shard in range(s.num_shards):
+                yield s.optimizer_type, s.holders(shard)
 
     def savers(self, unavailable: Iterable[int]) -> Tuple[Dict[ShardKey, int], List[ShardKey]]:
         """One saver per shard of every set, and the shards nobody available holds."""

@@ -59,7 +59,7 @@ def check_holders(step: int, say_agreement: bool = False) -> None:
     shards = megatron_job.shard_tensors_by_optimizer(SESSION.job.optimizer)
     mine = {kind: tuple(fingerprints(tensors)) for kind, tensors in shards.items()}
     digests = megatron_job.gather_objects({kind: _digest(prints) for kind, prints in mine.items()})
-    disputed = [(kind, holders) for kind, holders in _shards(SESSION.job.layout)
+    disputed = [(kind, holders) for kind, holders in SESSION.job.layout.shard_holders()
                 if len({digests[h].get(kind) for h in holders}) > 1]
     if not disputed:
         _settle(step, shards, mine)
@@ -83,12 +83,6 @@ def check_holders(step: int, say_agreement: bool = False) -> None:
         logger.error("silent data corruption found after step %d: %s", step, described)
     raise SilentCorruption(f"{SDC_ERROR}: the holders of {len(found)} optimizer shard(s) disagree after step "
                            f"{step}; no rank's state is trusted until it is recomputed from a checkpoint")
-
-
-def _shards(layout):
-    for replica_set in layout.sets:
-        for shard in range(replica_set.num_shards):
-            yield replica_set.optimizer_type, replica_set.holders(shard)
 
 
 def _digest(prints) -> bytes:
