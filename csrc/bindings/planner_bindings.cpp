@@ -78,6 +78,7 @@ Strategy strategy(const std::string& name) {
     // Never asked for by a policy (parse_strategy), but a flow of its own.
     if (name == strategy_name(Strategy::ScaleIn)) return Strategy::ScaleIn;
     if (name == strategy_name(Strategy::ScaleOut)) return Strategy::ScaleOut;
+    if (name == strategy_name(Strategy::HotSwitch)) return Strategy::HotSwitch;
     auto s = parse_strategy(name);
     if (!s) throw py::value_error("unknown strategy '" + name + "'");
     return *s;
@@ -135,6 +136,7 @@ py::dict flow_dict(const Flow& flow) {
     d["replaces"] = flow.replaces;
     d["may_reload"] = flow.may_reload;
     d["relayouts"] = flow.relayouts;
+    d["hands_over"] = flow.hands_over;
     d["fallback"] = strategy_name(flow.fallback);
     py::list steps;
     for (const FlowStep& step : flow.steps) steps.append(step_dict(step));
@@ -237,7 +239,7 @@ void bind_planner(py::module_& m) {
             throw py::value_error(e.what());
         }
     }, py::arg("strategy"),
-       "A read-only view of the flow of 'retry', 'recover', 'dump', 'scale_in' or 'scale_out' (flows.h): its steps (op; for an action "
+       "A read-only view of the flow of 'retry', 'recover', 'dump', 'scale_in', 'scale_out' or 'hot_switch' (flows.h): its steps (op; for an action "
        "its name, failure reason, targets and flags) and its fallback.");
 
     m.attr("COINCIDENT_REPORTS_MS") = kCoincidentReportsMs;

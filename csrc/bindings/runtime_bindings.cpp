@@ -184,7 +184,14 @@ void bind_runtime(py::module_& m) {
             return c.notify_pause(after_step, static_cast<int>(hold_s * 1000));
         }, py::arg("after_step") = -1, py::arg("hold_s") = kDefaultPauseHoldMs / 1000.0,
            "pause every rank after `after_step` (-1: the next step all can hold after) for at most hold_s; "
-           "'' when asked for, else why not");
+           "'' when asked for, else why not")
+        .def("notify_hot_switch", [](Controller& c, const std::set<int>& ranks, int64_t after_step) {
+            return c.notify_hot_switch(ranks, after_step);
+        }, py::arg("ranks"), py::arg("after_step") = -1,
+           "hand `ranks` over to new processes once every rank holds after `after_step` (-1: the next step all "
+           "can hold after); '' when asked for, else why not")
+        .def("cancel_hot_switch", &Controller::cancel_hot_switch,
+             "withdraw a hot switch asked for and not begun; '' or why not");
 
     py::class_<Processor, std::shared_ptr<Processor>>(m, "Processor")
         .def(py::init([](int rank, int world_size, py::object backoff_base_s) {

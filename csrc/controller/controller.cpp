@@ -210,6 +210,9 @@ void Controller::run() {
                 FaultContext ctx = assess_locked({});
                 lock.unlock();
                 run_flow(flow_for(Strategy::Dump), ctx, "requested by the cluster manager");
+            } else if (hot_switch_requested_ && state_ == State::Normal) {
+                lock.unlock();
+                hot_switch_flow();
             } else if ((pause_requested_ && state_ == State::Normal) || (continue_requested_ && state_ == State::Pause)) {
                 lock.unlock();
                 pause_flow();

@@ -5,7 +5,7 @@
 // of the rank table taken under the lock; the recovery flows are data (flows.h) run by one loop
 // (run_flow). One mutex guards all of it. Its members live one concern per file: controller.cpp (the
 // thread's loop, the getters), controller_inbox.cpp (the server thread's handlers), controller_faults.cpp,
-// controller_flow_runner.cpp, controller_replacement.cpp, controller_elastic.cpp, controller_takeover.cpp,
+// controller_flow_runner.cpp, controller_replacement.cpp, controller_hot_switch.cpp, controller_elastic.cpp, controller_takeover.cpp,
 // controller_lease.cpp, controller_election.cpp, controller_launcher_reports.cpp, and
 // controller_consultation.cpp (the consultations of a fault policy and the cluster manager).
 //
@@ -120,6 +120,11 @@ public:
     // Pause after `after_step` (< 0: the next step every rank can still hold after) for at most hold_ms;
     // "" when asked, else why not (nothing is changed then). CONTINUE by notify_strategy("continue").
     std::string notify_pause(int64_t after_step = -1, int hold_ms = kDefaultPauseHoldMs);
+    // Hot switch (controller_hot_switch.cpp): hand `ranks` over to new processes once every rank holds after
+    // `after_step` (< 0: as a pause's), their state from live replica peers; "" when asked, else why not.
+    std::string notify_hot_switch(const std::set<int>& ranks, int64_t after_step = -1);
+    // Withdraws a hot switch asked for and not begun (the reference's "stop switch"); "" or why not.
+    std::string cancel_hot_switch();
 
     // Fault policy: consulted for every reported fault that carries an error code. An empty
     // callback removes it. timeout_ms bounds the whole consultation of one fault handling.
@@ -234,6 +239,11 @@ private:
     ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
     void exit_all(const std::string& why, int result);
     void pause_flow();
+    void hot_switch_flow();
+    std::string hot_switch_refusal_locked(const std::set<int>& ranks) const;
+    // A hot switch given up before its hand-over began: training goes on as it was.
+    void give_up_hot_switch(std::unique_lock<std::mutex>& lock, const std::string& why, bool continue_ranks);
+    std::string hand_over(const FaultContext& ctx, FlowRun& run);
     void end_pause(const std::string& why);
     HoldVerdict await_hold(std::unique_lock<std::mutex>& lock);
     std::map<int, PauseSighting> pause_sightings_locked() const;
@@ -286,6 +296,8 @@ private:
         Clock::time_point asked, held_since;
         std::optional<Clock::time_point> until;  // while every rank holds: when the pause ends by itself
     } pause_;
+    std::set<int> switching_;  // the ranks of a hot switch asked for, until its flow begins or it is given up
+    bool hot_switch_requested_ = false;
     uint64_t registrations_refused_ = 0;
     RefusalTally refusals_;  // of peers that did not prove the token (refusal_tally.h)
     uint64_t heartbeats_ = 0;  // handled, for stats() (the scale benchmark's rate)

@@ -99,6 +99,7 @@ std::string Controller::run_step(const Flow& flow, const FlowStep& step, FaultCo
             retire_locked(ctx.replace);
             return "";
         }
+        case FlowOp::HandOver: return hand_over(ctx, run);
         case FlowOp::ReturnRetired: {
             std::lock_guard<std::mutex> lock(mu_);
             for (int rank : ctx.replace) {
@@ -117,7 +118,7 @@ void Controller::begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run) {
     if (flow.may_reload && ctx.reload_step >= 0) ctx.repair_step = repair_step_ = ctx.reload_step;
     transition_locked(State::EnvClear, flow.begin_why(ctx));
     run.targets = ranks_.live();
-    if (flow.replaces) {
+    if (flow.replaces && !flow.hands_over) {
         for (int r : ctx.replace) run.targets.erase(r);
     }
 }

@@ -301,7 +301,8 @@ void Controller::on_closed(uint64_t conn, const std::string& reason) {
         return;
     }
     if (!ranks_.disconnect(conn)) return;
-    if (!ranks_[rank].left && state_ != State::Exit && state_ != State::Final && not_leading_.empty()) {
+    // A dead rank's connection closing is no news (its death was said); a rank handed over is dead from its EXIT on.
+    if (!ranks_[rank].left && !ranks_[rank].dead && state_ != State::Exit && state_ != State::Final && not_leading_.empty()) {
         LOG_WARN(kLog, cfg_.rank, "lost the connection of rank " << rank << ": " << reason);
     }
     cv_.notify_all();

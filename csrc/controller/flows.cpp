@@ -17,6 +17,7 @@ const Flow kRetry{
     /*replaces=*/false,
     /*may_reload=*/true,
     /*relayouts=*/false,
+    /*hands_over=*/false,
     {
         {FlowOp::Begin},
         {FlowOp::Act, ActionKind::Stop, "stop failed or a new fault arrived during repair"},
@@ -50,6 +51,7 @@ const Flow kRecover{
     /*replaces=*/true,
     /*may_reload=*/false,
     /*relayouts=*/false,
+    /*hands_over=*/false,
     {
         {FlowOp::Begin},
         {FlowOp::Act, ActionKind::Stop, "stop failed or a new fault arrived during process replacement"},
@@ -82,6 +84,7 @@ const Flow kDump{
     /*replaces=*/false,
     /*may_reload=*/false,
     /*relayouts=*/false,
+    /*hands_over=*/false,
     {
         {FlowOp::BeginDump},
         // op, action, failure, skip_if_none, targets, interruptible, unless_stopped, names_failed
@@ -111,6 +114,7 @@ const Flow kScaleIn{
     /*replaces=*/false,
     /*may_reload=*/true,
     /*relayouts=*/true,
+    /*hands_over=*/false,
     {
         {FlowOp::BeginScaleIn},
         {FlowOp::Act, ActionKind::Stop, "", false, FlowTargets::Flow, false, true},
@@ -156,6 +160,7 @@ const Flow kScaleOut{
     /*replaces=*/true,
     /*may_reload=*/true,
     /*relayouts=*/true,
+    /*hands_over=*/false,
     {
         {FlowOp::Begin},
         {FlowOp::Act, ActionKind::Stop, "stopping the survivors for the scale-out failed or a new fault arrived"},
@@ -184,6 +189,45 @@ const Flow kScaleOut{
     },
 };
 
+// Hot switch: a live rank (or a node's) handed over to a new process at a step boundary, every rank holding
+// after the same step (a pause). STOP and CLEAN on every rank, the leaving ones with them (their training
+// thread must park before it can leave), EXIT (strategy hot_switch) to the leaving ones, whose launchers
+// start their new processes; then as a process replacement: REBUILD_GROUP with the new processes, REPAIR
+// them from their live replica peers, ROLLBACK (to the step every rank completed: no step is lost) and
+// NORMAL. A failed step falls back as a process replacement's does.
+const Flow kHotSwitch{
+    Strategy::HotSwitch,
+    "hot_switch",
+    /*replaces=*/true,
+    /*may_reload=*/false,
+    /*relayouts=*/false,
+    /*hands_over=*/true,
+    {
+        {FlowOp::Begin},
+        {FlowOp::Act, ActionKind::Stop, "stop failed or a fault arrived during the hot switch"},
+        {FlowOp::Act, ActionKind::Clean, "clean failed or a fault arrived during the hot switch"},
+        {FlowOp::HandOver},
+        {FlowOp::AwaitReplacements},
+        {FlowOp::EnterRepair},
+        {FlowOp::Act, ActionKind::RebuildGroup, "rebuilding the groups with the new processes failed or a fault "
+                                                "arrived during the hot switch"},
+        {FlowOp::Act, ActionKind::Repair, "repairing the new processes failed or a fault arrived during the hot "
+                                          "switch"},
+        {FlowOp::Act, ActionKind::Rollback, "rollback failed or a fault arrived during the hot switch"},
+        {FlowOp::Act, ActionKind::Normal, "resuming failed"},
+        {FlowOp::Finish},
+    },
+    Strategy::Dump,
+    [](const FaultContext& ctx) {
+        return "hot switch of ranks " + list_text(ctx.replace) + " after step " + std::to_string(ctx.repair_step);
+    },
+    [](const FaultContext& ctx) { return "new processes of ranks " + list_text(ctx.replace) + " ready"; },
+    [](const FaultContext& ctx) {
+        return "ranks " + list_text(ctx.replace) + " switched to new processes, training resumes at step " +
+               std::to_string(ctx.repair_step);
+    },
+};
+
 }  // namespace
 
 const char* flow_op_name(FlowOp op) {
@@ -201,6 +245,7 @@ const char* flow_op_name(FlowOp op) {
         case FlowOp::BeginScaleIn: return "begin_scale_in";
         case FlowOp::RetireLost: return "retire_lost";
         case FlowOp::ReturnRetired: return "return_retired";
+        case FlowOp::HandOver: return "hand_over";
     }
     return "?";
 }
@@ -220,6 +265,7 @@ const Flow& flow_for(Strategy s) {
     if (s == Strategy::Dump) return kDump;
     if (s == Strategy::ScaleIn) return kScaleIn;
     if (s == Strategy::ScaleOut) return kScaleOut;
+    if (s == Strategy::HotSwitch) return kHotSwitch;
     throw std::invalid_argument(std::string("no recovery flow for strategy ") + strategy_name(s));
 }
 

@@ -32,6 +32,8 @@ enum class FlowOp {
                          // live ranks, the repair is LOAD_CKPT of the repair step
     RetireLost,          // the ranks that were not replaced leave the job for good (no replacement is awaited)
     ReturnRetired,       // the retired ranks that returned (ctx.replace) are members of the job again
+    HandOver,            // the leaving ranks (ctx.replace, stopped with the others) are told to exit: their
+                         // launchers start their new processes; they leave the targets and are offline
 };
 const char* flow_op_name(FlowOp op);
 
@@ -63,6 +65,9 @@ struct Flow {
     // the replica layout before sending it, and every rank reports its layout at the new size (in the
     // numbering of the job's start) before it answers.
     bool relayouts;
+    // ctx.replace are live processes that hand their ranks over (a hot switch): they stop and clean with the
+    // others, then leave (HandOver); `replaces` brings their new processes in.
+    bool hands_over;
     std::vector<FlowStep> steps;
     Strategy fallback;  // Dump or Exit: what a failed step leads to
     // The reasons given for the state transitions (BeginDump takes the reason the flow was started with).
@@ -71,7 +76,7 @@ struct Flow {
     std::string (*finish_why)(const FaultContext& ctx);
 };
 
-// The flow of Strategy::Retry, Strategy::Recover, Strategy::Dump, Strategy::ScaleIn or Strategy::ScaleOut.
+// The flow of Strategy::Retry, Recover, Dump, ScaleIn, ScaleOut or HotSwitch.
 const Flow& flow_for(Strategy s);
 
 }  // namespace mindio

@@ -13,6 +13,7 @@ const std::vector<std::pair<State, State>>& edges() {
         {S::Init, S::Normal},        {S::Init, S::Abnormal},    {S::Init, S::Exit},
         {S::Normal, S::Abnormal},    {S::Normal, S::Pause},     {S::Normal, S::Dump},      {S::Normal, S::Exit},
         {S::Pause, S::Normal},       {S::Pause, S::Abnormal},   {S::Pause, S::Dump},       {S::Pause, S::Exit},
+        {S::Pause, S::EnvClear},  // a hot switch: every rank holds, then the hand-over
         {S::Abnormal, S::EnvClear},  {S::Abnormal, S::Dump},    {S::Abnormal, S::Exit},
         {S::EnvClear, S::Repair},    {S::EnvClear, S::Dump},    {S::EnvClear, S::Exit},
         {S::Repair, S::Normal},      {S::Repair, S::Dump},      {S::Repair, S::Exit},
@@ -90,6 +91,7 @@ bool strategy_feasible(Strategy s, const Capabilities& caps, const DecisionInput
         case Strategy::Exit: return true;
         case Strategy::ScaleIn: return false;  // a fallback of process replacement, never asked for
         case Strategy::ScaleOut: return false;  // started by the controller when retired ranks return
+        case Strategy::HotSwitch: return false;  // asked for on live ranks, never a fault's answer
     }
     return false;
 }

@@ -431,6 +431,10 @@ void Processor::net_loop() {
             fd = fd_;
         }
         if (fd < 0) {
+            if (told_to_exit()) {
+                LOG_INFO(kLog, cfg_.rank, "the controller told this process to exit: not reconnecting");
+                return;
+            }
             std::string error;
             bool fatal = false, no_majority = false;
             if (connect_and_register(&error, &fatal, &no_majority)) {
@@ -664,7 +668,7 @@ void Processor::worker_loop() {
             ++stats_[std::string("executed_") + action_name(job.msg.kind)];
             if (job.seq == last_seq_) cached_reply_ = reply;
             if (job.msg.kind == ActionKind::Normal) next_action_ = NextAction::Retry, run_ = RunStatus::Running, joining_ = false;
-            if (job.msg.kind == ActionKind::Exit) next_action_ = NextAction::Exit;
+            if (job.msg.kind == ActionKind::Exit) next_action_ = NextAction::Exit, told_to_exit_ = true;
             if (job.msg.kind == ActionKind::Normal || job.msg.kind == ActionKind::Exit) {
                 prelock_step_ = -1;
                 recovery_action_ = 0;

@@ -211,6 +211,11 @@ private:
     std::atomic<bool> link_silent_{false};
     std::string cut_off_;  // see cut_off()
     std::optional<NextAction> next_action_;
+    bool told_to_exit_ = false;  // an EXIT came: the process ends, its link is not made again
+    bool told_to_exit() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return told_to_exit_;
+    }
     uint64_t last_seq_ = 0;
     std::string cached_reply_;  // reply frame for last_seq_, empty while it still runs
     std::deque<Queued> queue_;

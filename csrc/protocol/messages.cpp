@@ -439,6 +439,7 @@ const char* strategy_name(Strategy s) {
         case Strategy::Exit: return "exit";
         case Strategy::ScaleIn: return "scale_in";
         case Strategy::ScaleOut: return "scale_out";
+        case Strategy::HotSwitch: return "hot_switch";
     }
     return "unknown";
 }

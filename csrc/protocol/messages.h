@@ -22,8 +22,10 @@ constexpr uint8_t kMaxRunStatus = 4;
 // ScaleIn is never a decision of its own: with elastic training on, it replaces the dump a process
 // replacement falls back to when no replacement arrived in time (the job goes on at a smaller DP).
 // ScaleOut neither: the controller starts it when the ranks a scale-in retired are back and ready.
-enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4, ScaleIn = 5, ScaleOut = 6 };
-constexpr uint8_t kMaxStrategy = 6;
+// HotSwitch: a live rank handed over to a new process at a step boundary (controller_hot_switch.cpp); its EXIT
+// tells the leaving process that it leaves on purpose, for a replacement its launcher starts.
+enum class Strategy : uint8_t { None = 0, Retry = 1, Recover = 2, Dump = 3, Exit = 4, ScaleIn = 5, ScaleOut = 6, HotSwitch = 7 };
+constexpr uint8_t kMaxStrategy = 7;
 // What a rank's training thread is doing, timed against a limit the rank derives from its own history
 // (the hang rule): the controller judges a hang from these, not from a silent heartbeat alone.
 // Startup: from the processor's start to the train loop (model, optimizer, checkpoint load, data).

@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES = [
     "controller",
     "status",
     "pause",
+    "drain",
     "offenders",
     "timeline",
     "demo",

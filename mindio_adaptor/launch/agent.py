@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 from torch.distributed import DistError
 
+from mindio_adaptor.core import hand_over
 from mindio_adaptor.core.controller_address import ENV_TOKEN
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB, describe
 from mindio_adaptor.core.paired_store import ENV_STORES
@@ -21,6 +22,7 @@ from mindio_adaptor.launch import membership
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import (ControllerContact, ControllerReportError, find_controllers,
                                                      report_no_replacement, report_process_ended)
+from mindio_adaptor.launch.hand_overs import HandOvers
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
 from mindio_adaptor.launch.membership import Membership
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage
@@ -66,6 +68,7 @@ class NodeAgent:
         self.fenced = False  # another launcher took this node rank: leave the job to it
         self._refill_at: Optional[float] = None  # when the warm pool is filled again after a hand-out
         self._unreplaced: Optional[UnreplacedNodes] = None  # node 0's: lost nodes nothing takes, reported
+        self.hand_overs = HandOvers(log)  # workers that handed their rank over to a new process (hot switch)
 
     # --- the run ---------------------------------------------------------------------------------------
 
@@ -80,6 +83,7 @@ class NodeAgent:
             if self._unreplaced is not None:
                 self._unreplaced.close()
             self.store.stop_beat()
+            self.hand_overs.close()
 
     def _run(self) -> int:
         outcome = self._watch()
@@ -263,19 +267,21 @@ class NodeAgent:
         self._stores_env = {k: v for k, v in now.lists.items() if k == ENV_STORES}
         return now
 
-    def _env_for(self, worker: Worker, restarted: bool) -> Dict[str, str]:
-        """What a process of `worker` started now gets: the job's current lists, and the re-hosted slot where
-        it applies (launch/membership)."""
+    def _env_for(self, worker: Worker, restarted: bool, reboot_type: str = hand_over.ARF) -> Dict[str, str]:
+        """What a process of `worker` started now gets: the job's current lists, the re-hosted slot where it
+        applies (launch/membership), and where it marks a hand-over (core/hand_over)."""
         worker.given = self._membership()
         rehosted = membership.rehosted_slot_env(self.config, self.store, self.controller.rehosts,
                                                 self._joined_generation, self.generation)
         return worker_env(self.config, worker.local_rank, worker.given.master_port,
                           restart_count=self.generation + worker.reboots, restarted=restarted,
-                          token=self.store.token, extra={**worker.given.lists, **rehosted})
+                          token=self.store.token,
+                          extra={**worker.given.lists, **rehosted, **self.hand_overs.env(),
+                                 hand_over.ENV_REBOOT_TYPE: reboot_type})
 
-    def _start(self, worker: Worker, restarted: bool, alone: bool = False) -> int:
+    def _start(self, worker: Worker, restarted: bool, alone: bool = False, reboot_type: str = hand_over.ARF) -> int:
         """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
-        env = self._env_for(worker, restarted)
+        env = self._env_for(worker, restarted, reboot_type)
         worker.alone = alone
         warm = self.warm.take() if restarted else None
         if warm is not None:
@@ -358,6 +364,9 @@ class NodeAgent:
         return False
 
     def _check_workers(self) -> Optional[Outcome]:
+        for worker in self.hand_overs.due(self.workers):
+            self._hand_over(worker)
+        self.hand_overs.reap()
         for worker in self.workers:
             code = worker.poll()
             if code is None or worker.pid in self._reported:
@@ -481,6 +490,17 @@ class NodeAgent:
         self.log.info("%s; worker reboot: rank %d started again alone as pid %d%s (MINDIO_RESTARTED=1, restart %d "
                       "of %d for this rank)", what, worker.rank, pid, ", a warm spare" if worker.warm else "",
                       worker.reboots, self.config.max_restarts)
+        self._refill_warm()
+
+    def _hand_over(self, worker: Worker) -> None:
+        """The process left its rank to a new one (a hot switch): started now, not counted as a restart; the
+        old one is watched until it ends (launch/hand_overs)."""
+        old = self.hand_overs.leave(worker)
+        self._reported.add(old.pid)
+        pid = self._start(worker, restarted=True, alone=True, reboot_type=hand_over.HOT_SWITCH)
+        self.log.info("rank %d (local rank %d, pid %d) handed its rank over (hot switch); its new process is pid "
+                      "%d%s (MINDIO_REBOOT_TYPE=%s, not counted against --max-restarts)", worker.rank,
+                      worker.local_rank, old.pid, pid, ", a warm spare" if worker.warm else "", hand_over.HOT_SWITCH)
         self._refill_warm()
 
     def _give_up(self, what: str) -> Outcome:

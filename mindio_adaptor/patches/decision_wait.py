@@ -7,7 +7,7 @@ import logging
 import os
 import time
 
-from mindio_adaptor.core import cut_off, faults, processor_link
+from mindio_adaptor.core import cut_off, faults, hand_over, processor_link
 from mindio_adaptor.core.enums import ReportState
 from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB
 from mindio_adaptor.core.leaving_rank import LeavingTheJob
@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 
 # The strategy of the EXIT a controller sends a returned process when the scale-out does not happen.
 SENT_AWAY_STRATEGY = "scale_out"
+# The strategy of the EXIT a controller sends a rank it hands over to a new process (a hot switch).
+HANDED_OVER_STRATEGY = "hot_switch"
 # A link down this long is no blip: the processor's first reconnect attempts were refused or timed out.
 TERM_GRACE_S = 2.0
 
@@ -37,7 +39,9 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
     """Report the fault (or, in a replacement process, that it is ready), park, and end the process
     as the controller decides; returns the decision after an online repair or a replacement's repair."""
     link = processor_link.current()
-    stopped = session.thread.stop_requested.is_set()
+    # NORMAL: stopped on purpose, also where the controller's PRELOCK raised FORCE STOP before its STOP came
+    # (a pause or a hot switch releases the held ranks that way)
+    stopped = session.thread.stop_requested.is_set() or faults.report_state_of(exc) == ReportState.NORMAL
     state = ReportState.NORMAL if stopped else faults.report_state_of(exc)
     summary = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     session.timeline.begin(step, "a replacement process joining" if replacement else
@@ -72,6 +76,8 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
         raise SystemExit(CONTROLLER_LOST) from exc
     if replacement and not verdict.go_on and verdict.strategy == SENT_AWAY_STRATEGY:
         _leave_as_sent_away(session)
+    if not verdict.go_on and verdict.strategy == HANDED_OVER_STRATEGY:
+        _leave_handed_over(session, verdict.repair_step)
     decision = f"{verdict.strategy or 'exit'} at step {verdict.repair_step}"
     for hook in list(session.job.decided):
         hook(verdict.go_on)
@@ -94,6 +100,22 @@ def _leave_as_sent_away(session) -> None:
                    "returned within MINDIO_SCALE_OUT_WAIT_S, and the job goes on at its smaller size; this process "
                    "exits (code %d, LEFT_THE_JOB: not restarted)", LEFT_THE_JOB)
     raise SystemExit(LEFT_THE_JOB)
+
+
+def _leave_handed_over(session, step: int) -> None:
+    """This rank was handed over to a new process (a hot switch) after `step`, with every rank holding there:
+    the process leaves cleanly (exit 0), its mark telling its launcher to start the new one
+    (core/hand_over)."""
+    end_recovery(session, "handed over (hot switch)")
+    mark = hand_over.mark_handed_over()
+    if mark:
+        logger.info("hot switch: this rank is handed over to a new process after step %d; this process exits 0 "
+                    "(its launcher starts the new one)", step)
+        raise SystemExit(0)
+    logger.error("hot switch: this rank is handed over after step %d, but no launcher of ours started this process "
+                 "(%s is not set): nothing will start its new process; exit code 1, so that a launcher that "
+                 "restarts failed processes does", step, hand_over.ENV_HANDOVER_DIR)
+    raise SystemExit(1)
 
 
 def _parked_work(session, link):

@@ -21,7 +21,7 @@ import inspect
 import logging
 import os
 
-from mindio_adaptor.core import unreachable_job, warm_assignment
+from mindio_adaptor.core import hand_over, unreachable_job, warm_assignment
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
@@ -49,6 +49,8 @@ def _init_on_the_fake_backend(wrapped, instance, args, kwargs):
     progress.active = progress.fake_world = True
     provisional = warm_assignment.provisional()
     who = f"warm spare (stand-in rank {rank})" if provisional else f"replacement process of rank {rank}"
+    if not provisional and hand_over.reboot_type() == hand_over.HOT_SWITCH:
+        who += " (hot switch)"
     if not provisional:  # a warm spare has no rank's addresses yet: checked when it takes one (patches/warm_spare)
         unreachable_job.exit_if_unreachable(who)
     logger.info("%s: Megatron starts on the fake backend; it joins the running job's communicators when the "

@@ -7,6 +7,8 @@ The controller drives a flow action by action (csrc/controller): STOP on every l
   reload   (retry without a live replica holding a faulty rank's shard: the last checkpoint
             is loaded again online; the controller says so in REPAIR's repair type)
   recover  (process replacement)  CLEAN, REBUILD_GROUP once the replacement has joined, REPAIR, ROLLBACK
+  hot_switch (a live rank handed over to a new process, every rank holding after one step) as
+            recover; the leaving rank exits after CLEAN (EXIT, patches/decision_wait)
   dump     (dying-gasp checkpoint) SAVE_CKPT on the savers, RENAME on one of them, EXIT
   scale_in (elastic training: a recover whose replacement never came) SAVE_CKPT and RENAME (the
             dump, with --elastic-scale-in-from checkpoint; nothing from the replicas), then REBUILD_GROUP
@@ -57,13 +59,16 @@ Flow = Dict[str, Tuple[Stage, ...]]  # action name -> its stages, in order
 # Back to the repair step, its loss line where owed, its periodic checkpoint where owed: alike in every flow
 ROLLBACK = (ROLL_BACK, LOG_REPAIR_STEP, SAVE_REPAIR_STEP)
 
+RECOVER: Flow = {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, DROP_GRADIENTS), "rebuild_group": (REBUILD_GROUPS,),
+                 "repair": (REPAIR_FROM_PEER,), "rollback": ROLLBACK, "exit": (END_IF_HUNG,)}
+
 FLOWS: Dict[str, Flow] = {
     "retry": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (REPAIR_FROM_PEER,),
               "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
     "reload": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, REBUILD_GROUPS), "repair": (RELOAD_CHECKPOINT,),
                "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
-    "recover": {"stop": (STOP,), "clean": (REPAIR_FAULT_POINT, DROP_GRADIENTS), "rebuild_group": (REBUILD_GROUPS,),
-                "repair": (REPAIR_FROM_PEER,), "rollback": ROLLBACK, "exit": (END_IF_HUNG,)},
+    "recover": RECOVER,
+    "hot_switch": RECOVER,
     "dump": {"stop": (STOP,), "save_ckpt": (SAVE_DUMP,), "rename": (PUBLISH_DUMP,), "exit": (END_IF_HUNG,)},
     "scale_in": {"stop": (STOP,), "save_ckpt": (SCALE_IN_SAVE,), "rename": (SCALE_IN_PUBLISH,),
                  "rebuild_group": (SCALE_IN_GROUPS,), "repair": (SCALE_IN_STATE,),

@@ -25,7 +25,7 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import unreachable_job, warm_assignment
+from mindio_adaptor.core import hand_over, unreachable_job, warm_assignment
 from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
@@ -46,8 +46,9 @@ def take_the_assigned_rank(model) -> None:
     _fake_world_at(rank)
     refresh_bucket_group_ranks(model)
     controller_link.connect_after_initialize()
-    logger.info("warm spare: took rank %d (built as stand-in rank %d); world, groups and controller link "
-                "set up in %.2f s", rank, stand_in, time.monotonic() - started)
+    why = " for a hot switch" if hand_over.reboot_type() == hand_over.HOT_SWITCH else ""
+    logger.info("warm spare: took rank %d%s (built as stand-in rank %d); world, groups and controller link "
+                "set up in %.2f s", rank, why, stand_in, time.monotonic() - started)
 
 
 def _fake_world_at(rank: int) -> None:

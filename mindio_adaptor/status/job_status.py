@@ -171,7 +171,7 @@ def recoveries(events: Sequence[Event]) -> List[Recovery]:
     """One per departure from NORMAL: from the first fault (or the state change, when no fault came
     first) to the return to NORMAL (training goes on) or to EXIT/FINAL (the job ended), with the
     controller's decision and the faults within. A decision that ended in a scale-in is "recover ->
-    scale_in"; a scale-out (no fault: the retired ranks returned) is "scale_out"."""
+    scale_in"; a scale-out (no fault: the retired ranks returned) is "scale_out", a hot switch "hot_switch"."""
     out: List[Recovery] = []
     current: Optional[Recovery] = None
     state = "INIT"
@@ -196,6 +196,8 @@ def recoveries(events: Sequence[Event]) -> List[Recovery]:
             current.strategy += " -> scale_in"  # the decision, and what it became (docs/status.md)
         elif current is not None and kind == "scale_out" and current.strategy == "undecided":
             current.strategy = "scale_out"  # not a fault's: the retired ranks returned
+        elif current is not None and kind == "hot_switch" and current.strategy == "undecided":
+            current.strategy = "hot_switch"  # not a fault's: live ranks handed over
     return out
 
 

@@ -198,11 +198,10 @@ _PREPARE_ACTIONS = ("hot switch", "stop switch")  # the reference's sub-health m
 
 
 def tft_notify_controller_prepare_action(action: str, fault_ranks: Optional[Dict[int, int]] = None) -> int:
-    """The reference's cluster manager prepares a sub-health migration with it: "hot switch" (a
-    standby process takes over a rank that is degrading but still running) or "stop switch" (the
-    same after stopping training). There is no migration here (a rank is replaced only once its
-    process is dead: enable_arf), so a valid call raises NotImplementedError naming that; a call the
-    reference would refuse raises ValueError."""
+    """The reference's cluster manager prepares a sub-health migration with it. "hot switch": the ranks of
+    `fault_ranks` (its keys; the fault types are checked, not used) are handed over to new processes at the
+    next step boundary every rank can hold at, with no step lost (hot_switch below). "stop switch": a hot switch
+    asked for and not yet begun is withdrawn. ValueError names why either cannot be done (nothing changes)."""
     if action not in _PREPARE_ACTIONS:
         raise ValueError(f"tft_notify_controller_prepare_action: unknown action {action!r}; the reference's are "
                          f"{', '.join(repr(a) for a in _PREPARE_ACTIONS)}")
@@ -211,10 +210,15 @@ def tft_notify_controller_prepare_action(action: str, fault_ranks: Optional[Dict
                                            for r, t in faults.items()):
         raise ValueError(f"tft_notify_controller_prepare_action: fault_ranks must map ranks to fault types 0..2, "
                          f"got {fault_ranks!r}")
-    raise NotImplementedError(f"tft_notify_controller_prepare_action({action!r}): sub-health migration (hot switch) "
-                              f"is not implemented; a faulty rank is repaired online "
-                              f"(tft_notify_controller_stop_train / change_strategy 'retry'), or replaced once its "
-                              f"process is gone (enable_arf=True, strategy 'recover')")
+    if action == "stop switch":
+        refused = _require().cancel_hot_switch()
+        if refused:
+            raise ValueError(f"stop switch refused: {refused}")
+        return 0
+    if not faults:
+        raise ValueError("tft_notify_controller_prepare_action('hot switch'): fault_ranks names no rank")
+    hot_switch(sorted(faults))
+    return 0
 
 
 # Ours, for tools and tests.
@@ -225,6 +229,18 @@ def pause_training(after_step: int = -1, hold_s: Optional[float] = None) -> None
     refused = _require().notify_pause(int(after_step), float(hold))
     if refused:
         raise ValueError(f"pause refused: {refused}")
+
+
+def hot_switch(ranks: Sequence[int], after_step: int = -1) -> None:
+    """Hand `ranks` over to new processes once every rank holds after `after_step` (-1: the next step all ranks
+    can still hold after): their state from live replica peers, their launchers starting the new processes;
+    ValueError naming why when it cannot be done."""
+    bad = [r for r in ranks if not isinstance(r, int) or isinstance(r, bool)]
+    if bad or not ranks:
+        raise ValueError(f"hot switch: ranks must be a non-empty list of ints, got {list(ranks)!r}")
+    refused = _require().notify_hot_switch(set(ranks), int(after_step))
+    if refused:
+        raise ValueError(f"hot switch refused: {refused}")
 
 
 def pause_limit_s() -> float:

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from mindio_adaptor.core import processor_link
+from mindio_adaptor.core import hand_over, processor_link
 from mindio_adaptor.core.tls_config import tls_link
 from mindio_adaptor.core.processor_link import (ControllerAction, ControllerUnreachable,  # noqa: F401 (the face's)
                                                 RepairAssignment)
@@ -183,12 +183,12 @@ def tft_is_reboot_node() -> bool:
 
 
 def tft_get_reboot_type() -> str:
-    """The reference's kinds of restart: "arf" (a process started again for a dead rank) or "hot switch"
-    (a sub-health rank handed over before it fails). Hot switching does not exist here, so every
-    restart is "arf"; as in the reference, the answer means something only where tft_is_reboot_node()
-    is True."""
+    """The reference's kinds of restart: "arf" (a process started again for a dead rank) or "hot switch" (a
+    process started for a live rank handed over to it: tft_notify_controller_prepare_action("hot switch")).
+    Our launcher says which (MINDIO_REBOOT_TYPE, core/hand_over); as in the reference, the answer means
+    something only where tft_is_reboot_node() is True."""
     _require()
-    return "arf"
+    return hand_over.reboot_type()
 
 
 def tft_reset_limit_step():

@@ -129,8 +129,6 @@ def test_unimplemented_parts_raise_not_implemented():
         ctl.tft_init_controller(-1, 4, enable_zit=True)
     with pytest.raises(NotImplementedError, match="ZIT"):
         tp.tft_init_processor(0, 4, enable_zit=True)
-    with pytest.raises(NotImplementedError, match="hot switch.*change_strategy"):
-        ctl.tft_notify_controller_prepare_action("hot switch", {3: 1})
     with pytest.raises(ValueError, match="unknown action 'teleport'"):
         ctl.tft_notify_controller_prepare_action("teleport")
     with pytest.raises(ValueError, match="fault_ranks must map ranks to fault types 0..2"):
@@ -139,6 +137,11 @@ def test_unimplemented_parts_raise_not_implemented():
         tp.tft_reset_limit_step()
     ctl.tft_init_controller(-1, 2)
     try:
+        with pytest.raises(ValueError, match="hot switch refused: process replacement \\(ARF, --enable-worker-reboot\\) "
+                                             "is off"):
+            ctl.tft_notify_controller_prepare_action("hot switch", {1: 1})
+        with pytest.raises(ValueError, match="stop switch refused: no hot switch is asked for"):
+            ctl.tft_notify_controller_prepare_action("stop switch")
         with pytest.raises(NotImplementedError, match="'migration' is not implemented"):
             ctl.tft_notify_controller_change_strategy("migration")
         with pytest.raises(NotImplementedError, match="'upgrade' is not taken from the cluster manager: the "
@@ -169,6 +172,36 @@ def test_prelock_timer_out_of_range_is_a_clear_error(monkeypatch, name, value, m
     with pytest.raises(ValueError, match=message):
         tp.tft_init_processor(0, 4)
     assert not ctl.tft_query_high_availability_switch()
+
+
+def test_a_hot_switch_is_refused_with_the_reason_and_changes_nothing():
+    ctl.tft_init_controller(-1, 4, enable_arf=True)
+    try:
+        with pytest.raises(ValueError, match="names no rank"):
+            ctl.tft_notify_controller_prepare_action("hot switch", {})
+        with pytest.raises(ValueError, match="non-empty list of ints"):
+            ctl.hot_switch([True])
+        # No rank registered: the controller is not training normally yet.
+        with pytest.raises(ValueError, match="hot switch refused: the job is in state INIT"):
+            ctl.tft_notify_controller_prepare_action("hot switch", {1: 0})
+        with pytest.raises(ValueError, match="stop switch refused: no hot switch is asked for"):
+            ctl.tft_notify_controller_prepare_action("stop switch", {1: 0})
+        assert ctl.controller_state() == "INIT"
+    finally:
+        ctl.tft_destroy_controller()
+
+
+def test_the_reboot_type_comes_from_the_launcher(monkeypatch):
+    monkeypatch.setenv("MINDIO_RESTARTED", "1")
+    monkeypatch.setenv("MINDIO_REBOOT_TYPE", "hot switch")
+    tp.tft_init_processor(0, 4, enable_arf=True)
+    try:
+        assert tp.tft_is_reboot_node() and tp.tft_get_reboot_type() == "hot switch"
+        monkeypatch.setenv("MINDIO_REBOOT_TYPE", "warm boot")
+        with pytest.raises(ValueError, match="MINDIO_REBOOT_TYPE='warm boot': expected one of 'arf', 'hot switch'"):
+            tp.tft_get_reboot_type()
+    finally:
+        tp.tft_destroy_processor()
 
 
 def test_arf_switches_and_the_restarted_marker(monkeypatch):

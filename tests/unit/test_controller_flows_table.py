@@ -38,6 +38,29 @@ def test_retry_stops_cleans_repairs_rolls_back_and_resumes_or_dumps():
     ]
 
 
+def test_hot_switch_stops_the_leaving_ranks_with_the_others_then_hands_them_over():
+    f = nat.flow_table("hot_switch")
+    assert (f["strategy"], f["result"], f["replaces"], f["hands_over"], f["may_reload"]) == \
+        ("hot_switch", "hot_switch", True, True, False)
+    assert f["fallback"] == "dump"
+    during = " failed or a fault arrived during the hot switch"
+    assert f["steps"] == [
+        op("begin"),
+        act("stop", "stop" + during),
+        act("clean", "clean" + during),
+        op("hand_over"),
+        op("await_replacements"),
+        op("enter_repair"),
+        act("rebuild_group", "rebuilding the groups with the new processes failed or a fault arrived during the hot "
+                             "switch"),
+        act("repair", "repairing the new processes" + during),
+        act("rollback", "rollback" + during),
+        act("normal", "resuming failed"),
+        op("finish"),
+    ]
+    assert not nat.flow_table("recover")["hands_over"]
+
+
 def test_recover_waits_for_the_replacements_and_rebuilds_the_groups_or_dumps():
     f = nat.flow_table("recover")
     assert (f["strategy"], f["result"], f["replaces"], f["may_reload"]) == ("recover", "recover", True, False)

@@ -290,5 +290,12 @@ def test_leader_gone_is_a_bool_and_controllers_the_last_field_of_register():
     with pytest.raises(ValueError, match=r"Register\.controllers: needs 2 bytes"):
         nat.decode_message(T["REGISTER"], body[:-2])  # a version 7 body: no controllers
     assert nat.decode_message(T["REGISTER"], body[:-2] + b"\xff\xff")["controllers"] == 65535
-    assert nat.FRAME_VERSION == 11
+    assert nat.FRAME_VERSION == 12
     assert (nat.NOT_THE_LEADER, nat.AWAITING_MAJORITY, nat.NO_MAJORITY) == (2, 3, 4)
+
+
+def test_the_hot_switch_is_strategy_7_and_the_last_one():
+    action = dict(SAMPLES["ACTION"], strategy=7)
+    assert nat.decode_message(T["ACTION"], nat.encode_message(T["ACTION"], action))["strategy"] == 7
+    with pytest.raises(ValueError, match=r"strategy: value 8 out of range 0\.\.7"):
+        nat.decode_message(T["ACTION"], nat.encode_message(T["ACTION"], dict(SAMPLES["ACTION"], strategy=8)))

@@ -24,6 +24,12 @@ def test_any_failure_can_dump_then_exit(state):
     assert nat.transition_allowed(state, "EXIT")
 
 
+def test_a_hot_switch_goes_from_the_pause_to_the_hand_over():
+    path = ["NORMAL", "PAUSE", "ENV_CLEAR", "REPAIR", "NORMAL"]
+    for a, b in zip(path, path[1:]):
+        assert nat.transition_allowed(a, b), (a, b)
+
+
 @pytest.mark.parametrize("a,b", [
     ("NORMAL", "REPAIR"), ("NORMAL", "ENV_CLEAR"), ("ABNORMAL", "REPAIR"), ("ABNORMAL", "NORMAL"),
     ("ENV_CLEAR", "NORMAL"), ("DUMP", "NORMAL"), ("DUMP", "REPAIR"), ("EXIT", "NORMAL"), ("EXIT", "DUMP"),

@@ -7,7 +7,7 @@ import pytest
 from mindio_adaptor import _native as nat
 from mindio_adaptor.patches.recovery import ACTED_ON, FLOWS
 
-STRATEGIES = ["retry", "recover", "dump", "scale_in", "scale_out"]
+STRATEGIES = ["retry", "recover", "dump", "scale_in", "scale_out", "hot_switch"]
 
 
 def controller_actions(strategy):

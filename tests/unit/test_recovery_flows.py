@@ -19,6 +19,10 @@ EVERY_FLOW = {
                "rollback": ROLLBACK, "exit": ["end even if hung"]},
     "recover": {"stop": ["stop"], "clean": ["repair fault point", "drop gradients"], "rebuild_group": ["rebuild groups"],
                 "repair": ["repair from peer"], "rollback": ROLLBACK, "exit": ["end even if hung"]},
+    # A hot switch is a process replacement whose leaving ranks are alive: they stop and clean, then exit.
+    "hot_switch": {"stop": ["stop"], "clean": ["repair fault point", "drop gradients"],
+                   "rebuild_group": ["rebuild groups"], "repair": ["repair from peer"], "rollback": ROLLBACK,
+                   "exit": ["end even if hung"]},
     "dump": {"stop": ["stop"], "save_ckpt": ["save dump"], "rename": ["publish dump"], "exit": ["end even if hung"]},
     "scale_in": {"stop": ["stop"], "save_ckpt": ["scale in: save"], "rename": ["scale in: publish"],
                  "rebuild_group": ["scale in: groups"], "repair": ["scale in: state"], "rollback": ROLLBACK,
