@@ -43,15 +43,20 @@ std::string Controller::notify_hot_switch(const std::set<int>& ranks, int64_t af
 
 std::string Controller::cancel_hot_switch() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!hot_switch_requested_) {
-        return switching_.empty() ? "no hot switch is asked for" : "the hot switch of ranks " + list_text(switching_) +
-                                                                       " has begun: it is no longer withdrawn";
+    if (switching_.empty()) return "no hot switch is asked for";
+    if (state_ != State::Normal) {
+        return "the hot switch of ranks " + list_text(switching_) + " has begun (every rank holds): it is no longer withdrawn";
     }
-    hot_switch_requested_ = false;
-    pause_.asked_for = false;
-    LOG_INFO(kLog, cfg_.rank, "the hot switch of ranks " << list_text(switching_) << " is withdrawn before it began");
     event_locked("hot_switch_withdrawn", "ranks " + list_text(switching_));
-    switching_.clear();
+    if (hot_switch_requested_) {  // its flow has not started: nothing was sent
+        LOG_INFO(kLog, cfg_.rank, "the hot switch of ranks " << list_text(switching_) << " is withdrawn before it began");
+        hot_switch_requested_ = false;
+        pause_.asked_for = false;
+        switching_.clear();
+    } else {
+        continue_requested_ = true;  // the flow waits for the ranks to hold: it gives the switch up and continues them
+    }
+    cv_.notify_all();
     return "";
 }
 
@@ -110,6 +115,7 @@ void Controller::hot_switch_flow() {
     for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the PAUSE");
     HoldVerdict v = await_hold(lock);
     if (stopping_ || !pending_faults_.empty()) return give_up_hot_switch(lock, "a fault came first", false);
+    if (continue_requested_) return give_up_hot_switch(lock, "withdrawn (stop switch)", true);
     if (v.kind != HoldVerdict::Holding) {
         return give_up_hot_switch(lock, v.kind == HoldVerdict::Passed ? "rank " + std::to_string(v.rank) +
                                                                             " completed a later step first"

@@ -15,12 +15,12 @@ REPO = Path(__file__).resolve().parents[2]
 HEARTBEAT_S = 0.2
 
 
-def in_process_job(world_size):
+def in_process_job(world_size, enable_arf=False):
     """A standalone controller and `world_size` native processors in this process, each answering every action
     with success and reporting a layout of two instances (R=2); the processors once the job is NORMAL."""
     from mindio_adaptor import _native as nat
 
-    ctl.tft_init_controller(-1, world_size)
+    ctl.tft_init_controller(-1, world_size, enable_arf=enable_arf)
     port = ctl.tft_start_controller("127.0.0.1", 0, enable_tls=False)
     processors = []
     for rank in range(world_size):
