@@ -296,6 +296,7 @@ private:
         Clock::time_point asked, held_since;
         std::optional<Clock::time_point> until;  // while every rank holds: when the pause ends by itself
     } pause_;
+    std::set<int> awaited_;    // the ranks await_replacements waits for, while it does
     std::set<int> switching_;  // the ranks of a hot switch asked for, until its flow begins or it is given up
     bool hot_switch_requested_ = false;
     uint64_t registrations_refused_ = 0;

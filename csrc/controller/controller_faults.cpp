@@ -49,9 +49,20 @@ void Controller::detect_dead_locked() {
 // A lost process: never sent an action again, and a process/node fault unless the job is ending. A
 // retired rank's returned process that is lost is no fault: the job goes on without it, as it did.
 void Controller::declare_dead_locked(int rank, const std::string& why) {
-    ranks_[rank].dead = true;
+    RankEntry& r = ranks_[rank];
+    const bool failed_replacement = awaited_.count(rank) && r.joining;
+    r.dead = true;
     if (state_ == State::Exit || state_ == State::Final) return;
-    if (ranks_[rank].retired) return return_lost_locked(rank, why);
+    if (r.retired) return return_lost_locked(rank, why);
+    if (failed_replacement) {
+        // A process that died while joining as a replacement takes nothing of the job with it (it holds no state
+        // and is in no group yet): the wait goes on for the next one its launcher starts, within the same bound.
+        r.joining = r.ready = false;
+        event_locked("replacement_lost", "rank " + std::to_string(rank) + ": " + why);
+        LOG_WARN(kLog, cfg_.rank, "the new process of rank " << rank << " was lost while joining (" << why
+                                      << "); waiting for another");
+        return;
+    }
     event_locked("dead", "rank " + std::to_string(rank) + ": " + why);
     add_fault_locked(rank, FaultKind::Node, why);
 }

@@ -34,10 +34,16 @@ void Controller::take_offline_locked(const std::set<int>& ranks) {
 }
 
 // Waits (at most arf_wait_ms) until a restarted process of every rank in `ranks` registered and
-// reported PREREPAIR_FINISH. False with the reason on a timeout, a new fault or shutdown.
+// reported PREREPAIR_FINISH. False with the reason on a timeout, a new fault or shutdown; a replacement lost
+// before it was ready is none of these: the next one its launcher starts is awaited.
 bool Controller::await_replacements(const std::set<int>& ranks, std::string* why) {
     std::unique_lock<std::mutex> lock(mu_);
     event_locked("arf_wait", "ranks " + list_text(ranks) + " up to " + std::to_string(cfg_.arf_wait_ms) + " ms");
+    awaited_ = ranks;  // a replacement lost while joining is awaited again, no new fault (declare_dead_locked)
+    struct Done {
+        std::set<int>& awaited;
+        ~Done() { awaited.clear(); }
+    } done{awaited_};
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.arf_wait_ms);
     while (true) {
         std::set<int> absent, unready;

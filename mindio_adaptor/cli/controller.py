@@ -128,19 +128,24 @@ def serve(args, world_size: int, port: int, status_port) -> int:
     from mindio_adaptor.core.offender_record import OffenderRecord, OffenderSettingError
     from mindio_adaptor.status.controller_source import start_if_asked
     from mindio_adaptor.status.goodput import goodput_line
+    from mindio_adaptor.core.policy import PolicyFileError
     from mindio_adaptor.status.offender_watch import OffenderWatch
     from mindio_adaptor.status.server import StatusServerError
+    from mindio_adaptor.status.sub_health_responder import SubHealthResponder
     from mindio_adaptor.ttp import controller as ctl
+
+    def say(line: str) -> None:
+        print(f"controller: {line}", file=sys.stderr, flush=True)
 
     try:
         record = OffenderRecord.from_env()
-    except OffenderSettingError as err:
+        responder = SubHealthResponder.from_env(ctl, say=say)
+    except (OffenderSettingError, PolicyFileError, ValueError) as err:
         print(f"mindio-adaptor controller: cannot start: {err}", file=sys.stderr, flush=True)
         return 2
     ctl.tft_init_controller(-1, world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
                             backup=args.backup, enable_scale_in=args.elastic)
-    watch = OffenderWatch(record, ctl.controller_events, ctl.controller_ranks,
-                          say=lambda line: print(f"controller: {line}", file=sys.stderr, flush=True))
+    watch = OffenderWatch(record, ctl.controller_events, ctl.controller_ranks, say=say)
     said_remembered = False
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -163,6 +168,7 @@ def serve(args, world_size: int, port: int, status_port) -> int:
                 said_remembered = True
                 watch.say_remembered()
             watch.poll()
+            responder.poll()
             if ctl.controller_state() == "EXIT":
                 done.wait(1.0)  # let the last replies arrive
                 break

@@ -30,9 +30,10 @@ from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.recovery_session import SESSION
 from mindio_adaptor.status.goodput import goodput_line
 from mindio_adaptor.status.offender_watch import OffenderWatch
+from mindio_adaptor.status.sub_health_responder import SubHealthResponder
 
 logger = logging.getLogger(__name__)
-_offender_watch = None  # on rank 0, beside the in-job controller
+_event_watches = []  # on rank 0, beside the in-job controller: what follows its events
 
 FINISH_WAIT_ENV = "MINDIO_FINISH_WAIT_S"
 DEFAULT_FINISH_WAIT_S = 10.0
@@ -112,7 +113,7 @@ def _start_in_job_controller(rank, world, controller, config):
         shared = [controller.tft_start_controller(host, 0, enable_tls=False), os.environ[ENV_TOKEN]]
         _publish_contact(shared[0], needed=config.enable_worker_reboot)
         _start_status_page(announce_token=not token_chosen_by_user)
-        _watch_offenders(controller)
+        _watch_events(controller)
     dist.broadcast_object_list(shared, src=0)
     port, token = shared
     os.environ[ENV_TOKEN] = token
@@ -131,14 +132,19 @@ def _start_status_page(announce_token: bool) -> None:
                     *SESSION.status_server.address, write_token_file(os.environ[ENV_TOKEN]))
 
 
-def _watch_offenders(controller) -> None:
-    """Rank 0's controller keeps the record of the nodes that caused faults too (status/offender_watch): its
-    events are read after every completed step and when the job ends."""
-    global _offender_watch
-    _offender_watch = OffenderWatch(OffenderRecord.from_env(), controller.controller_events,
-                                    controller.controller_ranks)
-    _offender_watch.say_remembered()
-    SESSION.job.step_completed.append(lambda step: _offender_watch.poll())
+def _watch_events(controller) -> None:
+    """Rank 0's controller keeps the record of the nodes that caused faults (status/offender_watch) and acts on
+    sub-health signals by policy (status/sub_health_responder): its events are read after every completed step
+    and when the job ends."""
+    offenders = OffenderWatch(OffenderRecord.from_env(), controller.controller_events, controller.controller_ranks)
+    offenders.say_remembered()
+    _event_watches[:] = [offenders, SubHealthResponder.from_env(controller)]
+    SESSION.job.step_completed.append(lambda step: _poll_event_watches())
+
+
+def _poll_event_watches() -> None:
+    for watch in _event_watches:
+        watch.poll()
 
 
 def _publish_contact(port: int, needed: bool) -> None:
@@ -164,8 +170,7 @@ def disconnect():
             _await_the_others_leaving(controller)
         if SESSION.status_server is not None:
             SESSION.status_server.stop()
-        if _offender_watch is not None:
-            _offender_watch.poll()
+        _poll_event_watches()
         stats = controller.controller_stats()
         logger.info("controller at exit: state %s, %s", controller.controller_state(),
                     ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))

@@ -3,10 +3,21 @@ spare: `mindio-adaptor drain --rank 1 --after-step 5` against the controller's s
 new process while the job runs. Every rank holds after step 5; the old process of rank 1 exits 0; the launcher
 hands the rank to its warm spare; the new process gets rank 1's shard from its replica peer; training goes on
 at step 6. The run ends with the uninterrupted run's digest and losses, each step's loss line once (no step
-recomputed), and nothing is counted as a fault. One run, checked several ways."""
+recomputed), and nothing is counted as a fault. One run, checked several ways.
+
+A run with rank 2 slowed on purpose (a sleep per step) under subHealthyStrategy hotSwitch: rank 2 is found slow, the
+policy asks for its hot switch, and it moves (the new process is as slow, the sleep being the "device"'s: its
+next report within the quiet time is only said). The switched run above, not slowed and judged by the same
+windows, reports no rank slow.
+
+A third run kills the new process (SIGKILL, from here) once it registered as rank 1's: the controller waits for
+the next one, which the launcher starts as for any lost process, and the job goes on as from a lost rank, to the
+same digest."""
 import contextlib
 import io
+import os
 import re
+import signal
 import threading
 
 import pytest
@@ -16,6 +27,8 @@ from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]
+SLOW_RULES = {"MINDIO_SLOW_WINDOW_STEPS": "1", "MINDIO_SLOW_WINDOWS": "3"}
+SLOW = re.compile(r"rank (\d+) is slow: steps")
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1", "--spare-workers", "1")
 TOKEN = "hot-switch-e2e-token-0123456789abcdef"
 FIRST_STEPS = re.compile(r"iteration\s+2/")
@@ -50,12 +63,30 @@ class Drainer:
         self.printed = out.getvalue()
 
 
+class DrainerKillingTheNewProcess(Drainer):
+    """The drain, and SIGKILL to rank 1's new process once it says it took the rank (it registered)."""
+    NEW_PROCESS = re.compile(r"handed its rank over \(hot switch\); its new process is pid (\d+)")
+
+    def __init__(self):
+        super().__init__()
+        self.new_pid, self.killed = None, None
+
+    def __call__(self, line):
+        super().__call__(line)
+        m = self.NEW_PROCESS.search(line)
+        if m:
+            self.new_pid = int(m.group(1))
+        if self.killed is None and self.new_pid and "INFO warm spare: took rank 1 for a hot switch" in line:
+            self.killed = self.new_pid
+            os.kill(self.new_pid, signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
 def switched_run():
     build_parser()  # imports every subcommand's module now, not while the job's first steps run
     drainer = Drainer()
     run = run_training(FLAGS, launcher=LAUNCH, on_line=drainer,
-                       env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN})
+                       env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN, **SLOW_RULES})
     if drainer.thread is not None:
         drainer.thread.join(130)
     return run, drainer
@@ -97,8 +128,58 @@ def test_the_old_process_exits_0_and_a_warm_spare_takes_the_rank(switched_run):
     assert len(set(seen[1]["starting"])) == 2, seen
 
 
-def test_a_hot_switch_is_no_fault(switched_run):
+def test_a_hot_switch_is_no_fault_and_no_rank_of_the_unslowed_run_is_slow(switched_run):
     run, _ = switched_run
+    assert not SLOW.findall(run.output)
     assert "fault on rank" not in run.output
     assert "decision " not in run.output
     assert "restart 1 of 1" not in run.output  # not counted against --max-restarts
+
+
+@pytest.fixture(scope="module")
+def new_process_lost():
+    build_parser()
+    drainer = DrainerKillingTheNewProcess()
+    run = run_training(FLAGS, launcher=LAUNCH, on_line=drainer,
+                       env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN})
+    if drainer.thread is not None:
+        drainer.thread.join(130)
+    return run, drainer
+
+
+def test_a_new_process_lost_while_joining_is_replaced_and_the_run_ends_as_the_uninterrupted_one(
+        new_process_lost, reference_runs):
+    run, drainer = new_process_lost
+    run.require_success()
+    assert drainer.killed, run.output[-3000:]
+    assert re.search(r"the new process of rank 1 was lost while joining \(.*\); waiting for another", run.output)
+    assert re.search(rf"rank 1 \(local rank 1, pid {drainer.killed}\) ended: signal SIGKILL; worker reboot: rank 1 "
+                     rf"started again alone as pid \d+", run.output)
+    assert "ranks [1] switched to new processes, training resumes at step 5" in run.output
+    assert "decision " not in run.output
+    reference, _ = reference_runs("ha")
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
+    assert run.losses == reference.losses
+    assert run.digest == reference.digest
+
+
+@pytest.fixture(scope="module")
+def slow_rank_switched(tmp_path_factory):
+    env = {"MINDIO_SUB_HEALTHY_STRATEGY": "hotSwitch", "MINDIO_FAULT_INJECT": "slow:rank=2,step=1,seconds=0.3",
+           "MINDIO_FAULT_STATE_DIR": str(tmp_path_factory.mktemp("slow_faults")), **SLOW_RULES}
+    return run_training(FLAGS, launcher=LAUNCH, env=env)
+
+
+def test_a_slow_rank_is_hot_switched_by_policy(slow_rank_switched, reference_runs):
+    run = slow_rank_switched.require_success()
+    assert set(SLOW.findall(run.output)) == {"2"}, SLOW.findall(run.output)
+    assert "sub-health policy: rank 2 MINDIO-SLOW -> SubHealthFault -> hot switch: asked for" in run.output
+    switched = re.search(r"ranks \[2\] switched to new processes, training resumes at step (\d+)", run.output)
+    assert switched and int(switched.group(1)) <= 6, run.output[-4000:]
+    seen = process_ids(run.output)
+    assert len(set(seen[2]["starting"])) == 2, seen
+    assert "decision " not in run.output
+    reference, _ = reference_runs("ha")
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
+    assert run.losses == reference.losses
+    assert run.digest == reference.digest

@@ -157,7 +157,7 @@ def test_a_missing_policy_file_is_a_clear_error(tmp_path):
 
 
 def test_bad_sub_healthy_strategy_and_timeout_are_refused():
-    with pytest.raises(ValueError, match="sub_healthy_strategy 'later' is not one of ignore, graceExit, forceExit"):
+    with pytest.raises(ValueError, match="sub_healthy_strategy 'later' is not one of ignore, hotSwitch, graceExit, forceExit"):
         make_policy(empty_policy(), "later")
     for bad in (0, -1, 601, True, "5"):
         with pytest.raises(ValueError, match="policy timeout_s must be a number of seconds in 0.01..600"):

@@ -25,13 +25,14 @@ def test_every_level_has_a_strategy(level, strategy):
 
 
 @pytest.mark.parametrize("sub_healthy, strategy", [
-    ("ignore", S.NONE), ("graceExit", S.DUMP), ("forceExit", S.EXIT)])
+    ("ignore", S.NONE), ("graceExit", S.DUMP), ("forceExit", S.EXIT),
+    ("hotSwitch", S.NONE)])  # a hot switch is for sub-health signals (core/policy/sub_health), not faults
 def test_sub_health_follows_the_job_strategy(sub_healthy, strategy):
     assert strategy_for(Level.SubHealthFault, sub_healthy) is strategy
 
 
 def test_unknown_sub_healthy_strategy_is_refused():
-    with pytest.raises(ValueError, match="ignore, graceExit, forceExit"):
+    with pytest.raises(ValueError, match="ignore, hotSwitch, graceExit, forceExit"):
         preferred_strategy(Level.SubHealthFault, "gracefulExit")
 
 

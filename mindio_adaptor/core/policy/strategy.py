@@ -14,7 +14,8 @@ Why each level maps where it does:
 - SeparateNPU / ManuallySeparateNPU: the device is out of service; only a replacement elsewhere helps.
 - PreSeparateNPU: no impact now; the engine marks the device pre-separated so nothing new lands there.
 - SubHealthFault: the job's subHealthyStrategy decides: ignore, graceExit (dying-gasp checkpoint,
-  then leave the node: dump) or forceExit (leave without saving: exit).
+  then leave the node: dump) or forceExit (leave without saving: exit); hotSwitch acts on sub-health
+  signals only (core/policy/sub_health), so a fault under it is ignore's.
 When the chosen strategy is not enabled for the job, the next more drastic one is used
 (retry -> recover -> dump -> exit): falling back to something milder would leave the fault unhandled.
 """
@@ -39,6 +40,9 @@ class Strategy(str, Enum):
 
 SUB_HEALTHY_STRATEGIES: Mapping[str, Strategy] = {
     "ignore": Strategy.NONE,
+    # A hot switch moves a rank that still trains (core/policy/sub_health); a fault already reported is left to
+    # the built-in decision.
+    "hotSwitch": Strategy.NONE,
     "graceExit": Strategy.DUMP,
     "forceExit": Strategy.EXIT,
 }

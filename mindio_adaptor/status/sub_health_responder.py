@@ -1,0 +1,95 @@
+"""The sub-health signals acted on by policy (core/policy/sub_health), from the controller's own events: a
+rank's sub-health report (event sub_health, e.g. MINDIO-SDC) and a rank turning slow (event slow_rank, code
+MINDIO-SLOW). Hosted where the controller runs and polled as the offender watch is.
+
+Configured by the environment of the controller's host:
+- MINDIO_SUB_HEALTHY_STRATEGY: ignore (default), hotSwitch, graceExit, forceExit;
+- MINDIO_FAULT_CODE_FILE, MINDIO_FAULT_CUSTOMIZATION_FILE: the operator's faultCode.json and
+  faultCustomization.json (default: the shipped ones, which list MINDIO-SLOW and MINDIO-SDC as SubHealthFault);
+- MINDIO_SUB_HEALTH_QUIET_S (default 600, 0..86400): after acting on a rank (a hot switch, a replacement), its
+  signals within this long are warned about, not acted on: a device that stays slow after its rank moved to a
+  new process on the same node is not helped by moving it again and again.
+A refused action (a hot switch without process replacement, say) is said with the controller's reason; the
+signal is then only warned about."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from typing import Callable, Dict, Mapping, Optional
+
+from mindio_adaptor.core.env_values import seconds_from_env
+from mindio_adaptor.core.policy import PolicyEngine, load_policy
+from mindio_adaptor.core.policy.sub_health import SLOW, Action, action_for, check_strategy
+from mindio_adaptor.ttp.fault_policy import FaultPolicy
+
+logger = logging.getLogger(__name__)
+
+ENV_STRATEGY = "MINDIO_SUB_HEALTHY_STRATEGY"
+ENV_CODES, ENV_CUSTOM = "MINDIO_FAULT_CODE_FILE", "MINDIO_FAULT_CUSTOMIZATION_FILE"
+ENV_QUIET = "MINDIO_SUB_HEALTH_QUIET_S"
+SUB_HEALTH = re.compile(r"^rank (\d+)(?: \(node .*\))?: (\S+)$")
+SLOW_RANK = re.compile(r"^rank (\d+): ")
+
+
+def signal_of(kind: str, detail: str) -> Optional[tuple]:
+    """(rank, code) of a sub-health signal among the controller's events, else None."""
+    found = SUB_HEALTH.match(detail) if kind == "sub_health" else SLOW_RANK.match(detail) if kind == "slow_rank" \
+        else None
+    if found is None:
+        return None
+    return int(found[1]), found[2] if kind == "sub_health" else SLOW
+
+
+class SubHealthResponder:
+    def __init__(self, policy: FaultPolicy, strategy: str, controller, quiet_s: float = 600.0,
+                 say: Callable[[str], None] = logger.warning, clock: Callable[[], float] = time.monotonic):
+        """`controller`: the API it acts through (mindio_adaptor.ttp.controller)."""
+        self.policy, self.strategy, self.ctl = policy, check_strategy(strategy), controller
+        self.quiet_s, self._say, self._clock = quiet_s, say, clock
+        self._seen = 0
+        self._acted: Dict[int, float] = {}  # rank -> when it was last acted on
+
+    @classmethod
+    def from_env(cls, controller, env: Mapping[str, str] = os.environ, **kwargs) -> "SubHealthResponder":
+        """ValueError (or core/policy's PolicyFileError) naming a bad setting."""
+        strategy = check_strategy(env.get(ENV_STRATEGY, "ignore"))
+        quiet = seconds_from_env(ENV_QUIET, 600.0, 0, 86400, env)
+        engine = PolicyEngine(load_policy(env.get(ENV_CODES) or None, env.get(ENV_CUSTOM) or None))
+        return cls(FaultPolicy(engine, "ignore"), strategy, controller, quiet, **kwargs)
+
+    def poll(self) -> None:
+        events = self.ctl.controller_events()
+        new, self._seen = events[self._seen:], len(events)
+        for _, kind, detail in new:
+            found = signal_of(kind, detail)
+            if found:
+                self._respond(*found)
+
+    def _respond(self, rank: int, code: str) -> None:
+        level = self.policy.level(rank, code)
+        action = action_for(level, self.strategy)
+        what = f"sub-health policy: rank {rank} {code} -> {level.name} -> {action}"
+        if action is Action.IGNORE:
+            return
+        if action is Action.WARN:
+            return self._say(what)
+        last = self._acted.get(rank)
+        if last is not None and self._clock() - last < self.quiet_s:
+            return self._say(f"{what}: not acted on, rank {rank} was acted on {self._clock() - last:.0f} s ago "
+                             f"({ENV_QUIET}={self.quiet_s:g})")
+        try:
+            self._act(action, rank, code)
+        except (ValueError, RuntimeError) as err:
+            return self._say(f"{what}: refused ({err}); training goes on")
+        self._acted[rank] = self._clock()
+        self._say(f"{what}: asked for")
+
+    def _act(self, action: Action, rank: int, code: str) -> None:
+        if action is Action.HOT_SWITCH:
+            self.ctl.hot_switch([rank])
+        elif action is Action.SEPARATE:
+            self.ctl.tft_notify_controller_on_global_rank({rank: 1})  # its node: replaced as a lost rank
+        else:
+            self.ctl.tft_notify_controller_dump()
