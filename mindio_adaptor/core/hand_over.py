@@ -2,9 +2,9 @@
 
 The leaving process exits 0, as a worker that finished does, so its exit code cannot say it left for a new
 process. It says so with a mark instead: an empty file named by its pid in a directory its launcher made for
-it (MINDIO_HANDOVER_DIR, private to that launcher, on the same host). The launcher takes the mark when it sees
-the exit 0, and starts the rank's new process (a warm spare when it has one) with MINDIO_REBOOT_TYPE="hot
-switch", which tft_get_reboot_type() reports. A process without the directory (torchrun, a plain run) has no
+it (MINDIO_HANDOVER_DIR, private to that launcher, on the same host). The launcher takes the mark at its next
+check, whether or not the process has exited yet, and starts the rank's new process (a warm spare when it has
+one) with MINDIO_REBOOT_TYPE="hot switch", which tft_get_reboot_type() reports (launch/hand_overs). A process without the directory (torchrun, a plain run) has no
 launcher that would start its successor."""
 from __future__ import annotations
 

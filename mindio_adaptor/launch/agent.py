@@ -22,8 +22,8 @@ from mindio_adaptor.launch import membership
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import (ControllerContact, ControllerReportError, find_controllers,
                                                      report_no_replacement, report_process_ended)
-from mindio_adaptor.launch.hand_overs import HandOvers
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
+from mindio_adaptor.launch.hand_overs import HandOvers
 from mindio_adaptor.launch.membership import Membership
 from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage
 from mindio_adaptor.launch.node_liveness import beat_period

@@ -22,6 +22,7 @@ LEAVE_GRACE_S = 60.0
 class Leaving:
     old: Worker  # the rank's old process, as a worker of its own
     since: float
+    killed: bool = False
 
 
 class HandOvers:
@@ -29,7 +30,6 @@ class HandOvers:
         self.log = log
         self.dir = tempfile.mkdtemp(prefix="mindio-handover-")  # MINDIO_HANDOVER_DIR of this launcher's workers
         self.leaving: List[Leaving] = []
-        self.count = 0
 
     def due(self, workers: Sequence[Worker]) -> List[Worker]:
         """The workers whose current process marked itself handed over (the marks are taken)."""
@@ -40,7 +40,6 @@ class HandOvers:
         old = Worker(worker.local_rank, worker.rank)
         old.proc = worker.proc
         self.leaving.append(Leaving(old, time.monotonic()))
-        self.count += 1
         return old
 
     def reap(self) -> None:
@@ -50,10 +49,12 @@ class HandOvers:
             if code is None and time.monotonic() - leaving.since < LEAVE_GRACE_S:
                 continue
             if code is None:
-                old.signal(signal.SIGKILL)
-                self.log.info("rank %d: its old process (pid %d) still ran %.0f s after handing its rank over: "
-                              "killed", old.rank, old.pid, LEAVE_GRACE_S)
-                continue  # reaped at the next check
+                if not leaving.killed:
+                    leaving.killed = True
+                    old.signal(signal.SIGKILL)
+                    self.log.info("rank %d: its old process (pid %d) still ran %.0f s after handing its rank over: "
+                                  "killed", old.rank, old.pid, LEAVE_GRACE_S)
+                continue  # reaped at a later check
             self.leaving.remove(leaving)
             old.end_leftovers()
             self.log.info("rank %d: its old process (pid %d) ended after handing its rank over: %s", old.rank,
