@@ -31,7 +31,7 @@ from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
 from mindio_adaptor.launch.unreplaced_nodes import UnreplacedNodes
 from mindio_adaptor.launch.warm_pool import WarmPool, script_argv
-from mindio_adaptor.launch.worker import Worker, stop_all
+from mindio_adaptor.launch.worker import KILL_WAIT_S, Worker, stop_all
 from mindio_adaptor.launch.worker_env import worker_env
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's
@@ -69,6 +69,7 @@ class NodeAgent:
         self._refill_at: Optional[float] = None  # when the warm pool is filled again after a hand-out
         self._unreplaced: Optional[UnreplacedNodes] = None  # node 0's: lost nodes nothing takes, reported
         self.hand_overs = HandOvers(log)  # workers that handed their rank over to a new process (hot switch)
+        self.drained = False  # every local rank was handed over to a standby launcher's workers
 
     # --- the run ---------------------------------------------------------------------------------------
 
@@ -91,7 +92,7 @@ class NodeAgent:
         self.log.info("summary: %s; exit code %d; group restarts %d; restarts per rank: %s", outcome.what,
                       outcome.code, self.generation,
                       ", ".join(f"rank {w.rank}: {w.starts - 1}" for w in self.workers))
-        if self.fenced:
+        if self.fenced or self.drained:  # the node's place is another launcher's: nothing to say as done
             return outcome.code
         try:
             # A node hosting a controller keeps it until every node is done: it may lead the job by then. Not
@@ -364,7 +365,10 @@ class NodeAgent:
         return False
 
     def _check_workers(self) -> Optional[Outcome]:
-        for worker in self.hand_overs.due(self.workers):
+        handed, drained = self.hand_overs.ready(self.workers, self._may_drain)
+        if drained:
+            return self._drain(handed)
+        for worker in handed:
             self._hand_over(worker)
         self.hand_overs.reap()
         for worker in self.workers:
@@ -502,6 +506,25 @@ class NodeAgent:
                       "%d%s (MINDIO_REBOOT_TYPE=%s, not counted against --max-restarts)", worker.rank,
                       worker.local_rank, old.pid, pid, ", a warm spare" if worker.warm else "", hand_over.HOT_SWITCH)
         self._refill_warm()
+
+    def _may_drain(self) -> bool:
+        """This node may leave the job to a standby launcher that waits now; never node 0, which hosts the
+        launchers' store and the leading controller (a backup controller's slot is re-hosted by the standby, as
+        a lost node's)."""
+        return self.config.node_rank > 0 and self.store.standby_waiting()
+
+    def _drain(self, handed: List[Worker]) -> Outcome:
+        """Every local rank was handed over and a standby waits: the node leaves the job to it, as a lost node's
+        place is taken, once its old processes ended (bounded)."""
+        for worker in handed:
+            self._reported.add(self.hand_overs.leave(worker).pid)
+        ranks = [w.rank for w in handed]
+        self.log.info("node %d: every local rank %s was handed over (hot switch) and a standby launcher waits: "
+                      "this node leaves the job to it (drain)", self.config.node_rank, ranks)
+        self.drained = True
+        self.store.drain()
+        self.hand_overs.wait_for_the_leaving(KILL_WAIT_S)
+        return Outcome(0, f"node {self.config.node_rank} drained: ranks {ranks} handed over to a standby launcher")
 
     def _give_up(self, what: str) -> Outcome:
         limit = f"--max-restarts {self.config.max_restarts}"

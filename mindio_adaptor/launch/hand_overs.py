@@ -1,7 +1,13 @@
 """The launcher's side of a hot switch (core/hand_over): a worker that marked itself handed over gets its new
 process at once, not when its old one has exited: tearing a Megatron process down takes a second or more,
 which the whole job would spend paused. The old process is watched until it ends (its exit is logged; it
-should be 0) and ended with SIGKILL if it is still there LEAVE_GRACE_S later."""
+should be 0) and ended with SIGKILL if it is still there LEAVE_GRACE_S later.
+
+A node drained (every local rank handed over) while a standby launcher waits is left to that standby: the
+launcher gathers its workers' marks for up to GATHER_S, then goes, and the standby takes the node's place as
+it takes a lost node's, its warm workers becoming the ranks' new processes (a backup controller the node hosted
+is hosted again by the standby, as a lost node's). Node 0 (the launchers' store, the leading controller) never
+goes: its ranks get new processes on the node itself."""
 from __future__ import annotations
 
 import shutil
@@ -9,13 +15,14 @@ import signal
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Callable, List, Sequence, Tuple
 
 from mindio_adaptor.core import hand_over
 from mindio_adaptor.core.exit_codes import describe
 from mindio_adaptor.launch.worker import Worker
 
 LEAVE_GRACE_S = 60.0
+GATHER_S = 1.0  # the marks of one drain come within milliseconds of each other
 
 
 @dataclass
@@ -30,10 +37,27 @@ class HandOvers:
         self.log = log
         self.dir = tempfile.mkdtemp(prefix="mindio-handover-")  # MINDIO_HANDOVER_DIR of this launcher's workers
         self.leaving: List[Leaving] = []
+        self.pending: List[Worker] = []  # marked, not yet handed over: gathered for a drain
+        self._first_mark = 0.0
 
     def due(self, workers: Sequence[Worker]) -> List[Worker]:
         """The workers whose current process marked itself handed over (the marks are taken)."""
         return [w for w in workers if w.proc is not None and hand_over.take_mark(self.dir, w.pid)]
+
+    def ready(self, workers: Sequence[Worker], may_drain: Callable[[], bool]) -> Tuple[List[Worker], bool]:
+        """(the workers whose new processes start now, whether the whole node goes to a standby instead).
+        `may_drain`: whether this node may leave the job to a standby now (asked only while marks wait)."""
+        fresh = [w for w in self.due(workers) if w not in self.pending]
+        if fresh and not self.pending:
+            self._first_mark = time.monotonic()
+        self.pending += fresh
+        if not self.pending:
+            return [], False
+        drain = may_drain()
+        if drain and len(self.pending) < len(workers) and time.monotonic() - self._first_mark < GATHER_S:
+            return [], False
+        taken, self.pending = self.pending, []
+        return taken, drain and len(taken) == len(workers)
 
     def leave(self, worker: Worker) -> Worker:
         """The worker's current process becomes a leaving one; the worker is free for its new process."""
@@ -59,6 +83,13 @@ class HandOvers:
             old.end_leftovers()
             self.log.info("rank %d: its old process (pid %d) ended after handing its rank over: %s", old.rank,
                           old.pid, describe(code))
+
+    def wait_for_the_leaving(self, timeout: float) -> None:
+        """Until every leaving process ended (bounded), each exit logged."""
+        deadline = time.monotonic() + timeout
+        while self.leaving and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.05)
 
     def close(self) -> None:
         for leaving in self.leaving:

@@ -74,6 +74,7 @@ class Lifeline:
         self._held: Set[socket.socket] = set()
         self._refused_over_cap = 0
         self._leaving = threading.Event()
+        self._goodbye = True  # False: a hand-over, the watchers must see the node go as a lost one
         self._wake_r, self._wake_w = socket.socketpair()
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._server, selectors.EVENT_READ)
@@ -94,7 +95,7 @@ class Lifeline:
                     self._accept_all()
                 elif key.fileobj is not self._wake_r:
                     self._check_held(key.fileobj)
-        self._say_goodbyes()
+        self._say_goodbyes() if self._goodbye else self._close_quietly()
 
     def _accept_all(self) -> None:
         while True:
@@ -137,6 +138,22 @@ class Lifeline:
         self._server.close()
         self._wake_r.close()
         self._wake_w.close()
+
+    def _close_quietly(self) -> None:
+        """The listening socket first, so that a watcher whose connection then closes finds the port refused."""
+        self._selector.close()
+        self._server.close()
+        for conn in list(self._held):
+            conn.close()
+        self._held.clear()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def hand_over(self) -> None:
+        """Stop listening with no goodbye: the watchers see the node go as a lost one's, so a standby takes
+        its place (a node drained by a hot switch: launch/hand_overs)."""
+        self._goodbye = False
+        self.leave()
 
     def leave(self) -> None:
         """Say goodbye on every connection, those still in the listen queue too, then stop listening: the

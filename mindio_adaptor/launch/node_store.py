@@ -69,6 +69,13 @@ def _key_done(node: int) -> str:
     return f"node/{node}/done"
 
 
+def _key_drained(node: int) -> str:
+    return f"node/{node}/drained"  # its launcher left the node to a standby (a hot switch of every local rank)
+
+
+DRAINED_EVIDENCE = "its launcher handed it over (every local rank was switched to a standby: a drain)"
+
+
 def _key_node(node: int) -> str:
     return f"node/{node}"  # counter: launchers of this node rank that joined
 
@@ -189,6 +196,7 @@ class NodeStore:
         # A node whose launcher ended while the job went on (its workers left it, elastic training) is in the
         # job again: node 0's exit barrier waits for this launcher, not the last one's "done".
         store.delete_key(_key_done(node))
+        store.delete_key(_key_drained(node))  # said once: a later loss of this node is a loss
         self._owner_value = store.get(node_liveness.owner_key(node)).decode()
         self._beat = node_liveness.NodeBeat(cfg.master_addr, self.port, cfg.run_id, node, cfg.node_lost_after)
         self._beat.start()
@@ -314,7 +322,8 @@ class NodeStore:
                 for node, lost_owner in {**silent, **gone}.items():
                     if not lost_owner or self.store.check([_key_done(node)]):
                         continue  # not started yet, or it ended its part of the job: nothing to take over
-                    self.lost_evidence = lifeline.EVIDENCE if node in gone else self._silence()
+                    self.lost_evidence = (DRAINED_EVIDENCE if self.store.check([_key_drained(node)]) else
+                                          lifeline.EVIDENCE if node in gone else self._silence())
                     try:
                         self._own(node, first=False, lost_owner=lost_owner)
                     except NodeStoreError as err:
@@ -481,6 +490,15 @@ class NodeStore:
         """Stop beating for this node (at the latest before the launcher exits: see NodeBeat)."""
         if self._beat is not None:
             self._beat.stop()
+
+    def drain(self) -> None:
+        """This node's place goes to a standby launcher (every local rank was handed over): the beat stops and
+        the lifeline closes with no goodbye, so a watching standby takes the place as a lost node's; the node
+        is not said done."""
+        self.stop_beat()
+        self.store.set(_key_drained(self.config.node_rank), "1")
+        if self._lifeline is not None:
+            self._lifeline.hand_over()
 
     def leave(self, timeout: float = EXIT_BARRIER_S, wait_for_all: bool = False) -> bool:
         """Say this node is done; node 0 (and, with `wait_for_all`, this node) then waits until every node

@@ -10,7 +10,11 @@ policy asks for its hot switch, and it moves (the new process is as slow, the sl
 next report within the quiet time is only said). The switched run above, not slowed and judged by the same
 windows, reports no rank slow.
 
-A third run kills the new process (SIGKILL, from here) once it registered as rank 1's: the controller waits for
+A run of two launchers as two nodes and a standby launcher drains node 1 (`drain --node`): both its ranks are
+handed over, node 1's launcher leaves the job to the standby, whose warm workers become ranks 2 and 3, with no
+step lost.
+
+A fourth run kills the new process (SIGKILL, from here) once it registered as rank 1's: the controller waits for
 the next one, which the launcher starts as for any lost process, and the job goes on as from a lost rank, to the
 same digest."""
 import contextlib
@@ -18,12 +22,13 @@ import io
 import os
 import re
 import signal
+import socket
 import threading
 
 import pytest
 
 from mindio_adaptor.cli import build_parser, main as cli_main
-from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny_job import LocalCluster, kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]
@@ -32,6 +37,7 @@ SLOW = re.compile(r"rank (\d+) is slow: steps")
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1", "--spare-workers", "1")
 TOKEN = "hot-switch-e2e-token-0123456789abcdef"
 FIRST_STEPS = re.compile(r"iteration\s+2/")
+STEP = re.compile(r"\] iteration\s+(\d+)/")
 STATUS_PAGE = re.compile(r"status page on http://127\.0\.0\.1:(\d+)/")  # the launcher's controller says so
 
 
@@ -179,6 +185,85 @@ def test_a_slow_rank_is_hot_switched_by_policy(slow_rank_switched, reference_run
     seen = process_ids(run.output)
     assert len(set(seen[2]["starting"])) == 2, seen
     assert "decision " not in run.output
+    reference, _ = reference_runs("ha")
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
+    assert run.losses == reference.losses
+    assert run.digest == reference.digest
+
+
+class NodeDrainer(Drainer):
+    """`mindio-adaptor drain --node <host>/node1 --after-step 5` to the leading controller's status page (node 1
+    hosts a backup controller with a page of its own), once the standby watches the nodes."""
+    NODE = f"{socket.gethostname()}/node1"
+
+    def __init__(self):
+        super().__init__()
+        self.ports, self.standby_watching, self.asked_at = [], False, None
+
+    def __call__(self, line):
+        self.standby_watching = self.standby_watching or "standby: watching nodes [1]" in line
+        m = STATUS_PAGE.search(line)
+        if m:
+            self.ports.append(int(m.group(1)))
+        step = STEP.search(line)
+        if self.thread is None and len(self.ports) == 2 and self.standby_watching and step:
+            self.asked_at = int(step.group(1))
+            self.thread = threading.Thread(target=self._drain, daemon=True)
+            self.thread.start()
+
+    def _leader(self):
+        from mindio_adaptor.cli.status_client import request_json
+
+        for port in self.ports:
+            if request_json(f"127.0.0.1:{port}", TOKEN, "/status.json")["term"] >= 1:
+                return port
+        return self.ports[0]
+
+    def _drain(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                self.code = cli_main(["drain", "--controller", f"127.0.0.1:{self._leader()}", "--token", TOKEN,
+                                      "--node", self.NODE, "--after-step", "5", "--wait", "120"])
+            except SystemExit as err:
+                self.code = err.code
+            except Exception as err:  # noqa: BLE001 - the test names it
+                self.code = f"{type(err).__name__}: {err}"
+        self.printed = out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def node_drained():
+    build_parser()
+    drainer = NodeDrainer()
+    cluster = LocalCluster(FLAGS, env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN}, on_line=drainer)
+    cluster.start_node("--node-rank", "0")
+    node_1 = cluster.start_node("--node-rank", "1")
+    cluster.start_node("--standby")
+    run = cluster.wait()
+    if drainer.thread is not None:
+        drainer.thread.join(130)
+    return run, drainer, node_1
+
+
+def test_a_drained_node_is_left_to_the_standby_with_no_step_lost(node_drained, reference_runs):
+    run, drainer, node_1 = node_drained
+    run.require_success()
+    assert drainer.asked_at is not None and drainer.asked_at <= 4, drainer.asked_at  # so "after step 5" can hold
+    assert drainer.code == 0, (drainer.code, drainer.printed, run.output[-4000:])
+    assert "hot switch of ranks [2, 3] asked for after step 5" in drainer.printed
+    assert "node 1: every local rank [2, 3] was handed over (hot switch) and a standby launcher waits: this node " \
+           "leaves the job to it (drain)" in run.output
+    for rank in (2, 3):
+        assert re.search(rf"rank {rank}: its old process \(pid \d+\) ended after handing its rank over: exit code 0",
+                         run.output)
+    assert re.search(r"node 1 was lost: this launcher takes its place in the running job .*because its launcher "
+                     r"handed it over \(every local rank was switched to a standby: a drain\)", run.output)
+    assert "ranks [2,3] switched to new processes, training resumes at step 5" in run.output
+    assert node_1.returncode == 0
+    seen = process_ids(run.output)
+    for rank in (0, 1):
+        assert kept_one_process(seen, rank), seen
     reference, _ = reference_runs("ha")
     assert sorted(run.loss_line_steps) == list(range(1, 9))
     assert run.losses == reference.losses
