@@ -237,10 +237,14 @@ class NodeAgent:
         self.master_port = self.store.open_generation(generation)
         if replacing:
             self._joined_generation = generation
-        pids = [self._start(w, restarted=replacing) for w in self.workers]
+        # The ranks of a drained node were handed over alive: their new processes are a hot switch's.
+        kind = hand_over.HOT_SWITCH if replacing and self.store.took_drained_node else hand_over.ARF
+        pids = [self._start(w, restarted=replacing, reboot_type=kind) for w in self.workers]
         warm = sum(w.warm for w in self.workers)
         self.log.info("generation %d: started ranks %s as pids %s%s%s; workers' store at %s:%d%s", generation,
-                      [w.rank for w in self.workers], pids, " to replace the lost node's" if replacing else "",
+                      [w.rank for w in self.workers], pids,
+                      (" to take the drained node's" if kind == hand_over.HOT_SWITCH else
+                       " to replace the lost node's") if replacing else "",
                       f" ({warm} warm)" if warm else "", self.config.master_addr, self.master_port,
                       f", beside the controllers {self._stores_env[ENV_STORES]}" if self._stores_env else "")
         self._refill_warm(at_once=not replacing)

@@ -139,6 +139,7 @@ class NodeStore:
         self._beat: Optional[node_liveness.NodeBeat] = None
         self._lifeline: Optional[lifeline.Lifeline] = None
         self.lost_evidence = ""  # a replacing launcher: how it knew the node it took was lost
+        self.took_drained_node = False  # the node it took was drained (its ranks handed over alive), not lost
         self._owner_value = ""  # what this launcher wrote as its node rank's owner (a rejoin writes it back)
         self._node0_owner = 1  # the incarnation of node 0 last seen running (a rejoin says it was lost)
         self._node0_lifeline: Optional[lifeline.LifelineAddress] = None  # a standby: node 0's, as last read
@@ -322,7 +323,8 @@ class NodeStore:
                 for node, lost_owner in {**silent, **gone}.items():
                     if not lost_owner or self.store.check([_key_done(node)]):
                         continue  # not started yet, or it ended its part of the job: nothing to take over
-                    self.lost_evidence = (DRAINED_EVIDENCE if self.store.check([_key_drained(node)]) else
+                    self.took_drained_node = self.store.check([_key_drained(node)])
+                    self.lost_evidence = (DRAINED_EVIDENCE if self.took_drained_node else
                                           lifeline.EVIDENCE if node in gone else self._silence())
                     try:
                         self._own(node, first=False, lost_owner=lost_owner)

@@ -42,6 +42,16 @@ def signal_of(kind: str, detail: str) -> Optional[tuple]:
     return int(found[1]), found[2] if kind == "sub_health" else SLOW
 
 
+def node_ranks(ranks: list, rank: int) -> list:
+    """The live ranks of `rank`'s node (its failure domain as it reported it; itself alone when it reported
+    none)."""
+    domain = ranks[rank]["domain"]
+    if not domain:
+        return [rank]
+    return [r for r, entry in enumerate(ranks)
+            if entry["domain"] == domain and not {"dead", "left"} & set(entry["flags"])]
+
+
 class SubHealthResponder:
     def __init__(self, policy: FaultPolicy, strategy: str, controller, quiet_s: float = 600.0,
                  say: Callable[[str], None] = logger.warning, clock: Callable[[], float] = time.monotonic):
@@ -90,6 +100,6 @@ class SubHealthResponder:
         if action is Action.HOT_SWITCH:
             self.ctl.hot_switch([rank])
         elif action is Action.SEPARATE:
-            self.ctl.tft_notify_controller_on_global_rank({rank: 1})  # its node: replaced as a lost rank
+            self.ctl.hot_switch(node_ranks(self.ctl.controller_ranks(), rank))
         else:
             self.ctl.tft_notify_controller_dump()

@@ -260,6 +260,8 @@ def test_a_drained_node_is_left_to_the_standby_with_no_step_lost(node_drained, r
     assert re.search(r"node 1 was lost: this launcher takes its place in the running job .*because its launcher "
                      r"handed it over \(every local rank was switched to a standby: a drain\)", run.output)
     assert "ranks [2,3] switched to new processes, training resumes at step 5" in run.output
+    for rank in (2, 3):  # the standby's warm workers, started as a hot switch's new processes
+        assert re.search(rf"rank {rank}\] INFO warm spare: took rank {rank} for a hot switch", run.output)
     assert node_1.returncode == 0
     seen = process_ids(run.output)
     for rank in (0, 1):

@@ -19,6 +19,7 @@ from mindio_adaptor.ttp.fault_policy import FaultPolicy
     (Level.RestartBusiness, "hotSwitch", Action.WARN),
     (Level.PreSeparateNPU, "hotSwitch", Action.WARN),
     (Level.SeparateNPU, "ignore", Action.SEPARATE),
+    (Level.RestartNPU, "ignore", Action.SEPARATE),
     (Level.ManuallySeparateNPU, "hotSwitch", Action.SEPARATE),
 ])
 def test_the_action_follows_the_level_and_the_jobs_strategy(level, strategy, action):
@@ -50,6 +51,10 @@ def test_signals_are_read_from_the_controllers_events(kind, detail, signal):
 class AskedController:
     def __init__(self, refuse=""):
         self.events, self.asked, self.refuse = [], [], refuse
+        self.ranks = [{"domain": f"n{rank // 2}", "flags": ["registered", "connected"]} for rank in range(4)]
+
+    def controller_ranks(self):
+        return self.ranks
 
     def controller_events(self):
         return list(self.events)
@@ -58,9 +63,6 @@ class AskedController:
         if self.refuse:
             raise ValueError(self.refuse)
         self.asked.append(("hot switch", ranks))
-
-    def tft_notify_controller_on_global_rank(self, faults):
-        self.asked.append(("separate", faults))
 
     def tft_notify_controller_dump(self):
         self.asked.append(("dump",))
@@ -110,14 +112,18 @@ def test_the_other_strategies(strategy, asked):
     assert ctl.asked == asked and len(said) == 1
 
 
-def test_a_code_listed_to_separate_replaces_the_rank(tmp_path):
+def test_a_code_listed_to_separate_drains_the_ranks_node(tmp_path):
     codes = tmp_path / "faultCode.json"
     codes.write_text('{"SeparateNPUCodes": ["MINDIO-SDC"]}')
     ctl = AskedController()
     r = SubHealthResponder(FaultPolicy(PolicyEngine(load_policy(str(codes)))), "ignore", ctl, say=lambda _: None)
-    ctl.events.append((1.0, "sub_health", "rank 0: MINDIO-SDC"))
+    ctl.events.append((1.0, "sub_health", "rank 3: MINDIO-SDC"))
     r.poll()
-    assert ctl.asked == [("separate", {0: 1})]
+    assert ctl.asked == [("hot switch", [2, 3])]  # rank 3's node n1 holds ranks 2 and 3
+    ctl.ranks[0]["domain"] = ""  # a rank that reported no node is switched alone
+    ctl.events.append((2.0, "sub_health", "rank 0: MINDIO-SDC"))
+    r.poll()
+    assert ctl.asked[-1] == ("hot switch", [0])
 
 
 @pytest.mark.parametrize("env,message", [

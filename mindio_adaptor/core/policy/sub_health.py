@@ -13,7 +13,8 @@ rules apply as to any fault):
   checkpoint; "forceExit" (the reference: leave without saving) is taken as graceExit here, since the
   checkpoint costs a few seconds and never loses anything;
 - a level that takes the device out of service (FreeRestartNPU, RestartNPU, SeparateNPU,
-  ManuallySeparateNPU): separate, i.e. the rank's process is replaced as a lost one is;
+  ManuallySeparateNPU): separate the node, i.e. a hot switch of every live rank of the rank's node, which a
+  waiting standby launcher takes over (without one, the ranks get new processes on the node itself);
 - any other level (RestartRequest, RestartBusiness, PreSeparateNPU): warn. Re-running a step does nothing for a
   slow or corrupting device.
 """
@@ -31,7 +32,7 @@ class Action(str, Enum):
     IGNORE = "ignore"
     WARN = "warn"
     HOT_SWITCH = "hot switch"
-    SEPARATE = "separate"  # the rank's process replaced as a lost one
+    SEPARATE = "separate the node"  # a hot switch of every rank of its node (a drain)
     DUMP = "dump"  # the job ends with a dying-gasp checkpoint
 
     def __str__(self) -> str:
