@@ -145,7 +145,7 @@ def serve(args, world_size: int, port: int, status_port) -> int:
         return 2
     ctl.tft_init_controller(-1, world_size, enable_uce=not args.no_uce, enable_arf=args.arf,
                             backup=args.backup, enable_scale_in=args.elastic)
-    watch = OffenderWatch(record, ctl.controller_events, ctl.controller_ranks, say=say)
+    watch = OffenderWatch(record, ctl.controller_events, ctl.controller_ranks, say=say, on_offender=responder.offender)
     said_remembered = False
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

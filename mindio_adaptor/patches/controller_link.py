@@ -136,9 +136,11 @@ def _watch_events(controller) -> None:
     """Rank 0's controller keeps the record of the nodes that caused faults (status/offender_watch) and acts on
     sub-health signals by policy (status/sub_health_responder): its events are read after every completed step
     and when the job ends."""
-    offenders = OffenderWatch(OffenderRecord.from_env(), controller.controller_events, controller.controller_ranks)
+    responder = SubHealthResponder.from_env(controller)
+    offenders = OffenderWatch(OffenderRecord.from_env(), controller.controller_events, controller.controller_ranks,
+                              on_offender=responder.offender)
     offenders.say_remembered()
-    _event_watches[:] = [offenders, SubHealthResponder.from_env(controller)]
+    _event_watches[:] = [offenders, responder]
     SESSION.job.step_completed.append(lambda step: _poll_event_watches())
 
 

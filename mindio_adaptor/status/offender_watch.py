@@ -16,7 +16,7 @@ incidents. A rank's node is the failure domain it last reported; a rank the cont
 import logging
 import re
 import time
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Tuple
 
 from mindio_adaptor.core.offender_record import Incident, OffenderRecord
 
@@ -49,8 +49,12 @@ def charged_faults(kind: str, detail: str, world_size: int) -> List[Tuple[int, s
 
 class OffenderWatch:
     def __init__(self, record: OffenderRecord, events: Callable[[], list], ranks: Callable[[], list],
-                 say: Callable[[str], None] = logger.warning, clock: Callable[[], float] = time.time):
+                 say: Callable[[str], None] = logger.warning, clock: Callable[[], float] = time.time,
+                 on_offender: Callable[[int], None] = lambda rank: None):
+        """`on_offender(rank)`: a node became a repeat offender by an incident of `rank` (status/sub_health_
+        responder acts on it by policy)."""
         self.record, self._events, self._ranks, self._say, self._clock = record, events, ranks, say, clock
+        self._on_offender = on_offender
         self._seen = 0
         self._domains = {}  # rank -> the last failure domain it reported
 
@@ -75,3 +79,4 @@ class OffenderWatch:
                     continue
                 if offended:
                     self._say(self.record.describe(node, offended))
+                    self._on_offender(rank)

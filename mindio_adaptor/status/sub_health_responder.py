@@ -1,6 +1,7 @@
 """The sub-health signals acted on by policy (core/policy/sub_health), from the controller's own events: a
 rank's sub-health report (event sub_health, e.g. MINDIO-SDC) and a rank turning slow (event slow_rank, code
-MINDIO-SLOW). Hosted where the controller runs and polled as the offender watch is.
+MINDIO-SLOW), and a node that became a repeat offender (status/offender_watch, code MINDIO-OFFENDER, for the rank
+whose incident made it one). Hosted where the controller runs and polled as the offender watch is.
 
 Configured by the environment of the controller's host:
 - MINDIO_SUB_HEALTHY_STRATEGY: ignore (default), hotSwitch, graceExit, forceExit;
@@ -17,11 +18,11 @@ import logging
 import os
 import re
 import time
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.core.policy import PolicyEngine, load_policy
-from mindio_adaptor.core.policy.sub_health import SLOW, Action, action_for, check_strategy
+from mindio_adaptor.core.policy.sub_health import OFFENDER, SLOW, Action, action_for, check_strategy
 from mindio_adaptor.ttp.fault_policy import FaultPolicy
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,10 @@ class SubHealthResponder:
             if found:
                 self._respond(*found)
 
+    def offender(self, rank: int) -> None:
+        """The offender watch's word that `rank`'s node became a repeat offender."""
+        self._respond(rank, OFFENDER)
+
     def _respond(self, rank: int, code: str) -> None:
         level = self.policy.level(rank, code)
         action = action_for(level, self.strategy)
@@ -90,16 +95,17 @@ class SubHealthResponder:
             return self._say(f"{what}: not acted on, rank {rank} was acted on {self._clock() - last:.0f} s ago "
                              f"({ENV_QUIET}={self.quiet_s:g})")
         try:
-            self._act(action, rank, code)
+            moved = self._act(action, rank)
         except (ValueError, RuntimeError) as err:
             return self._say(f"{what}: refused ({err}); training goes on")
-        self._acted[rank] = self._clock()
-        self._say(f"{what}: asked for")
+        self._acted.update({r: self._clock() for r in moved})
+        self._say(f"{what}: asked for" + (f" (ranks {moved})" if moved != [rank] else ""))
 
-    def _act(self, action: Action, rank: int, code: str) -> None:
-        if action is Action.HOT_SWITCH:
-            self.ctl.hot_switch([rank])
-        elif action is Action.SEPARATE:
-            self.ctl.hot_switch(node_ranks(self.ctl.controller_ranks(), rank))
-        else:
+    def _act(self, action: Action, rank: int) -> List[int]:
+        """Asks the controller for `action`; the ranks it moves."""
+        if action is Action.DUMP:
             self.ctl.tft_notify_controller_dump()
+            return [rank]
+        moved = [rank] if action is Action.HOT_SWITCH else node_ranks(self.ctl.controller_ranks(), rank)
+        self.ctl.hot_switch(moved)
+        return moved

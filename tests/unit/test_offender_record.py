@@ -89,10 +89,11 @@ def test_what_an_event_charges_to_a_node(kind, detail, world, charged):
 
 
 def test_the_watch_notes_each_new_event_once_and_says_a_repeat_offender(tmp_path):
-    events, said = [], []
+    events, said, offending = [], [], []
     ranks = [{"domain": "vm-0"}, {"domain": "vm-1"}, {"domain": ""}, {"domain": "vm-1"}]
     r = record(tmp_path, times=2)
-    watch = OffenderWatch(r, lambda: list(events), lambda: ranks, say=said.append, clock=lambda: 100.0)
+    watch = OffenderWatch(r, lambda: list(events), lambda: ranks, say=said.append, clock=lambda: 100.0,
+                          on_offender=offending.append)
     events.append((1.0, "decision", "retry: faults 1:memory repair_step=4"))
     watch.poll()
     watch.poll()  # nothing new
@@ -102,6 +103,7 @@ def test_the_watch_notes_each_new_event_once_and_says_a_repeat_offender(tmp_path
     assert [(i.node, i.rank, i.what) for i in r.incidents()] == [
         ("vm-1", 1, "memory fault"), ("rank 2", 2, "sub-health MINDIO-SDC"), ("vm-1", 3, "node fault")]
     assert len(said) == 1 and said[0].startswith("node vm-1 is a repeat offender: 2 incidents within 24 h (")
+    assert offending == [3]  # rank 3's incident made its node one (status/sub_health_responder acts on it)
     watch.say_remembered()
     assert said[1].startswith("remembered from earlier runs: node vm-1 is a repeat offender")
     ranks[1] = {"domain": ""}  # a replacement not yet reported: the rank's last known node is kept

@@ -5,7 +5,7 @@ answers in tests/integration/test_sub_health_actions.py)."""
 import pytest
 
 from mindio_adaptor.core.policy import Level, PolicyEngine, load_policy
-from mindio_adaptor.core.policy.sub_health import SDC, SLOW, Action, action_for
+from mindio_adaptor.core.policy.sub_health import OFFENDER, SDC, SLOW, Action, action_for
 from mindio_adaptor.status.sub_health_responder import SubHealthResponder, signal_of
 from mindio_adaptor.ttp.fault_policy import FaultPolicy
 
@@ -33,8 +33,8 @@ def test_an_unknown_strategy_is_an_error_naming_the_known_ones():
 
 def test_the_shipped_codes_are_sub_health():
     policy = FaultPolicy(PolicyEngine(load_policy()))
-    assert policy.level(1, SLOW) == Level.SubHealthFault
-    assert policy.level(2, SDC) == Level.SubHealthFault
+    for code in (SLOW, SDC, OFFENDER):
+        assert policy.level(1, code) == Level.SubHealthFault
 
 
 @pytest.mark.parametrize("kind,detail,signal", [
@@ -114,12 +114,18 @@ def test_the_other_strategies(strategy, asked):
 
 def test_a_code_listed_to_separate_drains_the_ranks_node(tmp_path):
     codes = tmp_path / "faultCode.json"
-    codes.write_text('{"SeparateNPUCodes": ["MINDIO-SDC"]}')
+    codes.write_text('{"SeparateNPUCodes": ["MINDIO-SDC", "MINDIO-OFFENDER"]}')
     ctl = AskedController()
-    r = SubHealthResponder(FaultPolicy(PolicyEngine(load_policy(str(codes)))), "ignore", ctl, say=lambda _: None)
+    said = []
+    r = SubHealthResponder(FaultPolicy(PolicyEngine(load_policy(str(codes)))), "ignore", ctl, quiet_s=0,
+                           say=said.append)
     ctl.events.append((1.0, "sub_health", "rank 3: MINDIO-SDC"))
     r.poll()
     assert ctl.asked == [("hot switch", [2, 3])]  # rank 3's node n1 holds ranks 2 and 3
+    assert said[-1] == "sub-health policy: rank 3 MINDIO-SDC -> SeparateNPU -> separate the node: asked for " \
+                       "(ranks [2, 3])"
+    r.offender(1)  # the offender watch: rank 1's node n0 became a repeat offender
+    assert ctl.asked[-1] == ("hot switch", [0, 1])
     ctl.ranks[0]["domain"] = ""  # a rank that reported no node is switched alone
     ctl.events.append((2.0, "sub_health", "rank 0: MINDIO-SDC"))
     r.poll()

@@ -3,7 +3,8 @@
 The signals are fault codes of ours, listed under SubHealthFaultCodes in the shipped faultCode.json, so that
 an operator's own file may move them to another level:
 - MINDIO-SLOW: a rank stays slower than its peers' median for several windows (csrc/controller/slow_ranks.h);
-- MINDIO-SDC: a rank's copy of an optimizer shard was found corrupted (patches/silent_corruption).
+- MINDIO-SDC: a rank's copy of an optimizer shard was found corrupted (patches/silent_corruption);
+- MINDIO-OFFENDER: a rank's node became a repeat offender (status/offender_watch), by that rank's incident.
 
 The action follows the level in force for the code on that rank (a PolicyEngine: its frequency and duration
 rules apply as to any fault):
@@ -26,6 +27,7 @@ from mindio_adaptor.core.policy.levels import Level
 
 SLOW = "MINDIO-SLOW"
 SDC = "MINDIO-SDC"
+OFFENDER = "MINDIO-OFFENDER"
 
 
 class Action(str, Enum):
