@@ -7,16 +7,14 @@ recomputed), and nothing is counted as a fault. One run, checked several ways.
 
 A run with rank 2 slowed on purpose (a sleep per step) under subHealthyStrategy hotSwitch: rank 2 is found slow, the
 policy asks for its hot switch, and it moves (the new process is as slow, the sleep being the "device"'s: its
-next report within the quiet time is only said). The switched run above, not slowed and judged by the same
+next report within the quiet time is only said). Its new process is killed (SIGKILL, from here) once it
+registered: the controller waits for the next one, which the launcher starts as for any lost process, and the
+job goes on as from a lost rank, to the same digest. The switched run above, not slowed and judged by the same
 windows, reports no rank slow.
 
 A run of two launchers as two nodes and a standby launcher drains node 1 (`drain --node`): both its ranks are
 handed over, node 1's launcher leaves the job to the standby, whose warm workers become ranks 2 and 3, with no
-step lost.
-
-A fourth run kills the new process (SIGKILL, from here) once it registered as rank 1's: the controller waits for
-the next one, which the launcher starts as for any lost process, and the job goes on as from a lost rank, to the
-same digest."""
+step lost."""
 import contextlib
 import io
 import os
@@ -69,20 +67,18 @@ class Drainer:
         self.printed = out.getvalue()
 
 
-class DrainerKillingTheNewProcess(Drainer):
-    """The drain, and SIGKILL to rank 1's new process once it says it took the rank (it registered)."""
+class NewProcessKiller:
+    """SIGKILL to rank R's new process once it says it took the rank for a hot switch (it registered)."""
     NEW_PROCESS = re.compile(r"handed its rank over \(hot switch\); its new process is pid (\d+)")
 
-    def __init__(self):
-        super().__init__()
-        self.new_pid, self.killed = None, None
+    def __init__(self, rank):
+        self.rank, self.new_pid, self.killed = rank, None, None
 
     def __call__(self, line):
-        super().__call__(line)
         m = self.NEW_PROCESS.search(line)
-        if m:
+        if m and f"] rank {self.rank} (local rank" in line:
             self.new_pid = int(m.group(1))
-        if self.killed is None and self.new_pid and "INFO warm spare: took rank 1 for a hot switch" in line:
+        if self.killed is None and self.new_pid and f"INFO warm spare: took rank {self.rank} for a hot switch" in line:
             self.killed = self.new_pid
             os.kill(self.new_pid, signal.SIGKILL)
 
@@ -143,47 +139,19 @@ def test_a_hot_switch_is_no_fault_and_no_rank_of_the_unslowed_run_is_slow(switch
 
 
 @pytest.fixture(scope="module")
-def new_process_lost():
-    build_parser()
-    drainer = DrainerKillingTheNewProcess()
-    run = run_training(FLAGS, launcher=LAUNCH, on_line=drainer,
-                       env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN})
-    if drainer.thread is not None:
-        drainer.thread.join(130)
-    return run, drainer
-
-
-def test_a_new_process_lost_while_joining_is_replaced_and_the_run_ends_as_the_uninterrupted_one(
-        new_process_lost, reference_runs):
-    run, drainer = new_process_lost
-    run.require_success()
-    assert drainer.killed, run.output[-3000:]
-    assert re.search(r"the new process of rank 1 was lost while joining \(.*\); waiting for another", run.output)
-    assert re.search(rf"rank 1 \(local rank 1, pid {drainer.killed}\) ended: signal SIGKILL; worker reboot: rank 1 "
-                     rf"started again alone as pid \d+", run.output)
-    assert "ranks [1] switched to new processes, training resumes at step 5" in run.output
-    assert "decision " not in run.output
-    reference, _ = reference_runs("ha")
-    assert sorted(run.loss_line_steps) == list(range(1, 9))
-    assert run.losses == reference.losses
-    assert run.digest == reference.digest
-
-
-@pytest.fixture(scope="module")
 def slow_rank_switched(tmp_path_factory):
     env = {"MINDIO_SUB_HEALTHY_STRATEGY": "hotSwitch", "MINDIO_FAULT_INJECT": "slow:rank=2,step=1,seconds=0.3",
            "MINDIO_FAULT_STATE_DIR": str(tmp_path_factory.mktemp("slow_faults")), **SLOW_RULES}
-    return run_training(FLAGS, launcher=LAUNCH, env=env)
+    killer = NewProcessKiller(2)
+    return run_training(FLAGS, launcher=LAUNCH, env=env, on_line=killer), killer
 
 
 def test_a_slow_rank_is_hot_switched_by_policy(slow_rank_switched, reference_runs):
-    run = slow_rank_switched.require_success()
+    run = slow_rank_switched[0].require_success()
     assert set(SLOW.findall(run.output)) == {"2"}, SLOW.findall(run.output)
     assert "sub-health policy: rank 2 MINDIO-SLOW -> SubHealthFault -> hot switch: asked for" in run.output
     switched = re.search(r"ranks \[2\] switched to new processes, training resumes at step (\d+)", run.output)
     assert switched and int(switched.group(1)) <= 6, run.output[-4000:]
-    seen = process_ids(run.output)
-    assert len(set(seen[2]["starting"])) == 2, seen
     assert "decision " not in run.output
     reference, _ = reference_runs("ha")
     assert sorted(run.loss_line_steps) == list(range(1, 9))
@@ -270,3 +238,15 @@ def test_a_drained_node_is_left_to_the_standby_with_no_step_lost(node_drained, r
     assert sorted(run.loss_line_steps) == list(range(1, 9))
     assert run.losses == reference.losses
     assert run.digest == reference.digest
+
+
+def test_its_new_process_lost_while_joining_is_replaced_as_a_lost_ranks(slow_rank_switched):
+    run, killer = slow_rank_switched
+    assert killer.killed, run.output[-3000:]
+    assert re.search(r"the new process of rank 2 was lost while joining \(.*\); waiting for another", run.output)
+    assert re.search(rf"rank 2 \(local rank 2, pid {killer.killed}\) ended: signal SIGKILL; worker reboot: rank 2 "
+                     rf"started again alone as pid \d+", run.output)
+    seen = process_ids(run.output)
+    assert len(set(seen[2]["starting"])) == 3, seen  # the slow one, the killed one, the one that finished
+    for rank in (0, 1, 3):
+        assert kept_one_process(seen, rank), seen
