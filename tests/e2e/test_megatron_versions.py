@@ -1,9 +1,10 @@
 """Every megatron-core release besides the installed one (tests/megatron_releases.py: 0.12.1 and 0.16.1 from the
 Megatron-LM trees, 0.17.0 and 0.18.0 from their wheels), on the real megatron.training (dp4, R=2, gloo). Per release
-four runs of the example: the uninterrupted one; one under `mindio-adaptor launch` with worker reboot, checked
-several ways (a UCE error on rank 1 in step 3 repaired online from its replica peer, then rank 2 killed in step 5
-and replaced by a new process); one under torchrun with --save where rank 2 is killed in step 5's backward (the
-survivors' dying-gasp checkpoint of step 4); and a stock --load of that checkpoint. The oracle is the
+up to four runs of the example: the uninterrupted one; one under `mindio-adaptor launch` with worker reboot,
+checked several ways (a UCE error on rank 1 in step 3 repaired online from its replica peer, then rank 2 killed in
+step 5 and replaced by a new process); and, for the Megatron-LM trees (DUMP_RELEASES below), one under torchrun
+with --save where rank 2 is killed in step 5's backward (the survivors' dying-gasp checkpoint of step 4) and a
+stock --load of that checkpoint. The oracle is the
 uninterrupted run of the same release: the same losses, and bit-identical final parameters (digests differ
 between releases).
 
@@ -30,6 +31,10 @@ HA = ["--enable-high-availability"]
 ONLINE = "raise:rank=1,step=3,msg=UCE ERROR injected;kill:rank=2,step=5"
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
 ELASTIC_RELEASES = set(RELEASES) if os.environ.get("MINDIO_VERSION_TESTS_ELASTIC") == "all" else {"0.12.1"}
+# The dump and its stock resume: the Megatron-LM trees (0.12.1, 0.16.1), whose checkpoint code is furthest from the
+# installed 0.19's, which the rest of the suite dumps and resumes with; 0.17.0 and 0.18.0 lie between them
+# (MINDIO_VERSION_TESTS_DUMP=all: every release; two runs each, a minute and a half of CI for both).
+DUMP_RELEASES = set(RELEASES) if os.environ.get("MINDIO_VERSION_TESTS_DUMP") == "all" else {"0.12.1", "0.16.1"}
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
@@ -41,10 +46,11 @@ def release_runs(request, tmp_path_factory):
                                   env={**env, "MINDIO_FAULT_INJECT": ONLINE,
                                        "MINDIO_FAULT_STATE_DIR": str(work / "online_faults")})
     ckpt = work / "ckpt"
-    runs["dump"] = run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"],
-                                env={**env, "MINDIO_FAULT_INJECT": "kill:rank=2,step=5,phase=backward",
-                                     "MINDIO_FAULT_STATE_DIR": str(work / "dump_faults")})
-    runs["resumed"] = run_training([*HA, "--load", str(ckpt)], env=env).require_success()
+    if request.param in DUMP_RELEASES:
+        runs["dump"] = run_training([*HA, "--save", str(ckpt), "--save-interval", "1000"],
+                                    env={**env, "MINDIO_FAULT_INJECT": "kill:rank=2,step=5,phase=backward",
+                                         "MINDIO_FAULT_STATE_DIR": str(work / "dump_faults")})
+        runs["resumed"] = run_training([*HA, "--load", str(ckpt)], env=env).require_success()
     if request.param in ELASTIC_RELEASES:
         runs["elastic"], _ = run_elastic(work / "elastic", lose_after=3, return_at=6, arf_wait_s=None, env=env)
     return request.param, runs, ckpt
@@ -79,6 +85,8 @@ def test_a_uce_error_is_repaired_online_and_a_killed_rank_replaced(release_runs)
 
 def test_the_survivors_dump_the_last_completed_step(release_runs):
     _, runs, ckpt = release_runs
+    if "dump" not in runs:
+        pytest.skip(f"the dump runs for {sorted(DUMP_RELEASES)} (MINDIO_VERSION_TESTS_DUMP=all: every release)")
     dump = runs["dump"]
     assert dump.returncode != 0
     assert "lost the connection of rank 2" in dump.output
@@ -89,6 +97,8 @@ def test_the_survivors_dump_the_last_completed_step(release_runs):
 
 def test_a_stock_load_of_the_dump_ends_as_the_uninterrupted_run(release_runs):
     _, runs, _ = release_runs
+    if "resumed" not in runs:
+        pytest.skip(f"the dump runs for {sorted(DUMP_RELEASES)} (MINDIO_VERSION_TESTS_DUMP=all: every release)")
     resumed, reference = runs["resumed"], runs["reference"]
     assert sorted(resumed.losses) == [5, 6, 7, 8]
     assert resumed.losses[5] == reference.losses[5]  # the first line after a resume is exact
