@@ -225,7 +225,7 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
             waiting.remove(ready[0])
             nodes[fault.target].append(ready[0])
             time.sleep(replace_after)
-            if not _job_ended(nodes):  # a standby started after the end would wait for the job's store in vain
+            if not _job_ended(nodes, cluster):  # a standby started after the end would wait for the job's store in vain
                 waiting.append(cluster.start_node("--standby"))
         else:
             time.sleep(replace_after)
@@ -247,9 +247,11 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
     fault.ended = time.monotonic()
 
 
-def _job_ended(nodes: Dict[int, list]) -> bool:
-    """Every node's current launcher has exited."""
-    return all(procs[-1].poll() is not None for node, procs in nodes.items() if node != "standby")
+def _job_ended(nodes: Dict[int, list], cluster: LocalCluster) -> bool:
+    """Every node's current launcher has exited or said its summary: node 0's stays up to 10 s longer, waiting
+    for the standbys to see the end, and a standby that joins meanwhile loses the store with it."""
+    return all(procs[-1].poll() is not None or cluster.said(procs[-1], "summary: ")
+               for node, procs in nodes.items() if node != "standby")
 
 
 def _judge(soak: Soak) -> None:
