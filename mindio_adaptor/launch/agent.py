@@ -518,8 +518,8 @@ class NodeAgent:
         return self.config.node_rank > 0 and self.store.standby_waiting()
 
     def _drain(self, handed: List[Worker]) -> Outcome:
-        """Every local rank was handed over and a standby waits: the node leaves the job to it, as a lost node's
-        place is taken, once its old processes ended (bounded)."""
+        """Every local rank was handed over and a standby waits: the node leaves the job to it, which takes its
+        place as a lost node's; the old processes are then waited for (bounded), so that their exits are said."""
         for worker in handed:
             self._reported.add(self.hand_overs.leave(worker).pid)
         ranks = [w.rank for w in handed]
