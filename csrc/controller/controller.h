@@ -245,6 +245,7 @@ private:
     void give_up_hot_switch(std::unique_lock<std::mutex>& lock, const std::string& why, bool continue_ranks);
     std::string hand_over(const FaultContext& ctx, FlowRun& run);
     void end_pause(const std::string& why);
+    std::set<int> send_pause(std::unique_lock<std::mutex>& lock);
     HoldVerdict await_hold(std::unique_lock<std::mutex>& lock);
     std::map<int, PauseSighting> pause_sightings_locked() const;
     void expire_pause_locked();

@@ -104,15 +104,7 @@ void Controller::hot_switch_flow() {
     std::unique_lock<std::mutex> lock(mu_);
     flow_active_ = true;
     hot_switch_requested_ = false;
-    const std::set<int> leaving = switching_, live = ranks_.live();
-    FaultContext none;
-    none.repair_step = repair_step_;
-    ActionMsg pause = base_action(ActionKind::Pause, none, Strategy::None);
-    pause.step = pause_.step;
-    lock.unlock();
-    ActionOutcome out = actions_.run_all(ActionKind::Pause, live, pause, true);
-    lock.lock();
-    for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the PAUSE");
+    const std::set<int> leaving = switching_, live = send_pause(lock);
     HoldVerdict v = await_hold(lock);
     if (stopping_ || !pending_faults_.empty()) return give_up_hot_switch(lock, "a fault came first", false);
     if (continue_requested_) return give_up_hot_switch(lock, "withdrawn (stop switch)", true);

@@ -68,17 +68,7 @@ void Controller::pause_flow() {
         lock.unlock();
         return end_pause(limit ? "its hold limit was reached" : "continue was asked for");
     }
-    const std::set<int> live = ranks_.live();
-    FaultContext ctx;
-    ctx.repair_step = repair_step_;
-    ActionMsg msg = base_action(ActionKind::Pause, ctx, Strategy::None);
-    msg.step = pause_.step;
-    lock.unlock();
-    ActionOutcome out = actions_.run_all(ActionKind::Pause, live, msg, true);
-    lock.lock();
-    if (!out.ok()) {
-        for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the PAUSE");
-    }
+    const std::set<int> live = send_pause(lock);
     HoldVerdict v = await_hold(lock);
     if (stopping_ || !pending_faults_.empty()) {
         LOG_WARN(kLog, cfg_.rank, "the pause after step " << pause_.step << " is given up: a fault came first");
@@ -107,6 +97,21 @@ void Controller::pause_flow() {
     LOG_WARN(kLog, cfg_.rank, "the pause after step " << pause_.step << " is given up: " << why);
     lock.unlock();
     end_pause("the pause was given up (" + why + ")");
+}
+
+// PAUSE after pause_.step to every live rank (the lock is released meanwhile); a rank that does not take it is
+// a fault. Returns the ranks it went to.
+std::set<int> Controller::send_pause(std::unique_lock<std::mutex>& lock) {
+    const std::set<int> live = ranks_.live();
+    FaultContext ctx;
+    ctx.repair_step = repair_step_;
+    ActionMsg msg = base_action(ActionKind::Pause, ctx, Strategy::None);
+    msg.step = pause_.step;
+    lock.unlock();
+    ActionOutcome out = actions_.run_all(ActionKind::Pause, live, msg, true);
+    lock.lock();
+    for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the PAUSE");
+    return live;
 }
 
 // Waits until every live rank holds after the pause's step, one passed it or finished, or continue, a
