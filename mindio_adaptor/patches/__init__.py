@@ -1,6 +1,6 @@
 """The only place that knows Megatron's internals. One module per patched area; each exposes
 `PATCHES`, a list of `registry.Patch`, applied by `mindio_adaptor.patch_all()`."""
-from mindio_adaptor.core import cpu_torch, logs
+from mindio_adaptor.core import compile_switch, cpu_torch, logs
 
 # Modules of this package whose PATCHES are applied, in order.
 PATCH_MODULES = [
@@ -34,6 +34,7 @@ def before_megatron_import():
     from mindio_adaptor.patches import library_compat
 
     logs.configure()
+    compile_switch.install()
     library_compat.restore_for_installed_megatron()
     if not cpu_torch.accelerator_present():
         from mindio_adaptor.patches import cpu_support
@@ -44,3 +45,4 @@ def before_megatron_import():
 
 def after_unpatch():
     cpu_torch.uninstall()
+    compile_switch.uninstall()
