@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "mindio/facts/"
 SCOPE = "mindio job facts"  # what the seals are bound to beside the key (the token binds them to the job)
+LAYOUT_INPUTS = "layout_inputs"  # every rank's replica-layout inputs, for a replacement process (patches/parallel_state)
 _clients: Dict[Tuple[str, int], SealedStore] = {}
 
 

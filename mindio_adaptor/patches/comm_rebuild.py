@@ -15,8 +15,8 @@ import torch.distributed as dist
 
 from mindio_adaptor.core import job_store, paired_store, rehosted_slot
 from mindio_adaptor.core.comm import CommEpochs, InPlaceUnavailable, StoreUnreachable
+from mindio_adaptor.core.job_store import LAYOUT_INPUTS
 from mindio_adaptor.core.recovery_limits import rebuild_timeout_s
-from mindio_adaptor.patches.parallel_state import LAYOUT_INPUTS
 
 logger = logging.getLogger(__name__)
 

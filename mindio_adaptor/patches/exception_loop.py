@@ -17,7 +17,7 @@ from mindio_adaptor.patches.decision import NextMove
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.process_replacement import is_replacement
 from mindio_adaptor.patches.recovery_session import SESSION
-from mindio_adaptor.patches.stages.join_as_replacement import join_as_replacement
+from mindio_adaptor.patches.replacement_join import join_as_replacement
 
 logger = logging.getLogger(__name__)
 

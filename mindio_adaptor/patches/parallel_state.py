@@ -14,6 +14,7 @@ import socket
 import torch.distributed as dist
 
 from mindio_adaptor.core import job_store, warm_assignment
+from mindio_adaptor.core.job_store import LAYOUT_INPUTS
 from mindio_adaptor.core.replica_layout import ReplicaLayout, crowded_shards
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
@@ -23,7 +24,6 @@ logger = logging.getLogger(__name__)
 
 FAILURE_DOMAINS_ENV = "MINDIO_FAILURE_DOMAINS"  # comma list by global rank, for every rank at once
 FAILURE_DOMAIN_ENV = "MINDIO_FAILURE_DOMAIN"  # this process's (mindio-adaptor launch sets it); default: host name
-LAYOUT_INPUTS = "layout_inputs"  # in the job's store, for a replacement process
 
 
 def _after_initialize(wrapped, instance, args, kwargs):

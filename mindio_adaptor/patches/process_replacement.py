@@ -7,7 +7,7 @@ collective until the communicators are rebuilt with the newcomer. So the replace
      broadcasts, group creation) returns at once without peers, and the few results the adaptor needs
      from others (controller address, replica layout inputs, last communicator epoch) come from the
      job's store (core/job_store); no checkpoint is loaded;
-  2. at the start of Megatron's train loop joins the job (patches/stages/join_as_replacement): reports
+  2. at the start of Megatron's train loop joins the job (patches/replacement_join): reports
      ready ("ARF FINISH") and parks, like a rank after a fault; the controller then runs the "recover"
      flow (patches/recovery) on every rank: REBUILD_GROUP (real groups replace the fake ones, every
      reference re-pointed), REPAIR (its optimizer shard and the repair step's state: iteration, data

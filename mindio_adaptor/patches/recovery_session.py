@@ -4,8 +4,9 @@ at, in one object.
 One session per training process (`SESSION`), made with this module so that the patches running
 before the rank connects to the controller (the record of model and optimizer, a replacement's start
 on the fake backend) have it; `controller_link.connect` completes it (save root, backend, ports to
-keep). The recovery stages (patches/stages) take it as an argument and read nothing else, so a test
-builds its own; only the wrappers Megatron calls reach for `SESSION`.
+keep). The recovery stages (patches/stages) take it as an argument and read nothing else (the communicators'
+rebuilds too are reached through it), so a test builds its own; only the wrappers Megatron calls reach for
+`SESSION`.
 """
 import collections
 import threading
@@ -15,6 +16,7 @@ from typing import Any, Deque, Dict, Optional, Set
 from mindio_adaptor.core.loss_line import LossLineBook
 from mindio_adaptor.core.recovery_timeline import Timeline
 from mindio_adaptor.core.training_thread import TrainingThread
+from mindio_adaptor.patches import comm_rebuild
 from mindio_adaptor.patches.training_state import TrainingState
 
 
@@ -89,6 +91,9 @@ class RecoverySession:
     termination: threading.Event = field(default_factory=threading.Event)  # the process got SIGTERM
     section_clock: Any = None  # patches/sections.SectionClock, once the processor is connected
     status_server: Any = None  # status/server.StatusServer, on the rank hosting the controller when asked for
+    # The rebuilds of this process's communicators (patches/comm_rebuild), which the stages reach through the
+    # session as they reach Megatron through their facade parameter: a unit test gives a stand-in.
+    communicators: Any = comm_rebuild
 
     def snapshot_of(self, step: int, purpose: str) -> StepSnapshot:
         """The snapshot of `step`, or an error saying which step this rank has instead."""

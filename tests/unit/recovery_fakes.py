@@ -7,7 +7,6 @@ import queue
 import traceback
 from datetime import timedelta
 from types import SimpleNamespace
-from unittest.mock import patch
 
 import torch.distributed as dist
 
@@ -52,6 +51,7 @@ class FakeMegatron:
         self.groups = {}
         self.loaded = None  # (iteration, flops) load_checkpoint_of_step returns
         self.expert_slots = {}  # optimizer_state_slots' "expert" kind (expert parallelism)
+        self.rebuilt = (0, 0.0)  # (iteration, flops) rebuild returns
 
     def _record(self, name, *args):
         self.calls.append((name, *args))
@@ -122,9 +122,30 @@ class FakeMegatron:
         return iter(range(self.margs.consumed_train_samples, self.margs.consumed_train_samples + 100))
 
     def position_train_iterators(self, holder, who):
-        with patch.object(megatron_job, "iterator_at_sample", self.iterator_at_sample), \
-                patch.object(megatron_job, "args", lambda: self.margs):
-            megatron_job.position_train_iterators(holder, who)
+        megatron_job.position_train_iterators(holder, who, reposition=self.iterator_at_sample, margs=self.margs)
+
+    def rebuild(self, job, root, step):
+        """The model and optimizer built again (from the checkpoint of `step` under `root`, or from nothing):
+        returns `rebuilt` as (iteration, FLOPs)."""
+        self._record("rebuild", root, step)
+        return self.rebuilt
+
+    def apply_scale_in_sizes(self, plan, old_rank, init_call):
+        self._record("apply_scale_in_sizes", plan.new_dp, old_rank)
+        self.margs.rank, self.margs.world_size = plan.new_rank(old_rank), len(plan.survivors)
+        return init_call
+
+    def take_original_rank(self, plan):
+        current = self.margs.rank
+        self.margs.rank, self.margs.world_size = plan.original_rank(current), plan.world_size
+        return current
+
+    def apply_original_sizes(self, plan, init_call):
+        self._record("apply_original_sizes", plan.new_dp)
+        return init_call
+
+    def weigh_loss(self, margs, optimizer):
+        self._record("weigh_loss")
 
     def optimizer_state_slots(self, model, optimizer):
         return {"dense": {"slots of": optimizer}, "expert": dict(self.expert_slots)}
@@ -155,6 +176,27 @@ class FakeMegatron:
     def load_checkpoint_of_step(self, model, optimizer, scheduler, step):
         self._record("load_checkpoint_of_step", step)
         return self.loaded
+
+
+class FakeCommunicators:
+    """patches/comm_rebuild as the stages reach it (session.communicators): a record of each call, every rebuild
+    a success numbered `epoch`, or raising `failure` (the real rebuilds are walked in test_stage_rebuild_groups
+    and end to end)."""
+
+    def __init__(self, epoch: int = 7, failure: BaseException = None):
+        self.epoch, self.failure, self.calls = epoch, failure, []
+
+    def continue_epochs_of_the_job(self, session):
+        self.calls.append("epochs from the store")
+
+    def catch_up_with_the_job(self, session):
+        self.calls.append("caught up with the job")
+
+    def rebuild_world(self, session, margs, members):
+        self.calls.append((margs.rank, margs.world_size, list(members)))
+        if self.failure is not None:
+            raise self.failure
+        return self.epoch
 
 
 class FakeReplay:

@@ -12,7 +12,6 @@ from mindio_adaptor.core import state_reshard
 from mindio_adaptor.core.scale_in_plan import plan_scale_in
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
 from mindio_adaptor.core.processor_link import SaveAssignment
-from mindio_adaptor.patches import scale_in
 from mindio_adaptor.patches.stages import scale_in_save as scale_in_save_stage
 from mindio_adaptor.patches.stages.scale_in_state import scale_in_state
 from mindio_adaptor.patches.stages.scale_out_save import scale_out_save
@@ -36,8 +35,7 @@ class FakeScheduler:
 @pytest.fixture
 def group(monkeypatch):
     """The data-parallel group: ranks 0 (a survivor, whose report the test sets) and 2 (returned)."""
-    seen = SimpleNamespace(rebuilt=[], resharded=[], groups=[], survivor=None)
-    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: seen.rebuilt.append((root, step)) or (0, 0.0))
+    seen = SimpleNamespace(resharded=[], groups=[], survivor=None)
 
     def gather(group_, item):
         assert group_ == "data-parallel group"
@@ -66,7 +64,7 @@ def test_a_survivor_sends_its_state_and_reshards_its_own_shard_without_a_checkpo
     session.replay.iterators[1] = replay = FakeReplay()
     with caplog.at_level(logging.INFO):
         assert scale_out_state(session, megatron, action("repair", strategy="scale_out", step=6)) == 0
-    assert group.rebuilt == [(None, None)]  # built again, loaded from nothing
+    assert megatron.called("rebuild") == [(None, None)]  # built again, loaded from nothing
     # It held its old optimizer's slots before the rebuild; the shard it wants is the new optimizer's.
     [(held, _)] = group.resharded
     assert held == {"slots of": "old optimizer"}  # the fake rebuild keeps the objects: wanted is alike here
@@ -128,7 +126,7 @@ def test_a_scale_in_survivor_reshards_what_the_survivors_hold_without_the_dump(g
     session.replay.iterators[1] = replay = FakeReplay()
     with caplog.at_level(logging.INFO):
         assert scale_in_state(session, megatron, action("repair", strategy="scale_in", step=4)) == 0
-    assert group.rebuilt == [(None, None)] and megatron.called("load_checkpoint_of_step") == []
+    assert megatron.called("rebuild") == [(None, None)] and megatron.called("load_checkpoint_of_step") == []
     [(held, _)] = group.resharded
     assert held == {"slots of": "old optimizer"}
     assert megatron.called("set_iteration_state") == [(4,)] and replay.restarts == [(64, 4)]

@@ -12,6 +12,7 @@ from mindio_adaptor.core import processor_link
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 from mindio_adaptor.core.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.processor_link import LEAVES_THE_JOB, ControllerAction, ControllerDecision
+from mindio_adaptor.core.replica_layout import ReplicaLayout
 from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
 from mindio_adaptor.patches import decision_wait, recovery, scale_in
 from mindio_adaptor.patches.stages.scale_in_groups import scale_in_groups
@@ -22,9 +23,11 @@ PLAN = plan_scale_in([[0, 2], [1, 3]], {3}, global_batch_size=16, micro_batch_si
 
 
 @pytest.fixture
-def dropped_rank(monkeypatch):
-    monkeypatch.setattr(scale_in, "plan_for", lambda layout, lost: PLAN)
-    return session_at(4), FakeMegatron(rank=2, world_size=4)
+def dropped_rank():
+    session = session_at(4)
+    session.job.layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
+    return session, FakeMegatron(rank=2, world_size=4, context_parallel_size=1, global_batch_size=16,
+                                 micro_batch_size=2)
 
 
 def test_a_rank_of_a_lost_slice_leaves_naming_rank_step_time_and_why(dropped_rank):
@@ -35,7 +38,8 @@ def test_a_rank_of_a_lost_slice_leaves_naming_rank_step_time_and_why(dropped_ran
     assert re.fullmatch(r"elastic training: rank 2 leaves the job after step 4 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: "
                         r"its data-parallel slice lost a rank \(ranks \[3\] were lost and not replaced\); the job "
                         r"goes on without it, dp2 -> dp1 \(data-parallel indices \[1\] lost a rank; survivors "
-                        r"\[0, 1\], 8 micro-batches each\)", str(leaving.value)), str(leaving.value)
+                        r"\[0, 1\], 8 micro-batches each; optimizer replicas R=2 -> R=1: the job has no replica now, its next "
+                        r"fault ends in the dump\)", str(leaving.value)), str(leaving.value)
     assert megatron.calls == [] and session.scale_in is None  # nothing of the job was touched
 
 

@@ -2,7 +2,7 @@
 dump e2e tests: tests/e2e/test_dump_after_fault.py)."""
 import pytest
 
-from recovery_fakes import FakeMegatron, action, session_at
+from recovery_fakes import FakeCommunicators, FakeMegatron, action, session_at
 from mindio_adaptor.core.dump_world import DumpError
 from mindio_adaptor.core.processor_link import SaveAssignment
 from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP, dense_savers, save_dump
@@ -39,21 +39,20 @@ def test_savers_are_the_ranks_of_every_entry_once_in_order():
     assert SAVE_DUMP.on_training_thread
 
 
-def test_while_scaled_in_the_savers_named_by_their_start_ranks_save_at_their_current_ranks(tmp_path, monkeypatch):
+def test_while_scaled_in_the_savers_named_by_their_start_ranks_save_at_their_current_ranks(tmp_path):
     """dp4 R=2 lost ranks 0 and 1: the controller names survivor 3 (its rank at the start), which is rank 1
     of the dp2 job now; the savers' world is laid out in the current numbering."""
+    from mindio_adaptor.core.replica_layout import ReplicaLayout
     from mindio_adaptor.core.scale_in_plan import plan_scale_in
-    from mindio_adaptor.patches.stages import save_dump as stage
 
-    seen = []
-
-    def dump_world(savers, margs, layout):
-        seen.append(list(savers))
-        raise DumpError("stop here")
-
-    monkeypatch.setattr(stage, "dump_world", dump_world)
     session = session_at(6, save_root=str(tmp_path))
     session.scale_in = plan_scale_in([[0, 1, 2, 3]], {0, 1}, global_batch_size=16, micro_batch_size=2)
-    with pytest.raises(DumpError, match="stop here"):
-        save_dump(session, FakeMegatron(), save(6, [SaveAssignment(0, (3,))]))
-    assert seen == [[1]]
+    session.job.layout = ReplicaLayout.from_dp_lists([[0, 1]], 2)  # the dp2 job's: both ranks hold the one shard
+    session.communicators = FakeCommunicators(failure=DumpError("the savers' world could not meet"))
+    megatron = FakeMegatron(rank=1, world_size=2, tensor_model_parallel_size=1, context_parallel_size=1,
+                            pipeline_model_parallel_size=1, data_parallel_size=2,
+                            num_distributed_optimizer_instances=2)
+    with pytest.raises(DumpError, match="could not meet"):
+        save_dump(session, megatron, save(6, [SaveAssignment(0, (3,))]))
+    assert session.communicators.calls == [(1, 2, [1])]  # current rank 1 is the savers' data-parallel rank 0
+    assert not (tmp_path / "iter_0000006").exists()

@@ -1,6 +1,7 @@
 """stages/scale_in_state: with --elastic-scale-in-from checkpoint the survivors load the dump of the repair step
 into a model and optimizer built at the smaller size (from the replicas: test_resize_from_replicas); the session's snapshot, the data position and the replay follow it; and how the rebuilt
-objects take the places Megatron's frames hold (patches/scale_in.take_place_of)."""
+objects take the places Megatron's frames hold (megatron_job/rebuild.take_place_of); the sizes Megatron takes
+(megatron_job/sizes)."""
 import logging
 from types import SimpleNamespace
 
@@ -9,7 +10,7 @@ import pytest
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
 from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
 from mindio_adaptor.core.scale_out_plan import plan_scale_out
-from mindio_adaptor.patches import megatron_job, scale_in, scale_out
+from mindio_adaptor.patches import megatron_job, scale_in
 from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
 
 PLAN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
@@ -22,17 +23,15 @@ def scaled_in_session(step=5):
     return session
 
 
-def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(monkeypatch, caplog):
-    loads = []
-    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: loads.append((root, step))
-                        or (4, 400.0))
+def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(caplog):
     session, megatron = scaled_in_session(), FakeMegatron(global_batch_size=16, **FROM_CHECKPOINT)
+    megatron.rebuilt = (4, 400.0)
     megatron.margs.consumed_train_samples = 64  # what the load set
     replay = FakeReplay()
     session.replay.iterators[1] = replay
     with caplog.at_level(logging.INFO):
         assert scale_in_state(session, megatron, action("repair", strategy="scale_in", step=4)) == 0
-    assert loads == [("/ckpt", 4)]
+    assert megatron.called("rebuild") == [("/ckpt", 4)] and megatron.called("weigh_loss") == [()]
     assert (session.latest.iteration, session.latest.consumed_train_samples,
             session.latest.floating_point_operations) == (4, 64, 400.0)
     assert session.job.completed_steps == [4] and replay.restarts == [(64, 4)]
@@ -41,10 +40,11 @@ def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(
     assert SCALE_IN_STATE.on_training_thread
 
 
-def test_a_checkpoint_of_another_step_or_no_plan_or_no_save_is_refused(monkeypatch):
-    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: (3, 300.0))
+def test_a_checkpoint_of_another_step_or_no_plan_or_no_save_is_refused():
+    megatron = FakeMegatron(**FROM_CHECKPOINT)
+    megatron.rebuilt = (3, 300.0)
     with pytest.raises(ScaleInRefused, match="scale in from the checkpoint of step 4 under /ckpt; loaded step 3"):
-        scale_in_state(scaled_in_session(), FakeMegatron(**FROM_CHECKPOINT), action("repair", step=4))
+        scale_in_state(scaled_in_session(), megatron, action("repair", step=4))
     with pytest.raises(ScaleInRefused, match="before the groups were rebuilt"):
         scale_in_state(session_at(5, save_root="/ckpt"), FakeMegatron(**FROM_CHECKPOINT), action("repair", step=4))
     no_save = scaled_in_session()
@@ -64,12 +64,12 @@ class Optimizer:
 def test_a_rebuilt_object_takes_the_old_ones_place_for_every_holder():
     old, new = Optimizer("dp4 shard"), Optimizer("dp2 shard")
     held_by_a_frame = old
-    scale_in.take_place_of(old, new)
+    megatron_job.take_place_of(old, new)
     assert held_by_a_frame.step() == "dp2 shard"
     new.shard = "after the next update"  # one state, seen through either reference
     assert held_by_a_frame.shard == "after the next update"
     with pytest.raises(ScaleInRefused, match="cannot take the place of the job's Optimizer"):
-        scale_in.take_place_of(Optimizer("x"), object())
+        megatron_job.take_place_of(Optimizer("x"), object())
 
 
 def test_context_parallelism_is_refused_naming_the_size():
@@ -98,22 +98,18 @@ def test_an_expert_parallel_job_scales_in_only_to_a_multiple_of_its_expert_paral
     scale_in.refuse_expert_misfit(1, to_dp3)  # dense: the uneven dp3 is fine
 
 
-def test_the_rebuild_call_takes_the_current_replica_count_and_drops_cached_strategies(monkeypatch):
-    from types import SimpleNamespace
-
-    from mindio_adaptor.patches import megatron_job
-
-    monkeypatch.setattr(megatron_job, "args", lambda: SimpleNamespace(num_distributed_optimizer_instances=1))
+def test_the_rebuild_call_takes_the_current_replica_count_and_drops_cached_strategies():
     cfg = SimpleNamespace(ddp=SimpleNamespace(num_distributed_optimizer_instances=2))
     context = {"save_strategy": object(), "load_strategy": object(), "kept": 1}
     call_args, call_kwargs = megatron_job.with_current_groups(("model type",), {"cfg_container": cfg,
-                                                                            "checkpointing_context": context})
+                                                                            "checkpointing_context": context},
+                                                              replicas=1)
     assert call_args == ("model type",) and call_kwargs["cfg_container"] is cfg
     assert cfg.ddp.num_distributed_optimizer_instances == 1  # tp2 x dp2 R=2 -> dp1: one instance
     assert context == {"kept": 1}  # the context pretrain() holds, cleared in place
 
 
-def test_the_parallel_state_call_takes_the_plan_replica_count(monkeypatch):
+def test_the_parallel_state_call_takes_the_plan_replica_count():
     from mindio_adaptor.core.replica_layout import ReplicaLayout
 
     layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
@@ -123,14 +119,14 @@ def test_the_parallel_state_call_takes_the_plan_replica_count(monkeypatch):
                             data_parallel_size=2, num_distributed_optimizer_instances=2)
     # Megatron's calculator is a process global: a stand-in that counts as it does.
     sizes = {}
-    monkeypatch.setattr(megatron_job, "microbatch_calculator", lambda: (
-        lambda rank, ramp, gbs, mbs, dp, seq_length=None: sizes.update(n=gbs // (mbs * dp)), lambda: sizes["n"]))
-    monkeypatch.setattr(megatron_job, "args", lambda: margs)
-    assert scale_in.apply_sizes(plan, 0, init_call) == (
+    calculator = (lambda rank, ramp, gbs, mbs, dp, seq_length=None: sizes.update(n=gbs // (mbs * dp)),
+                  lambda: sizes["n"])
+    assert megatron_job.apply_scale_in_sizes(plan, 0, init_call, margs, calculator) == (
         (2, 1, None), {"context_parallel_size": 1, "num_distributed_optimizer_instances": 1})
     assert init_call[1]["num_distributed_optimizer_instances"] == 2  # the recorded call is not changed
     assert (margs.data_parallel_size, margs.num_distributed_optimizer_instances, margs.world_size) == (1, 1, 2)
     # ... and the scale-out back gives the job its replicas again
     back = plan_scale_out(plan, {2, 3}, global_batch_size=16, micro_batch_size=2)
-    assert scale_out.apply_original_sizes(back, init_call)[1]["num_distributed_optimizer_instances"] == 2
+    assert megatron_job.apply_original_sizes(back, init_call, margs, calculator)[1][
+        "num_distributed_optimizer_instances"] == 2
     assert (margs.data_parallel_size, margs.num_distributed_optimizer_instances) == (2, 2)

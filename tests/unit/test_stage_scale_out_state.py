@@ -1,5 +1,5 @@
 """stages/scale_out_state: every rank of the original size loads the checkpoint the survivors saved at the
-smaller size into a model and optimizer built again (patches/scale_in.rebuild); the
+smaller size into a model and optimizer built again (megatron_job/rebuild); the
 session's snapshot and the data position follow it; a returned process counts as joined (ROLLBACK then
 expects no state from a replica peer); rank 0 of a survivor logs the scale-out once."""
 import logging
@@ -10,7 +10,6 @@ import pytest
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
 from mindio_adaptor.core.scale_in_plan import plan_scale_in
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
-from mindio_adaptor.patches import scale_in
 from mindio_adaptor.patches.stages.scale_out_state import SCALE_OUT_STATE, scale_out_state
 
 SCALED_IN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
@@ -18,24 +17,23 @@ PLAN = plan_scale_out(SCALED_IN, [2, 3], global_batch_size=16, micro_batch_size=
 FROM_CHECKPOINT = dict(elastic_scale_out_from="checkpoint")
 
 
-@pytest.fixture
-def loads(monkeypatch):
-    seen = []
-    monkeypatch.setattr(scale_in, "rebuild", lambda job, root, step: seen.append((root, step))
-                        or (6, 600.0))
-    return seen
+def from_checkpoint(**args) -> FakeMegatron:
+    """Megatron as the stage sees it, whose rebuild loads step 6 of the checkpoint."""
+    megatron = FakeMegatron(**args, **FROM_CHECKPOINT)
+    megatron.rebuilt = (6, 600.0)
+    return megatron
 
 
-def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(loads, caplog):
+def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(caplog):
     session = session_at(6, save_root="/ckpt")
-    megatron = FakeMegatron(global_batch_size=16, world_size=4, **FROM_CHECKPOINT)
+    megatron = from_checkpoint(global_batch_size=16, world_size=4)
     session.scale_out = PLAN
     megatron.margs.consumed_train_samples = 96
     replay = FakeReplay()
     session.replay.iterators[1] = replay
     with caplog.at_level(logging.INFO):
         assert scale_out_state(session, megatron, action("repair", strategy="scale_out", step=6)) == 0
-    assert loads == [("/ckpt", 6)] and replay.restarts == [(96, 6)]
+    assert megatron.called("rebuild") == [("/ckpt", 6)] and replay.restarts == [(96, 6)]
     assert (session.latest.iteration, session.latest.consumed_train_samples) == (6, 96)
     [said] = [r.getMessage() for r in caplog.records if "elastic training: scaled out" in r.getMessage()]
     assert said.startswith("elastic training: scaled out dp2 -> dp4 (ranks [2, 3] returned; 2 micro-batches each) "
@@ -44,9 +42,9 @@ def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(loads, caplog)
     assert SCALE_OUT_STATE.on_training_thread
 
 
-def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_joined(loads, caplog):
+def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_joined(caplog):
     session = session_at(None, save_root="/ckpt")
-    megatron = FakeMegatron(rank=2, world_size=4, **FROM_CHECKPOINT)
+    megatron = from_checkpoint(rank=2, world_size=4)
     megatron.margs.consumed_train_samples = 96
     session.replacement.active = True
     session.replacement.train_data_iterator = holder = SimpleNamespace(iterable=iter(range(100)))
@@ -58,9 +56,8 @@ def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_jo
     assert not [r for r in caplog.records if "elastic training" in r.getMessage()]
 
 
-def test_another_step_loaded_or_no_save_directory_is_refused(loads):
+def test_another_step_loaded_or_no_save_directory_is_refused():
     with pytest.raises(ScaleOutRefused, match="scale out from the checkpoint of step 5 under /ckpt; loaded step 6"):
-        scale_out_state(session_at(6, save_root="/ckpt"), FakeMegatron(**FROM_CHECKPOINT),
-                        action("repair", step=5))
+        scale_out_state(session_at(6, save_root="/ckpt"), from_checkpoint(), action("repair", step=5))
     with pytest.raises(ScaleOutRefused, match="no --save directory"):
-        scale_out_state(session_at(6), FakeMegatron(**FROM_CHECKPOINT), action("repair", step=6))
+        scale_out_state(session_at(6), from_checkpoint(), action("repair", step=6))

@@ -10,7 +10,6 @@ import time
 import torch.distributed as dist
 
 from mindio_adaptor.core.group_repoint import repoint
-from mindio_adaptor.patches.comm_rebuild import rebuild_world, reinitialize_world_in_place
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ SAME_PROCESSES = ("retry", "reload", "scale_out")
 def rebuild_groups(session, megatron, action) -> int:
     started = time.monotonic()
     if session.flow in SAME_PROCESSES and not session.replacement.fake_world:
-        epoch = reinitialize_world_in_place(session, megatron.args())
+        epoch = session.communicators.reinitialize_world_in_place(session, megatron.args())
         if epoch is not None:
             # The group objects Megatron holds are the same: nothing to initialise again or re-point.
             megatron.drop_gradients(session.job.model)
@@ -51,7 +50,7 @@ def rebuild_groups(session, megatron, action) -> int:
             return 0
     old = megatron.process_groups()
     old_world = dist.group.WORLD
-    epoch = rebuild_world(session, megatron.args(), range(dist.get_world_size()))
+    epoch = session.communicators.rebuild_world(session, megatron.args(), range(dist.get_world_size()))
     session.replacement.fake_world = False  # from here on, collectives of a replacement are real
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
     mapping = old_to_new(old, megatron.process_groups())

@@ -15,7 +15,6 @@ from typing import List
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.core.dump_world import DumpError, dump_world
 from mindio_adaptor.patches import resized_layout
-from mindio_adaptor.patches.comm_rebuild import rebuild_world
 from mindio_adaptor.patches.staged_checkpoint import staging_prepared_by_one
 from mindio_adaptor.patches.stages.stage import Stage
 
@@ -31,7 +30,7 @@ def save_dump(session, megatron, action) -> int:
     savers = resized_layout.current_ranks(session, dense_savers(action.saves))  # named by their start's ranks
     members = dump_world(savers, margs, job.layout)
     try:
-        rebuild_world(session, margs, members)
+        session.communicators.rebuild_world(session, margs, members)
         megatron.reinitialize_parallel_state(megatron.single_instance_init_call(margs), replica_layout=False)
         megatron.point_optimizer_at_single_instance(job.optimizer, margs)
         staging = staging_prepared_by_one(root, step)

@@ -11,7 +11,6 @@ import time
 
 from mindio_adaptor.core.leaving_rank import LeavingTheJob, leaving_line
 from mindio_adaptor.patches import resized_layout, scale_in
-from mindio_adaptor.patches.comm_rebuild import catch_up_with_the_job, rebuild_world
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -19,13 +18,13 @@ logger = logging.getLogger(__name__)
 
 def scale_in_groups(session, megatron, action) -> int:
     started, margs = time.monotonic(), megatron.args()
-    plan = scale_in.plan_for(session.job.layout, action.error_ranks)
+    plan = scale_in.plan_for(margs, session.job.layout, action.error_ranks)
     old_rank = margs.rank
     if old_rank not in plan.survivors:
         leave(session, old_rank, plan)
-    catch_up_with_the_job(session)  # the dump's savers met in an epoch of their own; the other survivors did not
-    epoch = rebuild_world(session, margs, plan.survivors)
-    session.job.model_parallel_init = scale_in.apply_sizes(plan, old_rank, session.job.model_parallel_init)
+    session.communicators.catch_up_with_the_job(session)  # the dump's savers met in an epoch of their own; the other survivors did not
+    epoch = session.communicators.rebuild_world(session, margs, plan.survivors)
+    session.job.model_parallel_init = megatron.apply_scale_in_sizes(plan, old_rank, session.job.model_parallel_init)
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
     session.scale_in = plan
     resized_layout.report(session)  # before the reply: the controller plans the next fault on it

@@ -12,7 +12,7 @@ import logging
 import time
 from datetime import datetime, timezone
 
-from mindio_adaptor.patches import scale_in, uneven_batches
+from mindio_adaptor.patches import scale_in
 from mindio_adaptor.patches.resize_from_replicas import resume_from_replicas
 from mindio_adaptor.patches.stages.stage import Stage
 
@@ -29,7 +29,7 @@ def scale_in_state(session, megatron, action) -> int:
         resume_from_replicas(session, megatron, step, returning=False, what="scale in")
     else:
         scale_in.resume_at_checkpoint(session, megatron, step, "scale in", scale_in.ScaleInRefused)
-    uneven_batches.weigh_loss(megatron.args(), session.job.optimizer)
+    megatron.weigh_loss(megatron.args(), session.job.optimizer)
     margs = megatron.args()
     if margs.rank == 0:
         logger.warning("elastic training: scaled in %s after step %d at %s: ranks %s were lost and not replaced; "

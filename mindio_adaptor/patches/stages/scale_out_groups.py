@@ -1,7 +1,7 @@
 """REBUILD_GROUP of a scale-out (elastic training): every rank of the original world meets again, the
 survivors of the scale-in and the processes that returned for the ranks it retired (their fault ranks,
 action.error_ranks). A survivor takes back its original rank, world and data-parallel size and the
-original micro-batch count (patches/scale_out); a returned process started at those sizes on the fake
+original micro-batch count (megatron_job/sizes); a returned process started at those sizes on the fake
 backend and has real groups from here on. The world is rebuilt among all of them (core/comm epochs,
 the original numbering) and Megatron's parallel state initialised again on it, with the replica layout
 of the start, which every rank reports to the controller again (patches/resized_layout). The model and optimizer are built at these sizes at REPAIR (stages/scale_out_state), so
@@ -11,7 +11,6 @@ import time
 
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.patches import resized_layout, scale_out
-from mindio_adaptor.patches.comm_rebuild import continue_epochs_of_the_job, rebuild_world
 from mindio_adaptor.patches.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -27,15 +26,15 @@ def scale_out_groups(session, megatron, action) -> int:
                                   f"back ranks {returned}")
         before = margs.rank
     else:
-        plan = scale_out.plan_for(session.scale_in, returned)
-        before = scale_out.take_original_rank(plan)
+        plan = scale_out.plan_for(margs, session.scale_in, returned)
+        before = megatron.take_original_rank(plan)
     # The survivors rebuilt their own world at CLEAN, after the returned processes read the job's last
     # epoch: every member numbers this rebuild from the job's store again.
-    continue_epochs_of_the_job(session)
-    epoch = rebuild_world(session, margs, range(margs.world_size))
+    session.communicators.continue_epochs_of_the_job(session)
+    epoch = session.communicators.rebuild_world(session, margs, range(margs.world_size))
     session.replacement.fake_world = False  # a returned process's collectives are real from here on
     if plan is not None:
-        session.job.model_parallel_init = scale_out.apply_original_sizes(plan, session.job.model_parallel_init)
+        session.job.model_parallel_init = megatron.apply_original_sizes(plan, session.job.model_parallel_init)
         session.scale_in, session.scale_out = None, plan
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
     resized_layout.report(session)  # the layout of the start again, which the controller takes back

@@ -6,16 +6,17 @@ the step they were interrupted in. Not an action's stage: the replacement's way 
 import logging
 import time
 
-from mindio_adaptor.patches import comm_rebuild, decision_wait, train_reentry
+from mindio_adaptor.patches import decision_wait, train_reentry
 
 logger = logging.getLogger(__name__)
 
 
-def join_as_replacement(session, train_data_iterator) -> None:
+def join_as_replacement(session, train_data_iterator, wait_for_decision=decision_wait.wait_for_decision) -> None:
+    """`wait_for_decision`: the parked wait for the controller's decision (a unit test plays the controller)."""
     started = time.monotonic()
     session.replacement.train_data_iterator = train_data_iterator
-    comm_rebuild.continue_epochs_of_the_job(session)
-    decision_wait.wait_for_decision(session, RuntimeError("ARF FINISH"), 0, replacement=True)
+    session.communicators.continue_epochs_of_the_job(session)
+    wait_for_decision(session, RuntimeError("ARF FINISH"), 0, replacement=True)
     session.thread.reset()
     session.replacement.joined = True
     train_reentry.enter_as_a_resumed_loop(session)

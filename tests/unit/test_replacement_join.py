@@ -1,4 +1,4 @@
-"""stages/join_as_replacement: a replacement numbers its communicator epochs after the job's last one,
+"""patches/replacement_join: a replacement numbers its communicator epochs after the job's last one,
 reports ready ("ARF FINISH") and waits like a faulted rank; once repaired it enters the train loop as a
 resumed one. The controller's side is played by the test: what wait_for_decision would serve."""
 from datetime import timedelta
@@ -8,9 +8,8 @@ import pytest
 from recovery_fakes import session_at
 from mindio_adaptor.core import job_store
 from mindio_adaptor.core.comm import host_store
-from mindio_adaptor.patches import decision_wait
 from mindio_adaptor.patches.comm_rebuild import LAST_EPOCH
-from mindio_adaptor.patches.stages.join_as_replacement import join_as_replacement
+from mindio_adaptor.patches.replacement_join import join_as_replacement
 
 
 @pytest.fixture
@@ -25,7 +24,7 @@ def job_store_at(monkeypatch):
     job_store.forget_connections()
 
 
-def test_a_replacement_joins_after_the_jobs_last_epoch_and_reenters_as_resumed(job_store_at, monkeypatch):
+def test_a_replacement_joins_after_the_jobs_last_epoch_and_reenters_as_resumed(job_store_at):
     job_store.publish(LAST_EPOCH, 4)
     session = session_at(None)
     session.replacement.active = True
@@ -36,9 +35,8 @@ def test_a_replacement_joins_after_the_jobs_last_epoch_and_reenters_as_resumed(j
         waited.append((str(exc), step, replacement, s.next_comm_epoch))
         s.replacement.joined_at = 6
 
-    monkeypatch.setattr(decision_wait, "wait_for_decision", controller_repairs)
     iterator = object()
-    join_as_replacement(session, iterator)
+    join_as_replacement(session, iterator, wait_for_decision=controller_repairs)
     assert waited == [("ARF FINISH", 0, True, 5)]
     assert session.replacement.joined and not session.replacement.awaiting_state
     assert session.replacement.train_data_iterator is iterator
@@ -46,8 +44,7 @@ def test_a_replacement_joins_after_the_jobs_last_epoch_and_reenters_as_resumed(j
     assert not session.thread.stop_requested.is_set()
 
 
-def test_the_first_replacement_of_a_job_starts_at_epoch_one(job_store_at, monkeypatch):
+def test_the_first_replacement_of_a_job_starts_at_epoch_one(job_store_at):
     session = session_at(None)
-    monkeypatch.setattr(decision_wait, "wait_for_decision", lambda s, exc, step, replacement=False: None)
-    join_as_replacement(session, None)
+    join_as_replacement(session, None, wait_for_decision=lambda s, exc, step, replacement=False: None)
     assert session.next_comm_epoch == 1

@@ -1,0 +1,36 @@
+"""The one door to the running Megatron job: every read and write of Megatron's state outside the patches
+whose job is its internals goes through a function here (arguments, iteration, timers, rerun state,
+parallel state, optimizer shard, model params, RNG, data position, checkpoint load and save, the model built
+again and the sizes at a resize, the uneven split's calculator).
+
+The recovery stages (patches/stages) take this package as a parameter; their unit tests pass an object with
+the same functions instead. Megatron is imported inside the functions: importing this package does not
+import Megatron. One module per area; the names below are the facade.
+"""
+from mindio_adaptor.patches.megatron_job.args import (args, args_if_parsed, current_iteration, reset_rerun_state,
+                                                      restore_rng, rng_states, running_timers, set_data_position,
+                                                      set_iteration_state, set_parallel_sizes, set_rank,
+                                                      stop_timers)
+from mindio_adaptor.patches.megatron_job.checkpoint import (KEY_RERUN, MegatronStateError,
+                                                            abort_async_checkpoint_writer, load_checkpoint_of_step,
+                                                            save_checkpoint_for_full_job, unfinalized_async_saves)
+from mindio_adaptor.patches.megatron_job.data import (build_datasets, iterator_at_sample, position_train_iterators,
+                                                      snapshot_of_completed_step)
+from mindio_adaptor.patches.megatron_job.losses import (detached_losses, gather_objects, is_last_rank,
+                                                        log_step_line, prints_loss_line, reduce_step_losses)
+from mindio_adaptor.patches.megatron_job.optimizer import (LAZY_CACHES, STATE_KINDS, drop_gradients,
+                                                           install_optimizer_common_state, install_step_state,
+                                                           materialize_optimizer_state, optimizer_common_state,
+                                                           optimizer_state_slots, optimizes_experts,
+                                                           rederive_model_params, shard_tensors,
+                                                           shard_tensors_by_optimizer, step_state)
+from mindio_adaptor.patches.megatron_job.parallel import (data_parallel_group, gloo_groups_wanted,
+                                                          point_optimizer_at_single_instance, process_groups,
+                                                          reinitialize_parallel_state, replica_peers_group,
+                                                          single_instance_init_call, state_group, world_size)
+from mindio_adaptor.patches.megatron_job.rebuild import (rebuild, setup_model_and_optimizer_again, take_place_of,
+                                                         with_current_groups)
+from mindio_adaptor.patches.megatron_job.sizes import (apply_original_sizes, apply_scale_in_sizes,
+                                                       microbatch_calculator, take_original_rank)
+from mindio_adaptor.patches.megatron_job.uneven import active as uneven_share
+from mindio_adaptor.patches.megatron_job.uneven import count_samples, weigh_loss, whole_batch_as_one_rank

@@ -1,0 +1,91 @@
+"""The data position: the snapshot of a completed step (its samples, FLOPs and RNG), and the train data
+iterators started again at a sample."""
+import logging
+import sys
+from typing import Any
+
+from mindio_adaptor.patches.megatron_job import uneven
+from mindio_adaptor.patches.megatron_job.args import args, rng_states
+from mindio_adaptor.patches.recovery_session import StepSnapshot
+
+logger = logging.getLogger(__name__)
+
+
+def _train_loop_flops(default: float) -> float:
+    """The train loop keeps its FLOP count in a local (`num_floating_point_operations_so_far` of
+    megatron.training.training.train); `args` only has the value the loop started with."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "train" and "num_floating_point_operations_so_far" in frame.f_locals:
+            return frame.f_locals["num_floating_point_operations_so_far"]
+        frame = frame.f_back
+    return default
+
+
+def snapshot_of_completed_step(step: int) -> StepSnapshot:
+    """Called when step `step` is complete (its update and scheduler step done), before the train
+    loop's bookkeeping, which is reproduced here: the samples of this step are added to the
+    data position and its FLOPs (the closed-form count, exact for unpacked sequences) to the total."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.num_microbatches_calculator import (get_current_global_batch_size,
+                                                           get_current_running_global_batch_size,
+                                                           get_num_microbatches)
+    from megatron.training.training import num_floating_point_operations
+
+    margs = args()
+    batch = (ps.get_data_parallel_world_size() * getattr(margs, "gtp_weight_remat_size", 1)
+             * margs.micro_batch_size * get_num_microbatches())
+    share = uneven.active()
+    if share is not None:  # the loop's count is this rank's share; count_the_whole_batch makes it the step's
+        batch = share.split.global_batch_size
+    skipped = get_current_global_batch_size() - get_current_running_global_batch_size()
+    flops = _train_loop_flops(margs.num_floating_point_operations_so_far)
+    return StepSnapshot(step, margs.consumed_train_samples + batch, margs.skipped_train_samples + skipped,
+                        flops + num_floating_point_operations(margs, batch), rng_states())
+
+
+def build_datasets(provider) -> tuple:
+    """Megatron's train, valid and test datasets from `provider` (build_train_valid_test_datasets, as patched)."""
+    from megatron.training import training
+
+    return training.build_train_valid_test_datasets(provider)
+
+
+def iterator_at_sample(old, who: str):
+    """A new iterator over `old`'s dataset from sample args.consumed_train_samples (Megatron's own
+    sampler positions it, as a resume from a checkpoint does); `old`'s worker processes are shut down."""
+    # the loader builder as training binds it (from megatron.legacy.data in 0.12, megatron.training.datasets later)
+    from megatron.training.training import build_pretraining_data_loader, cyclic_iter
+
+    margs = args()
+    if margs.dataloader_type not in ("single", "cyclic"):
+        raise RuntimeError(f"{who}: cannot position a '{margs.dataloader_type}' data loader at sample "
+                           f"{margs.consumed_train_samples}")
+    dataset = getattr(old, "_dataset", None)
+    if dataset is None:
+        raise RuntimeError(f"{who}: the train data iterator does not expose its dataset; cannot position it "
+                           f"at sample {margs.consumed_train_samples}")
+    if uneven.active():
+        loader = uneven.data_loader(margs, dataset, margs.consumed_train_samples, who)
+    else:
+        loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
+    if hasattr(old, "_shutdown_workers"):
+        old._shutdown_workers()
+    logger.info("%s: data iterator positioned at sample %d", who, margs.consumed_train_samples)
+    return iter(loader) if margs.dataloader_type == "single" else iter(cyclic_iter(loader))
+
+
+def position_train_iterators(holder, who: str, reposition=None, margs=None) -> None:
+    """The train data iterator a process gave train() (Megatron's wrapper with its `iterable`; with a virtual
+    pipeline, a list of them, one per model chunk; None where a stage reads no data), each started again at
+    sample args.consumed_train_samples. A process that ran no train_step yet (no replay wrapper) needs this.
+    `reposition(old, who)` and `margs`: iterator_at_sample and Megatron's unless given (a unit test's stand-ins)."""
+    reposition = reposition or iterator_at_sample
+    margs = margs if margs is not None else args()
+    for one in holder if isinstance(holder, (list, tuple)) else [holder]:
+        if one is None:
+            continue
+        if not hasattr(one, "iterable"):
+            raise RuntimeError(f"{who}: cannot position its train data iterator ({type(one).__name__}) at sample "
+                               f"{margs.consumed_train_samples}")
+        one.iterable = reposition(one.iterable, who)
