@@ -10,7 +10,7 @@ def patch_all(fault_handling: str = "adaptor"):
     """Install every Megatron patch (idempotent). Safe before or after `import megatron`, but before
     Megatron initialises. `fault_handling="client"`: a framework adaptor written for the reference API
     (mindio_ttp) handles faults and answers the controller itself; the patches only give it the replica
-    layout, the device layer and the stages its handlers call (patches/client_actions,
+    layout, the device layer and the stages its handlers call (recovery/client_actions,
     docs/reference_api.md)."""
     from mindio_adaptor.core import child_reaper, fork_safety, orphan_guard
     from mindio_adaptor.patches import registry
@@ -31,7 +31,7 @@ def unpatch_all():
 
 def training_model():
     """The model chunks Megatron built in this process (recorded by the patches), or None."""
-    from mindio_adaptor.patches.recovery_session import SESSION
+    from mindio_adaptor.recovery.session import SESSION
 
     return SESSION.job.model
 
@@ -39,6 +39,6 @@ def training_model():
 def replica_layout():
     """The job's `core.replica_layout.ReplicaLayout` once Megatron's groups exist (high
     availability on), else None."""
-    from mindio_adaptor.patches.recovery_session import SESSION
+    from mindio_adaptor.recovery.session import SESSION
 
     return SESSION.job.layout

@@ -120,7 +120,7 @@ class HighAvailabilityConfig:
     def check_elastic(self, tensor: int, pipeline: int, context: int, expert: int):
         """The scale-in drops whole data-parallel slices (every TP x PP rank of each) of a job without context
         parallelism so far (docs/elastic.md): refused at the start rather than at the first lost rank. Expert
-        parallelism is carried where the smaller size can hold it (patches/scale_in)."""
+        parallelism is carried where the smaller size can hold it (recovery/scale_in)."""
         if not self.enable_elastic_training:
             return
         del tensor, pipeline, expert  # carried: a lost slice leaves with all its TP x PP ranks; experts stay put

@@ -1,4 +1,4 @@
-"""Which periodic checkpoints an online reload (patches/stages/reload_checkpoint, the reference's
+"""Which periodic checkpoints an online reload (recovery/stages/reload_checkpoint, the reference's
 LOAD_CKPT) may load: every rank tells the controller each periodic checkpoint it has finished writing.
 
 The checkpoint step is reported when Megatron's save returns on the rank (its writes are complete);

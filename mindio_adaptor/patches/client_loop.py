@@ -4,7 +4,7 @@ need from Megatron and cannot get themselves.
 
 - At initialisation: the session's save root and backend, the snapshot of each completed step (a
   rollback or a dump needs one), forked helpers closing the rank's connections.
-- Each train_step notes what recomputing it needs (patches/step_replay), as in the adaptor's mode.
+- Each train_step notes what recomputing it needs (recovery/step_replay), as in the adaptor's mode.
 - A training exception leaves train() for the client's tft_exception_handler, with the training
   thread marked parked: the stages the client's handlers call run on it, between its waits for the
   decision (the link's between_waits), because device state is per thread. A rank that the
@@ -18,8 +18,9 @@ import os
 
 from mindio_adaptor.core import inherited_sockets, processor_link
 from mindio_adaptor.core.paired_store import control_ports
-from mindio_adaptor.patches import megatron_job, step_replay, train_reentry
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.patches import megatron_job, train_reentry
+from mindio_adaptor.recovery import step_replay
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

@@ -23,11 +23,12 @@ from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, 
 from mindio_adaptor.core.paired_store import control_ports
 from mindio_adaptor.core.env_values import seconds_from_env
 from mindio_adaptor.core.offender_record import OffenderRecord
-from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state, recovery
+from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state
+from mindio_adaptor.recovery import flows
 from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches import fault_handling
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 from mindio_adaptor.status.goodput import goodput_line
 from mindio_adaptor.status.offender_watch import OffenderWatch
 from mindio_adaptor.status.sub_health_responder import SubHealthResponder
@@ -84,7 +85,7 @@ def connect():
     SESSION.save_root = margs.save
     SESSION.thread.use_backend(margs.distributed_backend)  # not dist.get_backend(): "fake" in a replacement
     SESSION.thread.keep_ports = control_ports(also=[address[1]])
-    recovery.answer_actions(SESSION, link)
+    flows.answer_actions(SESSION, link)
     atexit.register(disconnect)
     if rank == 0:
         logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)

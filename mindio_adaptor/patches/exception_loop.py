@@ -1,7 +1,7 @@
 """Megatron's train_step and train inside the reference's exception loop (`tft_exception_handler`
 semantics), with --enable-high-availability: an exception is reported to the controller and the
-training thread parks until the controller decides (patches/decision_wait); the recovery's stages run
-on it meanwhile (patches/recovery).
+training thread parks until the controller decides (recovery/decision_wait); the recovery's stages run
+on it meanwhile (recovery/flows).
 
 RETRY comes after an online repair: training goes on after the repair step, the last step some replica
 instance completed. A rank interrupted in the step after it computes that step again, with the same
@@ -11,13 +11,14 @@ import logging
 
 from mindio_adaptor.core.hang_rule import limits_from_env
 from mindio_adaptor.core.recovery_limits import stop_timeout_s
-from mindio_adaptor.patches import client_loop, decision_wait, megatron_job, sections, step_replay, train_reentry
+from mindio_adaptor.patches import client_loop, megatron_job, sections, train_reentry
+from mindio_adaptor.recovery import decision_wait, step_replay
 from mindio_adaptor.patches.fault_handling import client_handles_faults
-from mindio_adaptor.patches.decision import NextMove
+from mindio_adaptor.recovery.decision import NextMove
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.process_replacement import is_replacement
-from mindio_adaptor.patches.recovery_session import SESSION
-from mindio_adaptor.patches.replacement_join import join_as_replacement
+from mindio_adaptor.recovery.session import SESSION
+from mindio_adaptor.recovery.replacement_join import join_as_replacement
 
 logger = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """Who handles a fault in a job with --enable-high-availability, chosen once by `patch_all`.
 
 "adaptor" (the default): the patches connect every rank to the controller, run train_step inside their
-own exception loop and answer the controller's actions with the recovery stages (patches/recovery).
+own exception loop and answer the controller's actions with the recovery stages (recovery/flows).
 
 "client": a framework adaptor written for the reference API does that itself, as MindSpeed-LLM does:
 it starts the controller and processors (mindio_ttp.framework_ttp), registers its handlers, reports
 the layout, brackets the updates and decorates train() with tft_exception_handler. The patches still
 give it what it cannot do on its own (the CPU device layer, the replicated optimizer layout, the
 record of each completed step, the data replay, the stages its handlers call through
-patches/client_actions), but never connect, never catch a training exception and never answer an
+recovery/client_actions), but never connect, never catch a training exception and never answer an
 action. The mode must be known before Megatron initialises: in the adaptor mode the patches connect
 at initialisation, which a client's own tft_init_processor would then find taken.
 """

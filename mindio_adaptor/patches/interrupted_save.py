@@ -24,7 +24,7 @@ from typing import List, Optional
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.patches import checkpoint_writer, megatron_job
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

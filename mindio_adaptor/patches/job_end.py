@@ -12,9 +12,10 @@ completed. The rank leaves the controller when its process exits (controller_lin
 import logging
 
 from mindio_adaptor.core import processor_link
-from mindio_adaptor.patches import decision_wait, exception_loop
+from mindio_adaptor.patches import exception_loop
+from mindio_adaptor.recovery import decision_wait
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

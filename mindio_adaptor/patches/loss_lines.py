@@ -10,7 +10,7 @@ already (computed again after a reload from a checkpoint) is dropped. The rollba
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.call_arguments import argument, has_parameter, with_argument
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 # The record of the step train_step runs, for a forward-backward it looks up itself (megatron-core 0.12; later
 # versions pass the function to train_step)

@@ -18,7 +18,7 @@ from mindio_adaptor.core.job_store import LAYOUT_INPUTS
 from mindio_adaptor.core.replica_layout import ReplicaLayout, crowded_shards
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

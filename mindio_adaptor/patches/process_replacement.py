@@ -7,9 +7,9 @@ collective until the communicators are rebuilt with the newcomer. So the replace
      broadcasts, group creation) returns at once without peers, and the few results the adaptor needs
      from others (controller address, replica layout inputs, last communicator epoch) come from the
      job's store (core/job_store); no checkpoint is loaded;
-  2. at the start of Megatron's train loop joins the job (patches/replacement_join): reports
+  2. at the start of Megatron's train loop joins the job (recovery/replacement_join): reports
      ready ("ARF FINISH") and parks, like a rank after a fault; the controller then runs the "recover"
-     flow (patches/recovery) on every rank: REBUILD_GROUP (real groups replace the fake ones, every
+     flow (recovery/flows) on every rank: REBUILD_GROUP (real groups replace the fake ones, every
      reference re-pointed), REPAIR (its optimizer shard and the repair step's state: iteration, data
      position, FLOPs, scheduler, RNG, from a replica peer), ROLLBACK;
   3. on RETRY enters Megatron's train loop at the repair step (patches/train_reentry), while the others
@@ -24,7 +24,7 @@ import os
 from mindio_adaptor.core import hand_over, unreachable_job, warm_assignment
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 from mindio_adaptor.core.hang_rule import SectionLimits
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

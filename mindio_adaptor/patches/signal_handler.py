@@ -11,7 +11,7 @@ import os
 import signal
 
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 
 def _training_process_only(wrapped, instance, args, kwargs):

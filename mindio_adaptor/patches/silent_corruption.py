@@ -24,7 +24,7 @@ from mindio_adaptor.core.holder_vote import Disagreement, compare_holders, judge
 from mindio_adaptor.core.replica_layout import ATTENTION, MOE
 from mindio_adaptor.core.shard_fingerprint import fingerprints
 from mindio_adaptor.patches import megatron_job
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

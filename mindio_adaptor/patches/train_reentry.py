@@ -4,7 +4,7 @@ After an online repair every rank continues from the repair step R. A rank inter
 recomputes that step where it stands (patches/exception_loop). Every other rank leaves Megatron's
 train() and calls it again with its arguments at R (iteration, data position, FLOPs), as a resume from
 a checkpoint of R would, without loading one: a rank whose own step R was interrupted while the other
-replica instance completed it (it took R's state from a peer, patches/stages/repair_from_peer), a rank stopped
+replica instance completed it (it took R's state from a peer, recovery/stages/repair_from_peer), a rank stopped
 between two steps, a replacement process. The start of Megatron's loop has world barriers (the
 interval timer, print_datetime) that the ranks recomputing in place never reach: they are skipped
 until this rank's first train_step. Megatron logs the first step of a train() call as a start (printed
@@ -14,7 +14,7 @@ as the uninterrupted run logs it.
 import logging
 
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

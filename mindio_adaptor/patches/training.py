@@ -5,8 +5,8 @@ import torch.distributed as dist
 
 from mindio_adaptor.patches import loss_lines, megatron_job, silent_corruption, uneven_batches
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
-from mindio_adaptor.patches.training_state import shard_state_tensors
+from mindio_adaptor.recovery.session import SESSION
+from mindio_adaptor.recovery.training_state import shard_state_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 def _record_model_and_optimizer(wrapped, instance, args, kwargs):
     model, optimizer, scheduler = wrapped(*args, **kwargs)
     # Without the process groups: they are replaced at every rebuild, and a reference kept here would keep
-    # the old ones alive to the interpreter's end (patches/scale_in puts the current ones back).
+    # the old ones alive to the interpreter's end (recovery/scale_in puts the current ones back).
     SESSION.job.setup_call = (args, {k: (None if k == "pg_collection" else v) for k, v in kwargs.items()})
     SESSION.job.model, SESSION.job.optimizer, SESSION.job.scheduler = model, optimizer, scheduler
     if scheduler is not None:

@@ -29,7 +29,7 @@ from mindio_adaptor.core import hand_over, unreachable_job, warm_assignment
 from mindio_adaptor.core.group_repoint import repoint
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def take_the_assigned_rank(model) -> None:
 def _fake_world_at(rank: int) -> None:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from mindio_adaptor.patches.stages.rebuild_groups import RebuildError, old_to_new
+    from mindio_adaptor.recovery.stages.rebuild_groups import RebuildError, old_to_new
 
     old, old_world, world = megatron_job.process_groups(), dist.group.WORLD, dist.get_world_size()
     dist.destroy_process_group()

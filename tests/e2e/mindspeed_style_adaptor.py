@@ -2,7 +2,7 @@
 tests (our own code, following how that client uses the reference API): every call goes through the
 reference's import paths (mindio_ttp.framework_ttp, mindio_ttp.utils). The Megatron patches run with
 fault_handling="client", so they give only the replica layout, the CPU device layer and the recovery
-stages (mindio_adaptor.patches.client_actions); this adaptor starts the controller and the processors,
+stages (mindio_adaptor.recovery.client_actions); this adaptor starts the controller and the processors,
 reports the layout and the DP group, brackets each optimizer update, registers the handlers and runs
 Megatron's train() under tft_exception_handler.
 
@@ -16,7 +16,7 @@ import sys
 
 import torch.distributed as dist
 
-from mindio_adaptor.patches import client_actions
+from mindio_adaptor.recovery import client_actions
 from mindio_ttp.framework_ttp import (
     RepairType, set_mindio_export_version, tft_end_updating_os, tft_exception_handler, tft_init_controller,
     tft_init_processor, tft_register_clean_handler, tft_register_exit_handler, tft_register_rename_handler,

@@ -12,7 +12,7 @@ from mindio_adaptor.tiny_job import run_training
 pytestmark = pytest.mark.e2e
 CLIENT_SCRIPT = str(Path(__file__).with_name("mindspeed_style_pretrain.py"))
 HA = ["--enable-high-availability"]
-# Lines only the adaptor's own fault handling writes (patches/decision_wait): never in the client mode.
+# Lines only the adaptor's own fault handling writes (recovery/decision_wait): never in the client mode.
 ADAPTOR_HANDLING = ("training failed with", "training stopped by the controller", "online repair done")
 
 

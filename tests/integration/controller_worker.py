@@ -32,7 +32,7 @@ def emit(**event):
 
 
 def leave_if_dropped(rank, dp_lists, fault_ranks):
-    """As the adaptor's scale-in does on a Megatron rank (patches/stages/scale_in_groups): a live rank of a
+    """As the adaptor's scale-in does on a Megatron rank (recovery/stages/scale_in_groups): a live rank of a
     data-parallel slice that lost a rank answers REBUILD_GROUP with LEAVES_THE_JOB, then its process leaves
     (the processor's goodbye follows the reply) and exits LEFT_THE_JOB. Returns the reply's code, or None."""
     plan = plan_scale_in(dp_lists, fault_ranks, global_batch_size=12, micro_batch_size=1)  # 12: any dp up to 4

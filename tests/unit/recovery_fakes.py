@@ -12,8 +12,8 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.comm import host_store
 from mindio_adaptor.patches import megatron_job
-from mindio_adaptor.patches.recovery_session import RecoverySession, StepSnapshot
-from mindio_adaptor.patches.stages.stage import RecoveryAction
+from mindio_adaptor.recovery.session import RecoverySession, StepSnapshot
+from mindio_adaptor.recovery.stages.stage import RecoveryAction
 
 
 def snapshot(step: int, samples: int = None) -> StepSnapshot:
@@ -179,7 +179,7 @@ class FakeMegatron:
 
 
 class FakeCommunicators:
-    """patches/comm_rebuild as the stages reach it (session.communicators): a record of each call, every rebuild
+    """recovery/comm_rebuild as the stages reach it (session.communicators): a record of each call, every rebuild
     a success numbered `epoch`, or raising `failure` (the real rebuilds are walked in test_stage_rebuild_groups
     and end to end)."""
 

@@ -1,12 +1,13 @@
 """The "client" fault-handling mode (patches/fault_handling): selecting it, the helpers a reference
-client's handlers call (patches/client_actions: what they turn the handlers' arguments into, and the
+client's handlers call (recovery/client_actions: what they turn the handlers' arguments into, and the
 clear errors for bad ones), and train() leaving a training exception to the client (patches/client_loop)."""
 import pytest
 
 from mindio_adaptor.core import faults
 from mindio_adaptor.core.enums import RepairType, ReportState
-from mindio_adaptor.patches import client_actions, client_loop, fault_handling, recovery, registry
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.patches import client_loop, fault_handling, registry
+from mindio_adaptor.recovery import client_actions, flows
+from mindio_adaptor.recovery.session import SESSION
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def client_mode():
 def ran(monkeypatch, client_mode):
     """The RecoveryActions the helpers hand to the flow table, under the strategy "retry"."""
     actions = []
-    monkeypatch.setattr(recovery, "run_action", lambda session, megatron, action: actions.append(action) or 0)
+    monkeypatch.setattr(flows, "run_action", lambda session, megatron, action: actions.append(action) or 0)
     monkeypatch.setattr(client_actions, "_strategy", lambda: "retry")
     return actions
 

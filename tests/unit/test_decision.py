@@ -1,8 +1,8 @@
-"""patches/decision: what the training thread of a rank interrupted in step S does after the controller's
+"""recovery/decision: what the training thread of a rank interrupted in step S does after the controller's
 decision, from the flow the controller ran and its repair step."""
 import pytest
 
-from mindio_adaptor.patches.decision import Decision, NextMove
+from mindio_adaptor.recovery.decision import Decision, NextMove
 
 
 @pytest.mark.parametrize("flow, repair_step, step, move", [

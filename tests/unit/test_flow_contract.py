@@ -1,11 +1,11 @@
-"""The controller's flow table (controller/flows.cpp, through _native.flow_table) and the ranks' (patches/recovery
+"""The controller's flow table (controller/flows.cpp, through _native.flow_table) and the ranks' (recovery/flows
 FLOWS) describe the same recoveries: for every strategy the actions the controller sends, in its order, are the
 actions the ranks' flow runs stages for. NORMAL ends every recovery on the processor's side and has no stages;
 EXIT may come in any flow (a fallback, the dump's end), so every flow of the ranks has it."""
 import pytest
 
 from mindio_adaptor import _native as nat
-from mindio_adaptor.patches.recovery import ACTED_ON, FLOWS
+from mindio_adaptor.recovery.flows import ACTED_ON, FLOWS
 
 STRATEGIES = ["retry", "recover", "dump", "scale_in", "scale_out", "hot_switch"]
 

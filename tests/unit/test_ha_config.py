@@ -82,7 +82,7 @@ def test_elastic_training_with_context_parallelism_is_refused_at_the_start():
                                     enable_elastic_training=True)
     config.check_elastic(1, 1, 1, 1)
     config.check_elastic(2, 2, 1, 1)  # tensor and pipeline parallelism are carried
-    config.check_elastic(1, 1, 1, 2)  # expert parallelism too, where the smaller size holds it (patches/scale_in)
+    config.check_elastic(1, 1, 1, 2)  # expert parallelism too, where the smaller size holds it (recovery/scale_in)
     with pytest.raises(HighAvailabilityConfigError, match=r"data, tensor, pipeline and expert parallelism alone so "
                                                           r"far, but this job has --context-parallel-size 2: drop"):
         config.check_elastic(2, 2, 2, 1)

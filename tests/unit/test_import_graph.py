@@ -90,7 +90,7 @@ def test_stages_reach_megatron_only_through_their_facade_parameter():
     reaches Megatron outside it, so its unit test passes stand-ins instead of patching module globals."""
     stages = ROOT / "mindio_adaptor" / "patches" / "stages"
     reaching = {"mindio_adaptor.patches.megatron_job", "mindio_adaptor.patches.parallel_state",
-                "mindio_adaptor.patches.optimizer_state", "mindio_adaptor.patches.comm_rebuild"}
+                "mindio_adaptor.patches.optimizer_state", "mindio_adaptor.recovery.comm_rebuild"}
     offenders = megatron_imports(stages.glob("*.py"))
     for path in stages.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

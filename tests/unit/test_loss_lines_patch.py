@@ -6,7 +6,7 @@ import torch
 
 from mindio_adaptor.core.loss_line import LossLineBook
 from mindio_adaptor.patches import loss_lines, megatron_job
-from mindio_adaptor.patches.recovery_session import SESSION
+from mindio_adaptor.recovery.session import SESSION
 
 
 @pytest.fixture

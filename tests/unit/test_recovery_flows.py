@@ -1,4 +1,4 @@
-"""patches/recovery: the one table of which stages each action of each flow runs, and how an action
+"""recovery/flows: the one table of which stages each action of each flow runs, and how an action
 reaches its stages (on the parked training thread, or on the processor's thread)."""
 import threading
 
@@ -7,9 +7,9 @@ import pytest
 from recovery_fakes import FakeMegatron, session_at
 from mindio_adaptor.core.enums import RepairType
 from mindio_adaptor.core.processor_link import ControllerAction, RepairAssignment, SaveAssignment
-from mindio_adaptor.patches import recovery
-from mindio_adaptor.patches.recovery import FLOWS, NoSuchStep, flow_of, run_action, stages_of
-from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
+from mindio_adaptor.recovery import flows
+from mindio_adaptor.recovery.flows import FLOWS, NoSuchStep, flow_of, run_action, stages_of
+from mindio_adaptor.recovery.stages.stage import RecoveryAction, Stage
 
 ROLLBACK = ["roll back", "log the repair step", "save the repair step"]
 EVERY_FLOW = {
@@ -112,9 +112,9 @@ class FakeLink:
 
 def test_each_controller_action_becomes_this_ranks_actions(monkeypatch):
     actions = []
-    monkeypatch.setattr(recovery, "run_action", lambda session, megatron, action: actions.append(action) or 0)
+    monkeypatch.setattr(flows, "run_action", lambda session, megatron, action: actions.append(action) or 0)
     link = FakeLink(rank=2)
-    recovery.answer_actions(session_at(3), link, FakeMegatron())
+    flows.answer_actions(session_at(3), link, FakeMegatron())
     plan = {"optimizer_type": 0, "repair_type": RepairType.RECV_REPAIR, "src": [0], "dst": [2], "rank_list": [0, 2]}
     wire = [{"name": "stop"}, {"name": "clean", "is_uce": True}, {"name": "rebuild_group", "error_ranks": [2]},
             {"name": "repair", "step": 3, "need_rebuild": True, "error_ranks": [2], "repair": [plan]},
@@ -141,19 +141,19 @@ def test_a_failing_stage_is_the_reply_naming_rank_action_and_error(monkeypatch):
     def fail(session, megatron, action):
         raise RuntimeError("no peer holds the shard")
 
-    monkeypatch.setattr(recovery, "run_action", fail)
+    monkeypatch.setattr(flows, "run_action", fail)
     link = FakeLink(rank=5)
-    recovery.answer_actions(session_at(3), link, FakeMegatron())
+    flows.answer_actions(session_at(3), link, FakeMegatron())
     assert link.handler(ControllerAction("rollback", "retry", step=3)) == (
         1, "rank 5 action rollback: RuntimeError: no peer holds the shard")
 
 
 def test_a_rank_sending_one_type_and_receiving_another_runs_repair_once_per_type(monkeypatch):
     actions = []
-    monkeypatch.setattr(recovery, "run_action", lambda session, megatron, action: actions.append(action) or 0)
+    monkeypatch.setattr(flows, "run_action", lambda session, megatron, action: actions.append(action) or 0)
     plan = (RepairAssignment(RepairType.SEND, (1,), (0,), (0,), (0, 1)),
             RepairAssignment(RepairType.UCE_HIGHLEVEL, (2,), (1,), (1,), (1, 2)))
-    assert recovery.recovery_actions(ControllerAction("repair", "retry", step=4, repairs=plan), 1) == [
+    assert flows.recovery_actions(ControllerAction("repair", "retry", step=4, repairs=plan), 1) == [
         RecoveryAction("repair", "retry", step=4, repair=RepairAssignment(RepairType.SEND, (1,), (0,), (0,), (0, 1)),
                        error_ranks=(0,)),
         RecoveryAction("repair", "retry", step=4, error_ranks=(1,),
@@ -195,7 +195,7 @@ def test_a_recovery_after_a_scale_in_is_refused_naming_it(monkeypatch):
     session.flow = "scale_in"
     session.scale_in = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
     run_action(session, megatron, RecoveryAction("stop", "retry"))  # stopping is still answered
-    with pytest.raises(recovery.AfterScaleIn, match=r"clean \(retry\): a recovery after a scale-in \(dp4 -> dp2"):
+    with pytest.raises(flows.AfterScaleIn, match=r"clean \(retry\): a recovery after a scale-in \(dp4 -> dp2"):
         run_action(session, megatron, RecoveryAction("clean", "retry"))
     run_action(session, megatron, RecoveryAction("exit", "retry"))
 

@@ -1,4 +1,4 @@
-"""patches/replacement_join: a replacement numbers its communicator epochs after the job's last one,
+"""recovery/replacement_join: a replacement numbers its communicator epochs after the job's last one,
 reports ready ("ARF FINISH") and waits like a faulted rank; once repaired it enters the train loop as a
 resumed one. The controller's side is played by the test: what wait_for_decision would serve."""
 from datetime import timedelta
@@ -8,8 +8,8 @@ import pytest
 from recovery_fakes import session_at
 from mindio_adaptor.core import job_store
 from mindio_adaptor.core.comm import host_store
-from mindio_adaptor.patches.comm_rebuild import LAST_EPOCH
-from mindio_adaptor.patches.replacement_join import join_as_replacement
+from mindio_adaptor.recovery.comm_rebuild import LAST_EPOCH
+from mindio_adaptor.recovery.replacement_join import join_as_replacement
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""patches/resize_from_replicas: a scale-out's and a scale-in's REPAIR without a checkpoint. Every rank builds
+"""recovery/resize_from_replicas: a scale-out's and a scale-in's REPAIR without a checkpoint. Every rank builds
 its objects again loaded from nothing, takes the step's common state from its data-parallel group's first
 survivor, then its optimizer shard through core/state_reshard (the exchange itself: test_state_reshard).
 Here with a fake Megatron and the group's collectives replaced."""
@@ -12,10 +12,10 @@ from mindio_adaptor.core import state_reshard
 from mindio_adaptor.core.scale_in_plan import plan_scale_in
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
 from mindio_adaptor.core.processor_link import SaveAssignment
-from mindio_adaptor.patches.stages import scale_in_save as scale_in_save_stage
-from mindio_adaptor.patches.stages.scale_in_state import scale_in_state
-from mindio_adaptor.patches.stages.scale_out_save import scale_out_save
-from mindio_adaptor.patches.stages.scale_out_state import scale_out_state
+from mindio_adaptor.recovery.stages import scale_in_save as scale_in_save_stage
+from mindio_adaptor.recovery.stages.scale_in_state import scale_in_state
+from mindio_adaptor.recovery.stages.scale_out_save import scale_out_save
+from mindio_adaptor.recovery.stages.scale_out_state import scale_out_state
 
 SCALED_IN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
 PLAN = plan_scale_out(SCALED_IN, [2, 3], global_batch_size=16, micro_batch_size=2)

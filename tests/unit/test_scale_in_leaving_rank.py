@@ -1,7 +1,7 @@
 """A live rank that a scale-in drops with its data-parallel slice leaves the job (core/leaving_rank): its
 REBUILD_GROUP (stages/scale_in_groups) raises LeavingTheJob, the answer to the controller is LEAVES_THE_JOB
-(patches/recovery), and its parked wait ends the process with LEFT_THE_JOB and one line saying why
-(patches/decision_wait). A rank whose process hosts the job's controller cannot leave: refused."""
+(recovery/flows), and its parked wait ends the process with LEFT_THE_JOB and one line saying why
+(recovery/decision_wait). A rank whose process hosts the job's controller cannot leave: refused."""
 import logging
 import re
 
@@ -14,8 +14,8 @@ from mindio_adaptor.core.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.processor_link import LEAVES_THE_JOB, ControllerAction, ControllerDecision
 from mindio_adaptor.core.replica_layout import ReplicaLayout
 from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
-from mindio_adaptor.patches import decision_wait, recovery, scale_in
-from mindio_adaptor.patches.stages.scale_in_groups import scale_in_groups
+from mindio_adaptor.recovery import decision_wait, flows, scale_in
+from mindio_adaptor.recovery.stages.scale_in_groups import scale_in_groups
 from mindio_adaptor.ttp import controller
 
 # tp2 x dp2: data-parallel lists [0, 2] and [1, 3]; rank 3 lost, so rank 2 (same slice, index 1) is dropped
@@ -62,9 +62,9 @@ def test_the_answer_to_rebuild_group_says_it_leaves_and_the_session_remembers_wh
     def leave(session, megatron, act):
         raise LeavingTheJob("rank 2 leaves the job after step 4")
 
-    monkeypatch.setattr(recovery, "run_action", leave)
+    monkeypatch.setattr(flows, "run_action", leave)
     session, link = session_at(4), AnsweringLink(rank=2)
-    recovery.answer_actions(session, link, FakeMegatron())
+    flows.answer_actions(session, link, FakeMegatron())
     assert link.handler(ControllerAction("rebuild_group", "scale_in", error_ranks=(3,))) == (
         LEAVES_THE_JOB, "rank 2: rank 2 leaves the job after step 4")
     assert session.leaving == "rank 2 leaves the job after step 4"

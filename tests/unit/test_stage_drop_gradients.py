@@ -1,7 +1,7 @@
 """stages/drop_gradients: CLEAN of a process replacement drops the step's gradients and nothing else
 (the groups wait for the replacement: REBUILD_GROUP)."""
 from recovery_fakes import FakeMegatron, action, marks, session_at
-from mindio_adaptor.patches.stages.drop_gradients import DROP_GRADIENTS, drop_gradients
+from mindio_adaptor.recovery.stages.drop_gradients import DROP_GRADIENTS, drop_gradients
 
 
 def test_clean_for_recover_only_drops_gradients():

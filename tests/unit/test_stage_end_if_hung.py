@@ -6,7 +6,7 @@ import textwrap
 import time
 
 from recovery_fakes import FakeMegatron, action, session_at
-from mindio_adaptor.patches.stages.end_if_hung import END_IF_HUNG, HUNG_EXIT_GRACE_S, end_even_if_hung
+from mindio_adaptor.recovery.stages.end_if_hung import END_IF_HUNG, HUNG_EXIT_GRACE_S, end_even_if_hung
 
 
 def test_a_parked_training_thread_is_left_to_exit_by_itself():
@@ -19,8 +19,8 @@ def test_a_parked_training_thread_is_left_to_exit_by_itself():
 def test_a_hung_training_thread_has_its_process_ended_after_the_grace():
     program = textwrap.dedent("""
         import time
-        from mindio_adaptor.patches.recovery_session import RecoverySession
-        from mindio_adaptor.patches.stages.end_if_hung import end_even_if_hung
+        from mindio_adaptor.recovery.session import RecoverySession
+        from mindio_adaptor.recovery.stages.end_if_hung import end_even_if_hung
         print("returned", end_even_if_hung(RecoverySession(), None, None), flush=True)
         time.sleep(60)  # the hung training thread: never parks
     """)

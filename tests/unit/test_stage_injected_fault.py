@@ -4,7 +4,7 @@ import pytest
 
 from recovery_fakes import FakeMegatron, action, session_at
 from mindio_adaptor.core.fault_inject import FaultPlan
-from mindio_adaptor.patches.stages.injected_fault import fire_repair_fault
+from mindio_adaptor.recovery.stages.injected_fault import fire_repair_fault
 
 
 def test_the_planned_repair_fault_fires_once_on_its_rank_and_step(tmp_path):

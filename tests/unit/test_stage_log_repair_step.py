@@ -5,7 +5,7 @@ import logging
 
 from recovery_fakes import FakeMegatron, action, session_at
 from mindio_adaptor.core.loss_line import Report
-from mindio_adaptor.patches.stages.log_repair_step import LOG_REPAIR_STEP, log_repair_step
+from mindio_adaptor.recovery.stages.log_repair_step import LOG_REPAIR_STEP, log_repair_step
 
 
 class JobOfFour(FakeMegatron):

@@ -4,7 +4,7 @@ import pytest
 
 from recovery_fakes import FakeMegatron, action, marks, session_at
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.patches.stages.publish_dump import PUBLISH_DUMP, publish_dump
+from mindio_adaptor.recovery.stages.publish_dump import PUBLISH_DUMP, publish_dump
 
 
 def test_publish_makes_the_staged_step_the_resume_point(tmp_path):

@@ -7,8 +7,8 @@ import torch.distributed as dist
 
 from recovery_fakes import FakeMegatron, action, marks, run_ranks, session_at
 from mindio_adaptor.core import job_store
-from mindio_adaptor.patches.comm_rebuild import LAST_EPOCH
-from mindio_adaptor.patches.stages.rebuild_groups import RebuildError, old_to_new, rebuild_groups
+from mindio_adaptor.recovery.comm_rebuild import LAST_EPOCH
+from mindio_adaptor.recovery.stages.rebuild_groups import RebuildError, old_to_new, rebuild_groups
 
 
 def rebuild_twice(rank):

@@ -5,7 +5,7 @@ import pytest
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
 from mindio_adaptor.core.enums import RepairType
 from mindio_adaptor.core.processor_link import RepairAssignment
-from mindio_adaptor.patches.stages.reload_checkpoint import RELOAD_CHECKPOINT, reload_checkpoint
+from mindio_adaptor.recovery.stages.reload_checkpoint import RELOAD_CHECKPOINT, reload_checkpoint
 
 
 def repair(step):

@@ -6,7 +6,7 @@ import torch
 from recovery_fakes import FakeMegatron, action, marks, run_ranks, session_at, snapshot
 from mindio_adaptor.core.enums import RepairType
 from mindio_adaptor.core.processor_link import RepairAssignment
-from mindio_adaptor.patches.stages.repair_from_peer import REPAIR_FROM_PEER, repair_from_peer
+from mindio_adaptor.recovery.stages.repair_from_peer import REPAIR_FROM_PEER, repair_from_peer
 
 
 def repair(step):

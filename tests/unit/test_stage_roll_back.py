@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, marks, session_at, snapshot
-from mindio_adaptor.patches.stages.roll_back import ROLL_BACK, roll_back
+from mindio_adaptor.recovery.stages.roll_back import ROLL_BACK, roll_back
 
 
 def rollback(step):

@@ -5,7 +5,7 @@ import pytest
 from recovery_fakes import FakeCommunicators, FakeMegatron, action, session_at
 from mindio_adaptor.core.dump_world import DumpError
 from mindio_adaptor.core.processor_link import SaveAssignment
-from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP, dense_savers, save_dump
+from mindio_adaptor.recovery.stages.save_dump import SAVE_DUMP, dense_savers, save_dump
 
 
 def save(step, saves=(SaveAssignment(0, (0, 3)),)):

@@ -3,7 +3,7 @@ it, decided alike on every rank from the step, --save-interval and the tracker; 
 world and published by rank 0."""
 from recovery_fakes import FakeMegatron, action, marks, run_ranks, session_at
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.patches.stages.save_repair_step import SAVE_REPAIR_STEP, periodic_save_owed, save_repair_step
+from mindio_adaptor.recovery.stages.save_repair_step import SAVE_REPAIR_STEP, periodic_save_owed, save_repair_step
 
 
 def test_owed_only_at_a_multiple_of_the_interval_that_the_tracker_does_not_name(tmp_path):

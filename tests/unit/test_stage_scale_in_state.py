@@ -10,8 +10,9 @@ import pytest
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
 from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
 from mindio_adaptor.core.scale_out_plan import plan_scale_out
-from mindio_adaptor.patches import megatron_job, scale_in
-from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
+from mindio_adaptor.patches import megatron_job
+from mindio_adaptor.recovery import scale_in
+from mindio_adaptor.recovery.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
 
 PLAN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
 FROM_CHECKPOINT = dict(elastic_scale_in_from="checkpoint")

@@ -7,7 +7,7 @@ import pytest
 from recovery_fakes import FakeCommunicators, FakeMegatron, action, session_at
 from mindio_adaptor.core.scale_in_plan import plan_scale_in
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
-from mindio_adaptor.patches.stages import scale_out_groups as stage
+from mindio_adaptor.recovery.stages import scale_out_groups as stage
 
 # tp2 x dp4 that lost rank 5 (and its TP peer 4): survivors 0,1,2,3,6,7 were ranks 0..5
 SCALED_IN = plan_scale_in([[0, 2, 4, 6], [1, 3, 5, 7]], {5}, global_batch_size=12, micro_batch_size=1)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from recovery_fakes import FakeMegatron, action, marks, session_at
-from mindio_adaptor.patches.stages.stop import STOP, stop_training
+from mindio_adaptor.recovery.stages.stop import STOP, stop_training
 
 
 def test_stop_returns_once_the_training_thread_parks():

@@ -312,6 +312,6 @@ def test_the_older_adaptor_trains_through_megatrons_patched_train(monkeypatch):
     with pytest.raises(adaptor.AdaptorNotReady, match=r"no \['stop', 'clean'"):
         adaptor.tft_register_processor(print, print, "encoder_or_decoder")
     link = types.SimpleNamespace(answers=("stop", "clean", "rebuild_group", "repair", "rollback", "save_ckpt"))
-    monkeypatch.setattr(processor_link, "_link", link)  # what patches/recovery.answer_actions says it answers
+    monkeypatch.setattr(processor_link, "_link", link)  # what recovery/flows.answer_actions says it answers
     adaptor.tft_register_processor(print, len, "encoder_or_decoder")
     assert adaptor.tft_providers() == {"dataset": print, "model": len, "model_type": "encoder_or_decoder"}

@@ -3,7 +3,7 @@ whose job is its internals goes through a function here (arguments, iteration, t
 parallel state, optimizer shard, model params, RNG, data position, checkpoint load and save, the model built
 again and the sizes at a resize, the uneven split's calculator).
 
-The recovery stages (patches/stages) take this package as a parameter; their unit tests pass an object with
+The recovery stages (recovery/stages) take this package as a parameter; their unit tests pass an object with
 the same functions instead. Megatron is imported inside the functions: importing this package does not
 import Megatron. One module per area; the names below are the facade.
 """

@@ -3,7 +3,7 @@ import random
 import numpy as np
 import torch
 
-from mindio_adaptor.patches.recovery_session import StepSnapshot
+from mindio_adaptor.recovery.session import StepSnapshot
 
 
 def args():

@@ -6,7 +6,7 @@ from typing import Any
 
 from mindio_adaptor.patches.megatron_job import uneven
 from mindio_adaptor.patches.megatron_job.args import args, rng_states
-from mindio_adaptor.patches.recovery_session import StepSnapshot
+from mindio_adaptor.recovery.session import StepSnapshot
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ import torch
 
 from mindio_adaptor.core.replica_layout import ATTENTION, MOE
 from mindio_adaptor.core.state_reshard import Slot
-from mindio_adaptor.patches.training_state import (distributed_optimizer_shard, distributed_optimizers,
+from mindio_adaptor.recovery.training_state import (distributed_optimizer_shard, distributed_optimizers,
                                                     shard_state_tensors)
 
 

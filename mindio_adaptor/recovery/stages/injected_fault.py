@@ -1,6 +1,6 @@
 """The fault-injection point of a repair (MINDIO_FAULT_INJECT phase "repair", core/fault_inject): first
 in CLEAN, where a real fault during a repair would surface, before any state is changed."""
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 
 def fire_repair_fault(session, megatron, action) -> int:

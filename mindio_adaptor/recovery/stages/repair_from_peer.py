@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from mindio_adaptor.core.shard_transfer import recv_shard, send_shard
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -3,15 +3,15 @@ for good, and with them every rank of their data-parallel slices. The survivors 
 themselves (dense renumbering: a survivor's new rank is its index among them, core/scale_in_plan),
 Megatron's parallel state is initialised again on it (its data-parallel size now the smaller one, the
 replica layout rebuilt from it and reported to the controller in the start's numbering,
-patches/resized_layout), and Megatron's arguments and micro-batch calculator take the new sizes
+recovery/resized_layout), and Megatron's arguments and micro-batch calculator take the new sizes
 with the same global batch size. The model and optimizer are built at these sizes at REPAIR
 (stages/scale_in_state). A live rank of a lost slice leaves the job instead (core/leaving_rank)."""
 import logging
 import time
 
 from mindio_adaptor.core.leaving_rank import LeavingTheJob, leaving_line
-from mindio_adaptor.patches import resized_layout, scale_in
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery import resized_layout, scale_in
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

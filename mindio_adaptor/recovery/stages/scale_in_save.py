@@ -5,10 +5,10 @@ point. From the replicas (the default) nothing is written: the survivors hold ev
 reshard it among themselves at REPAIR (stages/scale_in_state)."""
 import logging
 
-from mindio_adaptor.patches import scale_in
-from mindio_adaptor.patches.stages.publish_dump import publish_dump
-from mindio_adaptor.patches.stages.save_dump import save_dump
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery import scale_in
+from mindio_adaptor.recovery.stages.publish_dump import publish_dump
+from mindio_adaptor.recovery.stages.save_dump import save_dump
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

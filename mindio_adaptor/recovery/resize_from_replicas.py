@@ -21,7 +21,7 @@ import time
 
 from mindio_adaptor.core import state_reshard
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
-from mindio_adaptor.patches import scale_in
+from mindio_adaptor.recovery import scale_in
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ the reduction done again from every rank's part; where the value is lost, the pr
 import logging
 
 from mindio_adaptor.core.loss_line import settle
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

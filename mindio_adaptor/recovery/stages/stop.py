@@ -8,7 +8,7 @@ import time
 
 from mindio_adaptor.core import comm_abort
 from mindio_adaptor.core.recovery_limits import STOP_TIMEOUT_ENV, stop_timeout_s
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ point (core/dump_dir)."""
 import logging
 
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

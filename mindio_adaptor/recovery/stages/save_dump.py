@@ -1,7 +1,7 @@
 """SAVE_CKPT of the dying-gasp checkpoint, on the savers only (the controller picks one healthy holder
 per optimizer shard).
 
-The savers leave the broken communicators, meet in a process group of their own (patches/comm_rebuild)
+The savers leave the broken communicators, meet in a process group of their own (recovery/comm_rebuild)
 and re-initialise Megatron's parallel state on it as a job with ONE optimizer instance, each saver at
 the data-parallel rank of its shard (core/dump_world). Megatron's own save_checkpoint then writes a
 checkpoint identical to what instance 0 of the full job writes (the same files, the same format: the
@@ -14,9 +14,9 @@ from typing import List
 
 from mindio_adaptor.core import dump_dir
 from mindio_adaptor.core.dump_world import DumpError, dump_world
-from mindio_adaptor.patches import resized_layout
-from mindio_adaptor.patches.staged_checkpoint import staging_prepared_by_one
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery import resized_layout
+from mindio_adaptor.recovery.staged_checkpoint import staging_prepared_by_one
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

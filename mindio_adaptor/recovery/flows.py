@@ -1,6 +1,6 @@
 """The recovery flows on the rank's side: for each strategy the controller can decide, the stages each
 of its actions runs, in order. This table is the only place that knows the order; the stages
-(patches/stages) know only their own work.
+(recovery/stages) know only their own work.
 
 The controller drives a flow action by action (csrc/controller): STOP on every live rank, then
   retry    (online repair)        CLEAN, REPAIR, ROLLBACK, then training goes on (RETRY)
@@ -8,7 +8,7 @@ The controller drives a flow action by action (csrc/controller): STOP on every l
             is loaded again online; the controller says so in REPAIR's repair type)
   recover  (process replacement)  CLEAN, REBUILD_GROUP once the replacement has joined, REPAIR, ROLLBACK
   hot_switch (a live rank handed over to a new process, every rank holding after one step) as
-            recover; the leaving rank exits after CLEAN (EXIT, patches/decision_wait)
+            recover; the leaving rank exits after CLEAN (EXIT, recovery/decision_wait)
   dump     (dying-gasp checkpoint) SAVE_CKPT on the savers, RENAME on one of them, EXIT
   scale_in (elastic training: a recover whose replacement never came) SAVE_CKPT and RENAME (the
             dump, with --elastic-scale-in-from checkpoint; nothing from the replicas), then REBUILD_GROUP
@@ -32,25 +32,25 @@ from mindio_adaptor.core.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.processor_link import LEAVES_THE_JOB, ControllerAction, RepairAssignment
 from mindio_adaptor.core.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
 from mindio_adaptor.patches import megatron_job
-from mindio_adaptor.patches.stages.drop_gradients import DROP_GRADIENTS
-from mindio_adaptor.patches.stages.end_if_hung import END_IF_HUNG
-from mindio_adaptor.patches.stages.injected_fault import REPAIR_FAULT_POINT
-from mindio_adaptor.patches.stages.log_repair_step import LOG_REPAIR_STEP
-from mindio_adaptor.patches.stages.publish_dump import PUBLISH_DUMP
-from mindio_adaptor.patches.stages.rebuild_groups import REBUILD_GROUPS
-from mindio_adaptor.patches.stages.reload_checkpoint import RELOAD_CHECKPOINT
-from mindio_adaptor.patches.stages.repair_from_peer import REPAIR_FROM_PEER
-from mindio_adaptor.patches.stages.roll_back import ROLL_BACK
-from mindio_adaptor.patches.stages.save_dump import SAVE_DUMP
-from mindio_adaptor.patches.stages.save_repair_step import SAVE_REPAIR_STEP
-from mindio_adaptor.patches.stages.scale_in_groups import SCALE_IN_GROUPS
-from mindio_adaptor.patches.stages.scale_in_save import SCALE_IN_PUBLISH, SCALE_IN_SAVE
-from mindio_adaptor.patches.stages.scale_in_state import SCALE_IN_STATE
-from mindio_adaptor.patches.stages.scale_out_groups import SCALE_OUT_GROUPS
-from mindio_adaptor.patches.stages.scale_out_save import SCALE_OUT_SAVE
-from mindio_adaptor.patches.stages.scale_out_state import SCALE_OUT_STATE
-from mindio_adaptor.patches.stages.stage import RecoveryAction, Stage
-from mindio_adaptor.patches.stages.stop import STOP
+from mindio_adaptor.recovery.stages.drop_gradients import DROP_GRADIENTS
+from mindio_adaptor.recovery.stages.end_if_hung import END_IF_HUNG
+from mindio_adaptor.recovery.stages.injected_fault import REPAIR_FAULT_POINT
+from mindio_adaptor.recovery.stages.log_repair_step import LOG_REPAIR_STEP
+from mindio_adaptor.recovery.stages.publish_dump import PUBLISH_DUMP
+from mindio_adaptor.recovery.stages.rebuild_groups import REBUILD_GROUPS
+from mindio_adaptor.recovery.stages.reload_checkpoint import RELOAD_CHECKPOINT
+from mindio_adaptor.recovery.stages.repair_from_peer import REPAIR_FROM_PEER
+from mindio_adaptor.recovery.stages.roll_back import ROLL_BACK
+from mindio_adaptor.recovery.stages.save_dump import SAVE_DUMP
+from mindio_adaptor.recovery.stages.save_repair_step import SAVE_REPAIR_STEP
+from mindio_adaptor.recovery.stages.scale_in_groups import SCALE_IN_GROUPS
+from mindio_adaptor.recovery.stages.scale_in_save import SCALE_IN_PUBLISH, SCALE_IN_SAVE
+from mindio_adaptor.recovery.stages.scale_in_state import SCALE_IN_STATE
+from mindio_adaptor.recovery.stages.scale_out_groups import SCALE_OUT_GROUPS
+from mindio_adaptor.recovery.stages.scale_out_save import SCALE_OUT_SAVE
+from mindio_adaptor.recovery.stages.scale_out_state import SCALE_OUT_STATE
+from mindio_adaptor.recovery.stages.stage import RecoveryAction, Stage
+from mindio_adaptor.recovery.stages.stop import STOP
 
 logger = logging.getLogger(__name__)
 

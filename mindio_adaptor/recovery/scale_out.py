@@ -15,6 +15,6 @@ def plan_for(margs, scale_in_plan, returned) -> ScaleOutPlan:
 
 
 def from_replicas(margs) -> bool:
-    """Whether the scale-out takes the state from the survivors' memory (patches/resize_from_replicas), not
+    """Whether the scale-out takes the state from the survivors' memory (recovery/resize_from_replicas), not
     from a checkpoint they save (`--elastic-scale-out-from`)."""
     return margs.elastic_scale_out_from == "replicas"

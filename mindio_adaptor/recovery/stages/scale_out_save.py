@@ -10,9 +10,9 @@ import logging
 import time
 
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
-from mindio_adaptor.patches import scale_out
-from mindio_adaptor.patches.staged_checkpoint import save_and_publish
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery import scale_out
+from mindio_adaptor.recovery.staged_checkpoint import save_and_publish
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 REBUILD_GROUP, once the replacement process is there to join them (stages/rebuild_groups)."""
 import logging
 
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 handles faults (patches/fault_handling, `mindio_adaptor.patch_all(fault_handling="client")`).
 
 One function per handler of the reference (stop, clean, repair, rollback, save_ckpt, rename, exit),
-taking that handler's own arguments. Each runs the stages that patches/recovery's flow table gives the
+taking that handler's own arguments. Each runs the stages that recovery/flows's flow table gives the
 action under the controller's strategy in force, exactly as the adaptor's own mode does: on the
 processor's thread where they must act while training still runs (stop, rename, exit), else posted to
 the parked training thread (patches/client_loop). A stage's error is raised to the handler, which the
@@ -16,9 +16,10 @@ from mindio_adaptor.core import processor_link
 from mindio_adaptor.core.enums import RepairType
 from mindio_adaptor.core.processor_link import RepairAssignment, SaveAssignment
 from mindio_adaptor.core.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
-from mindio_adaptor.patches import client_loop, fault_handling, megatron_job, recovery, train_reentry
-from mindio_adaptor.patches.recovery_session import SESSION
-from mindio_adaptor.patches.stages.stage import RecoveryAction
+from mindio_adaptor.patches import client_loop, fault_handling, megatron_job, train_reentry
+from mindio_adaptor.recovery import flows
+from mindio_adaptor.recovery.session import SESSION
+from mindio_adaptor.recovery.stages.stage import RecoveryAction
 
 
 class NotInClientMode(RuntimeError):
@@ -95,7 +96,7 @@ def exit_even_if_hung() -> int:
 def _run(name: str, **fields) -> int:
     """The action's stages under the controller's strategy in force (the flow table's row)."""
     _require_client_mode(name)
-    return recovery.run_action(SESSION, megatron_job, RecoveryAction(name, strategy=_strategy(), **fields))
+    return flows.run_action(SESSION, megatron_job, RecoveryAction(name, strategy=_strategy(), **fields))
 
 
 def _strategy() -> str:

@@ -1,5 +1,5 @@
 """The controller's decision as the rank acts on it: training goes on after the repair step, in the flow
-the controller ran (patches/recovery). From the flow and the repair step follows what the training
+the controller ran (recovery/flows). From the flow and the repair step follows what the training
 thread does next; the rank's own step only says where it stands, not what was decided."""
 from dataclasses import dataclass
 from enum import Enum
@@ -14,7 +14,7 @@ class NextMove(Enum):
 class Decision:
     strategy: str  # as the controller named it: retry, recover
     repair_step: int  # training goes on after this step
-    flow: str  # the flow this rank ran: retry, reload, recover (patches/recovery.FLOWS)
+    flow: str  # the flow this rank ran: retry, reload, recover (recovery/flows.FLOWS)
 
     def next_move(self, step: int) -> NextMove:
         """For a rank whose train_step of `step` was interrupted."""

@@ -14,7 +14,7 @@ from mindio_adaptor.core.processor_link import RepairAssignment, SaveAssignment
 
 @dataclass(frozen=True)
 class RecoveryAction:
-    """One controller action as this rank's stages see it (patches/recovery makes it from the link's
+    """One controller action as this rank's stages see it (recovery/flows makes it from the link's
     ControllerAction): a REPAIR is one of these per repair type this rank takes part in."""
     name: str  # stop, clean, rebuild_group, repair, rollback, save_ckpt, rename, exit
     strategy: str = "none"  # the controller's decision in force: retry, recover, dump, exit, none

@@ -13,8 +13,8 @@ import time
 from typing import Optional
 
 from mindio_adaptor.core import dump_dir
-from mindio_adaptor.patches.staged_checkpoint import save_and_publish
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.staged_checkpoint import save_and_publish
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

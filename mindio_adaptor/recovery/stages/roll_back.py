@@ -7,7 +7,7 @@ micro-batches are given again), Megatron's timers and rerun state reset; the tra
 computes the step after the repair step (patches/exception_loop)."""
 import logging
 
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """REPAIR of a scale-in (elastic training): the survivors, already at the smaller data-parallel size
 (stages/scale_in_groups), build the model, its DDP wrapper, the optimizer and the scheduler again with
 Megatron's own setup, and take the repair step's state into them: from the replicas (the default,
-patches/resize_from_replicas: the survivors hold every shard between them and reshard it in memory), or with
-`--elastic-scale-in-from checkpoint` from the dying-gasp checkpoint the savers just wrote (patches/scale_in:
+recovery/resize_from_replicas: the survivors hold every shard between them and reshard it in memory), or with
+`--elastic-scale-in-from checkpoint` from the dying-gasp checkpoint the savers just wrote (recovery/scale_in:
 Megatron's distributed checkpoint reshards the optimizer state to the new size).
 The data iterators start again at the checkpoint's sample with the new data-parallel rank and size
 (Megatron's sampler), so every sample of the global batch is seen once, as in the full job. ROLLBACK
@@ -12,9 +12,9 @@ import logging
 import time
 from datetime import datetime, timezone
 
-from mindio_adaptor.patches import scale_in
-from mindio_adaptor.patches.resize_from_replicas import resume_from_replicas
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery import scale_in
+from mindio_adaptor.recovery.resize_from_replicas import resume_from_replicas
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

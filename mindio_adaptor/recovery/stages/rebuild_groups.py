@@ -1,5 +1,5 @@
 """Rebuild the communicators (online repair at CLEAN; process replacement at REBUILD_GROUP, once the
-replacement process is there to join them): the world group under a new epoch (patches/comm_rebuild),
+replacement process is there to join them): the world group under a new epoch (recovery/comm_rebuild),
 Megatron's parallel state initialised again with the call it was first initialised with, and every
 reference to an old group (DDP buffers and bucket groups, the optimizer, configs) re-pointed to its
 new counterpart (core/group_repoint), matched through parallel_state's globals. In a replacement
@@ -10,7 +10,7 @@ import time
 import torch.distributed as dist
 
 from mindio_adaptor.core.group_repoint import repoint
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

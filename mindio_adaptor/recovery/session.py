@@ -4,7 +4,7 @@ at, in one object.
 One session per training process (`SESSION`), made with this module so that the patches running
 before the rank connects to the controller (the record of model and optimizer, a replacement's start
 on the fake backend) have it; `controller_link.connect` completes it (save root, backend, ports to
-keep). The recovery stages (patches/stages) take it as an argument and read nothing else (the communicators'
+keep). The recovery stages (recovery/stages) take it as an argument and read nothing else (the communicators'
 rebuilds too are reached through it), so a test builds its own; only the wrappers Megatron calls reach for
 `SESSION`.
 """
@@ -16,8 +16,8 @@ from typing import Any, Deque, Dict, Optional, Set
 from mindio_adaptor.core.loss_line import LossLineBook
 from mindio_adaptor.core.recovery_timeline import Timeline
 from mindio_adaptor.core.training_thread import TrainingThread
-from mindio_adaptor.patches import comm_rebuild
-from mindio_adaptor.patches.training_state import TrainingState
+from mindio_adaptor.recovery import comm_rebuild
+from mindio_adaptor.recovery.training_state import TrainingState
 
 
 @dataclass
@@ -84,14 +84,14 @@ class RecoverySession:
     scale_in: Any = None  # core.scale_in_plan.ScaleInPlan of the scale-in under way or done
     scale_out: Any = None  # core.scale_out_plan.ScaleOutPlan of the last scale-out (a survivor's; None: none)
     comm_store: str = ""  # host:port of the store the last rebuild met at (core/paired_store chose it)
-    flow: Optional[str] = None  # the flow of the recovery under way (patches/recovery.FLOWS), set by its actions
+    flow: Optional[str] = None  # the flow of the recovery under way (recovery/flows.FLOWS), set by its actions
     leaving: Optional[str] = None  # why this rank leaves the job (a scale-in dropped its slice, core/leaving_rank)
     saves: InterruptedSaves = field(default_factory=InterruptedSaves)
     train_returned: bool = False  # Megatron's train loop returned: a save now is the final one
     termination: threading.Event = field(default_factory=threading.Event)  # the process got SIGTERM
     section_clock: Any = None  # patches/sections.SectionClock, once the processor is connected
     status_server: Any = None  # status/server.StatusServer, on the rank hosting the controller when asked for
-    # The rebuilds of this process's communicators (patches/comm_rebuild), which the stages reach through the
+    # The rebuilds of this process's communicators (recovery/comm_rebuild), which the stages reach through the
     # session as they reach Megatron through their facade parameter: a unit test gives a stand-in.
     communicators: Any = comm_rebuild
 

@@ -13,7 +13,7 @@ from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER,
 from mindio_adaptor.core.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.processor_link import ControllerUnreachable, CutOffFromTheJob
 from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
-from mindio_adaptor.patches.decision import Decision
+from mindio_adaptor.recovery.decision import Decision
 
 logger = logging.getLogger(__name__)
 

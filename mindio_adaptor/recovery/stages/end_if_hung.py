@@ -5,7 +5,7 @@ import logging
 import os
 import threading
 
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -4,14 +4,14 @@ training refuses, and the end of a resize's REPAIR.
 The sizes change through the Megatron facade (megatron_job/sizes: rank, world size, data-parallel size, replica
 count and micro-batch calculator at the smaller data-parallel size, the same global batch size). The state: the
 model, its DDP wrapper, the optimizer and the scheduler are built again by Megatron's own
-setup_model_and_optimizer (megatron_job/rebuild), from the replicas (patches/resize_from_replicas) or loaded
+setup_model_and_optimizer (megatron_job/rebuild), from the replicas (recovery/resize_from_replicas) or loaded
 from the dying-gasp checkpoint of the repair step, which Megatron's distributed checkpoint reshards to the new
 data-parallel size.
 """
 import logging
 
 from mindio_adaptor.core.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in
-from mindio_adaptor.patches.recovery_session import StepSnapshot
+from mindio_adaptor.recovery.session import StepSnapshot
 
 logger = logging.getLogger(__name__)
 

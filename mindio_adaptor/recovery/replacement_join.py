@@ -1,12 +1,13 @@
 """A replacement process joins the running job, at the start of Megatron's train loop: it reports
 ready ("ARF FINISH") and parks like a rank after a fault; the controller then runs REBUILD_GROUP,
-REPAIR and ROLLBACK on every rank (patches/recovery's "recover" flow), and on RETRY this process
+REPAIR and ROLLBACK on every rank (recovery/flows's "recover" flow), and on RETRY this process
 enters Megatron's train loop at the repair step (patches/train_reentry) while the others recompute
 the step they were interrupted in. Not an action's stage: the replacement's way into the flow."""
 import logging
 import time
 
-from mindio_adaptor.patches import decision_wait, train_reentry
+from mindio_adaptor.patches import train_reentry
+from mindio_adaptor.recovery import decision_wait
 
 logger = logging.getLogger(__name__)
 

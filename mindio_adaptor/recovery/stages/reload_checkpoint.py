@@ -9,8 +9,8 @@ restarts. Which steps can be reloaded: patches/checkpoint_reload."""
 import logging
 import time
 
-from mindio_adaptor.patches.recovery_session import StepSnapshot
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery.session import StepSnapshot
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """REPAIR of a scale-out (elastic training), on every rank of the original world: the model, its DDP
 wrapper, the optimizer and the scheduler are built again at the original sizes by Megatron's own setup,
 and take the repair step's state either from the survivors' memory (`--elastic-scale-out-from replicas`,
-the default: patches/resize_from_replicas) or from the checkpoint the survivors just saved at the
+the default: recovery/resize_from_replicas) or from the checkpoint the survivors just saved at the
 smaller size (`checkpoint`: stages/scale_out_save; Megatron's distributed checkpoint reshards the
 optimizer state back). A returned process gets its state this way too, not at ROLLBACK. The data
 iterators start again at the step's sample with the original data-parallel rank and size, and ROLLBACK
@@ -11,9 +11,9 @@ import time
 from datetime import datetime, timezone
 
 from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
-from mindio_adaptor.patches import scale_in, scale_out
-from mindio_adaptor.patches.resize_from_replicas import resume_from_replicas
-from mindio_adaptor.patches.stages.stage import Stage
+from mindio_adaptor.recovery import scale_in, scale_out
+from mindio_adaptor.recovery.resize_from_replicas import resume_from_replicas
+from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
 
