@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from mindio_adaptor.tiny_job import LocalCluster, RunResult, loss_lines
+from mindio_adaptor.tiny.job import LocalCluster, RunResult, loss_lines
 
 KINDS = ("kill", "stall", "node")
 FLAGS = ["--enable-high-availability", "--enable-hbmfault-repair", "--enable-worker-reboot"]

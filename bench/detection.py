@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 HA = ["--enable-high-availability"]
 DECISION = r"\[controller rank 0\] decision "

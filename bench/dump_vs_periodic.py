@@ -22,7 +22,7 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 MEGATRON_TIME = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]"
 SAVING = re.compile(MEGATRON_TIME + r" saving checkpoint at iteration\s+(\d+) to (\S+)")

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from mttr import baseline  # noqa: E402  (bench/ is not a package)
 
-from mindio_adaptor.tiny_job import LocalCluster  # noqa: E402
+from mindio_adaptor.tiny.job import LocalCluster  # noqa: E402
 
 ELASTIC = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training"]
 ITERATION = re.compile(r"iteration\s+(\d+)/")

@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script, the checkout's build is the one measured
 
 from mindio_adaptor.cli.status_client import request_json  # noqa: E402
-from mindio_adaptor.tiny_job import run_training  # noqa: E402
+from mindio_adaptor.tiny.job import run_training  # noqa: E402
 
 TOKEN = "bench-hot-switch-token-0123456789abcdef"
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1", "--spare-workers", "1")

@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from mindio_adaptor.tiny_job import LocalCluster, run_training
+from mindio_adaptor.tiny.job import LocalCluster, run_training
 
 ITERATION = re.compile(r"iteration\s+(\d+)/")
 

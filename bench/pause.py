@@ -24,7 +24,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script, the checkout's build is the one measured
 
 from mindio_adaptor.cli.status_client import request_json  # noqa: E402
-from mindio_adaptor.tiny_job import STATUS_PAGE, controller_said_at, run_training  # noqa: E402
+from mindio_adaptor.tiny.job import STATUS_PAGE, controller_said_at, run_training  # noqa: E402
 
 TOKEN = "bench-pause-token-0123456789abcdef"
 ITERATION = re.compile(r"^ \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] iteration\s+(\d+)/", re.M)

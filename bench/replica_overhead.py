@@ -16,7 +16,7 @@ import re
 import statistics
 import sys
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 STATE_BYTES = re.compile(r"optimizer state bytes per rank \(fp32 master copies \+ Adam moments\): (\[.*?\])")
 PARAMS = re.compile(r"number of parameters on \(tensor, gtp_remat, pipeline\) model parallel rank "

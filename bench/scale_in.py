@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script, the checkout's build is the one measured
 
-from mindio_adaptor.elastic_scenario import run_elastic  # noqa: E402
+from mindio_adaptor.tiny.elastic import run_elastic  # noqa: E402
 from resize_clock import ResizeClock  # noqa: E402
 
 SAVED = re.compile(r"rank 0\] INFO dump of step \d+: saved my part \([^)]*\) in ([\d.]+) s")

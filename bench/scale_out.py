@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mindio_adaptor.elastic_scenario import run_elastic
+from mindio_adaptor.tiny.elastic import run_elastic
 from resize_clock import ResizeClock
 
 SAVED = re.compile(r"scale-out: checkpoint of step \d+ saved at dp\d+ and published in ([\d.]+) s")

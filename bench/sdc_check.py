@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run as a script, the checkout's build is the one measured
 
-from mindio_adaptor.tiny_job import run_training  # noqa: E402
+from mindio_adaptor.tiny.job import run_training  # noqa: E402
 
 CHECKED = re.compile(r"every optimizer shard identical on its \d+ holders \((\d+) tensors checked on rank 0 in "
                      r"([\d.]+) ms\)")

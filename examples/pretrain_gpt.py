@@ -15,7 +15,7 @@ import time
 from functools import partial
 
 import mindio_adaptor
-from mindio_adaptor.tiny_job import params_digest
+from mindio_adaptor.tiny.job import params_digest
 
 mindio_adaptor.patch_all()
 

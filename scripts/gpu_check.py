@@ -17,7 +17,7 @@ import tempfile
 import time
 import traceback
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 CHECK_BUDGET_S = 300
 GPU_FLAGS = ["--distributed-backend", "nccl", "--enable-high-availability", "--distributed-optimizer-no-replica",

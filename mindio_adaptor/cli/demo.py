@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-from mindio_adaptor.tiny_job import RunResult, run_training
+from mindio_adaptor.tiny.job import RunResult, run_training
 
 SCENARIOS = ("sigterm", "dump", "repair", "replace", "elastic")
 FAULT_KINDS = ("kill", "raise", "hang")
@@ -36,7 +36,7 @@ FAULT_KINDS = ("kill", "raise", "hang")
 HANG_ENV = {"MINDIO_STOP_TIMEOUT_S": "5"}
 HA = ["--enable-high-availability"]
 # How long the controller waits for node 1 before scaling in (the wait for its return, which must fit the
-# returned ranks' start-up, is elastic_scenario.SCALE_OUT_WAIT_S).
+# returned ranks' start-up, is tiny/elastic.SCALE_OUT_WAIT_S).
 ELASTIC_ARF_WAIT_S = 15
 LOSS_TOLERANCE = 1e-4  # relative: at another data-parallel size the reductions run in another order
 _STEP = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?lm loss: ([\d.E+-]+)")
@@ -233,7 +233,7 @@ def elastic(args, timeline: Timeline, reference: RunResult, workdir: Path) -> Tu
     """elastic, after its reference run: the job scales in when node 1 is lost and out when it returns; nothing
     is relaunched. Prints the timeline and the summary; returns the exit code, the run and the pids lost with
     node 1 (the e2e tests run the scenario through here with a reference of their own)."""
-    from mindio_adaptor.elastic_scenario import run_elastic
+    from mindio_adaptor.tiny.elastic import run_elastic
 
     back = args.fault_step + 2
     timeline.mark(f"run on two nodes; node 1 lost during step {args.fault_step}, a new node 1 started once the job "
@@ -253,7 +253,7 @@ def elastic(args, timeline: Timeline, reference: RunResult, workdir: Path) -> Tu
 def elastic_summary(run: RunResult, reference: RunResult) -> Tuple[List[str], bool]:
     """What the elastic run shows against the uninterrupted one, and whether it holds: the job finished,
     every loss within LOSS_TOLERANCE relative, the same samples in every step."""
-    from mindio_adaptor.elastic_scenario import samples_by_step
+    from mindio_adaptor.tiny.elastic import samples_by_step
 
     lines = [f"{what} after step {step}" for what, step in
              re.findall(r"elastic training: (scaled (?:in|out) dp\d+ -> dp\d+) .*? after step (\d+)", run.output)]

@@ -2,8 +2,8 @@
 of any run may be left once it ended."""
 import pytest
 
-from mindio_adaptor import tiny_job
-from mindio_adaptor.tiny_job import load_params, run_training
+from mindio_adaptor.tiny import job as tiny_job
+from mindio_adaptor.tiny.job import load_params, run_training
 
 HA = ["--enable-high-availability"]
 # "ha" and "ha_tp2" also name every micro-batch's samples (tests/e2e/test_elastic_scale_in.py compares

@@ -1,12 +1,12 @@
 """GPT pretraining with mock data whose faults a MindSpeed-LLM-style adaptor handles
 (tests/e2e/mindspeed_style_adaptor.py, through the reference API), with mindio_adaptor's patches in
-the "client" fault-handling mode. Takes the flags of examples/pretrain_gpt.py (mindio_adaptor.tiny_job
+the "client" fault-handling mode. Takes the flags of examples/pretrain_gpt.py (mindio_adaptor.tiny.job
 runs it with script=...); rank 0 prints `params digest <hex>` at the end.
 """
 import sys
 
 import mindio_adaptor
-from mindio_adaptor.tiny_job import params_digest
+from mindio_adaptor.tiny.job import params_digest
 
 mindio_adaptor.patch_all(fault_handling="client")
 

@@ -5,7 +5,7 @@ import os
 import runpy
 import sys
 
-from mindio_adaptor.tiny_job import EXAMPLE
+from mindio_adaptor.tiny.job import EXAMPLE
 
 if os.environ.get("MINDIO_RESTARTED") == "1" and os.environ.get("RANK") == os.environ["MINDIO_TEST_FAILING_RANK"]:
     print(f"rank {os.environ['RANK']} (pid {os.getpid()}): this replacement cannot start (the test's fault)",

@@ -9,7 +9,7 @@ import os
 import sys
 
 from mindio_adaptor.patches import registry
-from mindio_adaptor.tiny_job import params_digest
+from mindio_adaptor.tiny.job import params_digest
 
 # device emulation (a no-op where a GPU or NPU exists) and the shipped dataset helpers only
 registry.patch_all(only=("cpu_support", "dataset_helpers"))

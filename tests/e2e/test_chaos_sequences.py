@@ -9,7 +9,7 @@ standby beside the job (its workers warm), node 0 lost once is taken by the stan
 can listen at node 0's address."""
 import pytest
 
-from mindio_adaptor.tiny_job import bench_script
+from mindio_adaptor.tiny.job import bench_script
 
 pytestmark = pytest.mark.e2e
 STEPS = 8  # the shared uninterrupted reference's (tests/e2e/conftest.py)

@@ -14,7 +14,7 @@ import threading
 import psutil
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, kept_one_process, process_ids
+from mindio_adaptor.tiny.job import LocalCluster, kept_one_process, process_ids
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]

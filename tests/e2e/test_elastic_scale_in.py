@@ -31,13 +31,13 @@ import pytest
 
 from mindio_adaptor.cli import build_parser, demo
 from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
-from mindio_adaptor.elastic_scenario import run_elastic, samples_by_step
+from mindio_adaptor.tiny.elastic import run_elastic, samples_by_step
 from mindio_adaptor.launch import lifeline
-from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 ARF_WAIT_S = 15  # the longest the controller would wait for node 1's replacement (it is told none comes)
-# (The scale-out's wait for the returned ranks is its own, MINDIO_SCALE_OUT_WAIT_S: elastic_scenario.)
+# (The scale-out's wait for the returned ranks is its own, MINDIO_SCALE_OUT_WAIT_S: mindio_adaptor/tiny/elastic.)
 LOST_DURING_STEP = 5  # node 1 is lost after step 4, while the job holds before step 5
 RETURN_AT_STEP = 7
 NOTHING_TAKES_NODE_1 = f"node 1 is lost ({lifeline.EVIDENCE}) and no standby waits to take its place"
@@ -513,7 +513,7 @@ def scaled_in_to_dp3(tmp_path_factory):
     returns (a new one-rank launcher, as in scaled_out) and at step 7 the job grows back to dp4, where the
     uneven pieces are undone: Megatron's own calculator (2 micro-batches), its sampler, no weight. The returned
     rank must be ready within MINDIO_SCALE_OUT_WAIT_S of its registration (3 s on a quiet machine, over 15 s
-    under a load of 45: docs/elastic.md; elastic_scenario.SCALE_OUT_WAIT_S)."""
+    under a load of 45: docs/elastic.md; tiny/elastic.SCALE_OUT_WAIT_S)."""
     return run_elastic(tmp_path_factory.mktemp("elastic_dp3"), lose_after=4, return_at=RETURN_AT_STEP,
                        arf_wait_s=ARF_WAIT_S, nproc_per_node=1)
 

@@ -2,7 +2,7 @@
 job stops as stock Megatron does; the dying-gasp checkpoint builds on this)."""
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster
+from mindio_adaptor.tiny.job import LocalCluster
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-hbmfault-repair", "--enable-worker-reboot"]

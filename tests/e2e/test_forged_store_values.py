@@ -24,7 +24,7 @@ from torch.distributed import PrefixStore, TCPStore
 
 from mindio_adaptor import _native
 from mindio_adaptor.core import job_store
-from mindio_adaptor.tiny_job import LocalCluster, process_ids
+from mindio_adaptor.tiny.job import LocalCluster, process_ids
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mindio_adaptor.tiny_job import process_ids, run_training
+from mindio_adaptor.tiny.job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 SCRIPT = str(Path(__file__).with_name("replacement_failing_at_start.py"))

@@ -26,7 +26,7 @@ import threading
 import pytest
 
 from mindio_adaptor.cli import build_parser, main as cli_main
-from mindio_adaptor.tiny_job import LocalCluster, kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.job import LocalCluster, kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]

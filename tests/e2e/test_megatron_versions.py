@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from mindio_adaptor.elastic_scenario import run_elastic
+from mindio_adaptor.tiny.elastic import run_elastic
 from mindio_adaptor.patches import megatron_versions
-from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from megatron_releases import RELEASES, on_release, unpack  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 pytestmark = pytest.mark.e2e
 CLIENT_SCRIPT = str(Path(__file__).with_name("mindspeed_style_pretrain.py"))

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from fault_plan import fault_env
-from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]

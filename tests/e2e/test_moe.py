@@ -13,8 +13,8 @@ import re
 import pytest
 
 from fault_plan import fault_env
-from mindio_adaptor.elastic_scenario import run_elastic
-from mindio_adaptor.tiny_job import process_ids, run_training
+from mindio_adaptor.tiny.elastic import run_elastic
+from mindio_adaptor.tiny.job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 MOE = ["--num-experts", "4", "--expert-model-parallel-size", "2", "--moe-router-topk", "2"]

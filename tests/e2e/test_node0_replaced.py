@@ -22,7 +22,7 @@ import threading
 
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, process_ids
+from mindio_adaptor.tiny.job import LocalCluster, process_ids
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]

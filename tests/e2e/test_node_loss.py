@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.job import LocalCluster, kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot"]

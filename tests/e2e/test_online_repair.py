@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mindio_adaptor.status.critical_path import critical_path
 from mindio_adaptor.status.timeline_picture import draw, read_recoveries
-from mindio_adaptor.tiny_job import process_ids, run_training
+from mindio_adaptor.tiny.job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 REPAIR = ["--enable-high-availability", "--enable-hbmfault-repair"]

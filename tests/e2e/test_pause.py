@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from mindio_adaptor.cli import build_parser, main as cli_main
-from mindio_adaptor.tiny_job import STATUS_PAGE, controller_said_at, run_training
+from mindio_adaptor.tiny.job import STATUS_PAGE, controller_said_at, run_training
 
 pytestmark = pytest.mark.e2e
 REPAIR = ["--enable-high-availability", "--enable-hbmfault-repair"]

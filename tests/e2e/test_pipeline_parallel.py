@@ -18,8 +18,8 @@ import re
 import pytest
 
 from fault_plan import fault_env
-from mindio_adaptor.elastic_scenario import run_elastic
-from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.elastic import run_elastic
+from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 LAYOUTS = {"pp2": ["--pipeline-model-parallel-size", "2"],

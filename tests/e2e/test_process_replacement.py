@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mindio_adaptor.tiny_job import kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 REBOOT = ["--enable-high-availability", "--enable-worker-reboot"]

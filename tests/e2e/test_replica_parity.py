@@ -9,7 +9,7 @@ Runs with the same R are bit-identical, which is what recovery is judged against
 import pytest
 import torch
 
-from mindio_adaptor.tiny_job import load_params, run_training
+from mindio_adaptor.tiny.job import load_params, run_training
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]

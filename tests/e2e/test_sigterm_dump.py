@@ -4,7 +4,7 @@ step it just completed and exits cleanly; resuming from that checkpoint ends bit
 uninterrupted run."""
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from mindio_adaptor.core.offender_record import FILE_ENV, OffenderRecord
-from mindio_adaptor.tiny_job import process_ids, run_training
+from mindio_adaptor.tiny.job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 FLIP = "flip:rank=1,step=5,phase=completed"

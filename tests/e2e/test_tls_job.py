@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tls_certificates import authority, tls_env  # noqa: E402

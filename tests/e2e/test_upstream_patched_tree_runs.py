@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 from mindio_adaptor.upstream import tree as megatron_tree
 from mindio_adaptor.upstream.apply import apply_patch_set
 from mindio_adaptor.upstream.check import APPLIED

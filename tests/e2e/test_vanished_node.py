@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mindio_adaptor.tiny_job import LocalCluster, kept_one_process, process_ids, run_training
+from mindio_adaptor.tiny.job import LocalCluster, kept_one_process, process_ids, run_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from netns_hosts import NetnsHosts, available  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mindio_adaptor.tiny_job import run_training
+from mindio_adaptor.tiny.job import run_training
 
 
 def test_a_hung_run_leaves_its_processes_stacks(tmp_path):

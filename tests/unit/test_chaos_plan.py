@@ -2,7 +2,7 @@
 fixed sequence is read as written or refused with the grammar named."""
 import pytest
 
-from mindio_adaptor.tiny_job import bench_script
+from mindio_adaptor.tiny.job import bench_script
 
 
 @pytest.fixture(scope="module")

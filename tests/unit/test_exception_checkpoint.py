@@ -1,4 +1,4 @@
-"""The older exception-checkpoint API (mindio_adaptor.exception_checkpoint, re-exported as
+"""The older exception-checkpoint API (mindio_adaptor.ttp.exception_checkpoint, re-exported as
 mindx_elastic.torch_exception_module). Reference facts: shared notes, reference-system.md §8.
 
 Layout oracle used below, written from the rule rather than the code: a data-parallel list L of d
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import mindio_adaptor.exception_checkpoint as ec
-from mindio_adaptor.exception_checkpoint import ExceptionHandler, Shard, ShardUnavailableError
+import mindio_adaptor.ttp.exception_checkpoint as ec
+from mindio_adaptor.ttp.exception_checkpoint import ExceptionHandler, Shard, ShardUnavailableError
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "tests" / "integration" / "exception_checkpoint_worker.py"

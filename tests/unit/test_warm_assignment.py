@@ -14,7 +14,7 @@ from mindio_adaptor.launch.config import resolve
 from mindio_adaptor.launch.warm_pool import runs_ahead as pool_runs_ahead
 from mindio_adaptor.launch.warm_worker import DEFAULT_PRELOAD
 from mindio_adaptor.patches.warm_rank import runs_ahead, stand_in
-from mindio_adaptor.tiny_job import process_ids
+from mindio_adaptor.tiny.job import process_ids
 
 
 @pytest.fixture

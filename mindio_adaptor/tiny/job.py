@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pretrain_gpt.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pretrain_gpt.py"
 BENCH = EXAMPLE.parent.parent / "bench"
 
 TINY_GPT_FLAGS = [

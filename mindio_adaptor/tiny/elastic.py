@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from mindio_adaptor.tiny_job import LocalCluster, RunResult
+from mindio_adaptor.tiny.job import LocalCluster, RunResult
 
 FLAGS = ["--enable-high-availability", "--enable-worker-reboot", "--enable-elastic-training", "--log-sample-ids"]
 HELD_STEP_LIMIT_S = "300"
