@@ -128,7 +128,7 @@ def process_replacement(args, tmp: Path, spare_workers: int = 0):
     env = {"MINDIO_FAULT_INJECT": f"kill:rank=2,step={args.fault_step}",
            "MINDIO_FAULT_STATE_DIR": str(tmp / f"faults_b{spare_workers}")}
     marks = {"fault": r"fault injection: firing", "decision": r"\] decision recover",
-             # a warm spare that ran ahead starts as the rank where it takes it (core/warm_assignment)
+             # a warm spare that ran ahead starts as the rank where it takes it (core/layout/warm_assignment)
              "started": r"replacement process of rank|\] takes rank \d+ after", "ready": r"replacement process ready",
              "rebuilt": r"communicators rebuilt", "sent": r"INFO repair of step",
              "normal": r"replaced, training resumes", "done": rf"iteration\s+{args.fault_step}/",

@@ -6,7 +6,7 @@ Both runs: dp4 R=2 on two `mindio-adaptor launch` nodes of two ranks (mindio_ada
   (k) checkpoint  the savers write the repair step's dump, the survivors build their objects at dp2 and load
                   it (Megatron's distributed checkpoint reshards it): the baseline
   (r) replicas    the survivors build their objects at dp2 empty, and the optimizer state they held at dp4
-                  is resharded among them in memory (core/state_reshard)
+                  is resharded among them in memory (core/layout/state_reshard)
 Timed from the controller's decision to scale in to the first step completed at dp2, and the part that moves
 the state (rank 0's part of the dump plus its load, or its reshard; both include building the objects again).
 --hidden-size and --num-layers make the state larger than the tests' tiny model (2 layers, hidden 64), so the

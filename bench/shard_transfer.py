@@ -4,7 +4,7 @@ bytes, between two real gloo processes on this machine.
 The shard is laid out like a distributed-optimizer shard of a GPT: per parameter tensor of L layers of
 hidden size H, the fp32 main param, then Adam's exp_avg, exp_avg_sq and a 0-dim step. Three ways to
 move it, interleaved, many rounds, median per way:
-  shard      core/shard_transfer.send_shard / recv_shard (what a repair uses)
+  shard      core/communication/shard_transfer.send_shard / recv_shard (what a repair uses)
   per-tensor one isend/irecv per tensor (how the repair moved it before)
   plain      one send/recv of a single flat buffer of the same bytes (the ideal; nothing to copy)
 Prints the median and the best round of each (the best is the steadier estimate on a shared machine)
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mindio_adaptor.core.shard_transfer import recv_shard, send_shard
+from mindio_adaptor.core.communication.shard_transfer import recv_shard, send_shard
 
 
 def shard(layers: int, hidden: int):

@@ -12,7 +12,7 @@ def patch_all(fault_handling: str = "adaptor"):
     (mindio_ttp) handles faults and answers the controller itself; the patches only give it the replica
     layout, the device layer and the stages its handlers call (recovery/client_actions,
     docs/reference_api.md)."""
-    from mindio_adaptor.core import child_reaper, fork_safety, orphan_guard
+    from mindio_adaptor.core.process import child_reaper, fork_safety, orphan_guard
     from mindio_adaptor.patches import registry
 
     fork_safety.guard_forks()  # Megatron's DataLoader forks while torch's gloo threads enter Python
@@ -37,7 +37,7 @@ def training_model():
 
 
 def replica_layout():
-    """The job's `core.replica_layout.ReplicaLayout` once Megatron's groups exist (high
+    """The job's `core.layout.replica_layout.ReplicaLayout` once Megatron's groups exist (high
     availability on), else None."""
     from mindio_adaptor.recovery.session import SESSION
 

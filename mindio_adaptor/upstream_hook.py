@@ -7,9 +7,9 @@
             return lambda function: function
 
 Kept small and stable: the applied diffs depend on this import, and importing it must stay cheap and
-never import megatron. The mechanism is `core.hook_points`; the registry attaches each `Patch` to the
+never import megatron. The mechanism is `core.steps.hook_points`; the registry attaches each `Patch` to the
 hook point of its target when `patch_all()` is active.
 """
-from mindio_adaptor.core.hook_points import hook
+from mindio_adaptor.core.steps.hook_points import hook
 
 __all__ = ["hook"]

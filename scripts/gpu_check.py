@@ -47,7 +47,7 @@ def adaptor_on_cuda():
     import torch
 
     import mindio_adaptor
-    from mindio_adaptor.core import cpu_torch
+    from mindio_adaptor.core.process import cpu_torch
 
     if not torch.cuda.is_available():
         raise AssertionError("torch sees no GPU")

@@ -202,7 +202,7 @@ std::string Controller::run_flow_action(const Flow& flow, const FlowStep& step, 
 }
 
 // REBUILD_GROUP of a scale-in: a live rank of a data-parallel slice that lost a rank replies that it
-// leaves the job (kLeavesTheJob; the ranks' plan, core/scale_in_plan, says who). It is retired as the
+// leaves the job (kLeavesTheJob; the ranks' plan, core/layout/scale_in_plan, says who). It is retired as the
 // lost ranks are (a scale-out waits for its return too), and the flow's later actions skip it. Only a
 // scale-in goes on without a live rank: in any other flow the reply fails the action.
 std::string Controller::retire_leavers(const Flow& flow, const ActionOutcome& out, FlowRun& run) {

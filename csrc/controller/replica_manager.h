@@ -1,5 +1,5 @@
 // Who holds which optimizer shard, as reported by the processors (tft_set_optimizer_replica).
-// The rules mirror mindio_adaptor/core/replica_layout.py exactly (a test compares the two): for a rank
+// The rules mirror mindio_adaptor/core/layout/replica_layout.py exactly (a test compares the two): for a rank
 // list L of d ranks and R replicas, g = d / R shards; shard j is held by L[j], L[j+g], ...
 #pragma once
 #include <map>

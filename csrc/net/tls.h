@@ -1,5 +1,5 @@
 // TLS for the controller's link, switched on by configuration (MINDIO_TLS_CERT, MINDIO_TLS_KEY,
-// MINDIO_TLS_CA: all three or none; mindio_adaptor/core/tls_config.py reads the same). TLS 1.3 only and
+// MINDIO_TLS_CA: all three or none; mindio_adaptor/core/job/tls_config.py reads the same). TLS 1.3 only and
 // mutual: each side presents the job's certificate and accepts only a peer whose certificate the job's
 // authority signed. Peers are checked against the authority, not a host name: one certificate serves
 // every process of the job. Without the configuration the link stays plain TCP with the job's token.

@@ -502,7 +502,7 @@ void Processor::net_loop() {
 // The ranks that reached a backup were a minority, and one more round of the list found no controller that
 // takes this rank: the leader (if it lives) leads the others and will replace this rank. It must not go
 // on training beside them: cut off, it takes no step (start_updating throws) and the process leaves the
-// job (core/cut_off.py).
+// job (core/detection/cut_off.py).
 void Processor::leave_as_minority(const std::string& why) {
     std::string reason = "lost the controller of term " + std::to_string(controller_term()) +
                          " with no proof that its process is gone, and the ranks that reached a backup are a "

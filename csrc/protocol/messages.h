@@ -147,7 +147,7 @@ constexpr size_t kMaxErrorCode = 64;
 // Empty when `code` is acceptable, otherwise what is wrong with it.
 std::string check_error_code(const std::string& code);
 
-// What a rank does in a REPAIR, with the reference's values (mindio_adaptor/core/enums.py RepairType):
+// What a rank does in a REPAIR, with the reference's values (mindio_adaptor/core/detection/enums.py RepairType):
 // SEND for a source; a receiver is UCE_HIGHLEVEL or UCE_LOWLEVEL (its clean said the memory error
 // needs no rebuild) when repaired in place, RECV_REPAIR when it is a replacement process; LOAD_CKPT:
 // reload the last periodic checkpoint. ROLLBACK and LOAD_REBUILD exist for the names; never sent.

@@ -1,8 +1,8 @@
-"""`mindio-adaptor offenders`: the nodes the record of incidents holds (core/offender_record), the repeat
+"""`mindio-adaptor offenders`: the nodes the record of incidents holds (core/detection/offender_record), the repeat
 offenders among them, and `--forget NODE` for a node an operator returned to service."""
 from pathlib import Path
 
-from mindio_adaptor.core.offender_record import OffenderRecord, OffenderSettingError
+from mindio_adaptor.core.detection.offender_record import OffenderRecord, OffenderSettingError
 
 
 def register(subparsers):

@@ -1,6 +1,6 @@
 """`mindio-adaptor status --controller HOST:PORT`: the controller's status page as a table in the terminal
 (read from its /status.json; the job's token from --token or MINDIO_TOKEN; over HTTPS with the job's certificate
-when MINDIO_TLS_CERT, MINDIO_TLS_KEY and MINDIO_TLS_CA are set: core/tls_config)."""
+when MINDIO_TLS_CERT, MINDIO_TLS_KEY and MINDIO_TLS_CA are set: core/job/tls_config)."""
 from mindio_adaptor.cli.status_client import add_server_arguments, request_json, token_of
 from mindio_adaptor.status.goodput import goodput_line
 

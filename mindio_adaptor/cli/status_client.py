@@ -1,14 +1,14 @@
 """The client side of a controller's status server, for the subcommands that talk to a running job: its
 address and token from the command line, HTTPS with the job's certificate when MINDIO_TLS_CERT, MINDIO_TLS_KEY
-and MINDIO_TLS_CA are set (core/tls_config), and every failure as one line naming the server."""
+and MINDIO_TLS_CA are set (core/job/tls_config), and every failure as one line naming the server."""
 import json
 import os
 import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional
 
-from mindio_adaptor.core.controller_address import ENV_TOKEN
-from mindio_adaptor.core.tls_config import TlsConfig, TlsConfigError
+from mindio_adaptor.core.job.controller_address import ENV_TOKEN
+from mindio_adaptor.core.job.tls_config import TlsConfig, TlsConfigError
 
 TIMEOUT_S = 10.0
 

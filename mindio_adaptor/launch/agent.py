@@ -14,10 +14,10 @@ from typing import Dict, List, Optional
 
 from torch.distributed import DistError
 
-from mindio_adaptor.core import hand_over
-from mindio_adaptor.core.controller_address import ENV_TOKEN
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB, describe
-from mindio_adaptor.core.paired_store import ENV_STORES
+from mindio_adaptor.core.job import hand_over
+from mindio_adaptor.core.job.controller_address import ENV_TOKEN
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB, describe
+from mindio_adaptor.core.job.paired_store import ENV_STORES
 from mindio_adaptor.launch import membership
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controller_report import (ControllerContact, ControllerReportError, find_controllers,
@@ -274,7 +274,7 @@ class NodeAgent:
 
     def _env_for(self, worker: Worker, restarted: bool, reboot_type: str = hand_over.ARF) -> Dict[str, str]:
         """What a process of `worker` started now gets: the job's current lists, the re-hosted slot where it
-        applies (launch/membership), and where it marks a hand-over (core/hand_over)."""
+        applies (launch/membership), and where it marks a hand-over (core/job/hand_over)."""
         worker.given = self._membership()
         rehosted = membership.rehosted_slot_env(self.config, self.store, self.controller.rehosts,
                                                 self._joined_generation, self.generation)

@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Tuple
 
-from mindio_adaptor.core.controller_address import controller_addresses
-from mindio_adaptor.core.ha_config import ENV_OVERRIDE, HighAvailabilityConfig, HighAvailabilityConfigError
+from mindio_adaptor.core.job.controller_address import controller_addresses
+from mindio_adaptor.core.job.ha_config import ENV_OVERRIDE, HighAvailabilityConfig, HighAvailabilityConfigError
 from mindio_adaptor.launch.slurm import SlurmError, SlurmPlace, slurm_place
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"

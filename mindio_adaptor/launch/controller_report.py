@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import List, Mapping
 
 from mindio_adaptor import _native
-from mindio_adaptor.core import job_store
-from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
-from mindio_adaptor.core.tls_config import TlsConfig, TlsConfigError
+from mindio_adaptor.core.job import job_store
+from mindio_adaptor.core.job.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
+from mindio_adaptor.core.job.tls_config import TlsConfig, TlsConfigError
 
 REPORT_TIMEOUT_S = 2.0  # the launcher's monitor loop waits this long at most for one report
 STORE_TIMEOUT_S = 2.0
@@ -99,7 +99,7 @@ def _exchange(contact: ControllerContact, kind: str, message: dict, timeout_s: f
     try:
         tls = TlsConfig.from_env()
         with socket.create_connection((contact.host, contact.port), timeout=timeout_s) as raw:
-            # With the job's certificate configured the controller speaks TLS only (core/tls_config).
+            # With the job's certificate configured the controller speaks TLS only (core/job/tls_config).
             conn = tls.client_context().wrap_socket(raw) if tls is not None else raw
             conn.sendall(_native.encode_frame(types[kind], 0, body))
             header = _receive(conn, _HEADER.size)

@@ -4,7 +4,7 @@ single node carries the only controller.
 Nodes 0..K-1 each run one `mindio-adaptor controller` as a child process of their launcher: node 0's is
 the active one (term 1), the others are backups in node order (docs/controller.md, "Backups, terms and
 failure domains"). Each launcher is its own node, so no two controllers share a failure domain. Each
-publishes its address in the launchers' store (sealed: core/sealed_values); every launcher gives its
+publishes its address in the launchers' store (sealed: core/job/sealed_values); every launcher gives its
 workers the whole list, in node order, as MINDIO_CONTROLLER_ADDR, and the job's token as MINDIO_TOKEN (each
 launcher holds it: launch/job_token; it never passes through the store). Killing the active controller's process leaves training running: the processors register
 with the next controller of the list, which takes over.
@@ -35,9 +35,9 @@ import time
 from datetime import timedelta
 from typing import Dict, List, Optional
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
-from mindio_adaptor.core.exit_codes import describe
-from mindio_adaptor.core.tls_config import TlsConfig
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, ENV_TOKEN
+from mindio_adaptor.core.detection.exit_codes import describe
+from mindio_adaptor.core.job.tls_config import TlsConfig
 from mindio_adaptor.launch.config import LaunchConfig
 
 START_TIMEOUT_S = 60.0  # a controller process imports the native module and listens within this
@@ -85,7 +85,7 @@ class HostedController:
     def hosted(self) -> bool:
         """Nodes below --controllers, a launcher that replaced such a node included: it hosts the lost
         node's slot again, a backup on a new port, which the survivors adopt when its workers join
-        (core/rehosted_slot). Without it a second loss of the leading controller's node would end the job."""
+        (core/job/rehosted_slot). Without it a second loss of the leading controller's node would end the job."""
         return self.config.node_rank < self.config.controllers
 
     @property

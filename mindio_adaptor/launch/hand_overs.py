@@ -1,4 +1,4 @@
-"""The launcher's side of a hot switch (core/hand_over): a worker that marked itself handed over gets its new
+"""The launcher's side of a hot switch (core/job/hand_over): a worker that marked itself handed over gets its new
 process at once, not when its old one has exited: tearing a Megatron process down takes a second or more,
 which the whole job would spend paused. The old process is watched until it ends (its exit is logged; it
 should be 0) and ended with SIGKILL if it is still there LEAVE_GRACE_S later.
@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
 
-from mindio_adaptor.core import hand_over
-from mindio_adaptor.core.exit_codes import describe
+from mindio_adaptor.core.job import hand_over
+from mindio_adaptor.core.detection.exit_codes import describe
 from mindio_adaptor.launch.worker import Worker
 
 LEAVE_GRACE_S = 60.0

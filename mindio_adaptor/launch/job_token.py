@@ -1,4 +1,4 @@
-"""The job's token as a launcher holds it: what seals the values the launchers share (core/sealed_values), and
+"""The job's token as a launcher holds it: what seals the values the launchers share (core/job/sealed_values), and
 what its workers and its controller get as MINDIO_TOKEN. It never passes through a store.
 
 Where it comes from, in this order:
@@ -16,8 +16,8 @@ import secrets
 import tempfile
 from typing import Mapping
 
-from mindio_adaptor.core.controller_address import ENV_TOKEN
-from mindio_adaptor.core.private_files import NotPrivate, is_loopback, private_dir, read_private_file, \
+from mindio_adaptor.core.job.controller_address import ENV_TOKEN
+from mindio_adaptor.core.process.private_files import NotPrivate, is_loopback, private_dir, read_private_file, \
     write_private_file_once
 from mindio_adaptor.launch.config import LaunchConfig, LaunchConfigError
 

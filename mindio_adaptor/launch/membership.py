@@ -4,7 +4,7 @@ the launchers' store at each start, and MINDIO_REHOSTED_SLOT where it applies.
 
 Why at each start: a lost controller-hosting node's new launcher hosts its slot again on new ports and
 writes them into the launchers' store (launch/controllers, launch/node_store); the members adopt them
-(core/rehosted_slot). A process started later from lists its launcher read at its own start, or at the
+(core/job/rehosted_slot). A process started later from lists its launcher read at its own start, or at the
 generation's, got the dead slot: in the chaos soak of issue 30 (node 1 replaced, then node 0, then a rank of
 node 1 killed) the rank's replacement read the first node 0's store and died, 50 times.
 
@@ -23,7 +23,7 @@ from typing import Dict, Optional
 
 from torch.distributed import DistError
 
-from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT
+from mindio_adaptor.core.job.paired_store import ENV_REHOSTED_SLOT
 from mindio_adaptor.launch.controllers import controllers_env
 
 

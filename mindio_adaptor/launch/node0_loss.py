@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from mindio_adaptor.core.paired_store import answers
+from mindio_adaptor.core.job.paired_store import answers
 
 REJOIN_PERIOD_S = 0.5  # between tries at node 0's address after it was lost
 

@@ -23,7 +23,7 @@ from typing import Iterable, List, Optional
 
 from torch.distributed import DistError, PrefixStore, Store, TCPStore
 
-from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
+from mindio_adaptor.core.job.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch.node0_loss import store_listening
 
 

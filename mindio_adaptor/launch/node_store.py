@@ -12,7 +12,7 @@ no worker takes a store down by dying.
   store reads the dead processes' addresses and fails to connect (torchrun 2.13 with --max-restarts and a
   static rendezvous does exactly that). A fresh store cannot hold stale keys. Inside a generation, a
   rebooted worker meets the survivors on the same store, under a new prefix of their choosing
-  (core/comm's epochs).
+  (core/communication/comm's epochs).
 - Node 0 lost: the other launchers keep their workers and wait (--node0-wait) for a new launcher of node 0
   to host a fresh launchers' store at the same address; they write back into it what the job needs
   (rejoin_entries), and the new node 0, finding the job running, joins it as a replacement node would.
@@ -31,10 +31,10 @@ from torch.distributed import DistError, PrefixStore, Store, TCPStore
 from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
 from torch.distributed.elastic.utils.distributed import get_free_port
 
-from mindio_adaptor.core.comm import host_store
-from mindio_adaptor.core import job_store
-from mindio_adaptor.core.paired_store import ENV_STORES, REHOSTED_STORE_ADOPTED
-from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
+from mindio_adaptor.core.communication.comm import host_store
+from mindio_adaptor.core.job import job_store
+from mindio_adaptor.core.job.paired_store import ENV_STORES, REHOSTED_STORE_ADOPTED
+from mindio_adaptor.core.job.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch import lifeline, node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key, controllers_keys, reachable_host
@@ -52,7 +52,7 @@ STANDBY_LEAVE_S = 10.0  # the least node 0 waits at the end for standbys to see 
 PROBE_S = 1.0  # how long a launcher that lost node 0 waits for a connection to its address, per try
 
 
-# Counters only add() moves: unsealed (core/sealed_values); every other value in the store is sealed.
+# Counters only add() moves: unsealed (core/job/sealed_values); every other value in the store is sealed.
 _COUNTER = re.compile(r"node/\d+(/beat)?")
 logger = logging.getLogger("mindio_adaptor.launch")
 
@@ -93,7 +93,7 @@ def rejoin_entries(node: int, members: str, owner_value: str, generation: int, n
     whose rank another took meanwhile finds it so. Node 0's owner comes back marked lost, for the new node 0
     to take over from. The workers' stores of the generation come back as the workers know them, node 0's
     lost one included: the new node 0's workers then get the survivors' list, and read the job's facts
-    from the first store of it that answers (core/paired_store). The node's config comes last: the new
+    from the first store of it that answers (core/job/paired_store). The node's config comes last: the new
     node 0 reads every node's config and then looks for JOB_RUNNING, which is therefore there by then."""
     entries = [(JOB_RUNNING, str(node), True), (GENERATION, str(generation), True),
                (node_liveness.owner_key(0), f"{node0_owner}:lost", True),
@@ -449,7 +449,7 @@ class NodeStore:
         if not self.hosting:
             self._worker_stores = {generation: host_store(port=0)}
         address = f"{reachable_host(cfg)}:{self._worker_stores[generation].port}"
-        if self.replacing:  # the lost node's slot, hosted again (core/rehosted_slot): the new store replaces it
+        if self.replacing:  # the lost node's slot, hosted again (core/job/rehosted_slot): the new store replaces it
             self.store.set(key, address)
         else:
             self.store.compare_set(key, "", address)
@@ -462,7 +462,7 @@ class NodeStore:
 
     def rehosted_store_adopted(self, generation: int) -> bool:
         """Whether the members adopted the workers' store this node hosts for `generation` as a re-hosted
-        slot's (core/rehosted_slot marks it once the job's facts are copied there)."""
+        slot's (core/job/rehosted_slot marks it once the job's facts are copied there)."""
         store = self._worker_stores.get(generation)
         return store is not None and job_store.sealed(store, self.token).check([job_store.PREFIX + REHOSTED_STORE_ADOPTED])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
 
 class Verdict(Enum):

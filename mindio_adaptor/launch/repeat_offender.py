@@ -1,11 +1,11 @@
-"""Whether this node may start, by the offender record (core/offender_record) and --repeat-offenders: a
+"""Whether this node may start, by the offender record (core/detection/offender_record) and --repeat-offenders: a
 repeat offender is warned about and runs, or (refuse) the launcher exits before it meets the other nodes,
 saying how to return the node to service."""
 from __future__ import annotations
 
 import os
 
-from mindio_adaptor.core.offender_record import OffenderRecord, OffenderSettingError
+from mindio_adaptor.core.detection.offender_record import OffenderRecord, OffenderSettingError
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.worker_env import failure_domain
 

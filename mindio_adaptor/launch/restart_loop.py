@@ -19,7 +19,7 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-from mindio_adaptor.core.exit_codes import describe
+from mindio_adaptor.core.detection.exit_codes import describe
 
 LOOP_LENGTH = 3
 QUICK_EXIT_S = 120.0

@@ -10,7 +10,7 @@ them and runs the script (or module) as __main__. EOF on stdin (the launcher is 
 it) ends the process quietly.
 
 Ahead (`--ahead SCRIPT ARGS...`, for a Megatron script with the adaptor's worker reboot): the script runs at
-once, as a stand-in rank (MINDIO_WARM_RANK, core/warm_assignment), and goes as far as the adaptor lets it
+once, as a stand-in rank (MINDIO_WARM_RANK, core/layout/warm_assignment), and goes as far as the adaptor lets it
 without its real rank (patches/warm_spare: with data parallelism alone, through Megatron's initialisation on
 the fake backend and the model's build); the same JSON line is read there, and the process takes that rank.
 When the adaptor's patches could not be preloaded the worker waits for its rank first, as without --ahead.
@@ -28,7 +28,7 @@ import sys
 import time
 from typing import List
 
-from mindio_adaptor.core import warm_assignment
+from mindio_adaptor.core.layout import warm_assignment
 
 DEFAULT_PRELOAD = "torch,mindio_adaptor:patch_all,megatron.training.training"
 ADAPTOR_PATCHES = "mindio_adaptor:patch_all"  # what must be preloaded for a script to run ahead
@@ -71,7 +71,7 @@ def main() -> int:
     if failed:
         print(f"[mindio-warm pid {os.getpid()}] not preloaded: {'; '.join(failed)}", file=sys.stderr, flush=True)
     if ahead and not any(item.startswith(ADAPTOR_PATCHES) for item in failed):
-        become({"env": dict(os.environ), "argv": ahead})  # the script waits for its rank (core/warm_assignment)
+        become({"env": dict(os.environ), "argv": ahead})  # the script waits for its rank (core/layout/warm_assignment)
         return 0
     os.environ.pop(warm_assignment.ENV_WARM_RANK, None)  # not ahead: the rank is known before the script runs
     line = sys.stdin.readline()

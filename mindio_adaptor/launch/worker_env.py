@@ -8,7 +8,7 @@ import os
 import socket
 from typing import Dict, Mapping
 
-from mindio_adaptor.core.controller_address import ENV_TOKEN
+from mindio_adaptor.core.job.controller_address import ENV_TOKEN
 from mindio_adaptor.launch.config import LaunchConfig
 
 ENV_RESTARTED = "MINDIO_RESTARTED"  # read by mindio_adaptor.ttp.processor (tft_is_reboot_node)

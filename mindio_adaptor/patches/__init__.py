@@ -1,6 +1,6 @@
 """The only place that knows Megatron's internals. One module per patched area; each exposes
 `PATCHES`, a list of `registry.Patch`, applied by `mindio_adaptor.patch_all()`."""
-from mindio_adaptor.core import compile_switch, cpu_torch, logs
+from mindio_adaptor.core.process import compile_switch, cpu_torch, logs
 
 # Modules of this package whose PATCHES are applied, in order.
 PATCH_MODULES = [

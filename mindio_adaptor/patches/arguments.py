@@ -3,7 +3,7 @@ import logging
 import os
 import re
 
-from mindio_adaptor.core.ha_config import (ENV_OVERRIDE, RESIZE_SOURCES, HighAvailabilityConfig,
+from mindio_adaptor.core.job.ha_config import (ENV_OVERRIDE, RESIZE_SOURCES, HighAvailabilityConfig,
                                            HighAvailabilityConfigError)
 from mindio_adaptor.patches import warm_rank
 from mindio_adaptor.patches.patch import Patch

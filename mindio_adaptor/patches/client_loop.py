@@ -16,8 +16,9 @@ need from Megatron and cannot get themselves.
 import logging
 import os
 
-from mindio_adaptor.core import inherited_sockets, processor_link
-from mindio_adaptor.core.paired_store import control_ports
+from mindio_adaptor.core.job import processor_link
+from mindio_adaptor.core.process import inherited_sockets
+from mindio_adaptor.core.job.paired_store import control_ports
 from mindio_adaptor.patches import megatron_job, train_reentry
 from mindio_adaptor.recovery import step_replay
 from mindio_adaptor.recovery.session import SESSION

@@ -18,11 +18,14 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import cut_off, inherited_sockets, job_store, processor_link, rehosted_slot, warm_assignment
-from mindio_adaptor.core.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
-from mindio_adaptor.core.paired_store import control_ports
-from mindio_adaptor.core.env_values import seconds_from_env
-from mindio_adaptor.core.offender_record import OffenderRecord
+from mindio_adaptor.core.detection import cut_off
+from mindio_adaptor.core.job import job_store, processor_link, rehosted_slot
+from mindio_adaptor.core.layout import warm_assignment
+from mindio_adaptor.core.process import inherited_sockets
+from mindio_adaptor.core.job.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
+from mindio_adaptor.core.job.paired_store import control_ports
+from mindio_adaptor.core.process.env_values import seconds_from_env
+from mindio_adaptor.core.detection.offender_record import OffenderRecord
 from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state
 from mindio_adaptor.recovery import flows
 from mindio_adaptor.patches.arguments import config_from_args

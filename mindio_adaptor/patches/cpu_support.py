@@ -1,7 +1,7 @@
 """What the real Megatron needs to train on a CPU-only torch (see shared notes, megatron-on-cpu).
 
-Active only where the CPU device layer (`core.cpu_torch`) is installed, i.e. on machines without an
-accelerator. The torch side lives in `core.cpu_torch`; this module holds the Megatron side.
+Active only where the CPU device layer (`core.process.cpu_torch`) is installed, i.e. on machines without an
+accelerator. The torch side lives in `core.process.cpu_torch`; this module holds the Megatron side.
 """
 import importlib.abc
 import importlib.util
@@ -11,7 +11,7 @@ import typing
 
 import torch
 
-from mindio_adaptor.core import cpu_torch
+from mindio_adaptor.core.process import cpu_torch
 from mindio_adaptor.patches.patch import Patch
 
 

@@ -9,8 +9,8 @@ micro-batches; any other rank enters Megatron's train loop again (patches/train_
 """
 import logging
 
-from mindio_adaptor.core.hang_rule import limits_from_env
-from mindio_adaptor.core.recovery_limits import stop_timeout_s
+from mindio_adaptor.core.detection.hang_rule import limits_from_env
+from mindio_adaptor.core.job.recovery_limits import stop_timeout_s
 from mindio_adaptor.patches import client_loop, megatron_job, sections, train_reentry
 from mindio_adaptor.recovery import decision_wait, step_replay
 from mindio_adaptor.patches.fault_handling import client_handles_faults

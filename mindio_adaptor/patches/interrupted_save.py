@@ -6,7 +6,7 @@ of the same iteration overwrites it, which after a fault may never come (online 
 it, an exit ends the job). Each rank whose save raised notes the iteration; once the controller has
 decided (every rank is stopped or gone: nobody writes into it any more) the partial directory is
 removed, unless the tracker names that iteration (a dump of the same step published in its place).
-Every rank of the save tries; the rename-aside in core/dump_dir lets exactly one of them do it. When
+Every rank of the save tries; the rename-aside in core/checkpoint/dump_dir lets exactly one of them do it. When
 the interrupted save was of the repair step, the recovery writes it again (stages/save_repair_step).
 
 An asynchronous save (--async-save) that is not finalized yet is abandoned the same way: its
@@ -21,7 +21,7 @@ dropped at the decision, before training goes on to a later save (patches/checkp
 import logging
 from typing import List, Optional
 
-from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.checkpoint import dump_dir
 from mindio_adaptor.patches import checkpoint_writer, megatron_job
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION

@@ -11,7 +11,7 @@ completed. The rank leaves the controller when its process exits (controller_lin
 """
 import logging
 
-from mindio_adaptor.core import processor_link
+from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.patches import exception_loop
 from mindio_adaptor.recovery import decision_wait
 from mindio_adaptor.patches.patch import Patch

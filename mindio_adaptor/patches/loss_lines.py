@@ -1,4 +1,4 @@
-"""Each step's loss line printed once, recoveries included (core/loss_line says which line is owed).
+"""Each step's loss line printed once, recoveries included (core/steps/loss_line says which line is owed).
 
 On every rank, per step: the micro-batch losses train_step's forward-backward returns (this rank's part,
 before the data-parallel reduction), the optimizer step's gradient norm, zeros and skip, and the reduced

@@ -6,7 +6,7 @@ collective until the communicators are rebuilt with the newcomer. So the replace
   1. initialises Megatron on torch's "fake" backend: every collective of Megatron's start-up (barriers,
      broadcasts, group creation) returns at once without peers, and the few results the adaptor needs
      from others (controller address, replica layout inputs, last communicator epoch) come from the
-     job's store (core/job_store); no checkpoint is loaded;
+     job's store (core/job/job_store); no checkpoint is loaded;
   2. at the start of Megatron's train loop joins the job (recovery/replacement_join): reports
      ready ("ARF FINISH") and parks, like a rank after a fault; the controller then runs the "recover"
      flow (recovery/flows) on every rank: REBUILD_GROUP (real groups replace the fake ones, every
@@ -21,7 +21,8 @@ import inspect
 import logging
 import os
 
-from mindio_adaptor.core import hand_over, unreachable_job, warm_assignment
+from mindio_adaptor.core.job import hand_over, unreachable_job
+from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION

@@ -10,7 +10,7 @@ raises `PatchTargetMissing` naming it and the supported range.
 Megatron often binds functions by name (`from megatron.training.arguments import validate_args`), so
 applying a patch also replaces the original in every already-imported megatron module that holds it.
 
-A Megatron tree patched with patches/upstream carries a hook point (core.hook_points) on each target:
+A Megatron tree patched with patches/upstream carries a hook point (core.steps.hook_points) on each target:
 there the patch is attached to the hook point instead of wrapping the function, so a target is never
 patched twice, and the behaviour is the same either way (docs/upstream.md).
 """
@@ -25,7 +25,7 @@ from typing import Iterable, List, Optional
 
 import wrapt
 
-from mindio_adaptor.core import hook_points
+from mindio_adaptor.core.steps import hook_points
 from mindio_adaptor.patches import fault_handling as fault_handling_mode
 from mindio_adaptor.patches import megatron_versions
 from mindio_adaptor.patches.patch import Patch

@@ -1,5 +1,5 @@
 """What the controller's hang rule sees of Megatron: start-up, the train step, checkpoint saves and
-evaluation as timed sections, each with the limit this rank derived from its own history (core/hang_rule), and the
+evaluation as timed sections, each with the limit this rank derived from its own history (core/detection/hang_rule), and the
 micro-batches' forwards and backwards as progress inside them. The controller judges a hang from
 these (csrc/controller/liveness), so a rank hung in compute, in a collective, in the data loader or
 stopped by the OS is found in seconds, and its peers waiting on it are not blamed.
@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from typing import Optional
 
-from mindio_adaptor.core.hang_rule import SectionLimits
+from mindio_adaptor.core.detection.hang_rule import SectionLimits
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 

@@ -1,13 +1,13 @@
 """Silent data corruption: the R holders of an optimizer shard must hold the same bytes after every
 update, so every --sdc-check-interval steps, and at every step whose periodic checkpoint is saved (a
-checkpoint then only ever holds checked state), each rank fingerprints its shard (core/shard_fingerprint)
-and the job compares the holders' fingerprints (core/holder_vote).
+checkpoint then only ever holds checked state), each rank fingerprints its shard (core/layout/shard_fingerprint)
+and the job compares the holders' fingerprints (core/layout/holder_vote).
 
 A disagreement is raised on every rank as a memory fault (SDC_ERROR): a corrupted value reaches every
 rank's gradients within a step, so no rank's state is trusted, and the controller reloads the last
 checkpoint online and the job recomputes from there (the controller's ordinary decision when no live
 peer can repair a shard). Without a checkpoint to reload, or without online repair, the job ends with
-nothing saved. When the recomputation passes the disputed step, core/holder_vote's rule names the corrupted
+nothing saved. When the recomputation passes the disputed step, core/layout/holder_vote's rule names the corrupted
 copies: each of their holders logs its host as suspect and reports sub-health (SDC_CODE) to the controller,
 which flags the rank. A disagreement again at the same step after recomputing cannot be settled: it is
 raised as an unrecoverable error."""
@@ -19,16 +19,16 @@ from typing import Dict, List, Tuple
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import processor_link
-from mindio_adaptor.core.holder_vote import Disagreement, compare_holders, judge_copies
-from mindio_adaptor.core.replica_layout import ATTENTION, MOE
-from mindio_adaptor.core.shard_fingerprint import fingerprints
+from mindio_adaptor.core.job import processor_link
+from mindio_adaptor.core.layout.holder_vote import Disagreement, compare_holders, judge_copies
+from mindio_adaptor.core.layout.replica_layout import ATTENTION, MOE
+from mindio_adaptor.core.layout.shard_fingerprint import fingerprints
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 
-SDC_ERROR = "SDC ERROR"  # core/faults: a memory fault of the rank that raises it
+SDC_ERROR = "SDC ERROR"  # core/detection/faults: a memory fault of the rank that raises it
 SDC_CODE = "MINDIO-SDC"  # the sub-health a corrupted copy's holder reports (the controller flags it)
 OPTIMIZER_NAMES = {ATTENTION: "optimizer", MOE: "expert optimizer"}
 
@@ -100,7 +100,7 @@ def _describe(kind: int, dispute: Disagreement) -> str:
 
 def _settle(step: int, shards: dict, mine: dict) -> None:
     """The holders agree at a step they disputed before recomputing it: judge the copies they held then
-    (core/holder_vote). Each corrupted holder names itself and its host; the first good one says the rest."""
+    (core/layout/holder_vote). Each corrupted holder names itself and its host; the first good one says the rest."""
     me = dist.get_rank()
     for kind, dispute, earlier in _disputes.pop(step, ()):
         if me not in dispute.holders:

@@ -1,5 +1,5 @@
 """The uneven split of a step's global batch on Megatron (elastic training's scale-in to a data-parallel size
-that does not divide the step's micro-batches, e.g. dp3 for 16: 6, 5, 5; core/uneven_split, docs/elastic.md).
+that does not divide the step's micro-batches, e.g. dp3 for 16: 6, 5, 5; core/layout/uneven_split, docs/elastic.md).
 
 Megatron assumes every data-parallel rank runs the same number of micro-batches. Where they differ:
 - the count: Megatron's global micro-batch calculator is replaced by one that gives this rank's own count,

@@ -1,10 +1,11 @@
-"""A warm spare's rank in Megatron's terms (core/warm_assignment has the launcher's side): whether its
+"""A warm spare's rank in Megatron's terms (core/layout/warm_assignment has the launcher's side): whether its
 stand-in rank may build the model (data parallelism alone: every rank's model is the same), and taking the
 real rank into Megatron's arguments. patches/warm_spare does the rest; process_replacement asks here, at
 Megatron's init_process_group, whether the rank must be known before the world is created."""
 import torch
 
-from mindio_adaptor.core import cpu_torch, warm_assignment
+from mindio_adaptor.core.layout import warm_assignment
+from mindio_adaptor.core.process import cpu_torch
 from mindio_adaptor.patches import megatron_job
 
 PARTITION_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",

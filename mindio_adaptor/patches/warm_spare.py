@@ -1,5 +1,5 @@
 """A warm spare that runs the training script before it has a rank (launch/warm_worker.py --ahead,
-core/warm_assignment), on Megatron: how far it goes as a stand-in rank, and how it takes its real rank.
+core/layout/warm_assignment), on Megatron: how far it goes as a stand-in rank, and how it takes its real rank.
 
 It starts as a replacement process does (patches/process_replacement): Megatron parses its arguments and
 initialises on torch's "fake" backend. Then:
@@ -9,7 +9,7 @@ initialises on torch's "fake" backend. Then:
   optimizer instance (which shard it owns). Given its rank, it starts the fake world again at that rank,
   initialises Megatron's parallel state again (the replica layout read from the job's store: the stand-in
   never touches a store, so that a standby's spares need none) and re-points every reference to the
-  stand-in's groups (core/group_repoint, as at REBUILD_GROUP); DDP's bucket groups keep their rank in the
+  stand-in's groups (core/communication/group_repoint, as at REBUILD_GROUP); DDP's bucket groups keep their rank in the
   optimizer instance as a number, set again. Before it waits it also builds the datasets (their indices are
   the same on every rank; the loaders, whose samplers read the data-parallel rank, are built after). It then
   connects to the recovery controller (deferred by patches/controller_link), builds the optimizer and its data
@@ -25,8 +25,9 @@ import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import hand_over, unreachable_job, warm_assignment
-from mindio_adaptor.core.group_repoint import repoint
+from mindio_adaptor.core.job import hand_over, unreachable_job
+from mindio_adaptor.core.layout import warm_assignment
+from mindio_adaptor.core.communication.group_repoint import repoint
 from mindio_adaptor.patches import megatron_job, warm_rank
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION

@@ -1,7 +1,7 @@
 """The one place a recovery rebuilds this process's communicators (stages rebuild_groups and save_dump):
 in place when every process is alive and the world unchanged (a fresh backend under each group object,
-core/comm_in_place), otherwise a new default group among `members` on the job's store: the one paired with
-the controller this rank is registered with (core/paired_store), so that after node 0's loss the survivors
+core/communication/comm_in_place), otherwise a new default group among `members` on the job's store: the one paired with
+the controller this rank is registered with (core/job/paired_store), so that after node 0's loss the survivors
 meet at the store beside the backup that leads them. Either way under an
 epoch no earlier rebuild of the job used, so stale keys of a previous membership can never be read. Every
 member counts the rebuilds it took part in (session.next_comm_epoch); a replacement process, which took
@@ -13,10 +13,10 @@ from typing import Optional, Sequence
 
 import torch.distributed as dist
 
-from mindio_adaptor.core import job_store, paired_store, rehosted_slot
-from mindio_adaptor.core.comm import CommEpochs, InPlaceUnavailable, StoreUnreachable
-from mindio_adaptor.core.job_store import LAYOUT_INPUTS
-from mindio_adaptor.core.recovery_limits import rebuild_timeout_s
+from mindio_adaptor.core.job import job_store, paired_store, rehosted_slot
+from mindio_adaptor.core.communication.comm import CommEpochs, InPlaceUnavailable, StoreUnreachable
+from mindio_adaptor.core.job.job_store import LAYOUT_INPUTS
+from mindio_adaptor.core.job.recovery_limits import rebuild_timeout_s
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def rebuild_world(session, margs, members: Sequence[int]) -> int:
 
 def reinitialize_world_in_place(session, margs) -> Optional[int]:
     """Every process alive, the same world: a fresh backend under each of this process's group objects
-    (core/comm_in_place), so Megatron's references stay right. Returns the epoch used, or None when
+    (core/communication/comm_in_place), so Megatron's references stay right. Returns the epoch used, or None when
     that cannot apply here (the caller rebuilds fully; every rank decides alike, from the same facts)."""
     epoch = session.next_comm_epoch
     try:

@@ -1,18 +1,19 @@
 """A rank that failed, was stopped, or joins as a replacement reports to the controller and parks: its
-training thread runs the recovery stages the processor posts (core/training_thread) until the
+training thread runs the recovery stages the processor posts (core/process/training_thread) until the
 controller's decision arrives. RETRY returns (training goes on after the repair step); any other
 decision ends the process with a message naming the fault and the decision. A rank that a scale-in
-dropped leaves without a decision (core/leaving_rank)."""
+dropped leaves without a decision (core/detection/leaving_rank)."""
 import logging
 import os
 import time
 
-from mindio_adaptor.core import cut_off, faults, hand_over, processor_link
-from mindio_adaptor.core.enums import ReportState
-from mindio_adaptor.core.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB
-from mindio_adaptor.core.leaving_rank import LeavingTheJob
-from mindio_adaptor.core.processor_link import ControllerUnreachable, CutOffFromTheJob
-from mindio_adaptor.core.recovery_limits import DECISION_TIMEOUT_S
+from mindio_adaptor.core.detection import cut_off, faults
+from mindio_adaptor.core.job import hand_over, processor_link
+from mindio_adaptor.core.detection.enums import ReportState
+from mindio_adaptor.core.detection.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB
+from mindio_adaptor.core.detection.leaving_rank import LeavingTheJob
+from mindio_adaptor.core.job.processor_link import ControllerUnreachable, CutOffFromTheJob
+from mindio_adaptor.core.job.recovery_limits import DECISION_TIMEOUT_S
 from mindio_adaptor.recovery.decision import Decision
 
 logger = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ def _leave_as_sent_away(session) -> None:
 def _leave_handed_over(session, step: int) -> None:
     """This rank was handed over to a new process (a hot switch) after `step`, with every rank holding there:
     the process leaves cleanly (exit 0), its mark telling its launcher to start the new one
-    (core/hand_over)."""
+    (core/job/hand_over)."""
     end_recovery(session, "handed over (hot switch)")
     mark = hand_over.mark_handed_over()
     if mark:

@@ -20,17 +20,17 @@ The controller drives a flow action by action (csrc/controller): STOP on every l
             size, REPAIR (the state from the replicas, or that checkpoint loaded), ROLLBACK, and training
             goes on
   exit                             EXIT
-and EXIT ends any of them. The processor link's actions (core/processor_link) are answered here: each
+and EXIT ends any of them. The processor link's actions (core/job/processor_link) are answered here: each
 becomes this rank's RecoveryActions, whose stages come from the table and run where they must run (the
 parked training thread, or the processor's thread).
 """
 import logging
 from typing import Dict, List, Optional, Tuple
 
-from mindio_adaptor.core.enums import RepairType
-from mindio_adaptor.core.leaving_rank import LeavingTheJob
-from mindio_adaptor.core.processor_link import LEAVES_THE_JOB, ControllerAction, RepairAssignment
-from mindio_adaptor.core.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
+from mindio_adaptor.core.detection.enums import RepairType
+from mindio_adaptor.core.detection.leaving_rank import LeavingTheJob
+from mindio_adaptor.core.job.processor_link import LEAVES_THE_JOB, ControllerAction, RepairAssignment
+from mindio_adaptor.core.job.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.recovery.stages.drop_gradients import DROP_GRADIENTS
 from mindio_adaptor.recovery.stages.end_if_hung import END_IF_HUNG

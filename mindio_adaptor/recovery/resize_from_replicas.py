@@ -10,7 +10,7 @@ and pipeline-parallel position), then:
    optimizer's param groups and step count; the scheduler) goes from the group's first survivor to every
    rank, which installs it, and the new optimizer allocates its moments;
 2. the optimizer state by parameter (fp32 main params and moments), cut for the old size in the
-   survivors' old optimizers, is resharded into the new ones' shards (core/state_reshard): a survivor
+   survivors' old optimizers, is resharded into the new ones' shards (core/layout/state_reshard): a survivor
    copies what it holds itself, the rest comes point to point from a survivor that holds it, spread over
    the replicas. The experts' state (expert parallelism) is resharded the same way within the expert
    data-parallel group, the group Megatron shards it over.
@@ -19,8 +19,8 @@ are dropped once their state was sent."""
 import logging
 import time
 
-from mindio_adaptor.core import state_reshard
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.core.layout import state_reshard
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.recovery import scale_in
 
 logger = logging.getLogger(__name__)

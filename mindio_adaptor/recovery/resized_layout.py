@@ -2,7 +2,7 @@
 
 The controller knows every process by the rank it registered under, its rank at the job's start, and
 plans savers and repairs on rank lists in that numbering. A scale-in numbers the survivors densely
-(core/scale_in_plan), so while the job is scaled in this rank's Megatron ranks are not the controller's.
+(core/layout/scale_in_plan), so while the job is scaled in this rank's Megatron ranks are not the controller's.
 At a resize's REBUILD_GROUP the controller forgets the layout (csrc/controller/flows.h, relayouts): each
 rank reports its layout at the new size, in the start's numbering, before it answers. Ranks the
 controller names to this rank (a dump's savers) are taken the other way.
@@ -10,7 +10,7 @@ controller names to this rank (a dump's savers) are taken the other way.
 import logging
 from typing import List, Sequence
 
-from mindio_adaptor.core import processor_link
+from mindio_adaptor.core.job import processor_link
 
 logger = logging.getLogger(__name__)
 

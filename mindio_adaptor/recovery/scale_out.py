@@ -4,7 +4,7 @@ and Megatron's micro-batch calculator its micro-batch count, with the same globa
 process started at the original sizes and keeps them. The model, DDP wrapper, optimizer and scheduler
 are built again and loaded the way the scale-in does it (megatron_job/rebuild); the sizes change through
 megatron_job/sizes."""
-from mindio_adaptor.core.scale_out_plan import ScaleOutPlan, ScaleOutRefused, plan_scale_out
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutPlan, ScaleOutRefused, plan_scale_out
 
 
 def plan_for(margs, scale_in_plan, returned) -> ScaleOutPlan:

@@ -13,9 +13,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Optional, Set
 
-from mindio_adaptor.core.loss_line import LossLineBook
-from mindio_adaptor.core.recovery_timeline import Timeline
-from mindio_adaptor.core.training_thread import TrainingThread
+from mindio_adaptor.core.steps.loss_line import LossLineBook
+from mindio_adaptor.core.steps.recovery_timeline import Timeline
+from mindio_adaptor.core.process.training_thread import TrainingThread
 from mindio_adaptor.recovery import comm_rebuild
 from mindio_adaptor.recovery.training_state import TrainingState
 
@@ -80,12 +80,12 @@ class RecoverySession:
     losses: LossLineBook = field(default_factory=LossLineBook)  # each step's loss line (patches/loss_lines)
     save_root: Optional[str] = None  # --save as the run started; a dump points args.save elsewhere meanwhile
     next_comm_epoch: int = 1
-    comm_reinits_in_place: int = 0  # since this process's group objects were created (core/comm_in_place)
-    scale_in: Any = None  # core.scale_in_plan.ScaleInPlan of the scale-in under way or done
-    scale_out: Any = None  # core.scale_out_plan.ScaleOutPlan of the last scale-out (a survivor's; None: none)
-    comm_store: str = ""  # host:port of the store the last rebuild met at (core/paired_store chose it)
+    comm_reinits_in_place: int = 0  # since this process's group objects were created (core/communication/comm_in_place)
+    scale_in: Any = None  # core.layout.scale_in_plan.ScaleInPlan of the scale-in under way or done
+    scale_out: Any = None  # core.layout.scale_out_plan.ScaleOutPlan of the last scale-out (a survivor's; None: none)
+    comm_store: str = ""  # host:port of the store the last rebuild met at (core/job/paired_store chose it)
     flow: Optional[str] = None  # the flow of the recovery under way (recovery/flows.FLOWS), set by its actions
-    leaving: Optional[str] = None  # why this rank leaves the job (a scale-in dropped its slice, core/leaving_rank)
+    leaving: Optional[str] = None  # why this rank leaves the job (a scale-in dropped its slice, core/detection/leaving_rank)
     saves: InterruptedSaves = field(default_factory=InterruptedSaves)
     train_returned: bool = False  # Megatron's train loop returned: a save now is the final one
     termination: threading.Event = field(default_factory=threading.Event)  # the process got SIGTERM

@@ -1,10 +1,10 @@
 """A checkpoint that the ranks of a recovery write so that no crash can spoil the resume point: every rank saves
 into a staging directory (one of them empties it first), and rank 0 publishes it once every rank is done
-(core/dump_dir: the iteration directory is at every moment absent or complete, the tracker moves last). A failure
+(core/checkpoint/dump_dir: the iteration directory is at every moment absent or complete, the tracker moves last). A failure
 on the way discards the staging directory: the previous resume point stays."""
 import torch.distributed as dist
 
-from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.checkpoint import dump_dir
 
 
 def staging_prepared_by_one(root: str, step: int):

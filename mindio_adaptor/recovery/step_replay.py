@@ -1,8 +1,8 @@
 """What each train_step notes so that it can be computed again after an online repair: the timers
 already running when it began, and its data iterator wrapped to give the step's micro-batches again
-(core/replay_iterator). Megatron hands train_step a RerunDataIterator (it asserts so); its source
+(core/steps/replay_iterator). Megatron hands train_step a RerunDataIterator (it asserts so); its source
 (`.iterable`) is wrapped once in a ReplayableIterator, and the RerunDataIterator itself is passed on."""
-from mindio_adaptor.core.replay_iterator import ReplayableIterator
+from mindio_adaptor.core.steps.replay_iterator import ReplayableIterator
 
 
 def prepare_step(session, megatron, data_iterator, step: int):

@@ -11,11 +11,11 @@ class TrainingState:
     model: Optional[List[Any]] = None
     optimizer: Any = None
     scheduler: Any = None
-    layout: Any = None  # core.replica_layout.ReplicaLayout, when high availability is on
+    layout: Any = None  # core.layout.replica_layout.ReplicaLayout, when high availability is on
     model_parallel_init: Any = None  # (args, kwargs) of Megatron's initialize_model_parallel call
     setup_call: Any = None  # (args, kwargs) of Megatron's setup_model_and_optimizer call (a scale-in repeats it)
     completed_steps: List[int] = field(default_factory=list)
-    fault_plan: Any = None  # core.fault_inject.FaultPlan
+    fault_plan: Any = None  # core.detection.fault_inject.FaultPlan
     # Called as hook(step) before every optimizer update, and once per iteration when its state is
     # final: after the scheduler's step, or when train_step returns from a skipped update
     # (step = the iteration being computed, as Megatron's log numbers it).

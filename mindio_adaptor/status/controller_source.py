@@ -4,8 +4,8 @@ import os
 import tempfile
 from typing import Optional
 
-from mindio_adaptor.core.controller_address import ENV_TOKEN
-from mindio_adaptor.core.tls_config import TlsConfig
+from mindio_adaptor.core.job.controller_address import ENV_TOKEN
+from mindio_adaptor.core.job.tls_config import TlsConfig
 from mindio_adaptor.status.commands import controller_commands
 from mindio_adaptor.status.job_status import JobStatus, job_status
 from mindio_adaptor.status.server import STATUS_HOST_ENV, STATUS_PORT_ENV, StatusServer

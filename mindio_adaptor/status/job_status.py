@@ -117,7 +117,7 @@ def job_status(state: str, ranks: Sequence[dict], events: Sequence[Event], count
 
 def _shards(replica_set: dict, ranks: Sequence[RankStatus]) -> List[ShardStatus]:
     """The holders of each shard of one rank list: with g = len(list) / replica_cnt shards, shard j is
-    held by list[j], list[j + g], ... (core/replica_layout.py, csrc/controller/replica_manager.h)."""
+    held by list[j], list[j + g], ... (core/layout/replica_layout.py, csrc/controller/replica_manager.h)."""
     members, copies = list(replica_set["ranks"]), int(replica_set["replica_cnt"])
     count = len(members) // copies if copies > 0 else 0
     by_rank = {r.rank: r for r in ranks}

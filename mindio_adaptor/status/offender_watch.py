@@ -1,4 +1,4 @@
-"""Repeat offenders, followed from the controller's own events (core/offender_record keeps them).
+"""Repeat offenders, followed from the controller's own events (core/detection/offender_record keeps them).
 
 What counts as an incident of a node, from the events:
 - a decision's fault of kind node (the rank's process died, or hung) or memory (an uncorrectable memory
@@ -18,7 +18,7 @@ import re
 import time
 from typing import Callable, List, Tuple
 
-from mindio_adaptor.core.offender_record import Incident, OffenderRecord
+from mindio_adaptor.core.detection.offender_record import Incident, OffenderRecord
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ address). Without it the answer is 401 and says why. The server binds only to th
 operator names (default 127.0.0.1). What a peer can hold is bounded: each connection gets one request
 and REQUEST_DEADLINE_S to send it and be answered, and at most MAX_CONNECTIONS are open at once. Plain
 HTTP by default, for a trusted network; HTTPS with mutual TLS 1.3 when the job's certificate is configured
-(core/tls_config: MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA): a client must then present a certificate
+(core/job/tls_config: MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA): a client must then present a certificate
 the job's authority signed, and the token is still required (docs/security.md).
 
 Commands that change the job (POST, e.g. /pause and /continue: status/commands) take the token from the
@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Optional
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from mindio_adaptor.core.tls_config import TlsConfig
+from mindio_adaptor.core.job.tls_config import TlsConfig
 from mindio_adaptor.status.job_status import JobStatus
 from mindio_adaptor.status.metrics import metrics_text
 from mindio_adaptor.status.page import status_page

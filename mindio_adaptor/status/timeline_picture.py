@@ -1,5 +1,5 @@
 """Each recovery as a picture, from the logs a job already writes: one lane per rank, one bar per phase
-(from one mark of the rank's recovery timeline, core/recovery_timeline, to the next), one panel per
+(from one mark of the rank's recovery timeline, core/steps/recovery_timeline, to the next), one panel per
 recovery.
 
 Every rank logs a line per recovery when it ends: `recovery N on rank R, step S, CAUSE: detected +0.00 s,

@@ -40,7 +40,7 @@ TINY_GPT_FLAGS = [
 # cost each 4-process run about 15 CPU-seconds of its ~46 (7-8 s of wall time on two cores, measured). Run
 # eagerly, the warm-up draws other random numbers than compiled, so parameters differ from a run without it:
 # every run compared with another must have this environment (run_training and LocalCluster give it).
-# With it, patch_all() also spares each process the compiler's imports (core/compile_switch).
+# With it, patch_all() also spares each process the compiler's imports (core/process/compile_switch).
 JOB_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "TORCH_COMPILE_DISABLE": "1"}
 
@@ -105,7 +105,7 @@ def params_digest(model_chunks) -> str:
 
 _PIDS = re.compile(r"rank (\d+) pid (\d+) (starting|done)")
 # A warm spare that ran the script ahead started before it had a rank (its own start line says "rank ?"): it
-# starts as a rank where it takes one (core/warm_assignment).
+# starts as a rank where it takes one (core/layout/warm_assignment).
 _WARM_TAKES = re.compile(r"\[mindio-warm pid (\d+)\] takes rank (\d+)")
 
 

@@ -8,9 +8,9 @@ import threading
 from typing import Callable, Dict, Optional, Sequence
 
 from mindio_adaptor import _native
-from mindio_adaptor.core import fork_safety
-from mindio_adaptor.core.env_values import seconds_from_env
-from mindio_adaptor.core.tls_config import tls_link
+from mindio_adaptor.core.process import fork_safety
+from mindio_adaptor.core.process.env_values import seconds_from_env
+from mindio_adaptor.core.job.tls_config import tls_link
 from mindio_adaptor.ttp.fault_policy import DEFAULT_TIMEOUT_S, PolicySpec, check_timeout, make_policy
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def tft_start_controller(bind_ip: str, port: int, enable_tls: bool = True, tls_i
     """Start listening; returns the bound port (useful with port 0).
 
     The link is TLS 1.3 with mutual authentication when the job's certificate is configured
-    (MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA: core/tls_config), whatever `enable_tls` says; else
+    (MINDIO_TLS_CERT, MINDIO_TLS_KEY, MINDIO_TLS_CA: core/job/tls_config), whatever `enable_tls` says; else
     plain TCP authenticated by MINDIO_TOKEN, for a trusted network, with a warning when `enable_tls` (the
     reference's default) asked for TLS. `tls_info` is not read: the certificates come from those variables.
     """

@@ -1,4 +1,4 @@
 """The reference's enumerations for the tft_* API; defined once in core (they cross the wire)."""
-from mindio_adaptor.core.enums import Action, OptimizerType, RepairType, ReportState
+from mindio_adaptor.core.detection.enums import Action, OptimizerType, RepairType, ReportState
 
 __all__ = ["Action", "OptimizerType", "RepairType", "ReportState"]

@@ -18,7 +18,7 @@ partial_save, replicas
     Without partial save every rank of a list holds (and saves) the whole state of its position, so
     any healthy rank of a list can restore it. With partial save each rank writes only its own shard,
     `model_optim_rng_{rank}.pt`; a list L of d ranks is cut as the replica layout cuts it (see
-    core/replica_layout): shard j of g = d / replicas shards is held by L[j], L[j+g], ...
+    core/layout/replica_layout): shard j of g = d / replicas shards is held by L[j], L[j+g], ...
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from mindio_adaptor.core.replica_layout import LayoutError, ReplicaSet
+from mindio_adaptor.core.layout.replica_layout import LayoutError, ReplicaSet
 
 logger = logging.getLogger(__name__)
 

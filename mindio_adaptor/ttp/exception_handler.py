@@ -7,14 +7,14 @@ import logging
 import os
 from typing import Callable, List, Optional, Tuple
 
-from mindio_adaptor.core import faults
-from mindio_adaptor.core.faults import fault_code_of, report_state_of
+from mindio_adaptor.core.detection import faults
+from mindio_adaptor.core.detection.faults import fault_code_of, report_state_of
 from mindio_adaptor.ttp import controller, processor
 from mindio_adaptor.ttp.enums import Action, ReportState
 
 logger = logging.getLogger(__name__)
 
-# The table lives in core/faults.py (one source of truth for every device); these names stay for
+# The table lives in core/detection/faults.py (one source of truth for every device); these names stay for
 # callers of the reference face. _user_patterns IS the process-wide table's user list: clearing it
 # clears the registered patterns.
 BUILTIN_PATTERNS: List[Tuple[str, ReportState]] = [(r.text, r.state) for r in faults.BUILTIN_RULES]
@@ -39,7 +39,7 @@ def tft_register_exception_handler(pattern: str, report_state_name: str, handle:
 
 def classify(exc: BaseException) -> Tuple[ReportState, Optional[Callable]]:
     """The report state for an exception and the handle registered with the matching pattern
-    (core/faults.py: first match wins, user patterns first; RuntimeErrors in the exception's
+    (core/detection/faults.py: first match wins, user patterns first; RuntimeErrors in the exception's
     cause chain are matched, as the reference matches RuntimeErrors). "HBM MULTI BIT ECC" is reported
     as UCE: telling UCE_CORRUPTED apart needs the device's error timestamp, which no backend gives us yet."""
     result = faults.classify_exception(exc)

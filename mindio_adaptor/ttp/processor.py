@@ -1,5 +1,5 @@
 """Processor side of the reference API: one processor per training process, over the typed link
-(core/processor_link). Handlers registered here are run by the processor's worker thread when the
+(core/job/processor_link). Handlers registered here are run by the processor's worker thread when the
 controller sends an action: each ControllerAction is translated into the reference's handler calls."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from mindio_adaptor.core import hand_over, processor_link
-from mindio_adaptor.core.tls_config import tls_link
-from mindio_adaptor.core.processor_link import (ControllerAction, ControllerUnreachable,  # noqa: F401 (the face's)
+from mindio_adaptor.core.job import hand_over, processor_link
+from mindio_adaptor.core.job.tls_config import tls_link
+from mindio_adaptor.core.job.processor_link import (ControllerAction, ControllerUnreachable,  # noqa: F401 (the face's)
                                                 RepairAssignment)
 from mindio_adaptor.ttp.enums import Action, RepairType, ReportState
 
@@ -185,7 +185,7 @@ def tft_is_reboot_node() -> bool:
 def tft_get_reboot_type() -> str:
     """The reference's kinds of restart: "arf" (a process started again for a dead rank) or "hot switch" (a
     process started for a live rank handed over to it: tft_notify_controller_prepare_action("hot switch")).
-    Our launcher says which (MINDIO_REBOOT_TYPE, core/hand_over); as in the reference, the answer means
+    Our launcher says which (MINDIO_REBOOT_TYPE, core/job/hand_over); as in the reference, the answer means
     something only where tft_is_reboot_node() is True."""
     _require()
     return hand_over.reboot_type()

@@ -44,7 +44,7 @@ def tft_init_controller_processor(enable_tls: bool = True, tls_option_top_path: 
         raise NotImplementedError("TLS is not implemented; authenticate with MINDIO_TOKEN on a trusted network and "
                                   "pass enable_tls=False")
     _require_patched_job()
-    from mindio_adaptor.core import processor_link
+    from mindio_adaptor.core.job import processor_link
     from mindio_adaptor.patches import controller_link
 
     if processor_link.current_or_none() is None:
@@ -58,7 +58,7 @@ def tft_register_processor(train_valid_test_dataset_provider: Callable, model_pr
     what Megatron's own setup recorded, so the providers are checked and kept (tft_providers()), once the
 processor answers the recovery actions."""
     _require_patched_job()
-    from mindio_adaptor.core import processor_link
+    from mindio_adaptor.core.job import processor_link
 
     for name, provider in (("train_valid_test_dataset_provider", train_valid_test_dataset_provider),
                            ("model_provider", model_provider)):

@@ -30,7 +30,7 @@ from collections import defaultdict
 import pytest
 
 from mindio_adaptor.cli import build_parser, demo
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER
 from mindio_adaptor.tiny.elastic import run_elastic, samples_by_step
 from mindio_adaptor.launch import lifeline
 from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
@@ -509,7 +509,7 @@ def test_the_dump_saved_at_dp2_resumes_at_dp4_like_the_uninterrupted_run(resumed
 def scaled_in_to_dp3(tmp_path_factory):
     """dp4 R=2 on four one-rank nodes: node 1 (rank 1) lost after step 4, not replaced. The three survivors
     cannot share the step's 8 micro-batches (global batch 16, micro-batch size 2) evenly: ranks 0, 2, 3 take
-    3, 3 and 2 of them (core/uneven_split), each loss weighted by its share (9/8, 9/8, 3/4). Then node 1
+    3, 3 and 2 of them (core/layout/uneven_split), each loss weighted by its share (9/8, 9/8, 3/4). Then node 1
     returns (a new one-rank launcher, as in scaled_out) and at step 7 the job grows back to dp4, where the
     uneven pieces are undone: Megatron's own calculator (2 micro-batches), its sampler, no weight. The returned
     rank must be ready within MINDIO_SCALE_OUT_WAIT_S of its registration (3 s on a quiet machine, over 15 s

@@ -23,7 +23,7 @@ import pytest
 from torch.distributed import PrefixStore, TCPStore
 
 from mindio_adaptor import _native
-from mindio_adaptor.core import job_store
+from mindio_adaptor.core.job import job_store
 from mindio_adaptor.tiny.job import LocalCluster, process_ids
 
 pytestmark = pytest.mark.e2e

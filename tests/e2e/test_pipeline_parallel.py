@@ -10,7 +10,7 @@ data-parallel slice 1) is lost after step 4, rank 1 leaves the job with its slic
 pp2 x dp1 (each stage's state resharded in memory), then new launchers of nodes 1 and 3 start and the job
 grows back to pp2 x dp2 at step 7 from the replicas, every loss within 1e-4 of the uninterrupted run's.
 That run also holds each stage at a step (the example's --hold-before-step) while its neighbour waits in a
-receive, which once failed as a communication fault (core/abandonable_waits). Context parallelism is not
+receive, which once failed as a communication fault (core/communication/abandonable_waits). Context parallelism is not
 here: Megatron's local attention refuses it (only Transformer Engine's attention splits the sequence), and
 Transformer Engine does not run on a CPU."""
 import re

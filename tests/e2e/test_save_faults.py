@@ -35,7 +35,7 @@ def test_a_rank_lost_in_a_periodic_save_leaves_only_the_dump_marked_latest(perio
     assert "fault injection: firing kill on rank 2 at step 4 (save)" in run.output
     assert not re.search(r"successfully saved checkpoint from iteration\s+4 to \S+/ckpt ", run.output)
     # Whether rank 0 had created iter_0000004 before the others' save failed is a race; when it had, the
-    # dump replaced it (core/dump_dir.publish, unit-tested) and said so.
+    # dump replaced it (core/checkpoint/dump_dir.publish, unit-tested) and said so.
     if "iter_0000004 was not marked complete" in run.output:
         assert "an interrupted save, replaced by the dump" in run.output
     assert "dump of step 4 published" in run.output

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from mindio_adaptor.core.offender_record import FILE_ENV, OffenderRecord
+from mindio_adaptor.core.detection.offender_record import FILE_ENV, OffenderRecord
 from mindio_adaptor.tiny.job import process_ids, run_training
 
 pytestmark = pytest.mark.e2e

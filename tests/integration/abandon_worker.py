@@ -11,7 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core import abandonable_waits, group_graveyard
+from mindio_adaptor.core.communication import abandonable_waits, group_graveyard
 
 GROUP_TIMEOUT = timedelta(seconds=6)
 

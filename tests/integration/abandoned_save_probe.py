@@ -10,8 +10,8 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core import cpu_torch
-from mindio_adaptor.core.checkpoint_readback import UnreadableCheckpoint, check_torch_dist
+from mindio_adaptor.core.process import cpu_torch
+from mindio_adaptor.core.checkpoint.checkpoint_readback import UnreadableCheckpoint, check_torch_dist
 from mindio_adaptor.patches import checkpoint_writer, cpu_support
 
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core import faults
-from mindio_adaptor.core.comm import CommEpochs
+from mindio_adaptor.core.detection import faults
+from mindio_adaptor.core.communication.comm import CommEpochs
 
 WORLD = 4
 PAIRS = [[0, 1], [2, 3]]
@@ -74,7 +74,7 @@ def run(rank, port, epochs, start_epoch=0):
 
 def host_store_until_killed(queue):
     """A store host that can die: the launcher agent or rank 0 of a plain env:// job."""
-    from mindio_adaptor.core.comm import host_store
+    from mindio_adaptor.core.communication.comm import host_store
     store = host_store(0, "127.0.0.1")
     queue.put(store.port)
     time.sleep(60)

@@ -12,9 +12,9 @@ import sys
 import threading
 import time
 
-from mindio_adaptor.core.exit_codes import LEFT_THE_JOB
-from mindio_adaptor.core.processor_link import LEAVES_THE_JOB
-from mindio_adaptor.core.scale_in_plan import plan_scale_in
+from mindio_adaptor.core.detection.exit_codes import LEFT_THE_JOB
+from mindio_adaptor.core.job.processor_link import LEAVES_THE_JOB
+from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
 from mindio_adaptor.ttp import processor as _processor_module
 from mindio_ttp import framework_ttp as ttp
 

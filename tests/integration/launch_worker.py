@@ -7,7 +7,7 @@ appends what it is to OUT/rank<RANK>.jsonl, and plays a scenario:
   fail    FAULT_RANK exits 3 after the first all_reduce, each time it starts; the others wait to be stopped
   reboot  FAULT_RANK SIGKILLs itself once (a marker file remembers) after the first all_reduce; the
           survivors' next all_reduce fails; they and the restarted process (MINDIO_RESTARTED=1) meet in a new
-          group under a new store prefix, as an epoch of core/comm would, and all_reduce once more; exit 0
+          group under a new store prefix, as an epoch of core/communication/comm would, and all_reduce once more; exit 0
   ended   FAULT_RANK exits ENDED_BY_CONTROLLER after the first all_reduce; the others crash (exit 1) later
   held    every rank registers a processor with the controller at MINDIO_CONTROLLER_ADDR; FAULT_RANK starts
           a helper in a session of its own that inherits its controller connection (`sleep`, its pid in
@@ -30,7 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
 TIMEOUT = timedelta(seconds=20)
 ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
@@ -80,8 +80,8 @@ def reboot(out, rank, world, fault_rank):
 
 def hold_connection_and_die(out, rank, fault_rank):
     """A rank whose death its connection does not show: a helper outside its process group keeps a copy."""
-    from mindio_adaptor.core.comm_abort import tcp_connections
-    from mindio_adaptor.core.controller_address import controller_address
+    from mindio_adaptor.core.communication.comm_abort import tcp_connections
+    from mindio_adaptor.core.job.controller_address import controller_address
     from mindio_adaptor.ttp import processor
 
     host, port = controller_address()
@@ -103,7 +103,7 @@ def hold_connection_and_die(out, rank, fault_rank):
 
 
 def leave_then_abort(out, rank, fault_rank):
-    from mindio_adaptor.core.controller_address import controller_address
+    from mindio_adaptor.core.job.controller_address import controller_address
     from mindio_adaptor.ttp import processor
 
     processor.tft_init_processor(rank, int(os.environ["WORLD_SIZE"]), enable_tls=False)

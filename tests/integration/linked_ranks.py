@@ -5,14 +5,14 @@ SIGKILL of this process loses them the way a node loss does (no goodbye, connect
 
 Prints "ready" once every rank registered, reported the layout (one instance per half of the ranks:
 rank r's shard is also on rank r + world_size/2) and completed `step`, then waits to be killed. As a
-training process, it leaves the job (exit code 88, core/cut_off) when a rank is cut off from it."""
+training process, it leaves the job (exit code 88, core/detection/cut_off) when a rank is cut off from it."""
 import argparse
 import logging
 import sys
 import time
 
-from mindio_adaptor.core import cut_off
-from mindio_adaptor.core.processor_link import ProcessorLink
+from mindio_adaptor.core.detection import cut_off
+from mindio_adaptor.core.job.processor_link import ProcessorLink
 
 
 def main():

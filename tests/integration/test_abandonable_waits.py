@@ -1,4 +1,4 @@
-"""core/abandonable_waits and core/group_graveyard on real gloo processes: a stop pulls a thread out of an
+"""core/communication/abandonable_waits and core/communication/group_graveyard on real gloo processes: a stop pulls a thread out of an
 all-reduce its peer never joins; a wait that completes is unchanged (same sum, a late peer waited for); a
 receive is waited on whole (a late sender's values arrive);
 and the abandoned group, dropped, holds its last holder until the group's timeout unless the graveyard

@@ -1,4 +1,4 @@
-"""core/comm.py with real processes: 4 gloo ranks on 127.0.0.1, one SIGKILLed mid all_reduce; the survivors
+"""core/communication/comm.py with real processes: 4 gloo ranks on 127.0.0.1, one SIGKILLed mid all_reduce; the survivors
 rebuild among themselves (dying-gasp path), or with a replacement process of the dead rank (ARF), or twice
 in a row. The test process hosts the store, as a launcher agent does under torchrun."""
 import json
@@ -12,14 +12,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import comm_worker
-from mindio_adaptor.core.comm import CommEpochs, StoreUnreachable, host_store
+from mindio_adaptor.core.communication.comm import CommEpochs, StoreUnreachable, host_store
 
 pytestmark = pytest.mark.integration
 
 # forkserver: torch is imported once by the server, each worker (and the late replacement) is a cheap
 # fork of a process that never started a thread or a store; 2 shared cores make 4 fresh imports slow.
 CTX = mp.get_context("forkserver")
-CTX.set_forkserver_preload(["torch", "torch.distributed", "mindio_adaptor.core.comm", "comm_worker"])
+CTX.set_forkserver_preload(["torch", "torch.distributed", "mindio_adaptor.core.communication.comm", "comm_worker"])
 FULL = [0, 1, 2, 3]
 TEST_LIMIT_S = 60
 
@@ -105,7 +105,7 @@ def start_and_kill(job, ranks, epoch, victim):
 def assert_comm_failures(job, epoch, survivors):
     for r in survivors:
         err = job.get(f"err/{epoch}/{r}")
-        assert err["state"] == "HCCL_FAILED", err  # core/faults: a communication failure, not UNKNOWN
+        assert err["state"] == "HCCL_FAILED", err  # core/detection/faults: a communication failure, not UNKNOWN
 
 
 def test_survivors_rebuild_among_themselves(job_factory):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from controller_harness import Job, actions_in_order, wait_until
-from mindio_adaptor.core.exit_codes import LEFT_THE_JOB
+from mindio_adaptor.core.detection.exit_codes import LEFT_THE_JOB
 from mindio_adaptor.launch.controller_report import ControllerContact, ControllerReportError, report_no_replacement
 from mindio_adaptor.ttp import controller as ctl
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from controller_harness import wait_until
-from mindio_adaptor.core.enums import ReportState
-from mindio_adaptor.core.processor_link import ProcessorLink
+from mindio_adaptor.core.detection.enums import ReportState
+from mindio_adaptor.core.job.processor_link import ProcessorLink
 
 TOKEN = "backup-test-token"
 

@@ -1,7 +1,7 @@
 """A network partition, not a process death: ranks that lose the leader by a silence (a timeout, no route) have
 no proof that its process is gone, so a backup leads them only when they are a strict majority of the world
 (controller/election.h). A minority that reaches no leader leaves the job: each of its processors is cut off
-(no step, no checkpoint), and a process armed with core/cut_off exits 88 (JOB_UNREACHABLE) naming why.
+(no step, no checkpoint), and a process armed with core/detection/cut_off exits 88 (JOB_UNREACHABLE) naming why.
 
 The leader stays alive in every test here; the ranks reach it through a relay (controller_harness.Partition)
 that, once cut, resets their connections and then accepts and never answers, or (as root) each side runs on a
@@ -22,9 +22,9 @@ import pytest
 
 from controller_harness import Partition, wait_until
 from mindio_adaptor import _native as nat
-from mindio_adaptor.core.enums import ReportState
-from mindio_adaptor.core.exit_codes import JOB_UNREACHABLE
-from mindio_adaptor.core.processor_link import CutOffFromTheJob, ProcessorLink
+from mindio_adaptor.core.detection.enums import ReportState
+from mindio_adaptor.core.detection.exit_codes import JOB_UNREACHABLE
+from mindio_adaptor.core.job.processor_link import CutOffFromTheJob, ProcessorLink
 from test_controller_backups import (LAYOUT, LINKED_RANKS, STEP, WORLD, RecordingRank, await_decisions, read,
                                      start_controller, stop)
 

@@ -1,4 +1,4 @@
-"""The controller's link over mutual TLS 1.3 (csrc/net/tls, core/tls_config), with certificates made by openssl:
+"""The controller's link over mutual TLS 1.3 (csrc/net/tls, core/job/tls_config), with certificates made by openssl:
 real processor processes register, heartbeat and have a fault repaired through it; a peer speaking plain TCP,
 or TLS with a stranger's certificate, is closed without an answer and costs the job nothing; a peer with the
 job's certificate but not its token is refused as on plain TCP."""
@@ -11,7 +11,7 @@ import pytest
 
 from controller_harness import Job, read_until_closed, register_frame, wait_until
 from mindio_adaptor import _native as nat
-from mindio_adaptor.core.tls_config import TlsConfig
+from mindio_adaptor.core.job.tls_config import TlsConfig
 from mindio_adaptor.ttp import controller as ctl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

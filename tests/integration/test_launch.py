@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mindio_adaptor.core.offender_record import FILE_ENV, Incident, OffenderRecord
+from mindio_adaptor.core.detection.offender_record import FILE_ENV, Incident, OffenderRecord
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""core/shard_transfer between two real gloo processes: every tensor arrives bit-exact, large ones
+"""core/communication/shard_transfer between two real gloo processes: every tensor arrives bit-exact, large ones
 in place, small ones through the packed buffer, whatever their dtypes and shapes (0-dim included)."""
 import os
 import socket
@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mindio_adaptor.core import shard_transfer
+from mindio_adaptor.core.communication import shard_transfer
 
 
 def _shard(seed):

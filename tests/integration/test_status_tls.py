@@ -1,4 +1,4 @@
-"""The status server over mutual TLS 1.3 (core/tls_config), with certificates made by openssl: a client with
+"""The status server over mutual TLS 1.3 (core/job/tls_config), with certificates made by openssl: a client with
 the job's certificate gets the status (`mindio-adaptor status`'s own fetch too), one with a stranger's
 certificate, without one, or speaking plain HTTP is refused at the handshake and holds nothing; a partial or
 wrong configuration is one line naming the variable, also from `mindio-adaptor controller` before it
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mindio_adaptor.cli.status import fetch_status
-from mindio_adaptor.core.tls_config import TlsConfig, TlsConfigError
+from mindio_adaptor.core.job.tls_config import TlsConfig, TlsConfigError
 from mindio_adaptor.status.job_status import job_status
 from mindio_adaptor.status.server import StatusServer
 

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from controller_harness import end_in_process_job, in_process_job, wait_until
-from mindio_adaptor.core.enums import ReportState
+from mindio_adaptor.core.detection.enums import ReportState
 from mindio_adaptor.ttp import controller as ctl
 
 pytestmark = pytest.mark.integration

@@ -39,7 +39,7 @@ if mode == "no-adaptor":
     sys.exit(0)
 
 import mindio_adaptor  # noqa: E402
-from mindio_adaptor.core import hook_points  # noqa: E402
+from mindio_adaptor.core.steps import hook_points  # noqa: E402
 from mindio_adaptor.patches import registry  # noqa: E402
 
 if mode == "after":

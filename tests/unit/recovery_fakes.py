@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch.distributed as dist
 
-from mindio_adaptor.core.comm import host_store
+from mindio_adaptor.core.communication.comm import host_store
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.recovery.session import RecoverySession, StepSnapshot
 from mindio_adaptor.recovery.stages.stage import RecoveryAction
@@ -166,7 +166,7 @@ class FakeMegatron:
         """Writes what Megatron's save would, a file per rank in the step's directory under save_dir."""
         from pathlib import Path
 
-        from mindio_adaptor.core.dump_dir import iteration_dir_name
+        from mindio_adaptor.core.checkpoint.dump_dir import iteration_dir_name
 
         self._record("save_checkpoint_for_full_job", step, flops, list(members), world_size)
         directory = Path(save_dir) / iteration_dir_name(step)
@@ -215,7 +215,7 @@ class FakeReplay:
 
 
 def _rank_main(rank, world, port, target, args, results):
-    # MINDIO_TOKEN: the job's facts are sealed with it (core/job_store), as every worker of a launcher has it
+    # MINDIO_TOKEN: the job's facts are sealed with it (core/job/job_store), as every worker of a launcher has it
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       MINDIO_TOKEN="recovery-fakes-token")
     try:

@@ -1,5 +1,5 @@
 """docs/architecture.md names only paths that exist: every module, package, test or script it points to
-(`recovery/flows`, `core/comm_in_place`, `tests/unit/...`), so a move or a rename leaves no stale map."""
+(`recovery/flows`, `core/communication/comm_in_place`, `tests/unit/...`), so a move or a rename leaves no stale map."""
 import re
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""core/checkpoint_readback on real torch.distributed.checkpoint directories (written without a process
+"""core/checkpoint/checkpoint_readback on real torch.distributed.checkpoint directories (written without a process
 group): a complete one passes; each way a .metadata can fail to describe its files is named."""
 import pickle
 import shutil
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from mindio_adaptor.core import dump_dir
-from mindio_adaptor.core.checkpoint_readback import UnreadableCheckpoint, check_torch_dist, is_torch_dist
+from mindio_adaptor.core.checkpoint import dump_dir
+from mindio_adaptor.core.checkpoint.checkpoint_readback import UnreadableCheckpoint, check_torch_dist, is_torch_dist
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 

@@ -1,4 +1,4 @@
-"""core/child_reaper: a process's exit does not wait without end for a daemonic child that ignores SIGTERM
+"""core/process/child_reaper: a process's exit does not wait without end for a daemonic child that ignores SIGTERM
 (as a DataLoader worker deadlocked inside fork does)."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import time
 
 SCRIPT = r"""
 import multiprocessing, signal, sys, time
-from mindio_adaptor.core import child_reaper
+from mindio_adaptor.core.process import child_reaper
 
 def deaf():
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -3,8 +3,8 @@ client's handlers call (recovery/client_actions: what they turn the handlers' ar
 clear errors for bad ones), and train() leaving a training exception to the client (patches/client_loop)."""
 import pytest
 
-from mindio_adaptor.core import faults
-from mindio_adaptor.core.enums import RepairType, ReportState
+from mindio_adaptor.core.detection import faults
+from mindio_adaptor.core.detection.enums import RepairType, ReportState
 from mindio_adaptor.patches import client_loop, fault_handling, registry
 from mindio_adaptor.recovery import client_actions, flows
 from mindio_adaptor.recovery.session import SESSION

@@ -1,4 +1,4 @@
-"""core/comm.py in one process: input checks, a store that cannot be reached, a member that never
+"""core/communication/comm.py in one process: input checks, a store that cannot be reached, a member that never
 arrives, members that disagree, and epochs that must only move forward (world of 1, gloo)."""
 import json
 import socket
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core.comm import CommEpochs, CommError, StoreUnreachable, epoch_prefix, host_store
+from mindio_adaptor.core.communication.comm import CommEpochs, CommError, StoreUnreachable, epoch_prefix, host_store
 
 
 def free_port():

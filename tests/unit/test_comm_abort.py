@@ -2,8 +2,9 @@
 import os
 import socket
 
-from mindio_adaptor.core import comm_abort, inherited_sockets
-from mindio_adaptor.core.comm_abort import Connection
+from mindio_adaptor.core.communication import comm_abort
+from mindio_adaptor.core.process import inherited_sockets
+from mindio_adaptor.core.communication.comm_abort import Connection
 
 INET = int(socket.AF_INET)
 

@@ -1,4 +1,4 @@
-"""core/comm_in_place: the order every member constructs its groups in, the spare backend types, and a
+"""core/communication/comm_in_place: the order every member constructs its groups in, the spare backend types, and a
 real two-process gloo world whose connections a stop shut down, working again on the same group objects."""
 import os
 from datetime import timedelta
@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 
 from recovery_fakes import run_ranks
-from mindio_adaptor.core import comm_abort, comm_in_place
-from mindio_adaptor.core.comm_in_place import InPlaceUnavailable, OwnGroup, in_order, spare_type
+from mindio_adaptor.core.communication import comm_abort, comm_in_place
+from mindio_adaptor.core.communication.comm_in_place import InPlaceUnavailable, OwnGroup, in_order, spare_type
 
 
 def test_groups_are_constructed_in_name_order_on_every_member():

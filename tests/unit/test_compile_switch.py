@@ -5,12 +5,12 @@ import sys
 
 import torch
 
-from mindio_adaptor.core import compile_switch
+from mindio_adaptor.core.process import compile_switch
 
 # A fresh interpreter: this test process may have imported torch._dynamo already.
 PROBE = """
 import sys, torch
-from mindio_adaptor.core import compile_switch
+from mindio_adaptor.core.process import compile_switch
 compile_switch.install()
 def fn(x):
     return x + 1

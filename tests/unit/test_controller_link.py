@@ -1,7 +1,7 @@
 import pytest
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER, controller_address, controller_addresses
-from mindio_adaptor.core.paired_store import ENV_STORES, control_ports
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, controller_address, controller_addresses
+from mindio_adaptor.core.job.paired_store import ENV_STORES, control_ports
 
 
 def test_no_external_controller_means_in_job():

@@ -5,7 +5,7 @@ seen from the wire, are in tests/integration/test_controller_decisions.py."""
 import pytest
 
 from mindio_adaptor import _native as nat
-from mindio_adaptor.core.enums import RepairType
+from mindio_adaptor.core.detection.enums import RepairType
 
 DP4_R2 = [(0, 2, [0, 1, 2, 3])]  # shard 0 held by ranks 0 and 2, shard 1 by ranks 1 and 3
 DP8_R2 = [(0, 2, list(range(8)))]  # shard j held by ranks j and j + 4

@@ -9,7 +9,7 @@ from mindio_adaptor import _native as nat
 from mindio_adaptor.core.policy import PolicyEngine, read_policy
 from mindio_adaptor.core.policy.config import empty_policy
 from mindio_adaptor.ttp import controller as ctl
-from mindio_adaptor.core import processor_link
+from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.ttp import processor as tp
 from mindio_adaptor.ttp.exception_handler import fault_code_of
 from mindio_adaptor.ttp.fault_policy import FaultPolicy, check_timeout, make_policy

@@ -1,12 +1,12 @@
 """The C++ replica manager against the reference's examples, a brute-force oracle, and the Python
-replica layout (mindio_adaptor.core.replica_layout), which must give identical answers."""
+replica layout (mindio_adaptor.core.layout.replica_layout), which must give identical answers."""
 import itertools
 import random
 
 import pytest
 
 from mindio_adaptor import _native as nat
-from mindio_adaptor.core.replica_layout import ReplicaLayout
+from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
 
 
 def manager(*sets):

@@ -3,7 +3,7 @@ presence of one is stood in for at the exact place torch reports it (torch.cuda.
 import pytest
 import torch
 
-from mindio_adaptor.core import cpu_torch
+from mindio_adaptor.core.process import cpu_torch
 
 
 def test_refuses_to_install_when_a_gpu_is_present(monkeypatch):

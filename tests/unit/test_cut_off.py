@@ -1,4 +1,4 @@
-"""A rank cut off from the job leaves it (core/cut_off): one line naming why, exit code 88 (JOB_UNREACHABLE);
+"""A rank cut off from the job leaves it (core/detection/cut_off): one line naming why, exit code 88 (JOB_UNREACHABLE);
 the watcher waits in bounded slices and ends with its processor. A fake native processor, no sockets."""
 import logging
 import subprocess
@@ -7,8 +7,8 @@ import textwrap
 import threading
 from pathlib import Path
 
-from mindio_adaptor.core import cut_off
-from mindio_adaptor.core.exit_codes import JOB_UNREACHABLE, describe
+from mindio_adaptor.core.detection import cut_off
+from mindio_adaptor.core.detection.exit_codes import JOB_UNREACHABLE, describe
 
 
 class FakeNative:
@@ -65,7 +65,7 @@ def test_the_process_exit_waits_for_the_watcher_so_no_native_wait_returns_into_a
     """A daemon thread returning from a native call while the interpreter finalises aborts the process (-6)."""
     script = textwrap.dedent("""
         import atexit, time
-        from mindio_adaptor.core import cut_off
+        from mindio_adaptor.core.detection import cut_off
         class Native:  # a processor never stopped: the watcher would wait on, slice after slice
             def wait_cut_off(self, timeout_s):
                 time.sleep(timeout_s)

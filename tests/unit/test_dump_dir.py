@@ -1,7 +1,7 @@
 """Publishing a staged dump: atomic for the loader, never replacing a good checkpoint."""
 import pytest
 
-from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.checkpoint import dump_dir
 
 
 def stage(root, step, payload="data"):

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindio_adaptor.core import dump_world as dump
-from mindio_adaptor.core.replica_layout import ReplicaLayout, ReplicaSet
+from mindio_adaptor.core.layout import dump_world as dump
+from mindio_adaptor.core.layout.replica_layout import ReplicaLayout, ReplicaSet
 
 
 def margs(tp=1, pp=1, dp=4, replicas=2, tp_pp_dp=False, ep=1, etp=None, cp=1):

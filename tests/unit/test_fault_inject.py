@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mindio_adaptor.core.fault_inject import (
+from mindio_adaptor.core.detection.fault_inject import (
     DEFAULT_MESSAGE, ENV_SPEC, ENV_STATE_DIR, Fault, FaultPlan, FaultSpecError, parse_spec, resolve_state_dir)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -151,7 +151,7 @@ def test_unknown_phase_at_the_call_site_is_a_caller_bug(tmp_path):
 
 CHILD = textwrap.dedent("""
     import sys, threading, time
-    from mindio_adaptor.core.fault_inject import FaultPlan
+    from mindio_adaptor.core.detection.fault_inject import FaultPlan
     beat_path = sys.argv[1]
     def beat():  # stands in for the heartbeat thread that must outlive a hang
         n = 0

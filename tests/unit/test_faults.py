@@ -1,4 +1,4 @@
-"""core/faults.py: which ReportState each device's failure text is, rule order, user rules, chains,
+"""core/detection/faults.py: which ReportState each device's failure text is, rule order, user rules, chains,
 and the real gloo errors of a dying or stalled peer."""
 import datetime
 import os
@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mindio_adaptor.core import faults
-from mindio_adaptor.core.faults import BUILTIN_RULES, FaultClassifier, exception_chain
+from mindio_adaptor.core.detection import faults
+from mindio_adaptor.core.detection.faults import BUILTIN_RULES, FaultClassifier, exception_chain
 from mindio_adaptor.ttp.enums import ReportState as S
 
 # Observed with torch 2.13.0+cpu, 2 gloo processes on localhost, timeout 3 s (see _gloo_worker below):

@@ -10,11 +10,11 @@ import textwrap
 
 import pytest
 
-from mindio_adaptor.core import fork_safety
+from mindio_adaptor.core.process import fork_safety
 
 FORKS_UNDER_NATIVE_THREADS = textwrap.dedent("""
     import ctypes, os, sys, threading, time
-    from mindio_adaptor.core import fork_safety
+    from mindio_adaptor.core.process import fork_safety
     print("guarded", fork_safety.guard_forks(), flush=True)
     libc = ctypes.CDLL(None)
     START = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)

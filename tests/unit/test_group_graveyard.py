@@ -1,9 +1,9 @@
-"""core/group_graveyard: a buried object is dropped on the graveyard's thread, and only once nothing else
+"""core/communication/group_graveyard: a buried object is dropped on the graveyard's thread, and only once nothing else
 refers to it; a slow destructor there holds no other thread."""
 import threading
 import time
 
-from mindio_adaptor.core import group_graveyard
+from mindio_adaptor.core.communication import group_graveyard
 
 
 class SlowToDie:

@@ -1,7 +1,7 @@
 """Re-pointing references from replaced objects: every kind of holder the collector can reach."""
 from dataclasses import dataclass
 
-from mindio_adaptor.core.group_repoint import KeepsOldGroups, repoint
+from mindio_adaptor.core.communication.group_repoint import KeepsOldGroups, repoint
 
 
 class Group:  # stands for a ProcessGroup: identity is what counts

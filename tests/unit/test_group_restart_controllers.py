@@ -10,7 +10,7 @@ import time
 import pytest
 from test_worker_membership import launcher, launchers_store
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER
 from mindio_adaptor.launch import controllers
 from mindio_adaptor.launch.controllers import controllers_env
 

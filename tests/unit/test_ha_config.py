@@ -1,6 +1,6 @@
 import pytest
 
-from mindio_adaptor.core.ha_config import HighAvailabilityConfig, HighAvailabilityConfigError
+from mindio_adaptor.core.job.ha_config import HighAvailabilityConfig, HighAvailabilityConfigError
 
 
 def test_replica_count_follows_flags():

@@ -1,4 +1,4 @@
-"""A hot switch on the launcher's side (core/hand_over, launch/hand_overs), with real processes: the mark a leaving
+"""A hot switch on the launcher's side (core/job/hand_over, launch/hand_overs), with real processes: the mark a leaving
 process leaves, the workers handed over at once or gathered for a drain to a standby, and the old processes
 watched until they end."""
 import os
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mindio_adaptor.core import hand_over
+from mindio_adaptor.core.job import hand_over
 from mindio_adaptor.launch import hand_overs
 from mindio_adaptor.launch.hand_overs import HandOvers
 from mindio_adaptor.launch.worker import Worker

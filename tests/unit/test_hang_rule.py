@@ -1,8 +1,8 @@
-"""The hang rule's limits (core/hang_rule): from the job's own measurements, with a floor, warm-up
+"""The hang rule's limits (core/detection/hang_rule): from the job's own measurements, with a floor, warm-up
 excluded, the collective timeout before anything is measured, fixed limits from the environment."""
 import pytest
 
-from mindio_adaptor.core.hang_rule import SectionLimits, SectionRule, default_rules, limits_from_env
+from mindio_adaptor.core.detection.hang_rule import SectionLimits, SectionRule, default_rules, limits_from_env
 
 
 def test_initial_limit_until_enough_is_measured_and_the_warmup_is_skipped():

@@ -1,10 +1,10 @@
-"""core.hook_points: a hooked function calls the original until wrappers are attached, then runs
+"""core.steps.hook_points: a hooked function calls the original until wrappers are attached, then runs
 them exactly as stacked wrapt wrappers would (the monkey-patched behaviour)."""
 import pytest
 import wrapt
 
-from mindio_adaptor.core import hook_points
-from mindio_adaptor.core.hook_points import hook
+from mindio_adaptor.core.steps import hook_points
+from mindio_adaptor.core.steps.hook_points import hook
 
 
 def add(a, b=1):

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB, describe
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB, describe
 from mindio_adaptor.launch.args import build_parser
 from mindio_adaptor.launch.config import LaunchConfigError, resolve
 from mindio_adaptor.launch.policy import Verdict, on_exit

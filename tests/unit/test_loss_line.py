@@ -1,6 +1,6 @@
-"""core/loss_line: whether the repair step's loss line is owed and where its value comes from, the same
+"""core/steps/loss_line: whether the repair step's loss line is owed and where its value comes from, the same
 on every rank from every rank's report; the book a process keeps of its steps and printed lines."""
-from mindio_adaptor.core.loss_line import KEPT_STEPS, LossLineBook, Report, settle
+from mindio_adaptor.core.steps.loss_line import KEPT_STEPS, LossLineBook, Report, settle
 
 
 def report(printer=False, printed=4, reduced=None, local=True, world=4, grad_norm=1.5, zeros=0.0, skipped=False):

@@ -4,7 +4,7 @@ it computed of a step (its micro-batch losses, the reduced losses, the optimizer
 import pytest
 import torch
 
-from mindio_adaptor.core.loss_line import LossLineBook
+from mindio_adaptor.core.steps.loss_line import LossLineBook
 from mindio_adaptor.patches import loss_lines, megatron_job
 from mindio_adaptor.recovery.session import SESSION
 

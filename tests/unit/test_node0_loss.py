@@ -6,9 +6,9 @@ import socket
 import pytest
 from torch.distributed import TCPStore
 
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
-from mindio_adaptor.core.paired_store import ENV_STORES
-from mindio_adaptor.core.sealed_values import SealedStore
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, ENV_TOKEN
+from mindio_adaptor.core.job.paired_store import ENV_STORES
+from mindio_adaptor.core.job.sealed_values import SealedStore
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controllers_keys

@@ -7,7 +7,7 @@ import time
 import pytest
 from torch.distributed import TCPStore
 
-from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue
+from mindio_adaptor.core.job.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.node_store import is_counter
 

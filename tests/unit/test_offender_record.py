@@ -1,4 +1,4 @@
-"""The record of the nodes that caused faults (core/offender_record) and what the controller's events charge
+"""The record of the nodes that caused faults (core/detection/offender_record) and what the controller's events charge
 to a node (status/offender_watch)."""
 import json
 import re
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from mindio_adaptor.cli import main as cli_main
-from mindio_adaptor.core.offender_record import (FILE_ENV, TIMES_ENV, WINDOW_ENV, Incident, OffenderRecord,
+from mindio_adaptor.core.detection.offender_record import (FILE_ENV, TIMES_ENV, WINDOW_ENV, Incident, OffenderRecord,
                                                  OffenderSettingError)
 from mindio_adaptor.status.offender_watch import OffenderWatch, charged_faults
 

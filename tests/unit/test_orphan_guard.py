@@ -1,4 +1,4 @@
-"""A process spawned by a rank ends when the rank is gone (core/orphan_guard), with real processes."""
+"""A process spawned by a rank ends when the rank is gone (core/process/orphan_guard), with real processes."""
 import os
 import signal
 import subprocess
@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 PARENT = """
 import multiprocessing, sys, time
 sys.path.insert(0, {repo!r})
-from mindio_adaptor.core import orphan_guard
+from mindio_adaptor.core.process import orphan_guard
 armed = orphan_guard.arm(0.1)
 
 
@@ -50,7 +50,7 @@ def test_a_spawned_helper_ends_when_its_parent_is_killed(tmp_path):
 
 
 def test_a_process_that_was_not_spawned_is_not_guarded():
-    from mindio_adaptor.core import orphan_guard
+    from mindio_adaptor.core.process import orphan_guard
 
     assert not orphan_guard.is_spawned_child()
     assert not orphan_guard.arm()
@@ -59,7 +59,7 @@ def test_a_process_that_was_not_spawned_is_not_guarded():
 FORKING_PARENT = """
 import multiprocessing, sys, time
 sys.path.insert(0, {repo!r})
-from mindio_adaptor.core import orphan_guard
+from mindio_adaptor.core.process import orphan_guard
 orphan_guard.install_for_children()
 
 

@@ -1,4 +1,4 @@
-"""core/paired_store and core/job_store over several real TCPStores: the store a rank uses is the one
+"""core/job/paired_store and core/job/job_store over several real TCPStores: the store a rank uses is the one
 paired with its controller, else the first that answers; a fact is published to every store that
 answers, and a dead one is skipped within the probe's bound and named when nothing answers."""
 import socket
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from mindio_adaptor.core import job_store, paired_store
-from mindio_adaptor.core.comm import host_store
+from mindio_adaptor.core.job import job_store, paired_store
+from mindio_adaptor.core.communication.comm import host_store
 
 TOKEN = "t0k"  # the job's: the facts are sealed with it
 

@@ -5,8 +5,8 @@ import threading
 import pytest
 
 from recovery_fakes import FakeMegatron, session_at
-from mindio_adaptor.core.enums import RepairType
-from mindio_adaptor.core.processor_link import ControllerAction, RepairAssignment, SaveAssignment
+from mindio_adaptor.core.detection.enums import RepairType
+from mindio_adaptor.core.job.processor_link import ControllerAction, RepairAssignment, SaveAssignment
 from mindio_adaptor.recovery import flows
 from mindio_adaptor.recovery.flows import FLOWS, NoSuchStep, flow_of, run_action, stages_of
 from mindio_adaptor.recovery.stages.stage import RecoveryAction, Stage
@@ -188,7 +188,7 @@ def test_a_scale_in_after_a_recover_is_its_own_flow_from_its_first_action(monkey
 
 
 def test_a_recovery_after_a_scale_in_is_refused_naming_it(monkeypatch):
-    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+    from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
 
     monkeypatch.setitem(FLOWS, "retry", {name: () for name in ("stop", "clean", "exit")})
     session, megatron = session_at(6), FakeMegatron()
@@ -203,7 +203,7 @@ def test_a_recovery_after_a_scale_in_is_refused_naming_it(monkeypatch):
 def test_the_dump_after_a_scale_in_is_answered(monkeypatch):
     """While scaled in the controller decides the dump for a fault (csrc/controller caps_now_locked): its
     saves are no recovery at the smaller size, and are carried out."""
-    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+    from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
 
     ran = []
     stage = Stage("record", lambda session, megatron, action: ran.append(action.name), on_training_thread=False)
@@ -217,7 +217,7 @@ def test_the_dump_after_a_scale_in_is_answered(monkeypatch):
 
 
 def test_a_scale_out_after_a_scale_in_is_answered_and_a_returned_process_starts_in_it(monkeypatch):
-    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+    from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
 
     monkeypatch.setitem(FLOWS, "scale_out", {name: () for name in ("stop", "clean", "rebuild_group")})
     survivor, megatron = session_at(6), FakeMegatron()

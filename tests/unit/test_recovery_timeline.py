@@ -1,4 +1,4 @@
-from mindio_adaptor.core.recovery_timeline import Timeline
+from mindio_adaptor.core.steps.recovery_timeline import Timeline
 
 
 def test_one_line_per_recovery_with_its_marks_in_order():

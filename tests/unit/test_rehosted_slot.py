@@ -1,13 +1,13 @@
-"""core/rehosted_slot over real TCPStores: a replaced node that hosts its slot again announces the slot's
+"""core/job/rehosted_slot over real TCPStores: a replaced node that hosts its slot again announces the slot's
 new controller and store; every member adopts it (its lists, its processor's, the job's facts copied into
 the new store); before registering, the replacement never reads the facts from its own new, empty store."""
 import os
 
 import pytest
 
-from mindio_adaptor.core import job_store, paired_store, rehosted_slot
-from mindio_adaptor.core.comm import host_store
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER
+from mindio_adaptor.core.job import job_store, paired_store, rehosted_slot
+from mindio_adaptor.core.communication.comm import host_store
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER
 
 OLD_CONTROLLERS = "127.0.0.1:7001,127.0.0.1:7002"
 NEW_CONTROLLER = ("127.0.0.1", 7101)

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 
 from recovery_fakes import session_at
-from mindio_adaptor.core import job_store
-from mindio_adaptor.core.comm import host_store
+from mindio_adaptor.core.job import job_store
+from mindio_adaptor.core.communication.comm import host_store
 from mindio_adaptor.recovery.comm_rebuild import LAST_EPOCH
 from mindio_adaptor.recovery.replacement_join import join_as_replacement
 

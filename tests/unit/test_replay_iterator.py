@@ -1,6 +1,6 @@
 import pytest
 
-from mindio_adaptor.core.replay_iterator import ReplayableIterator
+from mindio_adaptor.core.steps.replay_iterator import ReplayableIterator
 
 
 def test_replay_gives_the_interrupted_step_again_then_goes_on():

@@ -1,4 +1,4 @@
-"""Table-driven unit tests for mindio_adaptor.core.replica_layout.
+"""Table-driven unit tests for mindio_adaptor.core.layout.replica_layout.
 
 The layout math follows the reference (shared notes, reference-system.md §2 and §6): a DP rank list L of
 length d with R replicas is cut into R replica groups of g = d / R ranks; shard j is held by
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from mindio_adaptor.core.replica_layout import (
+from mindio_adaptor.core.layout.replica_layout import (
     ATTENTION,
     MOE,
     LayoutError,
@@ -20,7 +20,7 @@ from mindio_adaptor.core.replica_layout import (
     order_for_anti_affinity,
 )
 
-LOGGER_NAME = "mindio_adaptor.core.replica_layout"
+LOGGER_NAME = "mindio_adaptor.core.layout.replica_layout"
 
 
 @pytest.fixture(autouse=True)

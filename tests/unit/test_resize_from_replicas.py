@@ -1,6 +1,6 @@
 """recovery/resize_from_replicas: a scale-out's and a scale-in's REPAIR without a checkpoint. Every rank builds
 its objects again loaded from nothing, takes the step's common state from its data-parallel group's first
-survivor, then its optimizer shard through core/state_reshard (the exchange itself: test_state_reshard).
+survivor, then its optimizer shard through core/layout/state_reshard (the exchange itself: test_state_reshard).
 Here with a fake Megatron and the group's collectives replaced."""
 import logging
 from types import SimpleNamespace
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at, snapshot
-from mindio_adaptor.core import state_reshard
-from mindio_adaptor.core.scale_in_plan import plan_scale_in
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
-from mindio_adaptor.core.processor_link import SaveAssignment
+from mindio_adaptor.core.layout import state_reshard
+from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused, plan_scale_out
+from mindio_adaptor.core.job.processor_link import SaveAssignment
 from mindio_adaptor.recovery.stages import scale_in_save as scale_in_save_stage
 from mindio_adaptor.recovery.stages.scale_in_state import scale_in_state
 from mindio_adaptor.recovery.stages.scale_out_save import scale_out_save

@@ -1,11 +1,11 @@
 """recovery/resized_layout: while scaled in, the layout a rank reports to the controller and the ranks the
 controller names are in the numbering of the job's start (the controller knows each process by the rank it
-registered under); the scale-in numbered the survivors densely (core/scale_in_plan)."""
+registered under); the scale-in numbered the survivors densely (core/layout/scale_in_plan)."""
 import pytest
 
 from recovery_fakes import session_at
-from mindio_adaptor.core.replica_layout import ReplicaLayout
-from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
+from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
+from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused, plan_scale_in
 from mindio_adaptor.recovery import resized_layout
 
 

@@ -11,10 +11,10 @@ import sys
 import pytest
 from torch.distributed import PrefixStore, TCPStore
 
-from mindio_adaptor.core import unreachable_job
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE
-from mindio_adaptor.core.paired_store import ENV_STORES
+from mindio_adaptor.core.job import unreachable_job
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE
+from mindio_adaptor.core.job.paired_store import ENV_STORES
 from mindio_adaptor.launch.agent import NodeAgent
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key

@@ -1,4 +1,4 @@
-"""A live rank that a scale-in drops with its data-parallel slice leaves the job (core/leaving_rank): its
+"""A live rank that a scale-in drops with its data-parallel slice leaves the job (core/detection/leaving_rank): its
 REBUILD_GROUP (stages/scale_in_groups) raises LeavingTheJob, the answer to the controller is LEAVES_THE_JOB
 (recovery/flows), and its parked wait ends the process with LEFT_THE_JOB and one line saying why
 (recovery/decision_wait). A rank whose process hosts the job's controller cannot leave: refused."""
@@ -8,12 +8,12 @@ import re
 import pytest
 
 from recovery_fakes import FakeMegatron, action, session_at
-from mindio_adaptor.core import processor_link
-from mindio_adaptor.core.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
-from mindio_adaptor.core.leaving_rank import LeavingTheJob
-from mindio_adaptor.core.processor_link import LEAVES_THE_JOB, ControllerAction, ControllerDecision
-from mindio_adaptor.core.replica_layout import ReplicaLayout
-from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
+from mindio_adaptor.core.job import processor_link
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
+from mindio_adaptor.core.detection.leaving_rank import LeavingTheJob
+from mindio_adaptor.core.job.processor_link import LEAVES_THE_JOB, ControllerAction, ControllerDecision
+from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
+from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused, plan_scale_in
 from mindio_adaptor.recovery import decision_wait, flows, scale_in
 from mindio_adaptor.recovery.stages.scale_in_groups import scale_in_groups
 from mindio_adaptor.ttp import controller

@@ -1,8 +1,8 @@
-"""core/scale_in_plan: which ranks go on after a scale-in, at which sizes, and what is refused."""
+"""core/layout/scale_in_plan: which ranks go on after a scale-in, at which sizes, and what is refused."""
 import pytest
 
-from mindio_adaptor.core.replica_layout import ReplicaLayout
-from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
+from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
+from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused, plan_scale_in
 
 
 def test_dp4_losing_node_1_goes_on_at_dp2_with_twice_the_micro_batches():

@@ -1,9 +1,9 @@
-"""core/scale_out_plan: the way back from a scale-in once the ranks it retired return, and what is refused."""
+"""core/layout/scale_out_plan: the way back from a scale-in once the ranks it retired return, and what is refused."""
 import pytest
 
-from mindio_adaptor.core.replica_layout import ReplicaLayout
-from mindio_adaptor.core.scale_in_plan import plan_scale_in
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
+from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
+from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused, plan_scale_out
 
 
 def test_dp2_grows_back_to_dp4_with_the_original_micro_batches_and_ranks():

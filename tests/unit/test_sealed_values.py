@@ -1,4 +1,4 @@
-"""core/sealed_values and the job's facts (core/job_store) on real TCPStores: a value written without the
+"""core/job/sealed_values and the job's facts (core/job/job_store) on real TCPStores: a value written without the
 job's token is told apart and never acted on (a forged pickle is never unpickled), a sealed value is valid
 only under its own key and scope, a stranger's value never blocks the job's own compare-and-set, counters
 pass through, and the launchers' token comes from the environment, a private file or a shared private file
@@ -12,9 +12,9 @@ from datetime import timedelta
 import pytest
 from torch.distributed import TCPStore
 
-from mindio_adaptor.core import job_store, paired_store
-from mindio_adaptor.core.comm import host_store
-from mindio_adaptor.core.sealed_values import SealedStore, UnsealedValue, seal, unseal
+from mindio_adaptor.core.job import job_store, paired_store
+from mindio_adaptor.core.communication.comm import host_store
+from mindio_adaptor.core.job.sealed_values import SealedStore, UnsealedValue, seal, unseal
 from mindio_adaptor.launch.config import LaunchConfig, LaunchConfigError
 from mindio_adaptor.launch.job_token import launcher_token
 

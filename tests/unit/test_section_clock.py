@@ -1,7 +1,7 @@
 """The rank's section clock: what the processor is told when sections begin and end (patches/sections)."""
 import pytest
 
-from mindio_adaptor.core.hang_rule import limits_from_env
+from mindio_adaptor.core.detection.hang_rule import limits_from_env
 from mindio_adaptor.patches.sections import SectionClock
 
 

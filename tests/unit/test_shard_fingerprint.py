@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from mindio_adaptor.core.fault_inject import flip_bit
-from mindio_adaptor.core.holder_vote import compare_holders, judge_copies
-from mindio_adaptor.core.shard_fingerprint import BLOCK, ROW, fingerprint, fingerprints
+from mindio_adaptor.core.detection.fault_inject import flip_bit
+from mindio_adaptor.core.layout.holder_vote import compare_holders, judge_copies
+from mindio_adaptor.core.layout.shard_fingerprint import BLOCK, ROW, fingerprint, fingerprints
 
 
 def _shard(seed=0, n=3 * ROW + 17):

@@ -3,7 +3,7 @@ per job; nothing fires elsewhere."""
 import pytest
 
 from recovery_fakes import FakeMegatron, action, session_at
-from mindio_adaptor.core.fault_inject import FaultPlan
+from mindio_adaptor.core.detection.fault_inject import FaultPlan
 from mindio_adaptor.recovery.stages.injected_fault import fire_repair_fault
 
 

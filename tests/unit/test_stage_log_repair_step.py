@@ -4,7 +4,7 @@ again; a lost value prints nothing and the printer says why."""
 import logging
 
 from recovery_fakes import FakeMegatron, action, session_at
-from mindio_adaptor.core.loss_line import Report
+from mindio_adaptor.core.steps.loss_line import Report
 from mindio_adaptor.recovery.stages.log_repair_step import LOG_REPAIR_STEP, log_repair_step
 
 

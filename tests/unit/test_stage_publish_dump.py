@@ -3,7 +3,7 @@ naming the step."""
 import pytest
 
 from recovery_fakes import FakeMegatron, action, marks, session_at
-from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.checkpoint import dump_dir
 from mindio_adaptor.recovery.stages.publish_dump import PUBLISH_DUMP, publish_dump
 
 

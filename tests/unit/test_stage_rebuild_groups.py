@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from recovery_fakes import FakeMegatron, action, marks, run_ranks, session_at
-from mindio_adaptor.core import job_store
+from mindio_adaptor.core.job import job_store
 from mindio_adaptor.recovery.comm_rebuild import LAST_EPOCH
 from mindio_adaptor.recovery.stages.rebuild_groups import RebuildError, old_to_new, rebuild_groups
 
@@ -57,7 +57,7 @@ def repair_online_five_times(rank):
     """An online repair (the retry flow, every process alive) after a stop shut the connections down."""
     import os
 
-    from mindio_adaptor.core import comm_abort
+    from mindio_adaptor.core.communication import comm_abort
 
     session, megatron = session_at(3), FakeMegatron(rank=rank, world_size=2)
     session.thread.backend, session.flow = "gloo", "retry"

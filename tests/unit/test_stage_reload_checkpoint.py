@@ -3,8 +3,8 @@ snapshot, the data position and the replay follow it."""
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
-from mindio_adaptor.core.enums import RepairType
-from mindio_adaptor.core.processor_link import RepairAssignment
+from mindio_adaptor.core.detection.enums import RepairType
+from mindio_adaptor.core.job.processor_link import RepairAssignment
 from mindio_adaptor.recovery.stages.reload_checkpoint import RELOAD_CHECKPOINT, reload_checkpoint
 
 

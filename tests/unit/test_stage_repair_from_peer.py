@@ -4,8 +4,8 @@ shape is refused, naming both."""
 import torch
 
 from recovery_fakes import FakeMegatron, action, marks, run_ranks, session_at, snapshot
-from mindio_adaptor.core.enums import RepairType
-from mindio_adaptor.core.processor_link import RepairAssignment
+from mindio_adaptor.core.detection.enums import RepairType
+from mindio_adaptor.core.job.processor_link import RepairAssignment
 from mindio_adaptor.recovery.stages.repair_from_peer import REPAIR_FROM_PEER, repair_from_peer
 
 

@@ -3,8 +3,8 @@ dump e2e tests: tests/e2e/test_dump_after_fault.py)."""
 import pytest
 
 from recovery_fakes import FakeCommunicators, FakeMegatron, action, session_at
-from mindio_adaptor.core.dump_world import DumpError
-from mindio_adaptor.core.processor_link import SaveAssignment
+from mindio_adaptor.core.layout.dump_world import DumpError
+from mindio_adaptor.core.job.processor_link import SaveAssignment
 from mindio_adaptor.recovery.stages.save_dump import SAVE_DUMP, dense_savers, save_dump
 
 
@@ -27,7 +27,7 @@ def test_a_run_without_save_has_nowhere_to_dump():
 
 def test_the_savers_of_an_moe_job_are_those_of_its_dense_shards():
     # The expert shards' savers the controller named are not needed: each dense saver holds the expert
-    # shard of its place in the savers' world (core/dump_world checks it).
+    # shard of its place in the savers' world (core/layout/dump_world checks it).
     assert dense_savers([SaveAssignment(0, (0, 3)), SaveAssignment(1, (2,)), SaveAssignment(1, (1,))]) == [0, 3]
     with pytest.raises(DumpError, match=r"no saver of the dense optimizer's shards was named \(savers by "
                                         r"optimizer type: \[\(1, \[1\]\)\]\)"):
@@ -42,8 +42,8 @@ def test_savers_are_the_ranks_of_every_entry_once_in_order():
 def test_while_scaled_in_the_savers_named_by_their_start_ranks_save_at_their_current_ranks(tmp_path):
     """dp4 R=2 lost ranks 0 and 1: the controller names survivor 3 (its rank at the start), which is rank 1
     of the dp2 job now; the savers' world is laid out in the current numbering."""
-    from mindio_adaptor.core.replica_layout import ReplicaLayout
-    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+    from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
+    from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
 
     session = session_at(6, save_root=str(tmp_path))
     session.scale_in = plan_scale_in([[0, 1, 2, 3]], {0, 1}, global_batch_size=16, micro_batch_size=2)

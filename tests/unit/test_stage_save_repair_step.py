@@ -2,7 +2,7 @@
 it, decided alike on every rank from the step, --save-interval and the tracker; saved by every rank of a real gloo
 world and published by rank 0."""
 from recovery_fakes import FakeMegatron, action, marks, run_ranks, session_at
-from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.checkpoint import dump_dir
 from mindio_adaptor.recovery.stages.save_repair_step import SAVE_REPAIR_STEP, periodic_save_owed, save_repair_step
 
 

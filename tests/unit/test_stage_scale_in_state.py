@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
-from mindio_adaptor.core.scale_in_plan import ScaleInRefused, plan_scale_in
-from mindio_adaptor.core.scale_out_plan import plan_scale_out
+from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused, plan_scale_in
+from mindio_adaptor.core.layout.scale_out_plan import plan_scale_out
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.recovery import scale_in
 from mindio_adaptor.recovery.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
@@ -86,8 +86,8 @@ def test_context_parallelism_is_refused_naming_the_size():
 
 
 def test_an_expert_parallel_job_scales_in_only_to_a_multiple_of_its_expert_parallel_size():
-    from mindio_adaptor.core.replica_layout import ReplicaLayout
-    from mindio_adaptor.core.scale_in_plan import plan_scale_in
+    from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
+    from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
 
     layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3]], 2, expert_dp_lists=[[0, 2], [1, 3]])
     to_dp2 = plan_scale_in([[0, 1, 2, 3]], {2, 3}, 16, 2, layout, expert_parallel=2)
@@ -111,7 +111,7 @@ def test_the_rebuild_call_takes_the_current_replica_count_and_drops_cached_strat
 
 
 def test_the_parallel_state_call_takes_the_plan_replica_count():
-    from mindio_adaptor.core.replica_layout import ReplicaLayout
+    from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
 
     layout = ReplicaLayout.from_dp_lists([[0, 2], [1, 3]], 2)
     plan = plan_scale_in([[0, 2], [1, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2, layout=layout)

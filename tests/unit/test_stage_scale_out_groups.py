@@ -5,8 +5,8 @@ job's last epoch; a returned process keeps its sizes and leaves the fake backend
 import pytest
 
 from recovery_fakes import FakeCommunicators, FakeMegatron, action, session_at
-from mindio_adaptor.core.scale_in_plan import plan_scale_in
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.recovery.stages import scale_out_groups as stage
 
 # tp2 x dp4 that lost rank 5 (and its TP peer 4): survivors 0,1,2,3,6,7 were ranks 0..5

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
-from mindio_adaptor.core.scale_in_plan import plan_scale_in
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused, plan_scale_out
+from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused, plan_scale_out
 from mindio_adaptor.recovery.stages.scale_out_state import SCALE_OUT_STATE, scale_out_state
 
 SCALED_IN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)

@@ -1,4 +1,4 @@
-"""core/state_reshard: the plan (which rank sends which elements of which parameter to which, from the
+"""core/layout/state_reshard: the plan (which rank sends which elements of which parameter to which, from the
 survivors' shards at the smaller size to the shards of the original size), and the exchange between four
 real gloo processes: a state held by two ranks, cut at one set of boundaries, arrives bit-exact at four
 ranks cut at other boundaries (the survivors' shards at dp2 become the shards of dp4), in two dtypes, with
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from recovery_fakes import run_ranks
-from mindio_adaptor.core.state_reshard import Piece, ReshardError, Slot, Span, plan_reshard, reshard_in_group
+from mindio_adaptor.core.layout.state_reshard import Piece, ReshardError, Slot, Span, plan_reshard, reshard_in_group
 
 FP32 = (("exp_avg", "torch.float32"), ("param", "torch.float32"))
 

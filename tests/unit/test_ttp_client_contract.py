@@ -245,7 +245,7 @@ def test_a_pattern_handle_gets_the_text_and_its_answer_selects_the_state(answer,
 
 
 def test_the_last_registration_of_a_pattern_names_its_state():
-    from mindio_adaptor.core import faults
+    from mindio_adaptor.core.detection import faults
     from mindio_ttp.framework_ttp import ReportState, tft_register_exception_handler
 
     tft_register_exception_handler("MY ERROR", "RS_UCE")
@@ -296,7 +296,7 @@ def test_the_older_adaptor_trains_through_megatrons_patched_train(monkeypatch):
     import sys
     import types
 
-    from mindio_adaptor.core import processor_link
+    from mindio_adaptor.core.job import processor_link
     from mindio_adaptor.patches import exception_loop, registry
     from mindio_ttp import adaptor
 

@@ -1,11 +1,11 @@
 """patches/uneven_batches: Megatron's calculator, data loader, loss and accounting at an uneven size (the
-rank's side of core/uneven_split), on Megatron's real calculator module and a real torch DataLoader."""
+rank's side of core/layout/uneven_split), on Megatron's real calculator module and a real torch DataLoader."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from mindio_adaptor.core.uneven_split import UnevenSplit
+from mindio_adaptor.core.layout.uneven_split import UnevenSplit
 from mindio_adaptor.patches import uneven_batches
 from mindio_adaptor.patches.megatron_job import uneven
 

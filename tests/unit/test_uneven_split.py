@@ -1,9 +1,9 @@
-"""core/uneven_split: who takes how many of a step's micro-batches, which samples, and the loss weights that
+"""core/layout/uneven_split: who takes how many of a step's micro-batches, which samples, and the loss weights that
 keep the data-parallel average of the gradients the mean over the whole global batch."""
 import pytest
 import torch
 
-from mindio_adaptor.core.uneven_split import UnevenSplit
+from mindio_adaptor.core.layout.uneven_split import UnevenSplit
 
 
 def test_dp3_takes_16_micro_batches_as_6_5_5_with_weights_that_sum_to_dp():

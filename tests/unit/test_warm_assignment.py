@@ -1,4 +1,4 @@
-"""Warm spares that run ahead (launch/warm_pool, core/warm_assignment, patches/warm_rank): which scripts run
+"""Warm spares that run ahead (launch/warm_pool, core/layout/warm_assignment, patches/warm_rank): which scripts run
 ahead, which models a stand-in rank may build, how the rank is taken, and how a run's log counts its start.
 The whole path on the real Megatron is in tests/e2e/test_process_replacement.py and test_node_loss.py."""
 import io
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindio_adaptor.core import warm_assignment
+from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.launch.args import build_parser
 from mindio_adaptor.launch.config import resolve
 from mindio_adaptor.launch.warm_pool import runs_ahead as pool_runs_ahead

@@ -8,9 +8,9 @@ import logging
 import pytest
 from torch.distributed import PrefixStore, TCPStore
 
-from mindio_adaptor.core import job_store, rehosted_slot
-from mindio_adaptor.core.controller_address import ENV_CONTROLLER, ENV_TOKEN
-from mindio_adaptor.core.paired_store import ENV_REHOSTED_SLOT, ENV_STORES
+from mindio_adaptor.core.job import job_store, rehosted_slot
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, ENV_TOKEN
+from mindio_adaptor.core.job.paired_store import ENV_REHOSTED_SLOT, ENV_STORES
 from mindio_adaptor.launch.agent import NodeAgent
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key

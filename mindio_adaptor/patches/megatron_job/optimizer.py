@@ -1,8 +1,8 @@
 """The model's gradients and params, and the distributed optimizer's shards, common state and step state."""
 import torch
 
-from mindio_adaptor.core.replica_layout import ATTENTION, MOE
-from mindio_adaptor.core.state_reshard import Slot
+from mindio_adaptor.core.layout.replica_layout import ATTENTION, MOE
+from mindio_adaptor.core.layout.state_reshard import Slot
 from mindio_adaptor.recovery.training_state import (distributed_optimizer_shard, distributed_optimizers,
                                                     shard_state_tensors)
 
@@ -59,7 +59,7 @@ STATE_KINDS = ("dense", "expert")
 
 
 def optimizer_state_slots(model, optimizer) -> dict:
-    """This rank's part of every parameter's optimizer state, as core/state_reshard addresses it, by the kind of
+    """This rank's part of every parameter's optimizer state, as core/layout/state_reshard addresses it, by the kind of
     state ("dense", "expert": each sharded over its own data-parallel group, `state_group`): for each model
     parameter in its shard, the first of the parameter's (flattened) elements it holds and the fp32 main param
     and optimizer moments over them, keyed by the optimizer's index and the parameter's name. The step count

@@ -2,7 +2,7 @@
 arguments hold now (a resize), and put in the places Megatron's frames hold."""
 import contextlib
 
-from mindio_adaptor.core.scale_in_plan import ScaleInRefused
+from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused
 from mindio_adaptor.patches.megatron_job.args import args
 
 
@@ -40,7 +40,7 @@ def with_current_groups(call_args, call_kwargs, replicas: int) -> tuple:
     """The recorded setup call with Megatron's process groups as they are now: pretrain() passes the
     groups of the start as a ProcessGroupCollection, and its checkpointing context may hold strategies
     built on them (the context is the one pretrain() keeps: it is cleared, not replaced). Its DDP
-    config takes the current optimizer instance count (`replicas`, core/scale_in_plan)."""
+    config takes the current optimizer instance count (`replicas`, core/layout/scale_in_plan)."""
     call_kwargs = dict(call_kwargs)
     if "pg_collection" in call_kwargs:
         from megatron.core.process_groups_config import ProcessGroupCollection

@@ -5,8 +5,8 @@ the new replica count, for the parallel state to be initialised again with it.
 
 `margs` and `calculator` (reconfigure, get_num_microbatches) are Megatron's own unless given: a unit test gives
 stand-ins that count as Megatron does."""
-from mindio_adaptor.core.scale_in_plan import ScaleInPlan, ScaleInRefused
-from mindio_adaptor.core.scale_out_plan import ScaleOutPlan, ScaleOutRefused
+from mindio_adaptor.core.layout.scale_in_plan import ScaleInPlan, ScaleInRefused
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutPlan, ScaleOutRefused
 from mindio_adaptor.patches.call_arguments import has_parameter
 from mindio_adaptor.patches.megatron_job import uneven
 from mindio_adaptor.patches.megatron_job.args import args, set_parallel_sizes, set_rank

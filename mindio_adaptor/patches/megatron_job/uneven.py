@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import Optional
 
-from mindio_adaptor.core.uneven_split import UnevenSplit
+from mindio_adaptor.core.layout.uneven_split import UnevenSplit
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The fault-injection point of a repair (MINDIO_FAULT_INJECT phase "repair", core/fault_inject): first
+"""The fault-injection point of a repair (MINDIO_FAULT_INJECT phase "repair", core/detection/fault_inject): first
 in CLEAN, where a real fault during a repair would surface, before any state is changed."""
 from mindio_adaptor.recovery.stages.stage import Stage
 

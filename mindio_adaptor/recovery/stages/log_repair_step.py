@@ -1,10 +1,10 @@
 """ROLLBACK's stage after the roll-back, on every rank: the repair step's loss line, where no rank printed it before
-the fault and no rank computes the step again (core/loss_line decides, from what every rank reports). The line is
+the fault and no rank computes the step again (core/steps/loss_line decides, from what every rank reports). The line is
 Megatron's own (training_log, which has collectives: every rank calls it), from the reduced losses a rank holds or
 the reduction done again from every rank's part; where the value is lost, the printer says why instead."""
 import logging
 
-from mindio_adaptor.core.loss_line import settle
+from mindio_adaptor.core.steps.loss_line import settle
 from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)

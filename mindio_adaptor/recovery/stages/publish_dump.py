@@ -1,8 +1,8 @@
 """RENAME, on one saver once every saver is done: the staged dying-gasp checkpoint becomes the resume
-point (core/dump_dir)."""
+point (core/checkpoint/dump_dir)."""
 import logging
 
-from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.checkpoint import dump_dir
 from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)

@@ -2,14 +2,14 @@
 replacement process is there to join them): the world group under a new epoch (recovery/comm_rebuild),
 Megatron's parallel state initialised again with the call it was first initialised with, and every
 reference to an old group (DDP buffers and bucket groups, the optimizer, configs) re-pointed to its
-new counterpart (core/group_repoint), matched through parallel_state's globals. In a replacement
+new counterpart (core/communication/group_repoint), matched through parallel_state's globals. In a replacement
 process the old groups are those of the fake backend."""
 import logging
 import time
 
 import torch.distributed as dist
 
-from mindio_adaptor.core.group_repoint import repoint
+from mindio_adaptor.core.communication.group_repoint import repoint
 from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)

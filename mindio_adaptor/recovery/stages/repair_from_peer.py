@@ -1,6 +1,6 @@
 """REPAIR from a replica peer: the shard's manifest and the repair step's non-sharded state, then the
 optimizer shard (fp32 main params, Adam moments and steps), go point to point from the live replica
-peer the controller chose to each rank being repaired (core/shard_transfer).
+peer the controller chose to each rank being repaired (core/communication/shard_transfer).
 
 The non-sharded state (iteration, data position, FLOPs, scheduler, RNG, lazily computed caches) is
 kept by a receiving rank that is behind the repair step: a replacement process (it has no state at
@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core.shard_transfer import recv_shard, send_shard
+from mindio_adaptor.core.communication.shard_transfer import recv_shard, send_shard
 from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)

@@ -3,17 +3,17 @@ per optimizer shard).
 
 The savers leave the broken communicators, meet in a process group of their own (recovery/comm_rebuild)
 and re-initialise Megatron's parallel state on it as a job with ONE optimizer instance, each saver at
-the data-parallel rank of its shard (core/dump_world). Megatron's own save_checkpoint then writes a
+the data-parallel rank of its shard (core/layout/dump_world). Megatron's own save_checkpoint then writes a
 checkpoint identical to what instance 0 of the full job writes (the same files, the same format: the
 run's --ckpt-format, loadable with a stock --load) into a staging directory, which PUBLISH makes the
-resume point (stages/publish_dump, core/dump_dir). Before saving, the data position, FLOP count and
+resume point (stages/publish_dump, core/checkpoint/dump_dir). Before saving, the data position, FLOP count and
 RNG states are set back to those of the last completed step, the only step the controller dumps."""
 import logging
 import time
 from typing import List
 
-from mindio_adaptor.core import dump_dir
-from mindio_adaptor.core.dump_world import DumpError, dump_world
+from mindio_adaptor.core.checkpoint import dump_dir
+from mindio_adaptor.core.layout.dump_world import DumpError, dump_world
 from mindio_adaptor.recovery import resized_layout
 from mindio_adaptor.recovery.staged_checkpoint import staging_prepared_by_one
 from mindio_adaptor.recovery.stages.stage import Stage
@@ -50,7 +50,7 @@ def save_dump(session, megatron, action) -> int:
 def dense_savers(saves) -> List[int]:
     """The savers of the dense optimizer's shards (optimizer type 0), from the action's assignments. An MoE
     job's expert shards are saved by the same ranks: the savers' world is laid out by the dense shards, and
-    each saver holds the expert shard its place there takes (core/dump_world checks it), so the expert
+    each saver holds the expert shard its place there takes (core/layout/dump_world checks it), so the expert
     savers the controller named are not needed."""
     dense = sorted({r for save in saves if save.optimizer_type == 0 for r in save.ranks})
     if not dense:

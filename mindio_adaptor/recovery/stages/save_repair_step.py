@@ -5,14 +5,14 @@ and its partial directory removed: patches/interrupted_save), and training goes 
 user asked for at R would never exist and the resume point would stay a whole interval further back.
 
 Written as the training loop writes it (every rank of the job, its layout, Megatron's own save_checkpoint) into a
-staging directory that rank 0 publishes once every rank is done (core/dump_dir): a crash meanwhile leaves the
+staging directory that rank 0 publishes once every rank is done (core/checkpoint/dump_dir): a crash meanwhile leaves the
 previous resume point or this one. Whether R is owed is decided alike on every rank (the save is collective), from
 R, the interval and the tracker, which no rank writes before the decision."""
 import logging
 import time
 from typing import Optional
 
-from mindio_adaptor.core import dump_dir
+from mindio_adaptor.core.checkpoint import dump_dir
 from mindio_adaptor.recovery.staged_checkpoint import save_and_publish
 from mindio_adaptor.recovery.stages.stage import Stage
 

@@ -1,15 +1,15 @@
 """REBUILD_GROUP of a scale-in (elastic training): the ranks that were not replaced in time are gone
 for good, and with them every rank of their data-parallel slices. The survivors form a new world among
-themselves (dense renumbering: a survivor's new rank is its index among them, core/scale_in_plan),
+themselves (dense renumbering: a survivor's new rank is its index among them, core/layout/scale_in_plan),
 Megatron's parallel state is initialised again on it (its data-parallel size now the smaller one, the
 replica layout rebuilt from it and reported to the controller in the start's numbering,
 recovery/resized_layout), and Megatron's arguments and micro-batch calculator take the new sizes
 with the same global batch size. The model and optimizer are built at these sizes at REPAIR
-(stages/scale_in_state). A live rank of a lost slice leaves the job instead (core/leaving_rank)."""
+(stages/scale_in_state). A live rank of a lost slice leaves the job instead (core/detection/leaving_rank)."""
 import logging
 import time
 
-from mindio_adaptor.core.leaving_rank import LeavingTheJob, leaving_line
+from mindio_adaptor.core.detection.leaving_rank import LeavingTheJob, leaving_line
 from mindio_adaptor.recovery import resized_layout, scale_in
 from mindio_adaptor.recovery.stages.stage import Stage
 
@@ -35,7 +35,7 @@ def scale_in_groups(session, megatron, action) -> int:
 
 
 def leave(session, rank: int, plan) -> None:
-    """A live rank of a data-parallel slice that lost a rank: it leaves the job (core/leaving_rank), unless
+    """A live rank of a data-parallel slice that lost a rank: it leaves the job (core/detection/leaving_rank), unless
     the job's controller runs in this process (the in-job controller, rank 0's): the job would lose it."""
     from mindio_adaptor.ttp import controller
 

@@ -2,14 +2,14 @@
 survivors of the scale-in and the processes that returned for the ranks it retired (their fault ranks,
 action.error_ranks). A survivor takes back its original rank, world and data-parallel size and the
 original micro-batch count (megatron_job/sizes); a returned process started at those sizes on the fake
-backend and has real groups from here on. The world is rebuilt among all of them (core/comm epochs,
+backend and has real groups from here on. The world is rebuilt among all of them (core/communication/comm epochs,
 the original numbering) and Megatron's parallel state initialised again on it, with the replica layout
 of the start, which every rank reports to the controller again (recovery/resized_layout). The model and optimizer are built at these sizes at REPAIR (stages/scale_out_state), so
 no group reference needs re-pointing."""
 import logging
 import time
 
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.recovery import resized_layout, scale_out
 from mindio_adaptor.recovery.stages.stage import Stage
 

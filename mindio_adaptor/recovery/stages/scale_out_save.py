@@ -3,13 +3,13 @@ the scale-in: the checkpoint of the repair step at the smaller data-parallel siz
 original size then loads (stages/scale_out_state). From the replicas (the default) nothing is saved: the state
 goes from memory to memory at REPAIR. The survivors are one complete copy of the job's state, in their own
 world (CLEAN rebuilt it after the stop), so Megatron's own save_checkpoint writes it as a periodic save would,
-into a staging directory that the survivors' rank 0 publishes once every survivor is done (core/dump_dir): a
+into a staging directory that the survivors' rank 0 publishes once every survivor is done (core/checkpoint/dump_dir): a
 crash leaves the previous resume point or this one. Megatron's per-rank rerun state is written for every rank
 of the original world, the returned ones included."""
 import logging
 import time
 
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.recovery import scale_out
 from mindio_adaptor.recovery.staged_checkpoint import save_and_publish
 from mindio_adaptor.recovery.stages.stage import Stage

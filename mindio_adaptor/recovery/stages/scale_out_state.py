@@ -10,7 +10,7 @@ import logging
 import time
 from datetime import datetime, timezone
 
-from mindio_adaptor.core.scale_out_plan import ScaleOutRefused
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused
 from mindio_adaptor.recovery import scale_in, scale_out
 from mindio_adaptor.recovery.resize_from_replicas import resume_from_replicas
 from mindio_adaptor.recovery.stages.stage import Stage

@@ -9,7 +9,7 @@ its time limit, and the flow's fallback (the dump, or the exit) follows.
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Tuple
 
-from mindio_adaptor.core.processor_link import RepairAssignment, SaveAssignment
+from mindio_adaptor.core.job.processor_link import RepairAssignment, SaveAssignment
 
 
 @dataclass(frozen=True)

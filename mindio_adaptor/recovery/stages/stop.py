@@ -1,4 +1,4 @@
-"""STOP, on the processor's thread: break the training thread out of its collective (core/comm_abort),
+"""STOP, on the processor's thread: break the training thread out of its collective (core/communication/comm_abort),
 so a rank whose peer died or hangs does not wait for the group timeout, then wait until the training
 thread is parked. Only then may a later stage touch the model and optimizer. A training thread that
 does not park in time (hung in compute) makes this rank fail the action, so the controller never
@@ -6,8 +6,8 @@ picks it to save."""
 import logging
 import time
 
-from mindio_adaptor.core import comm_abort
-from mindio_adaptor.core.recovery_limits import STOP_TIMEOUT_ENV, stop_timeout_s
+from mindio_adaptor.core.communication import comm_abort
+from mindio_adaptor.core.job.recovery_limits import STOP_TIMEOUT_ENV, stop_timeout_s
 from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)

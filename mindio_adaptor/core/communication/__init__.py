@@ -1,0 +1,1 @@
+"""Communicators that survive a membership change, and moving optimizer state between ranks."""

@@ -1,0 +1,57 @@
+"""What the training thread and the processor thread tell each other during a recovery.
+
+Work on the model (a save, a repair) is handed to the parked training thread: device state (the
+current CUDA/NPU device, the CPU device layer's torch function mode) is per thread, and the training
+framework expects to run there."""
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Tuple
+
+from mindio_adaptor.core.communication import abandonable_waits
+
+
+class TrainingThread:
+    def __init__(self):
+        self.stop_requested = threading.Event()
+        self.parked = threading.Event()
+        self.jobs: "queue.Queue[Tuple[Callable[[], Any], Future]]" = queue.Queue()
+        self.keep_ports: set = set()  # connections a stop must not break: store, controller
+        self.backend = "gloo"
+
+    def use_backend(self, backend: str) -> None:
+        """On gloo a stop must also be able to pull the training thread out of a collective wait
+        (core/communication/abandonable_waits); NCCL's and HCCL's abort already fail such a wait."""
+        self.backend = backend
+        if backend == "gloo":
+            abandonable_waits.install(self.stop_pending)
+
+    def stop_pending(self) -> bool:
+        """A stop was asked for and the training thread has not parked yet."""
+        return self.stop_requested.is_set() and not self.parked.is_set()
+
+    def reset(self):
+        """The training thread resumes training: the next stop starts from scratch."""
+        self.stop_requested.clear()
+        self.parked.clear()
+
+    def run_parked(self, fn: Callable[[], Any], timeout: float, park_wait: float) -> Any:
+        """Run fn() on the training thread once it is parked (waiting up to park_wait for that); its
+        result, or its exception, here."""
+        if not self.parked.wait(park_wait):
+            raise RuntimeError("the training thread is not parked; refusing to touch a model it may still change")
+        future: Future = Future()
+        self.jobs.put((fn, future))
+        return future.result(timeout)
+
+    def run_jobs(self, wait_s: float) -> None:
+        """On the training thread: run what the handlers posted, waiting up to wait_s for one."""
+        try:
+            fn, future = self.jobs.get(timeout=wait_s)
+        except queue.Empty:
+            return
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the handler, which reports it to the controller
+                future.set_exception(exc)

@@ -1,0 +1,1 @@
+"""A step as a recovery sees it: its data replayed, its loss line, each recovery's timeline, hook points."""
