@@ -114,7 +114,7 @@ def tft_losses_reduced() -> Optional[list]:
 def ttp_get_replica_dp_num() -> int:
     """How many copies of each optimizer shard the data-parallel ranks hold (the reference divides the
     gradient norm, all-reduced over every copy, by it)."""
-    from mindio_adaptor.patches.recovery_session import SESSION
+    from mindio_adaptor.recovery.session import SESSION
 
     layout = SESSION.job.layout
     if layout is None:
