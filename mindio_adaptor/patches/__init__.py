@@ -23,7 +23,7 @@ PATCH_MODULES = [
     "checkpoint_writer",
     "process_replacement",
     "train_reentry",
-    "checkpoint_reload",
+    "saved_step_reports",
     "signal_handler",
     "dataloader_signals",
 ]

@@ -14,7 +14,7 @@ from mindio_adaptor.core.detection.exit_codes import CONTROLLER_LOST, ENDED_BY_C
 from mindio_adaptor.core.detection.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.job.processor_link import ControllerUnreachable, CutOffFromTheJob
 from mindio_adaptor.core.job.recovery_limits import DECISION_TIMEOUT_S
-from mindio_adaptor.recovery.decision import Decision
+from mindio_adaptor.recovery.resumption import Resumption
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def end_recovery(session, outcome: str) -> None:
         logger.info("%s", recovery.line(dist_rank()))
 
 
-def wait_for_decision(session, exc: BaseException, step: int, replacement: bool = False) -> Decision:
+def wait_for_decision(session, exc: BaseException, step: int, replacement: bool = False) -> Resumption:
     """Report the fault (or, in a replacement process, that it is ready), park, and end the process
     as the controller decides; returns the decision after an online repair or a replacement's repair."""
     link = processor_link.current()
@@ -85,7 +85,7 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
     if verdict.go_on:
         logger.info("step %d: online repair done (%s)", step, decision)
         session.timeline.mark("resumed")
-        return Decision(verdict.strategy, verdict.repair_step, session.flow or "retry")
+        return Resumption(verdict.strategy, verdict.repair_step, session.flow or "retry")
     end_recovery(session, f"job ended by the controller ({decision})")
     logger.error("step %d: training ended by the recovery controller (%s) after %s; exit code %d", step,
                  decision, summary, ENDED_BY_CONTROLLER)

@@ -5,7 +5,7 @@ Every rank (all alive, its groups rebuilt at CLEAN) loads the checkpoint of the 
 names again with Megatron's own load_checkpoint: model, optimizer, scheduler, RNG, data position.
 ROLLBACK then takes every rank to that step and the training threads enter Megatron's train loop
 again there (patches/train_reentry); the steps since the checkpoint are computed again. No process
-restarts. Which steps can be reloaded: patches/checkpoint_reload."""
+restarts. Which steps can be reloaded: patches/saved_step_reports."""
 import logging
 import time
 

@@ -11,7 +11,7 @@ class NextMove(Enum):
 
 
 @dataclass(frozen=True)
-class Decision:
+class Resumption:
     strategy: str  # as the controller named it: retry, recover
     repair_step: int  # training goes on after this step
     flow: str  # the flow this rank ran: retry, reload, recover (recovery/flows.FLOWS)

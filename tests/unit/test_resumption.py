@@ -1,8 +1,8 @@
-"""recovery/decision: what the training thread of a rank interrupted in step S does after the controller's
+"""recovery/resumption: what the training thread of a rank interrupted in step S does after the controller's
 decision, from the flow the controller ran and its repair step."""
 import pytest
 
-from mindio_adaptor.recovery.decision import Decision, NextMove
+from mindio_adaptor.recovery.resumption import NextMove, Resumption
 
 
 @pytest.mark.parametrize("flow, repair_step, step, move", [
@@ -17,11 +17,11 @@ from mindio_adaptor.recovery.decision import Decision, NextMove
     ("scale_out", 6, 7, NextMove.REENTER),  # a new model and data loader at the original size, likewise
 ])
 def test_the_next_move_follows_the_flow_and_the_repair_step(flow, repair_step, step, move):
-    assert Decision("retry", repair_step, flow).next_move(step) == move
+    assert Resumption("retry", repair_step, flow).next_move(step) == move
 
 
 @pytest.mark.parametrize("flow, repair_step", [("retry", 3), ("retry", 6), ("reload", 5), ("recover", 7)])
 def test_a_repair_step_the_flow_cannot_have_is_an_error(flow, repair_step):
     with pytest.raises(RuntimeError, match=f"the controller's {flow} flow goes on after step {repair_step}, which is "
                                            "neither this step nor the one before it"):
-        Decision("retry", repair_step, flow).next_move(5)
+        Resumption("retry", repair_step, flow).next_move(5)
