@@ -50,6 +50,7 @@ STANDBYS, STANDBYS_LEFT = "standbys", "standbys_left"  # counters: standby launc
 JOB_RUNNING = "job_running"  # written by launchers that rejoined a new node 0's store: a job runs already
 STANDBY_LEAVE_S = 10.0  # the least node 0 waits at the end for standbys to see it
 PROBE_S = 1.0  # how long a launcher that lost node 0 waits for a connection to its address, per try
+CONNECT_S = 5.0  # how long its store client may take to connect there, per try
 
 
 # Counters only add() moves: unsealed (core/job/sealed_values); every other value in the store is sealed.
@@ -298,11 +299,15 @@ class NodeStore:
         if not store_listening(cfg.master_addr, self.port, timeout=PROBE_S):
             return None
         try:
-            # A client of the rendezvous' kind: it counts as one node among those the new node 0 waits for.
-            client = TCPStore(cfg.master_addr, self.port, cfg.nnodes, False, timedelta(seconds=cfg.rdzv_timeout),
+            # A client of the rendezvous' kind: it counts as one node among those the new node 0 waits for. Its
+            # connection gets CONNECT_S, not the rendezvous timeout: the probe may have reached node 0's store as it
+            # died, and torch's client retries a reset connection until its timeout, while this launcher must
+            # go back to its loop (a standby that may host the store itself, a node 0 that comes later).
+            client = TCPStore(cfg.master_addr, self.port, cfg.nnodes, False, timedelta(seconds=CONNECT_S),
                               multi_tenant=True)
         except DistError:
             return None
+        client.set_timeout(timedelta(seconds=cfg.rdzv_timeout))  # the store's operations wait as long as before
         return self.sealed(PrefixStore(cfg.run_id, client))
 
     def _wait_for_a_lost_node(self, log) -> Optional[int]:

@@ -25,25 +25,35 @@ def assert_resumes_like_the_reference(ckpt, dumped_step, reference_runs, flags=(
     assert resumed.digest == reference.digest
 
 
-def test_raise_on_one_rank_dumps_the_last_completed_step(tmp_path, reference_runs):
+LEGACY = ["--ckpt-format", "torch"]
+
+
+@pytest.fixture(scope="module")
+def raised_in_legacy_format(tmp_path_factory):
+    """One faulted run checked two ways: rank 1 raises in step 5's forward, the dump is in Megatron's legacy
+    torch format (the torch_dist dump is every other dump test's), and a stock --load of it resumes."""
+    tmp_path = tmp_path_factory.mktemp("raised")
     ckpt = tmp_path / "ckpt"
-    run = faulty_run(tmp_path, "raise:rank=1,step=5", ckpt)
+    run = faulty_run(tmp_path, "raise:rank=1,step=5", ckpt, flags=LEGACY)
+    listing = sorted(p.name for p in ckpt.iterdir()) if ckpt.is_dir() else []
+    return run, ckpt, listing
+
+
+def test_raise_on_one_rank_dumps_the_last_completed_step(raised_in_legacy_format):
+    run, ckpt, listing = raised_in_legacy_format
     assert run.returncode != 0
     assert "step 5: training failed with RuntimeError: Other ERROR; reported as UNKNOWN" in run.output
     assert "dump of step 4 published" in run.output
     assert "training ended by the recovery controller" in run.output
     assert sorted(run.losses) == [1, 2, 3, 4]
-    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000004", "latest_checkpointed_iteration.txt"]
+    assert listing == ["iter_0000004", "latest_checkpointed_iteration.txt"]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
-    assert_resumes_like_the_reference(ckpt, 4, reference_runs)
 
 
-def test_dump_in_the_legacy_torch_format(tmp_path, reference_runs):
-    ckpt, legacy = tmp_path / "ckpt", ["--ckpt-format", "torch"]
-    run = faulty_run(tmp_path, "raise:rank=2,step=6,phase=backward", ckpt, flags=legacy)
-    assert run.returncode != 0 and "dump of step 5 published" in run.output
-    assert (ckpt / "iter_0000005" / "mp_rank_00" / "distrib_optim.pt").exists()
-    assert_resumes_like_the_reference(ckpt, 5, reference_runs, flags=legacy)
+def test_dump_in_the_legacy_torch_format(raised_in_legacy_format, reference_runs):
+    _, ckpt, _ = raised_in_legacy_format
+    assert (ckpt / "iter_0000004" / "mp_rank_00" / "distrib_optim.pt").exists()
+    assert_resumes_like_the_reference(ckpt, 4, reference_runs, flags=LEGACY)
 
 
 def test_killed_rank_survivors_dump(tmp_path, reference_runs):

@@ -142,3 +142,43 @@ def test_each_controller_node_hosts_a_workers_store_and_a_new_node_0_keeps_the_s
     assert new_node_0.open_generation(0) != master_port  # a fresh store of its own at MASTER_PORT...
     assert new_node_0.worker_stores(0)[ENV_STORES].split(",") == listed  # ...but the survivors' list
     assert _node_store(store, 1, controllers=1).worker_stores(0)[ENV_STORES] == listed[0]
+
+
+def test_a_store_that_resets_connections_is_given_up_in_seconds_not_the_rendezvous_timeout():
+    """Node 0's store seen listening by the probe as it died: torch's client retries a reset connection until
+    its timeout, which held a standby (and node 1's rejoin) for the whole --rdzv timeout, so the standby never
+    went back to hosting node 0's store itself. The client now gets node_store.CONNECT_S to connect."""
+    import threading
+    import time
+
+    from mindio_adaptor.launch import node_store as node_store_module
+
+    dying = socket.socket()
+    dying.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    dying.bind(("127.0.0.1", 0))
+    dying.listen(16)
+    stop = threading.Event()
+
+    def reset_every_connection():  # accepts, then closes with RST, as a store torn down by SIGKILL does
+        dying.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = dying.accept()
+            except OSError:
+                continue
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.close()
+
+    thread = threading.Thread(target=reset_every_connection, daemon=True)
+    thread.start()
+    try:
+        store = _node_store(TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False), 1)
+        store.config.rdzv_timeout = 600
+        store.port = dying.getsockname()[1]
+        started = time.monotonic()
+        assert store.rejoin(0, False, {}) is False
+        assert time.monotonic() - started < node_store_module.CONNECT_S + 10
+    finally:
+        stop.set()
+        thread.join(5)
+        dying.close()
