@@ -60,6 +60,8 @@ STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
 RECOVERED = re.compile(r"INFO recovery \d+ on rank \d+, step \d+, .*; first step done")
 DECISION = re.compile(r"\] decision (\w+)")
 STANDBY_READY = "standby: watching nodes"
+# How long a standby that was not needed takes to see the job end and exit (node 0 waits up to 10 s for it).
+STANDBY_END_S = 20.0
 STALL_S = (3.0, 8.0)
 # What a failed run's end is told by: the controller's decisions and state, errors, launchers' restarts.
 DECISIVE = re.compile(r"\] (decision|state) |Error|exited|restart|gave up|ends the job|taking over")
@@ -91,6 +93,7 @@ class Soak:
     run: Optional[RunResult] = None
     launcher_codes: Dict[int, List[Optional[int]]] = field(default_factory=dict)
     ended: str = "finished"  # or "job ended: ...", "job hung: ..."
+    cancelled_standbys: List[int] = field(default_factory=list)  # started as the job ended (a scheduler's race)
     lines: List[tuple] = field(default_factory=list)  # (arrival time, line)
 
 
@@ -200,7 +203,9 @@ def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_
         _inject(fault, cluster, nodes, replace_after)
         print(f"  {time.strftime('%H:%M:%S')} {fault.name()}: {fault.outcome}", flush=True)
     try:
-        soak.run = cluster.wait(timeout=quiet_limit + (0 if stopped else steps * step_s * 4))
+        timeout = quiet_limit + (0 if stopped else steps * step_s * 4)
+        soak.cancelled_standbys = _cancel_standbys_the_job_ended_without(nodes, cluster, timeout)
+        soak.run = cluster.wait(timeout=timeout)
         if soak.run.returncode != 0:
             soak.ended = f"job ended: exit {soak.run.returncode}" + (f" ({stopped})" if "hung" in stopped else "")
     except AssertionError as hung:  # killed by wait: the job neither finished nor ended
@@ -245,6 +250,28 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
     except ProcessLookupError:
         pass  # a stalled worker judged hung and stopped by its launcher meanwhile
     fault.ended = time.monotonic()
+
+
+def _cancel_standbys_the_job_ended_without(nodes: Dict[int, list], cluster: LocalCluster, timeout: float) -> List[int]:
+    """Once every node's launcher has ended, a standby that never took a node and is still running after
+    STANDBY_END_S was started as the job ended, too late to reach its store (it waits for it up to the
+    rendezvous timeout): cancelled as a scheduler deletes a spare pod once the job completed, and left out of the
+    job's exit codes. Returns their pids."""
+    deadline = time.monotonic() + timeout
+    job = [procs[-1] for node, procs in nodes.items() if node != "standby"]
+    while any(proc.poll() is None for proc in job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    spares = nodes.get("standby", [])
+    grace = time.monotonic() + STANDBY_END_S
+    while any(proc.poll() is None for proc in spares) and time.monotonic() < grace:
+        time.sleep(0.5)
+    late = [proc for proc in spares if proc.poll() is None and not any(proc is p for p in job)]
+    for proc in late:
+        spares.remove(proc)
+        cluster.lose_node(proc)
+        print(f"  {time.strftime('%H:%M:%S')} standby pid {proc.pid} cancelled: started as the job ended, it never "
+              f"reached the job's store", flush=True)
+    return [proc.pid for proc in late]
 
 
 def _job_ended(nodes: Dict[int, list], cluster: LocalCluster) -> bool:
