@@ -63,8 +63,12 @@ def node_1_vanished(tmp_path_factory):
         # --node0-wait: the job ends while node 1 is cut off; back, its old launcher finds no store and waits that
         # long for a new node 0 (600 s by default) before it stands down. --save: a checkpoint every 2 steps, so
         # that a write by the cut-off side (a second leader's dump, a save of its own) would show
+        # MINDIO_SAVE_WAIT_S: node 1 may vanish once ranks 0 and 1 entered step 4's save, before ranks 2 and 3 said
+        # they had; the controller then waits for that save, which cannot end, for its default 120 s (a known limit,
+        # docs/detection.md)
         cluster = HostedCluster(hosts, [*FLAGS, "--save", str(ckpt), "--save-interval", "2"],
-                                launch_flags=["--node-lost-after", "3", "--node0-wait", "20"], on_line=on_line)
+                                launch_flags=["--node-lost-after", "3", "--node0-wait", "20"], on_line=on_line,
+                                env={"MINDIO_SAVE_WAIT_S": "10"})
         cluster.start_on(0, "--node-rank", "0")
         node_1 = cluster.start_on(1, "--node-rank", "1")
         cluster.start_on(2, "--standby")
