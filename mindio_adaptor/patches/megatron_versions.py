@@ -11,7 +11,7 @@ import ast
 import re
 import sys
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 Series = Tuple[int, int]
 
@@ -49,11 +49,7 @@ def installed_version() -> Optional[str]:
     loaded = sys.modules.get("megatron.core.package_info")
     if loaded is not None:
         return getattr(loaded, "__version__", None)
-    try:
-        import megatron
-    except ImportError:
-        return None
-    for base in megatron.__path__:
+    for base in _megatron_portions():
         path = Path(base, "core", "package_info.py")
         if path.is_file():
             version = version_in(path.read_text())
@@ -99,9 +95,7 @@ def in_range(series: Series, first: Optional[str], last: Optional[str]) -> bool:
 
 def installed_root() -> str:
     """The folder holding the megatron package whose core is imported (a namespace package may span several)."""
-    import megatron
-
-    return next((str(Path(base).parent) for base in megatron.__path__ if Path(base, "core").is_dir()), "?")
+    return next((str(base.parent) for base in _megatron_portions() if Path(base, "core").is_dir()), "?")
 
 
 def module_exists(name: str) -> bool:
@@ -109,13 +103,18 @@ def module_exists(name: str) -> bool:
     `megatron` is a namespace package, and the first portion holding the top package is the one imported."""
     if name in sys.modules:
         return True
-    import megatron
-
     top, *rest = name.split(".")[1:]
-    for base in megatron.__path__:
+    for base in _megatron_portions():
         if _is_module(Path(base, top)):
             return _is_module(Path(base, top, *rest))
     return False
+
+
+def _megatron_portions() -> List[Path]:
+    # In the body: the facade package imports patch modules, which import this one.
+    from mindio_adaptor.patches.megatron_job.release import package_portions
+
+    return package_portions()
 
 
 def _is_module(path: Path) -> bool:

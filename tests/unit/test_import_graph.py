@@ -55,9 +55,9 @@ def test_patches_is_the_only_package_that_imports_megatron():
     assert megatron_imports(outside) == []
 
 
-# Inside patches/, Megatron is imported by the facade (the megatron_job package) and by the patches whose job is
-# its internals: the optimizer-instance groups, the distributed optimizer, the release read from its files.
-MEGATRON_IMPORTERS = {"parallel_state.py", "optimizer_state.py", "megatron_versions.py"}
+# Inside patches/, Megatron is imported by the facade (the megatron_job package: its release's files too) and by
+# the patches whose job is its internals: the optimizer-instance groups, the distributed optimizer.
+MEGATRON_IMPORTERS = {"parallel_state.py", "optimizer_state.py"}
 
 
 def test_inside_patches_only_the_facade_and_the_internals_patches_import_megatron():

@@ -1,7 +1,7 @@
 """The one door to the running Megatron job: every read and write of Megatron's state outside the patches
 whose job is its internals goes through a function here (arguments, iteration, timers, rerun state,
 parallel state, optimizer shard, model params, RNG, data position, checkpoint load and save, the model built
-again and the sizes at a resize, the uneven split's calculator).
+again and the sizes at a resize, the uneven split's calculator, where its release's files lie).
 
 The recovery stages (recovery/stages) take this package as a parameter; their unit tests pass an object with
 the same functions instead. Megatron is imported inside the functions: importing this package does not
@@ -32,5 +32,5 @@ from mindio_adaptor.patches.megatron_job.rebuild import (rebuild, setup_model_an
                                                          with_current_groups)
 from mindio_adaptor.patches.megatron_job.sizes import (apply_original_sizes, apply_scale_in_sizes,
                                                        microbatch_calculator, take_original_rank)
-from mindio_adaptor.patches.megatron_job.uneven import active as uneven_share
-from mindio_adaptor.patches.megatron_job.uneven import count_samples, weigh_loss, whole_batch_as_one_rank
+from mindio_adaptor.patches.megatron_job.uneven import (active as uneven_share, count_samples, weigh_loss,
+                                                        whole_batch_as_one_rank)
