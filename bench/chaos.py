@@ -203,9 +203,9 @@ def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_
         _inject(fault, cluster, nodes, replace_after)
         print(f"  {time.strftime('%H:%M:%S')} {fault.name()}: {fault.outcome}", flush=True)
     try:
-        timeout = quiet_limit + (0 if stopped else steps * step_s * 4)
-        soak.cancelled_standbys = _cancel_standbys_the_job_ended_without(nodes, cluster, timeout)
-        soak.run = cluster.wait(timeout=timeout)
+        deadline = time.monotonic() + quiet_limit + (0 if stopped else steps * step_s * 4)
+        soak.cancelled_standbys = _cancel_standbys_the_job_ended_without(nodes, cluster, deadline)
+        soak.run = cluster.wait(timeout=max(1.0, deadline - time.monotonic()))
         if soak.run.returncode != 0:
             soak.ended = f"job ended: exit {soak.run.returncode}" + (f" ({stopped})" if "hung" in stopped else "")
     except AssertionError as hung:  # killed by wait: the job neither finished nor ended
@@ -252,12 +252,12 @@ def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace
     fault.ended = time.monotonic()
 
 
-def _cancel_standbys_the_job_ended_without(nodes: Dict[int, list], cluster: LocalCluster, timeout: float) -> List[int]:
+def _cancel_standbys_the_job_ended_without(nodes: Dict[int, list], cluster: LocalCluster, deadline: float) -> List[int]:
     """Once every node's launcher has ended, a standby that never took a node and is still running after
     STANDBY_END_S was started as the job ended, too late to reach its store (it waits for it up to the
     rendezvous timeout): cancelled as a scheduler deletes a spare pod once the job completed, and left out of the
-    job's exit codes. Returns their pids."""
-    deadline = time.monotonic() + timeout
+    job's exit codes. The job's nodes are waited for until `deadline` (monotonic), the run's one bound. Returns
+    their pids."""
     job = [procs[-1] for node, procs in nodes.items() if node != "standby"]
     while any(proc.poll() is None for proc in job) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -265,7 +265,7 @@ def _cancel_standbys_the_job_ended_without(nodes: Dict[int, list], cluster: Loca
     grace = time.monotonic() + STANDBY_END_S
     while any(proc.poll() is None for proc in spares) and time.monotonic() < grace:
         time.sleep(0.5)
-    late = [proc for proc in spares if proc.poll() is None and not any(proc is p for p in job)]
+    late = [proc for proc in spares if proc.poll() is None]  # a standby that took a node left this list
     for proc in late:
         spares.remove(proc)
         cluster.lose_node(proc)
