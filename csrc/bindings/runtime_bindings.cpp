@@ -292,6 +292,7 @@ void bind_runtime(py::module_& m) {
         .def("repair_step", &Processor::repair_step)
         .def("prelock_step", &Processor::prelock_step, "-1, or the step of the controller's PRELOCK in force")
         .def("repair_type", [](const Processor& p) { return std::string(strategy_name(p.repair_type())); })
+        .def("exit_ranks", &Processor::exit_ranks, "the ranks the last EXIT named (a hot switch's), [] before one")
         .def("paused", &Processor::paused)
         .def("hold_if_paused", [](Processor& p, double timeout_s) {
             py::gil_scoped_release nogil;

@@ -668,7 +668,10 @@ void Processor::worker_loop() {
             ++stats_[std::string("executed_") + action_name(job.msg.kind)];
             if (job.seq == last_seq_) cached_reply_ = reply;
             if (job.msg.kind == ActionKind::Normal) next_action_ = NextAction::Retry, run_ = RunStatus::Running, joining_ = false;
-            if (job.msg.kind == ActionKind::Exit) next_action_ = NextAction::Exit, told_to_exit_ = true;
+            if (job.msg.kind == ActionKind::Exit) {
+                next_action_ = NextAction::Exit, told_to_exit_ = true;
+                exit_ranks_ = job.msg.error_ranks;
+            }
             if (job.msg.kind == ActionKind::Normal || job.msg.kind == ActionKind::Exit) {
                 prelock_step_ = -1;
                 recovery_action_ = 0;
@@ -906,6 +909,11 @@ uint64_t Processor::controller_term() const {
 Strategy Processor::repair_type() const {
     std::lock_guard<std::mutex> lock(mu_);
     return repair_type_;
+}
+
+std::vector<int32_t> Processor::exit_ranks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exit_ranks_;
 }
 
 bool Processor::paused() const {

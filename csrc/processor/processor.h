@@ -99,6 +99,8 @@ public:
     int64_t repair_step() const;
     uint64_t controller_term() const;  // of the controller this rank last registered with; 0: none yet
     Strategy repair_type() const;
+    // The ranks the last EXIT named (a hot switch's: every rank it hands over), empty before one came.
+    std::vector<int32_t> exit_ranks() const;
     bool paused() const;
     // Started again for a dead rank (MINDIO_RESTARTED=1); stays true for the life of the process.
     bool restarted() const { return cfg_.restarted || accepted_as_replacement_; }
@@ -212,6 +214,7 @@ private:
     std::string cut_off_;  // see cut_off()
     std::optional<NextAction> next_action_;
     bool told_to_exit_ = false;  // an EXIT came: the process ends, its link is not made again
+    std::vector<int32_t> exit_ranks_;  // the error ranks of that EXIT
     bool told_to_exit() {
         std::lock_guard<std::mutex> lock(mu_);
         return told_to_exit_;

@@ -78,7 +78,7 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
     if replacement and not verdict.go_on and verdict.strategy == SENT_AWAY_STRATEGY:
         _leave_as_sent_away(session)
     if not verdict.go_on and verdict.strategy == HANDED_OVER_STRATEGY:
-        _leave_handed_over(session, verdict.repair_step)
+        _leave_handed_over(session, verdict.repair_step, verdict.ranks)
     decision = f"{verdict.strategy or 'exit'} at step {verdict.repair_step}"
     for hook in list(session.job.decided):
         hook(verdict.go_on)
@@ -103,12 +103,12 @@ def _leave_as_sent_away(session) -> None:
     raise SystemExit(LEFT_THE_JOB)
 
 
-def _leave_handed_over(session, step: int) -> None:
-    """This rank was handed over to a new process (a hot switch) after `step`, with every rank holding there:
-    the process leaves cleanly (exit 0), its mark telling its launcher to start the new one
-    (core/job/hand_over)."""
+def _leave_handed_over(session, step: int, switched) -> None:
+    """This rank was handed over to a new process (a hot switch of the ranks `switched`) after `step`, with
+    every rank holding there: the process leaves cleanly (exit 0), its mark telling its launcher to start the
+    new one (core/job/hand_over)."""
     end_recovery(session, "handed over (hot switch)")
-    mark = hand_over.mark_handed_over()
+    mark = hand_over.mark_handed_over(switched)
     if mark:
         logger.info("hot switch: this rank is handed over to a new process after step %d; this process exits 0 "
                     "(its launcher starts the new one)", step)

@@ -110,6 +110,7 @@ class ControllerDecision:
     go_on: bool  # training goes on after repair_step (the reference's RETRY); otherwise the job ends (EXIT)
     strategy: str  # retry, recover, dump, exit, or none
     repair_step: int
+    ranks: Tuple[int, ...] = ()  # an EXIT's error ranks: in a hot switch, every rank it hands over
 
 
 ActionHandler = Callable[[ControllerAction], Tuple[int, str]]  # -> (result code, message)
@@ -234,7 +235,8 @@ class ProcessorLink:
             slice_s = longest_slice if deadline is None else max(0.0, min(longest_slice, deadline - time.monotonic()))
             code = self.native.wait_next_action(slice_s)
             if code in (Action.RETRY, Action.EXIT):
-                return ControllerDecision(code == Action.RETRY, self.strategy(), self.repair_step())
+                ranks = () if code == Action.RETRY else tuple(self.native.exit_ranks())
+                return ControllerDecision(code == Action.RETRY, self.strategy(), self.repair_step(), ranks)
             if code == -2:
                 cut_off = self.cut_off()
                 if cut_off:
