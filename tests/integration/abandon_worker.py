@@ -1,6 +1,7 @@
 """A gloo process for tests/integration/test_abandonable_waits.py: rank 0 waits in an all-reduce (or, in
-the mode "late_send", in two receives) while rank 1 is alive but late (or never comes); prints one JSON line saying how rank 0's wait ended and, in the
-modes "drop" and "bury", how long dropping the abandoned group took this thread."""
+the modes "late_send" and "stop_recv", in receives) while rank 1 is alive but late (or never comes); prints one
+JSON line saying how rank 0's wait ended and, in the modes "drop" and "bury", how long dropping the abandoned group
+took this thread."""
 import json
 import os
 import sys
@@ -41,6 +42,10 @@ def main(rank: int, port: int, mode: str) -> None:
     if mode == "late_send":
         print(json.dumps(wait_in_recv(group)), flush=True)
         return
+    if mode == "stop_recv":
+        threading.Timer(1.0, stop.set).start()
+        print(json.dumps(wait_in_recv(group)), flush=True)
+        return
     if mode != "late":
         threading.Timer(1.0, stop.set).start()
     result = wait_in_all_reduce(group)
@@ -71,6 +76,8 @@ def wait_in_recv(group) -> dict:
     try:
         dist.recv(first, src=1, group=group)
         dist.irecv(second, src=1, group=group).wait()
+    except abandonable_waits.CollectiveAbandoned as exc:
+        return {"ended": "abandoned", "why": str(exc), "s": time.monotonic() - started}
     except RuntimeError as exc:
         return {"ended": "failed", "why": str(exc), "s": time.monotonic() - started}
     return {"ended": "completed", "values": [first.item(), second.item()], "s": time.monotonic() - started}

@@ -1,6 +1,7 @@
 """core/communication/abandonable_waits and core/communication/group_graveyard on real gloo processes: a stop pulls a thread out of an
 all-reduce its peer never joins; a wait that completes is unchanged (same sum, a late peer waited for); a
-receive is waited on whole (a late sender's values arrive);
+receive is waited on whole (a late sender's values arrive) and a stop pulls a thread out of one whose sender
+never comes;
 and the abandoned group, dropped, holds its last holder until the group's timeout unless the graveyard
 holds it."""
 import json
@@ -48,6 +49,15 @@ def test_a_receive_waits_for_a_late_sender_whole():
     result = run_pair("late_send")
     assert result["ended"] == "completed" and result["values"] == [5.0, 7.0], result
     assert result["s"] >= 2.0, result
+
+
+def test_a_stop_abandons_a_receive_whose_sender_never_comes():
+    # A pipeline stage waits on a point-to-point operation whole, on a helper thread: a stop still takes the
+    # training thread out of it (a send to a stage that stopped held a healthy stage past the stop's limit).
+    result = run_pair("stop_recv")
+    assert result["ended"] == "abandoned", result
+    assert "point-to-point operation" in result["why"]
+    assert 1.0 <= result["s"] < 5.0, result
 
 
 def test_the_graveyard_keeps_the_abandoned_group_off_the_dropping_thread():

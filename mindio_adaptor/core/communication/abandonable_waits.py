@@ -17,13 +17,16 @@ timeout by its caller is passed through as it is.
 
 Point-to-point operations (send, recv: a pipeline's stages) are waited on whole: gloo ends a timed wait on
 one that passes its timeout by signalling the timeout to every pair of the group's context
-(`UnboundBuffer::waitRecv`), which breaks the group, so a healthy stage that waits 0.2 s for its neighbour
-(found: the next stage during a step held by a test; a slow data loader does the same) failed as a
-communication fault. A stop still ends a recv (the connections comm_abort shuts fail it); a send to a peer
-that stopped may wait for the group's timeout.
+(`UnboundBuffer::waitRecv`, `waitSend`), which breaks the group, so a healthy stage that waits 0.2 s for its
+neighbour (found: the next stage during a step held by a test; a slow data loader does the same) failed as a
+communication fault. The whole wait runs on a helper thread while the training thread waits for it in short
+waits, asking about a stop between them: a send to a stage that stopped is one more unbound-buffer send that
+no closed connection ends, and it held a healthy stage past the stop's limit (pp2 with a virtual pipeline, the
+whole suite, once), so the rank could not save.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from datetime import timedelta
 from typing import Callable, Optional
@@ -65,15 +68,40 @@ def _whole_wait_for(point_to_point):
 
 
 def _abandonable_wait(work, timeout: timedelta = timedelta(0)):
-    if timeout != timedelta(0) or work in _waited_whole:  # timedelta(0) is c10d's "no timeout"
+    if timeout != timedelta(0):  # timedelta(0) is c10d's "no timeout"
         return _ORIGINAL_WAIT(work, timeout)
+    if work in _waited_whole:
+        return _wait_whole_aside(work)
     while True:
         try:
             return _ORIGINAL_WAIT(work, SLICE)
         except RuntimeError as exc:
             if _TIMED_OUT not in str(exc):
                 raise
-        stop_wanted = _stop_wanted
-        if stop_wanted is not None and stop_wanted():
-            raise CollectiveAbandoned("a stop was requested while this thread waited in a collective; "
-                                      "it leaves the collective to its group, which the recovery replaces")
+        _leave_if_a_stop_wants_it("a collective")
+
+
+def _wait_whole_aside(work):
+    """The untimed wait, on a helper thread that a stop leaves behind in it with the group."""
+    done, outcome = threading.Event(), {}
+
+    def wait() -> None:
+        try:
+            outcome["result"] = _ORIGINAL_WAIT(work, timedelta(0))
+        except BaseException as exc:  # noqa: BLE001 - raised again on the waiting thread
+            outcome["error"] = exc
+        done.set()
+
+    threading.Thread(target=wait, name="mindio-p2p-wait", daemon=True).start()
+    while not done.wait(SLICE.total_seconds()):
+        _leave_if_a_stop_wants_it("a point-to-point operation")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _leave_if_a_stop_wants_it(what: str) -> None:
+    stop_wanted = _stop_wanted
+    if stop_wanted is not None and stop_wanted():
+        raise CollectiveAbandoned(f"a stop was requested while this thread waited in {what}; "
+                                  "it leaves it to its group, which the recovery replaces")
