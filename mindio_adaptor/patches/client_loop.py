@@ -6,8 +6,8 @@ need from Megatron and cannot get themselves.
   rollback or a dump needs one), forked helpers closing the rank's connections.
 - Each train_step notes what recomputing it needs (recovery/step_replay), as in the adaptor's mode.
 - A training exception leaves train() for the client's tft_exception_handler, with the training
-  thread marked parked: the stages the client's handlers call run on it, between its waits for the
-  decision (the link's between_waits), because device state is per thread. A rank that the
+  thread marked parked: the stages the client's handlers call run on it while it waits for the
+  decision (the link's between_waits, woken by its wake_waits), because device state is per thread. A rank that the
   controller stopped raises "FORCE STOP", as the reference's device layer makes a stopped rank raise,
   so the client reports it as stopped (NORMAL), not as a fault of its own.
 - Entered again after the decision (the client's retry), train() starts at the step the rollback
@@ -24,9 +24,6 @@ from mindio_adaptor.recovery import step_replay
 from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
-
-JOB_WAIT_S = processor_link.PARKED_SLICE_S  # one wait for posted stages between asks for the decision
-
 
 def prepare(margs) -> None:
     """After Megatron's initialisation, instead of connecting: the client connects later."""
@@ -48,7 +45,7 @@ def wire_link() -> None:
     link = processor_link.current_or_none()
     if link is None:
         return
-    link.between_waits = lambda: SESSION.thread.run_jobs(JOB_WAIT_S)
+    link.between_waits, link.wake_waits = SESSION.thread.run_jobs, SESSION.thread.wake
     address = link.controller_address()
     controller_port = int(address.rsplit(":", 1)[1]) if ":" in address else 0
     SESSION.thread.keep_ports = control_ports(also=[controller_port])

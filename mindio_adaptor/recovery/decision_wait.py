@@ -59,7 +59,8 @@ def wait_for_decision(session, exc: BaseException, step: int, replacement: bool 
     finally:
         session.thread.parked.set()
     try:
-        verdict = link.await_decision(DECISION_TIMEOUT_S, between=_parked_work(session, link))
+        verdict = link.await_decision(DECISION_TIMEOUT_S, between=_parked_work(session, link),
+                                      wake=session.thread.wake)
     except LeavingTheJob as leaving:
         end_recovery(session, "left the job")
         logger.warning("%s; this process exits (code %d, LEFT_THE_JOB: not restarted, the job goes on)", leaving,
@@ -120,7 +121,8 @@ def _leave_handed_over(session, step: int, switched) -> None:
 
 
 def _parked_work(session, link):
-    """What a parked rank does between short waits for the decision: run the stages' jobs. An
+    """What a parked rank does while it waits for the decision: run the stages' jobs, in one wait that a job
+    or the decision ends (the link's wake). An
     exception among them (a DataLoader worker ended by the launcher's SIGTERM raises one here)
     changes nothing: this rank has already reported. A SIGTERM while the controller is unreachable
     ends the wait: the launcher stops the job (torchrun does when a rank dies, the controller's host
@@ -130,7 +132,7 @@ def _parked_work(session, link):
     def work() -> None:
         nonlocal unreachable_since
         try:
-            session.thread.run_jobs(processor_link.PARKED_SLICE_S)
+            session.thread.run_jobs()
         except Exception as exc:
             logger.warning("while waiting for the controller: %s: %s", type(exc).__name__, exc)
         if session.leaving:  # the controller was told with REBUILD_GROUP's reply; it sends this rank nothing more

@@ -178,6 +178,7 @@ def answer_actions(session, link, megatron=megatron_job) -> None:
                 run_action(session, megatron, recovery_action)
         except LeavingTheJob as leaving:  # no failure: the controller retires this rank, which then exits
             session.leaving = str(leaving)
+            session.thread.wake()  # the parked thread sees it now, not at the end of its wait
             return LEAVES_THE_JOB, f"rank {link.rank}: {leaving}"
         except Exception as exc:  # the reply names it; the controller's flow falls back
             logger.exception("rank %d action %s (step %d) failed", link.rank, action.name, action.step)

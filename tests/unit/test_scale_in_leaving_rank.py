@@ -83,7 +83,7 @@ class ParkedLink:
     def connected(self):
         return True
 
-    def await_decision(self, timeout_s=None, between=None):
+    def await_decision(self, timeout_s=None, between=None, wake=None):
         while self.waits < 100:
             self.waits += 1
             between()
@@ -109,7 +109,7 @@ class DecidedLink(ParkedLink):
         super().__init__()
         self.decided = strategy
 
-    def await_decision(self, timeout_s=None, between=None):
+    def await_decision(self, timeout_s=None, between=None, wake=None):
         return ControllerDecision(False, self.decided, 6)
 
 

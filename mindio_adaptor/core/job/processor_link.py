@@ -20,12 +20,9 @@ from mindio_adaptor.core.detection.enums import Action, RepairType, ReportState
 # Actions a rank needs no handler for: the native processor records them itself.
 RECORDED_ONLY = ("normal", "exit", "pause", "continue", "prelock")
 
-# A parked rank alternates between two waits that cannot wake each other: its posted recovery stages
-# (a Python queue) and the decision (the native processor). Whatever arrives during the other wait
-# waits out its slice, and an online repair hands over five times (CLEAN's two stages, REPAIR,
-# ROLLBACK, the decision): 10 ms slices keep that under 0.05 s, where 0.1 s slices cost 0.25 s on
-# average. Waking 100 times a second while parked costs nothing measurable.
-PARKED_SLICE_S = 0.01
+# How long one native wait for the decision lasts before it looks again (a KeyboardInterrupt, a caller's
+# deadline, a parked rank's end of waiting).
+DECISION_SLICE_S = 0.5
 
 
 class ControllerUnreachable(RuntimeError):
@@ -113,6 +110,27 @@ class ControllerDecision:
     ranks: Tuple[int, ...] = ()  # an EXIT's error ranks: in a hot switch, every rank it hands over
 
 
+class _DecisionWatcher:
+    """The native wait for a parked rank's decision, on a thread of its own: `code` once the wait ended (a
+    decision, the link's end, or -1 at the deadline), then wake()."""
+
+    def __init__(self, link: "ProcessorLink", deadline: Optional[float], wake: Optional[Callable[[], None]]):
+        self.code: Optional[int] = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(link, deadline, wake),
+                                        name=f"mindio-decision-{link.rank}", daemon=True)
+        self._thread.start()
+
+    def _watch(self, link, deadline, wake) -> None:
+        self.code = link._native_wait_until(deadline, self._stopped.is_set)
+        if wake is not None and not self._stopped.is_set():
+            wake()
+
+    def stop(self) -> None:
+        """The waiting thread gave up (it leaves the job): the watcher ends within one slice."""
+        self._stopped.set()
+
+
 ActionHandler = Callable[[ControllerAction], Tuple[int, str]]  # -> (result code, message)
 # The result code of a REBUILD_GROUP reply that is no failure: the rank leaves the job, which goes on without
 # it (a scale-in dropped its data-parallel slice, core/detection/leaving_rank); the controller retires it.
@@ -137,6 +155,7 @@ class ProcessorLink:
         # What a thread waiting for the decision runs between short waits when its caller passes nothing
         # (the reference's tft_wait_next_action): a framework's stages posted to its parked training thread.
         self.between_waits: Optional[Callable[[], None]] = None
+        self.wake_waits: Optional[Callable[[], None]] = None  # what ends a wait of between_waits
         self.native.set_dispatcher(self._dispatch)
 
     def start(self, host: str, port: int, backups: Sequence[Tuple[str, int]] = ()) -> None:
@@ -218,32 +237,53 @@ class ProcessorLink:
         """This rank's hardware is suspect (`code` says why); the controller flags it, training goes on."""
         self.native.report_error(int(ReportState.SUB_HEALTH), code)
 
-    def await_decision(self, timeout_s: Optional[float] = None,
-                       between: Optional[Callable[[], None]] = None) -> ControllerDecision:
+    def await_decision(self, timeout_s: Optional[float] = None, between: Optional[Callable[[], None]] = None,
+                       wake: Optional[Callable[[], None]] = None) -> ControllerDecision:
         """Wait for the controller's decision after a reported fault: the only such wait, shared by the
-        reference's tft_wait_next_action and tft_exception_handler and by a parked Megatron rank, which
-        passes `between` to run its recovery stages between short waits (it may raise to give up); without
-        it, `between_waits` runs there.
-        Short slices, so that KeyboardInterrupt is seen. A lost controller raises ControllerUnreachable;
-        no decision within `timeout_s` (None: no limit) raises TimeoutError."""
+        reference's tft_wait_next_action and tft_exception_handler and by a parked Megatron rank.
+        A parked rank passes `between`, which runs its recovery stages and blocks in its own short wait for
+        more (it may raise to give up), and `wake`, which ends that wait: the decision is then awaited on a
+        thread of its own, which calls wake() when it comes, so the parked thread has one wait, not two
+        that cannot wake each other. Without them, `between_waits` and `wake_waits` are used; without
+        those, the native wait runs here, in short slices so that KeyboardInterrupt is seen.
+        A lost controller raises ControllerUnreachable; no decision within `timeout_s` (None: no limit)
+        raises TimeoutError."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         between = between if between is not None else self.between_waits
-        longest_slice = 0.5 if between is None else PARKED_SLICE_S
-        while True:
-            if between is not None:
+        wake = wake if wake is not None else self.wake_waits
+        if between is None:
+            return self._decision_for(self._native_wait_until(deadline, lambda: False), timeout_s)
+        watcher = _DecisionWatcher(self, deadline, wake)
+        try:
+            while watcher.code is None:
                 between()
-            slice_s = longest_slice if deadline is None else max(0.0, min(longest_slice, deadline - time.monotonic()))
+            return self._decision_for(watcher.code, timeout_s)
+        finally:
+            watcher.stop()
+
+    def _native_wait_until(self, deadline: Optional[float], given_up: Callable[[], bool]) -> int:
+        """The native wait's code once it is a decision or the link's end, or -1 at the deadline or once
+        `given_up()`."""
+        while not given_up():
+            slice_s = DECISION_SLICE_S if deadline is None else max(0.0, min(DECISION_SLICE_S,
+                                                                             deadline - time.monotonic()))
             code = self.native.wait_next_action(slice_s)
-            if code in (Action.RETRY, Action.EXIT):
-                ranks = () if code == Action.RETRY else tuple(self.native.exit_ranks())
-                return ControllerDecision(code == Action.RETRY, self.strategy(), self.repair_step(), ranks)
-            if code == -2:
-                cut_off = self.cut_off()
-                if cut_off:
-                    raise CutOffFromTheJob(self.rank, cut_off)
-                raise ControllerUnreachable(self._why_unreachable())
+            if code in (Action.RETRY, Action.EXIT, -2):
+                return code
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"rank {self.rank}: no decision from the controller within {timeout_s:.0f} s")
+                return -1
+        return -1
+
+    def _decision_for(self, code: int, timeout_s: Optional[float]) -> ControllerDecision:
+        if code in (Action.RETRY, Action.EXIT):
+            ranks = () if code == Action.RETRY else tuple(self.native.exit_ranks())
+            return ControllerDecision(code == Action.RETRY, self.strategy(), self.repair_step(), ranks)
+        if code == -2:
+            cut_off = self.cut_off()
+            if cut_off:
+                raise CutOffFromTheJob(self.rank, cut_off)
+            raise ControllerUnreachable(self._why_unreachable())
+        raise TimeoutError(f"rank {self.rank}: no decision from the controller within {timeout_s:.0f} s")
 
     def _why_unreachable(self) -> str:
         closed = self.native.controller_closed()

@@ -11,6 +11,12 @@ from typing import Any, Callable, Tuple
 from mindio_adaptor.core.communication import abandonable_waits
 
 
+# A parked training thread's longest wait for work: what it waits for (a posted stage, the decision: wake)
+# ends the wait at once, so this bounds only how late it notices a signal or its end of waiting.
+JOB_WAIT_S = 0.5
+_WAKE = None  # posted by wake(): no work, only the end of a wait
+
+
 class TrainingThread:
     def __init__(self):
         self.stop_requested = threading.Event()
@@ -35,6 +41,10 @@ class TrainingThread:
         self.stop_requested.clear()
         self.parked.clear()
 
+    def wake(self) -> None:
+        """End the parked thread's current wait for work (its decision came, or it must leave)."""
+        self.jobs.put(_WAKE)
+
     def run_parked(self, fn: Callable[[], Any], timeout: float, park_wait: float) -> Any:
         """Run fn() on the training thread once it is parked (waiting up to park_wait for that); its
         result, or its exception, here."""
@@ -44,12 +54,15 @@ class TrainingThread:
         self.jobs.put((fn, future))
         return future.result(timeout)
 
-    def run_jobs(self, wait_s: float) -> None:
-        """On the training thread: run what the handlers posted, waiting up to wait_s for one."""
+    def run_jobs(self, wait_s: float = JOB_WAIT_S) -> None:
+        """On the training thread: run what the handlers posted, waiting up to wait_s for one (or a wake)."""
         try:
-            fn, future = self.jobs.get(timeout=wait_s)
+            job = self.jobs.get(timeout=wait_s)
         except queue.Empty:
             return
+        if job is _WAKE:
+            return
+        fn, future = job
         if future.set_running_or_notify_cancel():
             try:
                 future.set_result(fn())
