@@ -6,7 +6,6 @@ another node's, or node 0 lost and not replaced within --node0-wait); 128+N the 
 signal N."""
 from __future__ import annotations
 
-import os
 import signal
 import time
 from dataclasses import dataclass
@@ -14,25 +13,21 @@ from typing import Dict, List, Optional
 
 from torch.distributed import DistError
 
-from mindio_adaptor.core.job import hand_over
-from mindio_adaptor.core.job.controller_address import ENV_TOKEN
 from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB, describe
+from mindio_adaptor.core.job import hand_over
 from mindio_adaptor.core.job.paired_store import ENV_STORES
-from mindio_adaptor.launch import membership
+from mindio_adaptor.launch import node0_loss
 from mindio_adaptor.launch.config import LaunchConfig
-from mindio_adaptor.launch.controller_report import (ControllerContact, ControllerReportError, find_controllers,
-                                                     report_no_replacement, report_process_ended)
 from mindio_adaptor.launch.controllers import ControllerStartError, HostedController, controllers_env
 from mindio_adaptor.launch.hand_overs import HandOvers
-from mindio_adaptor.launch.membership import Membership
-from mindio_adaptor.launch.node0_loss import REJOIN_PERIOD_S, Node0Outage
+from mindio_adaptor.launch.job_controllers import JobControllers
 from mindio_adaptor.launch.node_liveness import beat_period
 from mindio_adaptor.launch.node_store import EXIT_BARRIER_S, NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
 from mindio_adaptor.launch.unreplaced_nodes import UnreplacedNodes
-from mindio_adaptor.launch.warm_pool import WarmPool, script_argv
+from mindio_adaptor.launch.warm_pool import WarmPool
 from mindio_adaptor.launch.worker import KILL_WAIT_S, Worker, stop_all
-from mindio_adaptor.launch.worker_env import worker_env
+from mindio_adaptor.launch.worker_starts import WorkerStarts
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's
 # Once the recovery controller ended the job, how long a worker started again alone may go on: one that
@@ -53,7 +48,6 @@ class NodeAgent:
         self.config, self.store, self.log, self.warm = config, store, log, warm
         self.workers = [Worker(lr, config.global_rank(lr)) for lr in range(config.nproc_per_node)]
         self.generation = 0
-        self.master_port = 0
         self.ended = False  # the recovery controller ended the job: restart nothing
         self._ended_seen_at: Optional[float] = None  # when this launcher learned it
         self.signalled: Optional[int] = None
@@ -61,15 +55,18 @@ class NodeAgent:
         self.ended_after_leaving: Dict[int, int] = {}  # rank -> the exit of a process whose training was over
         self.left_the_job: List[int] = []  # ranks a scale-in dropped: their processes exited LEFT_THE_JOB
         self.controller = HostedController(config, store, log)
-        self._controllers_env: Dict[str, str] = {}  # the controllers' list and token, as last read
-        self._stores_env: Dict[str, str] = {}  # the generation's workers' stores beside the controllers, as last read
-        self._joined_generation: Optional[int] = None  # a replacing launcher: the generation it joined
         self._owner_checked = 0.0  # when this launcher last confirmed it still owns its node rank
         self.fenced = False  # another launcher took this node rank: leave the job to it
-        self._refill_at: Optional[float] = None  # when the warm pool is filled again after a hand-out
         self._unreplaced: Optional[UnreplacedNodes] = None  # node 0's: lost nodes nothing takes, reported
         self.hand_overs = HandOvers(log)  # workers that handed their rank over to a new process (hot switch)
+        self.starts = WorkerStarts(config, store, log, warm, self.controller, self.hand_overs)
+        self.controllers = JobControllers(config.master_addr, store.token, self.starts.lists, log)
         self.drained = False  # every local rank was handed over to a standby launcher's workers
+
+    @property
+    def master_port(self) -> int:
+        """The generation's workers' store port, as last read (launch/membership.KnownLists)."""
+        return self.starts.lists.master_port
 
     # --- the run ---------------------------------------------------------------------------------------
 
@@ -114,7 +111,7 @@ class NodeAgent:
         try:
             generation = self.store.generation()
             self.controller.start(generation)
-            self._controllers_env = controllers_env(self.config, self.store, generation)
+            self.starts.lists.controllers = controllers_env(self.config, self.store, generation)
             self._start_generation(generation, replacing=self.store.replacing)
             if self.store.hosting:
                 self._unreplaced = UnreplacedNodes(self.store, self.config.nproc_per_node, self.config.nnodes,
@@ -122,8 +119,8 @@ class NodeAgent:
             while True:
                 self.controller.check()
                 if self._unreplaced is not None and not self.ended:
-                    self._unreplaced.check(self._tell_no_replacement)
-                self._refill_warm_when_due()
+                    self._unreplaced.check(self.controllers.no_replacement)
+                self.starts.refill_warm_when_due()
                 try:
                     outcome = self._check()
                 except DistError as err:  # once back, what happened meanwhile (a worker's exit) is answered
@@ -168,30 +165,20 @@ class NodeAgent:
 
     def _wait_for_new_node0(self, err: DistError) -> Optional[Outcome]:
         """Node 0's launcher is gone with the launchers' store: keep the workers running and rejoin the store
-        a new node 0 hosts at the same address (launch/node0_loss), for at most --node0-wait seconds. Only
-        with worker reboot: without it a new node 0's workers could not join the running job."""
-        cfg = self.config
+        a new node 0 hosts at the same address (launch/node0_loss). Only with worker reboot: without it a new
+        node 0's workers could not join the running job."""
         if self._all_exited_0():
             return self._finished_without_node0()
-        if self.store.hosting or not cfg.worker_reboot:
+        if self.store.hosting or not self.config.worker_reboot:
             raise err
-        outage = Node0Outage(cfg.node0_wait)
-        self.log.info("node %d lost the launchers' store at %s:%d (node 0's launcher) at %s: %s; this node's "
-                      "workers keep running while it waits up to %g s (--node0-wait) for a new node 0 at that "
-                      "address", cfg.node_rank, cfg.master_addr, self.store.port, outage.started_at(), err,
-                      cfg.node0_wait)
-        while not outage.over():
-            if self.signalled is not None:
-                return self._check_signal()
-            if self._all_exited_0():  # the job's end reached this node meanwhile
-                return self._finished_without_node0()
-            if self.store.rejoin(self.generation, self.ended, self._controllers_env, self._stores_env):
-                self.log.info("rejoined the launchers' store of a new node 0 after %.1f s: wrote back node %d's "
-                              "ownership (incarnation %d) and generation %d", outage.elapsed(), cfg.node_rank,
-                              self.store.incarnation, self.generation)
-                return None
-            time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
-        return self._no_new_node0()
+        waited = node0_loss.wait_for_new_node0(self.config, self.store, err, self.log, self.starts.lists,
+                                               self.generation, self.ended, lambda: self.signalled is not None,
+                                               self._all_exited_0)
+        if waited == node0_loss.SIGNALLED:
+            return self._check_signal()
+        if waited == node0_loss.WORKERS_DONE:
+            return self._finished_without_node0()
+        return None if waited == node0_loss.REJOINED else self._no_new_node0()
 
     def _all_exited_0(self) -> bool:
         return all(w.poll() in (0, LEFT_THE_JOB) for w in self.workers)
@@ -234,67 +221,20 @@ class NodeAgent:
 
     def _start_generation(self, generation: int, replacing: bool = False) -> None:
         self.generation = generation
-        self.master_port = self.store.open_generation(generation)
+        self.starts.lists.master_port = self.store.open_generation(generation)
         if replacing:
-            self._joined_generation = generation
+            self.starts.joined_generation = generation
         # The ranks of a drained node were handed over alive: their new processes are a hot switch's.
         kind = hand_over.HOT_SWITCH if replacing and self.store.took_drained_node else hand_over.ARF
-        pids = [self._start(w, restarted=replacing, reboot_type=kind) for w in self.workers]
-        warm = sum(w.warm for w in self.workers)
+        pids = [self.starts.start(w, generation, restarted=replacing, reboot_type=kind) for w in self.workers]
+        warm, stores = sum(w.warm for w in self.workers), self.starts.lists.stores
         self.log.info("generation %d: started ranks %s as pids %s%s%s; workers' store at %s:%d%s", generation,
                       [w.rank for w in self.workers], pids,
                       (" to take the drained node's" if kind == hand_over.HOT_SWITCH else
                        " to replace the lost node's") if replacing else "",
                       f" ({warm} warm)" if warm else "", self.config.master_addr, self.master_port,
-                      f", beside the controllers {self._stores_env[ENV_STORES]}" if self._stores_env else "")
-        self._refill_warm(at_once=not replacing)
-
-    def _refill_warm(self, at_once: bool = False) -> None:
-        """New warm workers build a model, as the ranks just handed out do to join: started beside a
-        recovery they slow it down (several seconds on a busy host), so after a hand-out they wait."""
-        self._refill_at = time.monotonic() + (0.0 if at_once else self.config.warm_refill_delay)
-        self._refill_warm_when_due()
-
-    def _refill_warm_when_due(self) -> None:
-        if self._refill_at is None or time.monotonic() < self._refill_at:
-            return
-        self._refill_at = None
-        spares = self.warm.fill()
-        if spares:
-            self.log.info("warm spare workers started: pids %s", spares)
-
-    def _membership(self) -> Membership:
-        """The job's lists now (launch/membership), kept as the last known for a rejoin of a new node 0."""
-        known = Membership(self.master_port, {**self._controllers_env, **self._stores_env})
-        now = membership.current(self.config, self.store, self.generation, known)
-        self.master_port = now.master_port
-        self._controllers_env = {k: v for k, v in now.lists.items() if k != ENV_STORES}
-        self._stores_env = {k: v for k, v in now.lists.items() if k == ENV_STORES}
-        return now
-
-    def _env_for(self, worker: Worker, restarted: bool, reboot_type: str = hand_over.ARF) -> Dict[str, str]:
-        """What a process of `worker` started now gets: the job's current lists, the re-hosted slot where it
-        applies (launch/membership), and where it marks a hand-over (core/job/hand_over)."""
-        worker.given = self._membership()
-        rehosted = membership.rehosted_slot_env(self.config, self.store, self.controller.rehosts,
-                                                self._joined_generation, self.generation)
-        return worker_env(self.config, worker.local_rank, worker.given.master_port,
-                          restart_count=self.generation + worker.reboots, restarted=restarted,
-                          token=self.store.token,
-                          extra={**worker.given.lists, **rehosted, **self.hand_overs.env(),
-                                 hand_over.ENV_REBOOT_TYPE: reboot_type})
-
-    def _start(self, worker: Worker, restarted: bool, alone: bool = False, reboot_type: str = hand_over.ARF) -> int:
-        """A replacement takes a warm worker when there is one (then the pool is refilled), else a new process."""
-        env = self._env_for(worker, restarted, reboot_type)
-        worker.alone = alone
-        warm = self.warm.take() if restarted else None
-        if warm is not None:
-            try:
-                return worker.hand_to(warm, env, script_argv(self.config))
-            except OSError:  # it died since it was started: a new process then
-                pass
-        return worker.start(self.config.command, env)
+                      f", beside the controllers {stores[ENV_STORES]}" if stores else "")
+        self.starts.refill_warm(at_once=not replacing)
 
     # --- watching ----------------------------------------------------------------------------------------
 
@@ -388,7 +328,7 @@ class NodeAgent:
     def _answer(self, worker: Worker, code: int) -> Optional[Outcome]:
         what = f"rank {worker.rank} (local rank {worker.local_rank}, pid {worker.pid}) ended: {describe(code)}"
         # A rank that exited LEFT_THE_JOB was retired by the controller before it exited: nothing to tell.
-        had_left = code not in (0, ENDED_BY_CONTROLLER, LEFT_THE_JOB) and self._tell_controller(worker, code)
+        had_left = code not in (0, ENDED_BY_CONTROLLER, LEFT_THE_JOB) and self.controllers.process_ended(worker, code)
         leftovers = worker.end_leftovers()
         if leftovers:
             self.log.info("rank %d: ended what its process left running in its process group: pids %s",
@@ -435,7 +375,7 @@ class NodeAgent:
         (launch/restart_loop)."""
         worker.loop.ended(code, worker.lived_s(), worker.alone)
         if code == JOB_UNREACHABLE and worker.given is not None:
-            now = self._membership()
+            now = self.starts.lists.refresh(self.config, self.store, self.generation)
             if now == worker.given:
                 return (f"its process reached none of the job's stores or controllers ({describe(code)}), and the "
                         f"launchers' store names the same ones now: {now.describe()}")
@@ -443,73 +383,24 @@ class NodeAgent:
                           "changed since its start: %s", worker.rank, now.describe())
         return worker.loop.cause() if worker.loop.stuck() else ""
 
-    def _tell_controller(self, worker: Worker, code: int) -> bool:
-        """The OS's word that a rank's process ended, to the recovery controller leading the job (when the
-        job has one): the controllers of the list in order, past those unreachable or not leading. True
-        when the controller answers that the rank had left the job before (its training was over)."""
-        what = f"rank {worker.rank}: the recovery controller was not told that pid {worker.pid} ended"
-        contacts, errors = self._controller_contacts(what) or [], []
-        for contact in contacts:
-            try:
-                answer = report_process_ended(contact, worker.rank, worker.pid, describe(code))
-            except ControllerReportError as err:
-                errors.append(str(err))
-                continue
-            if "never registered" in answer.message and contact is not contacts[-1]:  # an idle backup
-                continue
-            self.log.info("rank %d: told the recovery controller that pid %d ended: %s", worker.rank, worker.pid,
-                          answer.message)
-            return answer.rank_had_left
-        if errors:
-            self.log.info("%s: %s", what, "; ".join(errors))
-        return False
-
-    def _tell_no_replacement(self, ranks: List[int], why: str) -> bool:
-        """That nothing will replace `ranks`, to every controller of the list (a backup that takes over later
-        needs it too); True once one took it, or when the job has none."""
-        what = f"the recovery controller was not told that ranks {ranks} will not be replaced"
-        contacts, answers, errors = self._controller_contacts(what), [], []
-        if contacts is None:
-            return False  # tried again at the next check
-        for contact in contacts:
-            try:
-                answers.append(report_no_replacement(contact, ranks, why))
-            except ControllerReportError as err:
-                errors.append(str(err))
-        if answers:
-            self.log.info("told the recovery controller that ranks %s will not be replaced: %s", ranks, answers[0])
-        elif errors:
-            self.log.info("%s: %s", what, "; ".join(errors))
-        return bool(answers) or not contacts
-
-    def _controller_contacts(self, what: str) -> Optional[List[ControllerContact]]:
-        """The job's controllers as the launchers' store names them now ([]: no high availability); None
-        when their facts could not be read, which is logged with `what`."""
-        env = {**os.environ, **self._controllers_env, ENV_TOKEN: self.store.token}
-        try:
-            return find_controllers(self.config.master_addr, self.master_port, env)
-        except ControllerReportError as err:
-            self.log.info("%s: %s", what, err)
-            return None
-
     def _reboot(self, worker: Worker, what: str) -> None:
         worker.reboots += 1
-        pid = self._start(worker, restarted=True, alone=True)
+        pid = self.starts.start(worker, self.generation, restarted=True, alone=True)
         self.log.info("%s; worker reboot: rank %d started again alone as pid %d%s (MINDIO_RESTARTED=1, restart %d "
                       "of %d for this rank)", what, worker.rank, pid, ", a warm spare" if worker.warm else "",
                       worker.reboots, self.config.max_restarts)
-        self._refill_warm()
+        self.starts.refill_warm()
 
     def _hand_over(self, worker: Worker) -> None:
         """The process left its rank to a new one (a hot switch): started now, not counted as a restart; the
         old one is watched until it ends (launch/hand_overs)."""
         old = self.hand_overs.leave(worker)
         self._reported.add(old.pid)
-        pid = self._start(worker, restarted=True, alone=True, reboot_type=hand_over.HOT_SWITCH)
+        pid = self.starts.start(worker, self.generation, restarted=True, alone=True, reboot_type=hand_over.HOT_SWITCH)
         self.log.info("rank %d (local rank %d, pid %d) handed its rank over (hot switch); its new process is pid "
                       "%d%s (MINDIO_REBOOT_TYPE=%s, not counted against --max-restarts)", worker.rank,
                       worker.local_rank, old.pid, pid, ", a warm spare" if worker.warm else "", hand_over.HOT_SWITCH)
-        self._refill_warm()
+        self.starts.refill_warm()
 
     def _may_drain(self) -> bool:
         """This node may leave the job to a standby launcher that waits now; never node 0, which hosts the

@@ -35,8 +35,8 @@ import time
 from datetime import timedelta
 from typing import Dict, List, Optional
 
-from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, ENV_TOKEN
 from mindio_adaptor.core.detection.exit_codes import describe
+from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, ENV_TOKEN
 from mindio_adaptor.core.job.tls_config import TlsConfig
 from mindio_adaptor.launch.config import LaunchConfig
 

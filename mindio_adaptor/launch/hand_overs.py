@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Sequence, Set, Tuple
 
-from mindio_adaptor.core.job import hand_over
 from mindio_adaptor.core.detection.exit_codes import describe
+from mindio_adaptor.core.job import hand_over
 from mindio_adaptor.launch.worker import Worker
 
 LEAVE_GRACE_S = 60.0

@@ -17,8 +17,8 @@ import tempfile
 from typing import Mapping
 
 from mindio_adaptor.core.job.controller_address import ENV_TOKEN
-from mindio_adaptor.core.process.private_files import NotPrivate, is_loopback, private_dir, read_private_file, \
-    write_private_file_once
+from mindio_adaptor.core.process.private_files import (NotPrivate, is_loopback, private_dir, read_private_file,
+                                                       write_private_file_once)
 from mindio_adaptor.launch.config import LaunchConfig, LaunchConfigError
 
 ENV_TOKEN_DIR = "MINDIO_TOKEN_DIR"  # where launchers on one host share a token they made (tests; tmpfs)

@@ -23,7 +23,7 @@ from typing import Dict, Optional
 
 from torch.distributed import DistError
 
-from mindio_adaptor.core.job.paired_store import ENV_REHOSTED_SLOT
+from mindio_adaptor.core.job.paired_store import ENV_REHOSTED_SLOT, ENV_STORES
 from mindio_adaptor.launch.controllers import controllers_env
 
 
@@ -37,6 +37,23 @@ class Membership:
 
     def describe(self) -> str:
         return ", ".join(f"{key}={value}" for key, value in sorted(self.env().items()) if key != "MINDIO_TOKEN")
+
+
+@dataclass
+class KnownLists:
+    """The job's lists as this launcher last read them: what a process it starts gets, and what it writes back
+    into a new node 0's store (launch/node_store.rejoin)."""
+    master_port: int = 0
+    controllers: Dict[str, str] = field(default_factory=dict)  # the controllers' list and token
+    stores: Dict[str, str] = field(default_factory=dict)  # the generation's workers' stores beside the controllers
+
+    def refresh(self, config, store, generation: int) -> Membership:
+        """The lists now (`current`), kept as the last known."""
+        now = current(config, store, generation, Membership(self.master_port, {**self.controllers, **self.stores}))
+        self.master_port = now.master_port
+        self.controllers = {k: v for k, v in now.lists.items() if k != ENV_STORES}
+        self.stores = {k: v for k, v in now.lists.items() if k == ENV_STORES}
+        return now
 
 
 def current(config, store, generation: int, known: Membership) -> Membership:

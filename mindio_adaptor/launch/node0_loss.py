@@ -14,10 +14,13 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Callable
 
 from mindio_adaptor.core.job.paired_store import answers
 
 REJOIN_PERIOD_S = 0.5  # between tries at node 0's address after it was lost
+# How a launcher's wait for a new node 0 ended (wait_for_new_node0).
+REJOINED, SIGNALLED, WORKERS_DONE, NONE_CAME = "rejoined", "signalled", "workers done", "none came"
 
 
 @dataclass
@@ -69,3 +72,27 @@ def can_host(addr: str, port: int) -> bool:
                 continue
             return True
     return False
+
+
+def wait_for_new_node0(config, store, err, log, lists, generation: int, ended: bool, signalled: Callable[[], bool],
+                       workers_done: Callable[[], bool]) -> str:
+    """A launcher whose workers keep running rejoins the store a new node 0 hosts at node 0's address
+    (NodeStore.rejoin writes back what the job needs from `lists`, launch/membership.KnownLists), for at most
+    --node0-wait seconds; REJOINED, or why it stopped waiting: SIGNALLED, WORKERS_DONE (the job's end reached
+    this node meanwhile), NONE_CAME."""
+    outage = Node0Outage(config.node0_wait)
+    log.info("node %d lost the launchers' store at %s:%d (node 0's launcher) at %s: %s; this node's workers keep "
+             "running while it waits up to %g s (--node0-wait) for a new node 0 at that address", config.node_rank,
+             config.master_addr, store.port, outage.started_at(), err, config.node0_wait)
+    while not outage.over():
+        if signalled():
+            return SIGNALLED
+        if workers_done():
+            return WORKERS_DONE
+        if store.rejoin(generation, ended, lists.controllers, lists.stores):
+            log.info("rejoined the launchers' store of a new node 0 after %.1f s: wrote back node %d's ownership "
+                     "(incarnation %d) and generation %d", outage.elapsed(), config.node_rank, store.incarnation,
+                     generation)
+            return REJOINED
+        time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
+    return NONE_CAME

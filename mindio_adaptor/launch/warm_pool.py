@@ -6,11 +6,11 @@ import subprocess
 import sys
 from typing import List, Optional
 
+from mindio_adaptor.core.job.controller_address import ENV_TOKEN
 from mindio_adaptor.core.layout.warm_assignment import ENV_WARM_RANK
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.warm_worker import ADAPTOR_PATCHES
 from mindio_adaptor.launch.worker import KILL_WAIT_S
-from mindio_adaptor.core.job.controller_address import ENV_TOKEN
 from mindio_adaptor.launch.worker_env import worker_env
 
 # The script's flag that says it is a Megatron script under the adaptor's worker reboot: the only kind a warm

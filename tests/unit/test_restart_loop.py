@@ -116,7 +116,7 @@ def launcher(max_restarts=3):
         store.set(f"generation/0/store/{node}", f"127.0.0.1:{6000 + node}")
     store.set("generation/0/port", "6000")
     agent = NodeAgent(config, node_store, logging.getLogger("test_restart_loop"), None)
-    agent.master_port = 6000
+    agent.starts.lists.master_port = 6000
     return master, agent
 
 
@@ -130,7 +130,7 @@ def ended_with(worker, code, alone=True):
 def test_unreachable_with_unchanged_lists_is_not_rebooted_and_with_changed_ones_it_is():
     master, agent = launcher()
     worker = agent.workers[0]
-    worker.given = agent._membership()
+    worker.given = agent.starts.lists.refresh(agent.config, agent.store, agent.generation)
     ended_with(worker, JOB_UNREACHABLE)
     reason = agent._no_blind_reboot(worker, JOB_UNREACHABLE)
     assert reason.startswith("its process reached none of the job's stores or controllers (exit code 88 "

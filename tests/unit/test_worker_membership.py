@@ -46,13 +46,13 @@ def publish_controller(agent, address):
 
 def first_generation(*agents):
     for agent in agents:
-        agent.master_port = agent.store.open_generation(0)
+        agent.starts.lists.master_port = agent.store.open_generation(0)
     for agent in agents:
-        agent._stores_env = agent.store.worker_stores(0)
+        agent.starts.lists.stores = agent.store.worker_stores(0)
 
 
 def env_of(agent, local_rank=0, restarted=True):
-    return agent._env_for(agent.workers[local_rank], restarted)
+    return agent.starts.env_for(agent.workers[local_rank], agent.generation, restarted)
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_after_node_0_was_replaced_a_replacement_on_node_1_gets_the_new_node_0s_
     before = env_of(node_1)
     new_master, new_store = launchers_store()
     node_1.store.port = new_master.port  # the same address: here, where the new node 0's store listens
-    assert node_1.store.rejoin(0, False, node_1._controllers_env, node_1._stores_env)
+    assert node_1.store.rejoin(0, False, node_1.starts.lists.controllers, node_1.starts.lists.stores)
     new_node_0 = launcher(new_store, 0, incarnation=2)
     publish_controller(new_node_0, "127.0.0.1:7100")
     first_generation(new_node_0)
@@ -106,8 +106,8 @@ def test_a_launcher_that_re_hosted_a_slot_names_it_until_the_members_adopted_it(
     survivors = {ENV_CONTROLLER: env_of(node_0)[ENV_CONTROLLER], ENV_STORES: env_of(node_0)[ENV_STORES]}
     node_1 = launcher(PrefixStore(RUN, master), 1, incarnation=2)  # the replacing launcher
     publish_controller(node_1, "127.0.0.1:7201")
-    node_1.master_port = node_1.store.open_generation(0)
-    node_1._joined_generation = 0
+    node_1.starts.lists.master_port = node_1.store.open_generation(0)
+    node_1.starts.joined_generation = 0
     first = env_of(node_1)
     assert first[ENV_REHOSTED_SLOT] == "1"
     assert first[ENV_CONTROLLER] == "127.0.0.1:7000,127.0.0.1:7201"
