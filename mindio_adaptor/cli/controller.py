@@ -11,10 +11,10 @@ import signal
 import sys
 import threading
 
-from mindio_adaptor.core.process import private_files
 from mindio_adaptor.core.job.controller_address import ENV_TOKEN
-from mindio_adaptor.core.process.private_files import NotPrivate, read_private_file
 from mindio_adaptor.core.job.tls_config import TlsConfig, TlsConfigError
+from mindio_adaptor.core.process import private_files
+from mindio_adaptor.core.process.private_files import NotPrivate, read_private_file
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +126,9 @@ def run(args) -> int:
 
 def serve(args, world_size: int, port: int, status_port) -> int:
     from mindio_adaptor.core.detection.offender_record import OffenderRecord, OffenderSettingError
+    from mindio_adaptor.core.policy import PolicyFileError
     from mindio_adaptor.status.controller_source import start_if_asked
     from mindio_adaptor.status.goodput import goodput_line
-    from mindio_adaptor.core.policy import PolicyFileError
     from mindio_adaptor.status.offender_watch import OffenderWatch
     from mindio_adaptor.status.server import StatusServerError
     from mindio_adaptor.status.sub_health_responder import SubHealthResponder

@@ -13,15 +13,14 @@ import os
 import sys
 from typing import Iterable, List
 
-from mindio_adaptor.core.policy.config import (
-    CUSTOMIZATION_FILE, FAULT_CODE_FILE, customization_from, fault_codes_from, read_json, read_policy)
+from mindio_adaptor.core.policy.config import (CUSTOMIZATION_FILE, FAULT_CODE_FILE, customization_from,
+                                               fault_codes_from, read_json, read_policy)
 from mindio_adaptor.core.policy.customization import SECTIONS
 from mindio_adaptor.core.policy.engine import Decision, PolicyEngine
 from mindio_adaptor.core.policy.events import EventLogError, read_event_log, seconds
 from mindio_adaptor.core.policy.fault_codes import LEVEL_KEYS
 from mindio_adaptor.core.policy.rules import ConfigIssue, Customization, PolicyFileError
-from mindio_adaptor.core.policy.strategy import (
-    DEFAULT_SUB_HEALTHY_STRATEGY, SUB_HEALTHY_STRATEGIES, strategy_for)
+from mindio_adaptor.core.policy.strategy import DEFAULT_SUB_HEALTHY_STRATEGY, SUB_HEALTHY_STRATEGIES, strategy_for
 
 PROG = "mindio-adaptor policy"
 

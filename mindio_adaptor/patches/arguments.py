@@ -4,7 +4,7 @@ import os
 import re
 
 from mindio_adaptor.core.job.ha_config import (ENV_OVERRIDE, RESIZE_SOURCES, HighAvailabilityConfig,
-                                           HighAvailabilityConfigError)
+                                               HighAvailabilityConfigError)
 from mindio_adaptor.patches import warm_rank
 from mindio_adaptor.patches.patch import Patch
 

@@ -17,26 +17,24 @@ import logging
 import os
 
 from mindio_adaptor.core.job import processor_link
-from mindio_adaptor.core.process import inherited_sockets
 from mindio_adaptor.core.job.paired_store import control_ports
+from mindio_adaptor.core.process import inherited_sockets
 from mindio_adaptor.patches import megatron_job, train_reentry
 from mindio_adaptor.recovery import step_replay
 from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 
-def prepare(margs) -> None:
-    """After Megatron's initialisation, instead of connecting: the client connects later."""
+
+def prepare(margs, take_snapshot) -> None:
+    """After Megatron's initialisation, instead of connecting: the client connects later. `take_snapshot(step)`:
+    what the adaptor's own link runs as each step completes (patches/controller_link)."""
     SESSION.save_root = margs.save
     SESSION.thread.use_backend(margs.distributed_backend)
-    SESSION.job.step_completed.insert(0, _take_snapshot)  # before the client's update-ended hooks
+    SESSION.job.step_completed.insert(0, take_snapshot)  # before the client's update-ended hooks
     inherited_sockets.install()
     logger.debug("fault handling left to the client (mindio_ttp); rank %s not connected by the adaptor",
                  os.environ.get("RANK", "?"))
-
-
-def _take_snapshot(step: int) -> None:
-    SESSION.latest = megatron_job.snapshot_of_completed_step(step)
 
 
 def wire_link() -> None:

@@ -19,18 +19,18 @@ import time
 import torch.distributed as dist
 
 from mindio_adaptor.core.detection import cut_off
+from mindio_adaptor.core.detection.offender_record import OffenderRecord
 from mindio_adaptor.core.job import job_store, processor_link, rehosted_slot
-from mindio_adaptor.core.layout import warm_assignment
-from mindio_adaptor.core.process import inherited_sockets
 from mindio_adaptor.core.job.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
 from mindio_adaptor.core.job.paired_store import control_ports
+from mindio_adaptor.core.layout import warm_assignment
+from mindio_adaptor.core.process import inherited_sockets
 from mindio_adaptor.core.process.env_values import seconds_from_env
-from mindio_adaptor.core.detection.offender_record import OffenderRecord
-from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, megatron_job, parallel_state
-from mindio_adaptor.recovery import flows
+from mindio_adaptor.patches import (client_loop, exception_loop, fault_handling, interrupted_save, megatron_job,
+                                    parallel_state)
 from mindio_adaptor.patches.arguments import config_from_args
-from mindio_adaptor.patches import fault_handling
 from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.recovery import flows
 from mindio_adaptor.recovery.session import SESSION
 from mindio_adaptor.status.goodput import goodput_line
 from mindio_adaptor.status.offender_watch import OffenderWatch
@@ -55,7 +55,7 @@ def _after_initialize(wrapped, instance, args, kwargs):
 
 def connect_after_initialize():
     if fault_handling.client_handles_faults():
-        client_loop.prepare(megatron_job.args())  # the client connects, later (patches/fault_handling)
+        client_loop.prepare(megatron_job.args(), _take_snapshot)  # the client connects later (patches/fault_handling)
     else:
         connect()
 
@@ -96,7 +96,8 @@ def connect():
 
 def _take_snapshot(step: int) -> None:
     """What a checkpoint of the step just completed needs beyond model and optimizer: the controller
-    learns that the step completed only after this exists, so every step it may dump has one."""
+    learns that the step completed only after this exists, so every step it may dump has one (a client's
+    too: patches/client_loop)."""
     SESSION.latest = megatron_job.snapshot_of_completed_step(step)
 
 

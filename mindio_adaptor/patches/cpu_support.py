@@ -14,7 +14,6 @@ import torch
 from mindio_adaptor.core.process import cpu_torch
 from mindio_adaptor.patches.patch import Patch
 
-
 # Megatron modules that import triton unconditionally although a CPU run never calls their kernels.
 TRITON_IMPORTERS = ("megatron.core.transformer.moe.ops.paged_stash",
                     "megatron.core.transformer.moe.paged_stash",  # its place in 0.18

@@ -12,13 +12,13 @@ import logging
 from mindio_adaptor.core.detection.hang_rule import limits_from_env
 from mindio_adaptor.core.job.recovery_limits import stop_timeout_s
 from mindio_adaptor.patches import client_loop, megatron_job, sections, train_reentry
-from mindio_adaptor.recovery import decision_wait, step_replay
 from mindio_adaptor.patches.fault_handling import client_handles_faults
-from mindio_adaptor.recovery.resumption import NextMove
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.process_replacement import is_replacement
-from mindio_adaptor.recovery.session import SESSION
+from mindio_adaptor.recovery import decision_wait, step_replay
 from mindio_adaptor.recovery.replacement_join import join_as_replacement
+from mindio_adaptor.recovery.resumption import NextMove
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import logging
 
 from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.patches import exception_loop
-from mindio_adaptor.recovery import decision_wait
 from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.recovery import decision_wait
 from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,7 @@ from typing import Iterable, List, Optional
 import wrapt
 
 from mindio_adaptor.core.steps import hook_points
-from mindio_adaptor.patches import fault_handling as fault_handling_mode
-from mindio_adaptor.patches import megatron_versions
+from mindio_adaptor.patches import fault_handling as fault_handling_mode, megatron_versions
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)

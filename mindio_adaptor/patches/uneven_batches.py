@@ -17,6 +17,7 @@ Megatron assumes every data-parallel rank runs the same number of micro-batches.
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
 
+
 def count_the_whole_batch(margs, train_step_result, scheduler) -> None:
     """After a train_step at an uneven size, before Megatron's loop adds its per-rank count to the consumed
     samples: what that count lacks of the global batch, in the consumed samples and in the scheduler (which

@@ -12,8 +12,8 @@ tft_end_updating_os and the update times).
 """
 from typing import Callable, List, Sequence
 
-from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.core.detection.enums import RepairType
+from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.core.job.processor_link import RepairAssignment, SaveAssignment
 from mindio_adaptor.core.job.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
 from mindio_adaptor.patches import client_loop, fault_handling, megatron_job, train_reentry

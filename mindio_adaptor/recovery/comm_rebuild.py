@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 
 import torch.distributed as dist
 
-from mindio_adaptor.core.job import job_store, paired_store, rehosted_slot
 from mindio_adaptor.core.communication.comm import CommEpochs, InPlaceUnavailable, StoreUnreachable
+from mindio_adaptor.core.job import job_store, paired_store, rehosted_slot
 from mindio_adaptor.core.job.job_store import LAYOUT_INPUTS
 from mindio_adaptor.core.job.recovery_limits import rebuild_timeout_s
 

@@ -8,10 +8,10 @@ import os
 import time
 
 from mindio_adaptor.core.detection import cut_off, faults
-from mindio_adaptor.core.job import hand_over, processor_link
 from mindio_adaptor.core.detection.enums import ReportState
 from mindio_adaptor.core.detection.exit_codes import CONTROLLER_LOST, ENDED_BY_CONTROLLER, JOB_UNREACHABLE, LEFT_THE_JOB
 from mindio_adaptor.core.detection.leaving_rank import LeavingTheJob
+from mindio_adaptor.core.job import hand_over, processor_link
 from mindio_adaptor.core.job.processor_link import ControllerUnreachable, CutOffFromTheJob
 from mindio_adaptor.core.job.recovery_limits import DECISION_TIMEOUT_S
 from mindio_adaptor.recovery.resumption import Resumption

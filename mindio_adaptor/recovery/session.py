@@ -13,9 +13,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Optional, Set
 
+from mindio_adaptor.core.process.training_thread import TrainingThread
 from mindio_adaptor.core.steps.loss_line import LossLineBook
 from mindio_adaptor.core.steps.recovery_timeline import Timeline
-from mindio_adaptor.core.process.training_thread import TrainingThread
 from mindio_adaptor.recovery import comm_rebuild
 from mindio_adaptor.recovery.training_state import TrainingState
 

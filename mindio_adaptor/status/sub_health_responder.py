@@ -20,9 +20,9 @@ import re
 import time
 from typing import Callable, Dict, List, Mapping, Optional
 
-from mindio_adaptor.core.process.env_values import seconds_from_env
 from mindio_adaptor.core.policy import PolicyEngine, load_policy
 from mindio_adaptor.core.policy.sub_health import OFFENDER, SLOW, Action, action_for, check_strategy
+from mindio_adaptor.core.process.env_values import seconds_from_env
 from mindio_adaptor.ttp.fault_policy import FaultPolicy
 
 logger = logging.getLogger(__name__)

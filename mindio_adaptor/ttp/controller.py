@@ -8,9 +8,9 @@ import threading
 from typing import Callable, Dict, Optional, Sequence
 
 from mindio_adaptor import _native
+from mindio_adaptor.core.job.tls_config import tls_link
 from mindio_adaptor.core.process import fork_safety
 from mindio_adaptor.core.process.env_values import seconds_from_env
-from mindio_adaptor.core.job.tls_config import tls_link
 from mindio_adaptor.ttp.fault_policy import DEFAULT_TIMEOUT_S, PolicySpec, check_timeout, make_policy
 
 logger = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mindio_adaptor.core.job import hand_over, processor_link
-from mindio_adaptor.core.job.tls_config import tls_link
 from mindio_adaptor.core.job.processor_link import (ControllerAction, ControllerUnreachable,  # noqa: F401 (the face's)
-                                                RepairAssignment)
+                                                    RepairAssignment)
+from mindio_adaptor.core.job.tls_config import tls_link
 from mindio_adaptor.ttp.enums import Action, RepairType, ReportState
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 from mindio_adaptor import _native
-from mindio_adaptor.core.process import fork_safety
 from mindio_adaptor.core.detection.enums import Action, RepairType, ReportState
+from mindio_adaptor.core.process import fork_safety
 
 # Actions a rank needs no handler for: the native processor records them itself.
 RECORDED_ONLY = ("normal", "exit", "pause", "continue", "prelock")

@@ -25,7 +25,7 @@ from typing import List, MutableMapping, Optional, Sequence
 from mindio_adaptor.core.job import job_store, processor_link
 from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, controller_addresses
 from mindio_adaptor.core.job.paired_store import (ENV_REHOSTED_SLOT, ENV_STORES, REHOSTED_STORE_ADOPTED, rehosted_slot,
-                                              store_addresses)
+                                                  store_addresses)
 
 logger = logging.getLogger(__name__)
 

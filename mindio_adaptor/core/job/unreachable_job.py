@@ -13,9 +13,9 @@ import logging
 import os
 from typing import List, Mapping
 
+from mindio_adaptor.core.detection.exit_codes import JOB_UNREACHABLE
 from mindio_adaptor.core.job import paired_store
 from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER, controller_addresses
-from mindio_adaptor.core.detection.exit_codes import JOB_UNREACHABLE
 
 logger = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mindio_adaptor.core.policy.levels import Level, parse_level
-from mindio_adaptor.core.policy.rules import (
-    DEFAULT_DURATION, FAULT_TIMEOUT_RANGE, GRACE_TOLERANCE_RANGES, NETWORK_FAULT_CODE,
-    NETWORK_FAULT_DEFAULT_DURATION, NETWORK_FAULT_HANDLINGS, RECOVER_TIMEOUT_RANGE,
-    RELEASE_TIME_WINDOW_RANGE, TIME_WINDOW_RANGE, TIMES_RANGE, ConfigIssue, Customization,
-    DurationRule, FrequencyRule, GraceTolerance, PolicyFileError, json_kind, normalize_code)
+from mindio_adaptor.core.policy.rules import (DEFAULT_DURATION, FAULT_TIMEOUT_RANGE, GRACE_TOLERANCE_RANGES,
+                                              NETWORK_FAULT_CODE, NETWORK_FAULT_DEFAULT_DURATION,
+                                              NETWORK_FAULT_HANDLINGS, RECOVER_TIMEOUT_RANGE, RELEASE_TIME_WINDOW_RANGE,
+                                              TIME_WINDOW_RANGE, TIMES_RANGE, ConfigIssue, Customization, DurationRule,
+                                              FrequencyRule, GraceTolerance, PolicyFileError, json_kind, normalize_code)
 
 SECTIONS = ("GraceTolerance", "FaultFrequency", "FaultDuration")
 FREQUENCY_KEYS = ("EventId", "TimeWindow", "Times", "FaultHandling", "ReleaseTimeWindow")

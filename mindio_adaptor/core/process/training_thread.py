@@ -10,7 +10,6 @@ from typing import Any, Callable, Tuple
 
 from mindio_adaptor.core.communication import abandonable_waits
 
-
 # A parked training thread's longest wait for work: what it waits for (a posted stage, the decision: wake)
 # ends the wait at once, so this bounds only how late it notices a signal or its end of waiting.
 JOB_WAIT_S = 0.5

@@ -1,5 +1,6 @@
 """Megatron's arguments, iteration, RNG states, timers and rerun state machine, as a recovery reads and sets them."""
 import random
+
 import numpy as np
 import torch
 

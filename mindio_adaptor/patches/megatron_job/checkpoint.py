@@ -8,7 +8,6 @@ import torch.distributed as dist
 from mindio_adaptor.patches import checkpoint_writer
 from mindio_adaptor.patches.megatron_job.args import args
 
-
 KEY_RERUN = "rerun_state_machine_state"  # megatron.core.rerun_state_machine's ShardedObject key
 
 

@@ -28,8 +28,7 @@ def snapshot_of_completed_step(step: int) -> StepSnapshot:
     data position and its FLOPs (the closed-form count, exact for unpacked sequences) to the total."""
     from megatron.core import parallel_state as ps
     from megatron.core.num_microbatches_calculator import (get_current_global_batch_size,
-                                                           get_current_running_global_batch_size,
-                                                           get_num_microbatches)
+                                                           get_current_running_global_batch_size, get_num_microbatches)
     from megatron.training.training import num_floating_point_operations
 
     margs = args()

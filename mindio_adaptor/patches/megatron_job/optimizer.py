@@ -6,7 +6,6 @@ from mindio_adaptor.core.layout.state_reshard import Slot
 from mindio_adaptor.recovery.training_state import (distributed_optimizer_shard, distributed_optimizers,
                                                     shard_state_tensors)
 
-
 # Answers Megatron computes with a collective the first time they are asked, then caches: a
 # replacement asking again would run a collective its peers never run. It takes its peer's answers.
 LAZY_CACHES = ("_has_grad_norm_group_cache",)
