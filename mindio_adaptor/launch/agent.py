@@ -60,7 +60,7 @@ class NodeAgent:
         self._unreplaced: Optional[UnreplacedNodes] = None  # node 0's: lost nodes nothing takes, reported
         self.hand_overs = HandOvers(log)  # workers that handed their rank over to a new process (hot switch)
         self.starts = WorkerStarts(config, store, log, warm, self.controller, self.hand_overs)
-        self.controllers = JobControllers(config.master_addr, store.token, self.starts.lists, log)
+        self.job_controllers = JobControllers(config.master_addr, store.token, self.starts.lists, log)
         self.drained = False  # every local rank was handed over to a standby launcher's workers
 
     @property
@@ -119,7 +119,7 @@ class NodeAgent:
             while True:
                 self.controller.check()
                 if self._unreplaced is not None and not self.ended:
-                    self._unreplaced.check(self.controllers.no_replacement)
+                    self._unreplaced.check(self.job_controllers.no_replacement)
                 self.starts.refill_warm_when_due()
                 try:
                     outcome = self._check()
@@ -328,7 +328,8 @@ class NodeAgent:
     def _answer(self, worker: Worker, code: int) -> Optional[Outcome]:
         what = f"rank {worker.rank} (local rank {worker.local_rank}, pid {worker.pid}) ended: {describe(code)}"
         # A rank that exited LEFT_THE_JOB was retired by the controller before it exited: nothing to tell.
-        had_left = code not in (0, ENDED_BY_CONTROLLER, LEFT_THE_JOB) and self.controllers.process_ended(worker, code)
+        had_left = (code not in (0, ENDED_BY_CONTROLLER, LEFT_THE_JOB)
+                    and self.job_controllers.process_ended(worker, code))
         leftovers = worker.end_leftovers()
         if leftovers:
             self.log.info("rank %d: ended what its process left running in its process group: pids %s",

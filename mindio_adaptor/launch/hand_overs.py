@@ -8,7 +8,8 @@ names the ranks of its switch: when they are every rank of this node, the launch
 up to GATHER_S: a loaded host may stall a leaving rank for seconds), then goes, and the standby takes the node's
 place as it takes a lost node's, its warm workers becoming the ranks' new processes (a backup controller the node
 hosted is hosted again by the standby, as a lost node's). A switch of some of its ranks is handed over at once on
-the node. Node 0 (the launchers' store, the leading controller) never goes: its ranks get new processes on the node itself."""
+the node. Node 0 (the launchers' store, the leading controller) never goes: its ranks get new processes on the
+node itself."""
 from __future__ import annotations
 
 import shutil

@@ -5,19 +5,20 @@ so is an idle backup that never saw the rank register, until the one leading the
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import List, Optional
 
 from mindio_adaptor.core.detection.exit_codes import describe
 from mindio_adaptor.core.job.controller_address import ENV_TOKEN
 from mindio_adaptor.launch.controller_report import (ControllerContact, ControllerReportError, find_controllers,
                                                      report_no_replacement, report_process_ended)
+from mindio_adaptor.launch.membership import KnownLists
 from mindio_adaptor.launch.worker import Worker
 
 
 class JobControllers:
-    """`lists()`: the controllers' list and token as last read, and the generation's workers' store port."""
+    """`lists`: the job's lists as the launcher last read them (the controllers' list, the workers' store port)."""
 
-    def __init__(self, master_addr: str, token: str, lists: Callable[[], Tuple[Dict[str, str], int]], log):
+    def __init__(self, master_addr: str, token: str, lists: KnownLists, log):
         self.master_addr, self.token, self.lists, self.log = master_addr, token, lists, log
 
     def process_ended(self, worker: Worker, code: int) -> bool:
@@ -62,10 +63,9 @@ class JobControllers:
     def contacts(self, what: str) -> Optional[List[ControllerContact]]:
         """The job's controllers as the launchers' store names them now ([]: no high availability); None
         when their facts could not be read, which is logged with `what`."""
-        controllers_env, master_port = self.lists()
-        env = {**os.environ, **controllers_env, ENV_TOKEN: self.token}
+        env = {**os.environ, **self.lists.controllers, ENV_TOKEN: self.token}
         try:
-            return find_controllers(self.master_addr, master_port, env)
+            return find_controllers(self.master_addr, self.lists.master_port, env)
         except ControllerReportError as err:
             self.log.info("%s: %s", what, err)
             return None
