@@ -82,7 +82,12 @@ std::string Controller::hot_switch_refusal_locked(const std::set<int>& ranks) co
         if (rank == cfg_.rank) return "rank " + std::to_string(rank) + " hosts this controller";
     }
     if (ranks.size() >= live.size()) return "every live rank is named: nobody would be left to hand the state over";
-    Plan plan = plan_fault(ranks_.snapshot(), replicas_, cfg_.caps, handed_over(ranks), -1);
+    // The switch happens at a hold, where every rank completed the same step: the shards are judged as they will
+    // be then. Judged by where each rank is in its step now, one in its update counted as behind and a peer's
+    // switch was refused at random (a busy machine, tests/integration/test_hot_switch_requests).
+    RankSnapshots held = ranks_.snapshot();
+    for (RankSnapshot& rank : held) rank.step = 0, rank.data = DataStatus::Updated;
+    Plan plan = plan_fault(held, replicas_, cfg_.caps, handed_over(ranks), 0);
     if (!plan.input.repairable) {
         return "some shard of ranks " + list_text(ranks) + " has no live replica peer outside them (the new processes "
                "take their state from one; --optimizer-replicas 1 has none)";
