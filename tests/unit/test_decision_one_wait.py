@@ -41,9 +41,9 @@ class DecidingNative:
         return "controller destroyed"
 
 
-def parked_link():
+def parked_link(rank=2):
     link = ProcessorLink.__new__(ProcessorLink)  # no native processor, no controller: the stand-in instead
-    link.rank, link.native = 2, DecidingNative()
+    link.rank, link.native = rank, DecidingNative()
     link.between_waits = link.wake_waits = None
     return link
 
@@ -92,12 +92,18 @@ def test_a_parked_thread_that_gives_up_stops_the_watcher():
 
     with pytest.raises(RuntimeError, match="leaving the job"):
         link.await_decision(None, between=leave, wake=thread.wake)
-    time.sleep(1.2)  # two of the watcher's slices: it looked, saw the wait given up and ended
-    assert not [t for t in threading.enumerate() if t.name == "mindio-decision-2"]
+    deadline = time.monotonic() + 10.0  # within one of the watcher's 0.5 s slices, however busy the machine
+    while watchers("mindio-decision-2") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not watchers("mindio-decision-2")
 
 
 def test_without_a_parked_thread_the_native_wait_runs_on_the_caller():
-    link = parked_link()
+    link = parked_link(rank=7)  # a name no other test's watcher has
     decide_after(link.native, 0.2)
     assert link.await_decision(10).ranks == (2, 3)
-    assert not [t for t in threading.enumerate() if t.name == "mindio-decision-2"]
+    assert not watchers("mindio-decision-7")
+
+
+def watchers(name):
+    return [t for t in threading.enumerate() if t.name == name]
