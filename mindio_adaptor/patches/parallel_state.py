@@ -16,7 +16,7 @@ import torch.distributed as dist
 from mindio_adaptor.core.job import job_store
 from mindio_adaptor.core.job.job_store import LAYOUT_INPUTS
 from mindio_adaptor.core.layout import warm_assignment
-from mindio_adaptor.core.layout.replica_layout import ReplicaLayout, crowded_shards
+from mindio_adaptor.core.layout.replica_layout import ATTENTION, MOE, ReplicaLayout, crowded_shards
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
@@ -76,10 +76,10 @@ def build_layout(replica_cnt: int) -> ReplicaLayout:
                                          warn=False)
     layout = natural
     if _groups(spread) != _groups(natural):
-        if expert_lists:
+        if expert_lists and spread.instances is None:
             if rank == 0:
-                logger.warning("replica holders could be spread over nodes, but re-laying Megatron's "
-                               "groups is not supported with separate expert data-parallel lists (MoE)")
+                logger.warning("replica holders could be spread over nodes, but the expert data-parallel lists "
+                               "%s cannot be cut into optimizer instances of whole expert slices", expert_lists)
         else:
             _rebuild_optimizer_instances(spread, ps)
             layout = spread
@@ -127,30 +127,48 @@ def _rebuild_optimizer_instances(layout: ReplicaLayout, ps):
     model, DDP and optimizer read them."""
     rank, r_count = dist.get_rank(), layout.sets[0].replica_cnt
     with_gloo = ps._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO is not None
+    dense = [s for s in layout.sets if s.optimizer_type == ATTENTION]
+    experts = [s for s in layout.sets if s.optimizer_type == MOE]
     mine = {}
     instances = [[] for _ in range(r_count)]
-    for s in layout.sets:
+    for s in dense:
         for k, members in enumerate(s.replica_groups):
-            _new_group(members, rank, mine, "intra")
-            if with_gloo:
-                _new_group(members, rank, mine, "intra_gloo", backend="gloo")
+            _new_groups(members, rank, mine, "intra", with_gloo)
             instances[k] += members
+    for s in experts:
+        for members in s.replica_groups:
+            _new_groups(members, rank, mine, "expert_intra", with_gloo)
+    # Dense and expert shards are all-reduced across instances over one group; with experts it is
+    # theirs (the layout chose instances under which each rank's dense and expert holders agree).
+    for s in experts or dense:
         for shard in range(s.num_shards):
             _new_group(s.holders(shard), rank, mine, "inter")
     for members in instances:
         _new_group(sorted(members), rank, mine, "instance")
-    # Without separate expert lists Megatron's expert DP groups are the dense ones, and the
-    # inter-instance group (shared by both) is kept under the expert name.
+    # Without separate expert lists Megatron's expert DP groups are the dense ones.
+    expert_intra = "expert_intra" if experts else "intra"
     for name, group in [("_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP", mine["intra"]),
                         ("_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO", mine.get("intra_gloo")),
-                        ("_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP", mine["intra"]),
-                        ("_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP_GLOO", mine.get("intra_gloo")),
-                        ("_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP", mine["inter"]),
+                        ("_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP", mine[expert_intra]),
+                        ("_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP_GLOO", mine.get(expert_intra + "_gloo")),
+                        (_inter_instance_name(ps), mine["inter"]),
                         ("_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", mine["instance"])]:
-        _repoint(ps, name, group)
+        if hasattr(ps, name):  # megatron-core 0.12 has neither expert instances nor an instance group
+            _repoint(ps, name, group)
     if rank == 0:
         logger.info("optimizer instances re-laid so each shard's holders are on different nodes: %s",
                     [s.replica_groups for s in layout.sets])
+
+
+def _inter_instance_name(ps) -> str:
+    """The group across optimizer instances: shared with the experts' from megatron-core 0.13 on, the
+    dense one's alone in 0.12."""
+    for name in ("_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP", "_INTER_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP"):
+        if hasattr(ps, name):
+            return name
+    raise RuntimeError("this Megatron's parallel_state has no group across distributed-optimizer instances "
+                       "that the adaptor knows (_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP, "
+                       "_INTER_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP)")
 
 
 def _repoint(ps, name, group):
@@ -169,16 +187,32 @@ def _new_group(members, rank, mine, name, backend=None):
         mine[name] = group
 
 
+def _new_groups(members, rank, mine, name, with_gloo):
+    """The group, and its gloo twin where Megatron keeps one (its CPU-side state gathers)."""
+    _new_group(members, rank, mine, name)
+    if with_gloo:
+        _new_group(members, rank, mine, name + "_gloo", backend="gloo")
+
+
 def _check_matches_megatron(layout: ReplicaLayout, rank: int, ps):
     if layout.sets[0].replica_cnt == 1:
         return
-    group = ps.get_data_parallel_group(with_context_parallel=True, partial_data_parallel=True)
+    dense = layout.set_of(rank)
+    _check_group(ps.get_data_parallel_group(with_context_parallel=True, partial_data_parallel=True),
+                 dense.replica_groups[dense.replica_of(rank)], "optimizer instance", rank)
+    _check_group(getattr(ps, _inter_instance_name(ps)), dense.holders(dense.shard_of(rank)),
+                 "group across optimizer instances", rank)
+    if any(s.optimizer_type == MOE for s in layout.sets):
+        experts = layout.set_of(rank, MOE)
+        _check_group(ps._INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP, experts.replica_groups[experts.replica_of(rank)],
+                     "expert optimizer instance", rank)
+
+
+def _check_group(group, expected, what: str, rank: int):
     built = tuple(dist.get_process_group_ranks(group))
-    rset = layout.set_of(rank)
-    expected = rset.replica_groups[rset.replica_of(rank)]
-    if built != expected:
-        raise RuntimeError(f"rank {rank}: Megatron's optimizer instance {list(built)} differs from "
-                           f"the replica layout's group {list(expected)}")
+    if built != tuple(expected):
+        raise RuntimeError(f"rank {rank}: Megatron's {what} {list(built)} differs from the replica layout's "
+                           f"group {list(expected)}")
 
 
 def _warn_crowding(layout: ReplicaLayout, node_of, rank: int):

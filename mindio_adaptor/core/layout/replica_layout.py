@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from mindio_adaptor.core.layout import expert_instances
+
 logger = logging.getLogger(__name__)
 
 ATTENTION = 0  # dense optimizer (the reference's OptimizerType.ATTENTION)
@@ -122,6 +124,21 @@ def _searched_groups(ascending: List[int], g: int, r_count: int, node,
     return groups if place(0) else None
 
 
+def _given_order(ranks: List[int], groups: Sequence[Sequence[int]], replica_cnt: int,
+                 node_of: Optional[Mapping[int, object]]) -> Tuple[List[int], bool]:
+    g = len(ranks) // replica_cnt
+    if len(groups) != replica_cnt or any(len(group) != g or list(group) != sorted(group) for group in groups):
+        raise LayoutError(f"replica groups {[list(group) for group in groups]} are not {replica_cnt} ascending "
+                          f"groups of {g} ranks")
+    order = [r for group in groups for r in group]
+    if sorted(order) != sorted(ranks):
+        raise LayoutError(f"replica groups {[list(group) for group in groups]} do not hold the rank list {ranks}")
+    if node_of is None:
+        return order, True
+    node = {r: node_of[r] if r in node_of else (_UNPLACED, r) for r in ranks}
+    return order, _crowded_count([list(group) for group in groups], node) == 0
+
+
 def _crowded_count(groups: List[List[int]], node) -> int:
     g = len(groups[0])
     return sum(len({node[group[j]] for group in groups}) < len(groups) for j in range(g))
@@ -131,7 +148,10 @@ class ReplicaSet:
     """The replica layout of one data-parallel rank list."""
 
     def __init__(self, rank_list: Sequence[int], replica_cnt: int, optimizer_type: int = ATTENTION,
-                 group_index: int = 0, node_of: Optional[Mapping[int, object]] = None):
+                 group_index: int = 0, node_of: Optional[Mapping[int, object]] = None,
+                 groups: Optional[Sequence[Sequence[int]]] = None):
+        """`groups`: replica groups chosen for the whole job (core/layout/expert_instances); by default
+        the groups are chosen for this list alone."""
         ranks = list(rank_list)
         _check(ranks, replica_cnt)
         self.rank_list = tuple(ranks)
@@ -139,7 +159,10 @@ class ReplicaSet:
         self.optimizer_type = optimizer_type
         self.group_index = group_index
         self.num_shards = len(ranks) // replica_cnt
-        order, self.spread_across_nodes = order_for_anti_affinity(ranks, self.num_shards, node_of)
+        if groups is None:
+            order, self.spread_across_nodes = order_for_anti_affinity(ranks, self.num_shards, node_of)
+        else:
+            order, self.spread_across_nodes = _given_order(ranks, groups, replica_cnt, node_of)
         self.ordered_ranks = tuple(order)
         self._index = {rank: i for i, rank in enumerate(order)}
 
@@ -212,6 +235,8 @@ class ReplicaLayout:
 
     def __init__(self, sets: Sequence[ReplicaSet]):
         self.sets = list(sets)
+        # The job's optimizer instances when they were chosen for all lists at once (MoE), else None.
+        self.instances: Optional[List[Tuple[int, ...]]] = None
         seen = {}
         for s in self.sets:
             for rank in s.rank_list:
@@ -224,9 +249,19 @@ class ReplicaLayout:
     def from_dp_lists(cls, dp_lists: Sequence[Sequence[int]], replica_cnt: int,
                       node_of: Optional[Mapping[int, object]] = None,
                       expert_dp_lists: Sequence[Sequence[int]] = (), warn: bool = True) -> "ReplicaLayout":
-        sets = [ReplicaSet(ranks, replica_cnt, ATTENTION, i, node_of) for i, ranks in enumerate(dp_lists)]
-        sets += [ReplicaSet(ranks, replica_cnt, MOE, i, node_of) for i, ranks in enumerate(expert_dp_lists)]
+        chosen = None
+        if expert_dp_lists and node_of is not None:
+            chosen = expert_instances.choose_instances(dp_lists, expert_dp_lists, replica_cnt, node_of)
+        instances = chosen[0] if chosen else None
+
+        def replica_set(ranks, optimizer_type, index):
+            groups = None if instances is None else expert_instances.groups_under(instances, ranks)
+            return ReplicaSet(ranks, replica_cnt, optimizer_type, index, node_of, groups)
+
+        sets = [replica_set(ranks, ATTENTION, i) for i, ranks in enumerate(dp_lists)]
+        sets += [replica_set(ranks, MOE, i) for i, ranks in enumerate(expert_dp_lists)]
         layout = cls(sets)
+        layout.instances = instances
         if warn:
             layout.warn_if_not_spread()
         return layout
