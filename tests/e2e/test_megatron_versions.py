@@ -11,7 +11,8 @@ between releases).
 Elastic training (two launchers as two nodes, node 1 lost after step 3 and back at step 6: dp4 -> dp2 -> dp4, every
 loss within 1e-4 of the uninterrupted run's) runs for 0.12.1, the release furthest from the installed one, and for
 every release with MINDIO_VERSION_TESTS_ELASTIC=all (docs/megatron_versions.md has what it measured): a fifth
-run per release would cost CI three more minutes for code paths that 0.12.1 and the installed release bound."""
+run per release would cost CI three more minutes for code paths that 0.12.1 and the installed release bound. For
+0.12.1 also a run with the ranks placed cyclically over two nodes, whose optimizer instances are re-laid across them."""
 import os
 import re
 import sys
@@ -36,6 +37,11 @@ ELASTIC_RELEASES = set(RELEASES) if os.environ.get("MINDIO_VERSION_TESTS_ELASTIC
 # (MINDIO_VERSION_TESTS_DUMP=all: every release; two runs each, a minute and a half of CI for both).
 DUMP_RELEASES = set(RELEASES) if os.environ.get("MINDIO_VERSION_TESTS_DUMP") == "all" else {"0.12.1", "0.16.1"}
 
+# Ranks 0,2 on one node and 1,3 on another: the optimizer instances are re-laid across the nodes. 0.12.1 names
+# the group across instances differently from every later release (one run, 20 s).
+CYCLIC_RELEASES = {"0.12.1"}
+CYCLIC_NODES = {"MINDIO_FAILURE_DOMAINS": "a,b,a,b"}
+
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def release_runs(request, tmp_path_factory):
@@ -51,6 +57,8 @@ def release_runs(request, tmp_path_factory):
                                     env={**env, "MINDIO_FAULT_INJECT": "kill:rank=2,step=5,phase=backward",
                                          "MINDIO_FAULT_STATE_DIR": str(work / "dump_faults")})
         runs["resumed"] = run_training([*HA, "--load", str(ckpt)], env=env).require_success()
+    if request.param in CYCLIC_RELEASES:
+        runs["cyclic"] = run_training([*HA, "--verify-optimizer-replicas"], env={**env, **CYCLIC_NODES})
     if request.param in ELASTIC_RELEASES:
         runs["elastic"], _ = run_elastic(work / "elastic", lose_after=3, return_at=6, arf_wait_s=None, env=env)
     return request.param, runs, ckpt
@@ -117,3 +125,14 @@ def test_the_job_scales_in_and_out_like_the_uninterrupted_run(release_runs):
     assert all(elastic.losses[step] == reference.losses[step] for step in (1, 2, 3))  # before the node was lost
     for step, loss in reference.losses.items():
         assert elastic.losses[step] == pytest.approx(loss, rel=1e-4), (release, step, elastic.losses[step], loss)
+
+
+def test_a_cyclic_node_placement_re_lays_the_optimizer_instances(release_runs):
+    _, runs, _ = release_runs
+    if "cyclic" not in runs:
+        pytest.skip(f"the cyclic placement runs for {sorted(CYCLIC_RELEASES)}")
+    cyclic, reference = runs["cyclic"].require_success(), runs["reference"]
+    assert "optimizer instances re-laid so each shard's holders are on different nodes: [[(0, 2), (1, 3)]]" in cyclic.output
+    for step in range(1, 9):
+        assert f"step {step}: every optimizer shard identical on its 2 holders" in cyclic.output
+        assert cyclic.losses[step] == pytest.approx(reference.losses[step], rel=1e-5)
