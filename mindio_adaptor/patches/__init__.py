@@ -2,7 +2,8 @@
 `PATCHES`, a list of `registry.Patch`, applied by `mindio_adaptor.patch_all()`."""
 from mindio_adaptor.core.process import compile_switch, cpu_torch, logs
 
-# Modules of this package whose PATCHES are applied, in order.
+# Modules of this package whose PATCHES are applied, in order; where several wrap one function, their nesting is
+# patches/compositions' (not this order).
 PATCH_MODULES = [
     "cpu_support",
     "dataset_helpers",
@@ -10,12 +11,12 @@ PATCH_MODULES = [
     "arguments",
     "parallel_state",
     "training",
-    "loss_lines",  # inside exception_loop's train_step: a step computed again is recorded again
+    "loss_lines",
     "uneven_batches",
     "optimizer_state",
     "fault_injection",
     "sections",
-    "interrupted_save",  # inside job_end's wrapper of the same save: it notes the save before the decision
+    "interrupted_save",
     "exception_loop",
     "controller_link",
     "warm_spare",

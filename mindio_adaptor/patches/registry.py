@@ -26,7 +26,7 @@ from typing import Iterable, List, Optional
 import wrapt
 
 from mindio_adaptor.core.steps import hook_points
-from mindio_adaptor.patches import fault_handling as fault_handling_mode, megatron_versions
+from mindio_adaptor.patches import compositions, fault_handling as fault_handling_mode, megatron_versions
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,19 @@ def all_patches(modules: Optional[Iterable[str]] = None) -> List[Patch]:
     for name in PATCH_MODULES:
         if modules is None or name in modules:
             patches.extend(importlib.import_module(f"mindio_adaptor.patches.{name}").PATCHES)
-    return patches
+    return _composed_in_order(patches)
+
+
+def _composed_in_order(patches: List[Patch]) -> List[Patch]:
+    """The rows of a function several patches wrap, moved within the places they hold so that they are applied
+    innermost first (patches/compositions); every other row keeps its place."""
+    result = list(patches)
+    for target in compositions.COMPOSED:
+        places = [i for i, patch in enumerate(result) if patch.target == target]
+        ordered = sorted((result[i] for i in places), key=lambda p: compositions.innermost_first(target, p.wrapper))
+        for i, patch in zip(places, ordered):
+            result[i] = patch
+    return result
 
 
 def patch_all(only: Optional[Iterable[str]] = None, fault_handling: str = fault_handling_mode.ADAPTOR):
