@@ -4,7 +4,9 @@ node, that can restart only a failed worker (process replacement) instead of the
 Starting and watching (one node):
     entry.py             main(): parse, meet the other nodes, run the agent
     args.py, config.py   the command line (torchrun's flags), the checked configuration; slurm.py: srun's
-    agent.py             the watch loop of one node: answers each exit, follows the others' decisions
+    agent.py             the watch loop of one node: follows the others' decisions, restarts the group
+    worker_exits.py      what the launcher does when a worker's process ends, and a hot switch's hand-overs
+    local_workers.py     the node's workers, what became of each, stopping them; the summary of a done node
     policy.py            the answer to a worker's exit (pure); restart_loop.py: a rank that keeps dying
     worker.py            a worker process, stopping workers; worker_env.py: a worker's environment
     worker_starts.py     starting a worker's process with the job's current lists (membership.py)

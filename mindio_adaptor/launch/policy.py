@@ -2,9 +2,18 @@
 tested without processes."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
+
+
+@dataclass
+class Outcome:
+    """How a node's launcher ends: its exit code and the summary's words."""
+
+    code: int
+    what: str
 
 
 class Verdict(Enum):

@@ -132,12 +132,12 @@ def test_unreachable_with_unchanged_lists_is_not_rebooted_and_with_changed_ones_
     worker = agent.workers[0]
     worker.given = agent.starts.lists.refresh(agent.config, agent.store, agent.generation)
     ended_with(worker, JOB_UNREACHABLE)
-    reason = agent._no_blind_reboot(worker, JOB_UNREACHABLE)
+    reason = agent.exits.no_blind_reboot(worker, JOB_UNREACHABLE)
     assert reason.startswith("its process reached none of the job's stores or controllers (exit code 88 "
                              "(JOB_UNREACHABLE)), and the launchers' store names the same ones now:")
     assert "MINDIO_STORE_ADDRS=127.0.0.1:6000,127.0.0.1:6001" in reason
     agent.store.store.set(controller_key(0, 0), "127.0.0.1:7100")  # a new node 0 re-hosted slot 0 meanwhile
-    assert agent._no_blind_reboot(worker, JOB_UNREACHABLE) == ""
+    assert agent.exits.no_blind_reboot(worker, JOB_UNREACHABLE) == ""
 
 
 def test_the_third_quick_failure_ends_the_ranks_reboots():
@@ -147,7 +147,7 @@ def test_the_third_quick_failure_ends_the_ranks_reboots():
     for attempt in range(LOOP_LENGTH):
         ended_with(worker, 1)
         worker.reboots = attempt + 1
-        lines.append(agent._no_blind_reboot(worker, 1))
+        lines.append(agent.exits.no_blind_reboot(worker, 1))
     assert lines[:-1] == ["", ""] and lines[-1].startswith("restart loop: its last 3 processes")
 
 
@@ -192,6 +192,6 @@ def test_following_another_nodes_group_restart_stops_at_an_ended_worker():
     ended_with(agent.workers[1], ENDED_BY_CONTROLLER, alone=False)
     agent.store.store.set(GENERATION, "1")
     started = [w.starts for w in agent.workers]
-    assert agent._follow_generation()
+    assert agent.follow_generation()
     assert agent.generation == 0 and agent.ended
     assert [w.starts for w in agent.workers] == started and not any(w.running() for w in agent.workers)
