@@ -110,7 +110,7 @@ class NodeAgent:
                 try:
                     outcome = self._check()
                 except DistError as err:  # once back, what happened meanwhile (a worker's exit) is answered
-                    outcome = self._wait_for_new_node0(err) or self._check()
+                    outcome = node0_loss.answer_lost_store(self, err) or self._check()
                 if outcome:
                     return outcome
                 self.workers.stop_rebooted_after_the_end(self.ended)
@@ -128,37 +128,7 @@ class NodeAgent:
     def _check(self) -> Optional[Outcome]:
         # The other nodes first: a worker that just died of their group restart must follow it, not be
         # rebooted into the old generation.
-        return self._check_signal() or self._check_ownership() or self._check_other_nodes() or self.exits.check()
-
-    def _wait_for_new_node0(self, err: DistError) -> Optional[Outcome]:
-        """Node 0's launcher is gone with the launchers' store: keep the workers running and rejoin the store
-        a new node 0 hosts at the same address (launch/node0_loss). Only with worker reboot: without it a new
-        node 0's workers could not join the running job."""
-        if self.workers.all_exited_0():
-            return self._finished_without_node0()
-        if self.store.hosting or not self.config.worker_reboot:
-            raise err
-        waited = node0_loss.wait_for_new_node0(self.config, self.store, err, self.log, self.starts.lists,
-                                               self.generation, self.ended, lambda: self.signalled is not None,
-                                               self.workers.all_exited_0)
-        if waited == node0_loss.SIGNALLED:
-            return self._check_signal()
-        if waited == node0_loss.WORKERS_DONE:
-            return self._finished_without_node0()
-        return None if waited == node0_loss.REJOINED else self._no_new_node0()
-
-    def _finished_without_node0(self) -> Outcome:
-        """Every local worker exited 0: nothing to keep running, and node 0 may just have ended first (its end
-        barrier took this node, slow to say it was done, for lost). An exit 0 needs no store."""
-        self.log.info("the launchers' store on node 0 is gone, and every local worker exited 0: finishing")
-        self.exits.check()
-        return self.workers.finished(self.ended)
-
-    def _no_new_node0(self) -> Outcome:
-        cfg = self.config
-        self.stop(signal.SIGTERM, "node 0 lost")
-        return Outcome(1, f"lost the launchers' store on node 0 ({cfg.master_addr}:{self.store.port}) and no new "
-                          f"node 0 came within {cfg.node0_wait:g} s (--node0-wait)")
+        return self.check_signal() or self._check_ownership() or self._check_other_nodes() or self.exits.check()
 
     # --- starting ----------------------------------------------------------------------------------------
 
@@ -181,7 +151,7 @@ class NodeAgent:
 
     # --- watching ----------------------------------------------------------------------------------------
 
-    def _check_signal(self) -> Optional[Outcome]:
+    def check_signal(self) -> Optional[Outcome]:
         if self.signalled is None:
             return None
         name = signal.Signals(self.signalled).name
@@ -200,7 +170,7 @@ class NodeAgent:
         self._owner_checked = now
         if self.store.still_owner():
             if not self.store.hosting:
-                self.store.note_node0_owner()
+                self.store.node0.note_owner()
             return None
         self.fenced = True
         self.log.info("another launcher took node rank %d (this one was silent for more than %g s): stopping "

@@ -23,8 +23,14 @@ from typing import Iterable, List, Optional
 
 from torch.distributed import DistError, PrefixStore, Store, TCPStore
 
+from mindio_adaptor.core.job.paired_store import answers
 from mindio_adaptor.core.job.sealed_values import SealedStore, UnsealedValue
-from mindio_adaptor.launch.node0_loss import store_listening
+
+
+def store_listening(addr: str, port: int, timeout: float) -> bool:
+    """Whether something accepts connections at addr:port. A plain probe before a TCPStore client: a
+    client that cannot connect logs a stack trace per try, and the wait may last minutes."""
+    return answers((addr, port), timeout)
 
 
 def beat_key(node: int) -> str:

@@ -1,4 +1,4 @@
-"""A launcher that lost node 0 (launch/node0_loss, launch/node_store.rejoin_entries): the wait's deadline,
+"""A launcher that lost node 0 (launch/node0_loss, its rejoin_entries among them): the wait's deadline,
 what it writes into a new node 0's store and in which order, and, on a real TCPStore, that the owners it
 writes back keep fencing and let the new node 0 take node 0's place."""
 import socket
@@ -12,9 +12,10 @@ from mindio_adaptor.core.job.sealed_values import SealedStore
 from mindio_adaptor.launch import node_liveness
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controllers_keys
-from mindio_adaptor.launch.node0_loss import Node0Outage, can_host, store_listening
-from mindio_adaptor.launch.node_store import (CONTROLLER_END, GENERATION, JOB_RUNNING, NodeStore, rejoin_entries,
-                                              stores_keys)
+from mindio_adaptor.launch.node0_loss import Node0Outage, can_host, rejoin_entries
+from mindio_adaptor.launch.node_liveness import store_listening
+from mindio_adaptor.launch.node_store import NodeStore
+from mindio_adaptor.launch.store_keys import CONTROLLER_END, GENERATION, JOB_RUNNING, stores_keys
 
 
 def test_the_wait_ends_at_its_deadline():
@@ -147,11 +148,11 @@ def test_each_controller_node_hosts_a_workers_store_and_a_new_node_0_keeps_the_s
 def test_a_store_that_resets_connections_is_given_up_in_seconds_not_the_rendezvous_timeout():
     """Node 0's store seen listening by the probe as it died: torch's client retries a reset connection until
     its timeout, which held a standby (and node 1's rejoin) for the whole --rdzv timeout, so the standby never
-    went back to hosting node 0's store itself. The client now gets node_store.CONNECT_S to connect."""
+    went back to hosting node 0's store itself. The client now gets node0_loss.CONNECT_S to connect."""
     import threading
     import time
 
-    from mindio_adaptor.launch import node_store as node_store_module
+    from mindio_adaptor.launch import node0_loss
 
     dying = socket.socket()
     dying.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -176,8 +177,8 @@ def test_a_store_that_resets_connections_is_given_up_in_seconds_not_the_rendezvo
         store.config.rdzv_timeout = 600
         store.port = dying.getsockname()[1]
         started = time.monotonic()
-        assert store.rejoin(0, False, {}) is False
-        assert time.monotonic() - started < node_store_module.CONNECT_S + 10
+        assert store.node0.rejoin(0, False, {}) is False
+        assert time.monotonic() - started < node0_loss.CONNECT_S + 10
     finally:
         stop.set()
         thread.join(5)

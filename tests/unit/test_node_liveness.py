@@ -9,7 +9,7 @@ from torch.distributed import TCPStore
 
 from mindio_adaptor.core.job.sealed_values import SealedStore, UnsealedValue
 from mindio_adaptor.launch import node_liveness
-from mindio_adaptor.launch.node_store import is_counter
+from mindio_adaptor.launch.store_keys import is_counter
 
 
 def store():

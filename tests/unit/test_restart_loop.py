@@ -11,16 +11,17 @@ import sys
 import pytest
 from torch.distributed import PrefixStore, TCPStore
 
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE
 from mindio_adaptor.core.job import unreachable_job
 from mindio_adaptor.core.job.controller_address import ENV_CONTROLLER
-from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, JOB_UNREACHABLE
 from mindio_adaptor.core.job.paired_store import ENV_STORES
 from mindio_adaptor.launch.agent import NodeAgent
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import controller_key
-from mindio_adaptor.launch.node_store import GENERATION, NodeStore
+from mindio_adaptor.launch.node_store import NodeStore
 from mindio_adaptor.launch.policy import Verdict, on_exit
 from mindio_adaptor.launch.restart_loop import LOOP_LENGTH, QUICK_EXIT_S, RestartLoop
+from mindio_adaptor.launch.store_keys import GENERATION
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 

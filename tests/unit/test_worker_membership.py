@@ -83,7 +83,7 @@ def test_after_node_0_was_replaced_a_replacement_on_node_1_gets_the_new_node_0s_
     before = env_of(node_1)
     new_master, new_store = launchers_store()
     node_1.store.port = new_master.port  # the same address: here, where the new node 0's store listens
-    assert node_1.store.rejoin(0, False, node_1.starts.lists.controllers, node_1.starts.lists.stores)
+    assert node_1.store.node0.rejoin(0, False, node_1.starts.lists.controllers, node_1.starts.lists.stores)
     new_node_0 = launcher(new_store, 0, incarnation=2)
     publish_controller(new_node_0, "127.0.0.1:7100")
     first_generation(new_node_0)
