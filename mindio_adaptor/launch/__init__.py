@@ -14,9 +14,9 @@ Starting and watching (one node):
     hand_overs.py        a hot switch on the launcher's side, and a drained node
     log.py               one line per event, naming the node
 The nodes together:
-    node_store.py        the launchers' store and each generation's workers' store
+    node_store.py        the launchers' store and each generation's workers' store; store_keys.py: its keys
     node_liveness.py     beats and node rank ownership; lifeline.py: proof that a launcher's process is gone
-    node0_loss.py        a launcher that lost node 0: its wait for a new one, whether its host can be one
+    node0_loss.py        node 0's loss, all of it: the others' wait and rejoin, a standby taking node 0's place
     unreplaced_nodes.py  node 0 telling the controller a lost node will not come back
     repeat_offender.py   whether a node that failed too often may start
     job_token.py         the job's token, which seals the launchers' values

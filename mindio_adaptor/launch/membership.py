@@ -42,7 +42,7 @@ class Membership:
 @dataclass
 class KnownLists:
     """The job's lists as this launcher last read them: what a process it starts gets, and what it writes back
-    into a new node 0's store (launch/node_store.rejoin)."""
+    into a new node 0's store (launch/node0_loss.Node0Loss.rejoin)."""
     master_port: int = 0
     controllers: Dict[str, str] = field(default_factory=dict)  # the controllers' list and token
     stores: Dict[str, str] = field(default_factory=dict)  # the generation's workers' stores beside the controllers
