@@ -15,6 +15,7 @@ Starting and watching (one node):
     log.py               one line per event, naming the node
 The nodes together:
     node_store.py        the launchers' store and each generation's workers' store; store_keys.py: its keys
+    node_ownership.py    a launcher's claim on its node rank and the evidence to take another's (beat, lifeline)
     node_liveness.py     beats and node rank ownership; lifeline.py: proof that a launcher's process is gone
     node0_loss.py        node 0's loss, all of it: the others' wait and rejoin, a standby taking node 0's place
     unreplaced_nodes.py  node 0 telling the controller a lost node will not come back

@@ -67,7 +67,7 @@ class NodeAgent:
             self.controller.stop()
             if self._unreplaced is not None:
                 self._unreplaced.close()
-            self.store.stop_beat()
+            self.store.ownership.stop_beat()
             self.hand_overs.close()
 
     def _run(self) -> int:
@@ -98,7 +98,7 @@ class NodeAgent:
             generation = self.store.generation()
             self.controller.start(generation)
             self.starts.lists.controllers = controllers_env(self.config, self.store, generation)
-            self._start_generation(generation, replacing=self.store.replacing)
+            self._start_generation(generation, replacing=self.store.ownership.replacing)
             if self.store.hosting:
                 self._unreplaced = UnreplacedNodes(self.store, self.config.nproc_per_node, self.config.nnodes,
                                                    self.config.node_lost_after, self.log)
@@ -138,7 +138,7 @@ class NodeAgent:
         if replacing:
             self.starts.joined_generation = generation
         # The ranks of a drained node were handed over alive: their new processes are a hot switch's.
-        kind = hand_over.HOT_SWITCH if replacing and self.store.took_drained_node else hand_over.ARF
+        kind = hand_over.HOT_SWITCH if replacing and self.store.ownership.took_drained_node else hand_over.ARF
         pids = [self.starts.start(w, generation, restarted=replacing, reboot_type=kind) for w in self.workers]
         warm, stores = sum(w.warm for w in self.workers), self.starts.lists.stores
         self.log.info("generation %d: started ranks %s as pids %s%s%s; workers' store at %s:%d%s", generation,
@@ -168,7 +168,7 @@ class NodeAgent:
         if now - self._owner_checked < beat_period(self.config.node_lost_after):
             return None
         self._owner_checked = now
-        if self.store.still_owner():
+        if self.store.ownership.still_owner():
             if not self.store.hosting:
                 self.store.node0.note_owner()
             return None

@@ -91,7 +91,7 @@ class HostedController:
     @property
     def rehosts(self) -> bool:
         """This launcher replaced a lost controller-hosting node and hosts its slot again."""
-        return self.hosted and self.store.replacing
+        return self.hosted and self.store.ownership.replacing
 
     def start(self, generation: int) -> None:
         """Start this node's controller for `generation` and publish its address (node 0 first chooses the

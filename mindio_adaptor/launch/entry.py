@@ -44,10 +44,11 @@ def run(config: LaunchConfig, token: str) -> int:
         warm.close()
         log.info("error: %s", err)
         return 1
-    if store.replacing:
+    ownership = store.ownership
+    if ownership.replacing:
         log.info("node %d was lost: this launcher takes its place in the running job (incarnation %d); its "
                  "workers start as replacements (the node counted as lost because %s)", config.node_rank,
-                 store.incarnation, store.lost_evidence)
+                 ownership.incarnation, ownership.lost_evidence)
     return NodeAgent(config, store, log, warm).run()
 
 

@@ -127,7 +127,7 @@ def wait_for_new_node0(config, store, err, log, lists, generation: int, ended: b
             return WORKERS_DONE
         if store.node0.rejoin(generation, ended, lists.controllers, lists.stores):
             log.info("rejoined the launchers' store of a new node 0 after %.1f s: wrote back node %d's ownership "
-                     "(incarnation %d) and generation %d", outage.elapsed(), config.node_rank, store.incarnation,
+                     "(incarnation %d) and generation %d", outage.elapsed(), config.node_rank, store.ownership.incarnation,
                      generation)
             return REJOINED
         time.sleep(min(REJOIN_PERIOD_S, outage.remaining()))
@@ -223,8 +223,8 @@ class Node0Loss:
         that the job runs); False when none did: no job is running, this is a first start."""
         if not self.nodes.store.check([store_keys.JOB_RUNNING]):
             return False
-        self.nodes.lost_evidence = evidence
-        self.nodes.own(0, first=False, lost_owner=node_liveness.owner_or_none(self.nodes.store, 0))
+        self.nodes.ownership.lost_evidence = evidence
+        self.nodes.ownership.own(0, first=False, lost_owner=node_liveness.owner_or_none(self.nodes.store, 0))
         return True
 
     def client_of_new_node0(self) -> Optional[SealedStore]:
@@ -257,7 +257,7 @@ class Node0Loss:
         if store is None:
             return False
         nodes = self.nodes
-        entries = rejoin_entries(nodes.config.node_rank, json.dumps(nodes.members()), nodes.owner_value, generation,
+        entries = rejoin_entries(nodes.config.node_rank, json.dumps(nodes.members()), nodes.ownership.owner_value, generation,
                                  self.owner, controller_ended, controllers, stores)
         try:
             for key, value, keep_existing in entries:
@@ -265,11 +265,7 @@ class Node0Loss:
                     store.compare_set(key, "", value)
                 else:
                     store.set(key, value)
-            # One beat now: a standby's watch of this node starts from it, and this node's beat thread,
-            # which finds the new store on its own, then only has to keep it moving.
-            store.add(node_liveness.beat_key(self.nodes.config.node_rank), 1)
-            if self.nodes.own_lifeline is not None:
-                self.nodes.own_lifeline.publish(store, self.nodes.config.node_rank, self.nodes.incarnation)
+            nodes.ownership.publish_in(store)
         except DistError:
             return False
         self.nodes.store = store

@@ -38,12 +38,12 @@ from mindio_adaptor.launch import lifeline, node_liveness, store_keys
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.controllers import reachable_host
 from mindio_adaptor.launch.node0_loss import Node0Loss
+from mindio_adaptor.launch.node_ownership import NodeOwnership
 from mindio_adaptor.launch.store_keys import NodeStoreError
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier: node 0 keeps the stores up until every node is done
 POLL_S = 0.05
 STANDBY_LEAVE_S = 10.0  # the least node 0 waits at the end for standbys to see it
-DRAINED_EVIDENCE = "its launcher handed it over (every local rank was switched to a standby: a drain)"
 logger = logging.getLogger("mindio_adaptor.launch")
 
 
@@ -58,18 +58,8 @@ class NodeStore:
         self.store: Optional[SealedStore] = None
         self.port = config.master_port or get_free_port()  # 0 (one node): any free port, as torchrun's --standalone
         self._worker_stores: Dict[int, TCPStore] = {}  # node 0: generation -> the store it hosts
-        self.incarnation = 0  # which launcher of this node rank this is (1: the first; more: replacements)
-        self._beat: Optional[node_liveness.NodeBeat] = None
-        self.own_lifeline: Optional[lifeline.Lifeline] = None
-        self.lost_evidence = ""  # a replacing launcher: how it knew the node it took was lost
-        self.took_drained_node = False  # the node it took was drained (its ranks handed over alive), not lost
-        self.owner_value = ""  # what this launcher wrote as its node rank's owner (a rejoin writes it back)
+        self.ownership = NodeOwnership(self)  # this launcher's node rank, and how it took it (launch/node_ownership)
         self.node0 = Node0Loss(self)  # node 0's loss seen from this launcher (launch/node0_loss)
-
-    @property
-    def replacing(self) -> bool:
-        """This launcher took the place of a lost node in a running job: its workers start as replacements."""
-        return self.incarnation > 1
 
     @property
     def hosting(self) -> bool:
@@ -82,7 +72,7 @@ class NodeStore:
         self.check_members()
         if self.hosting and self.node0.own_if_lost("the other launchers rejoined at its address with the job running"):
             return
-        self.own(self.config.node_rank, first=self.store.add(store_keys.node(self.config.node_rank), 1) == 1)
+        self.ownership.own(self.config.node_rank, first=self.store.add(store_keys.node(self.config.node_rank), 1) == 1)
 
     def sealed(self, store: Store) -> SealedStore:
         """The launchers' store (PrefixStore of the job) with its values sealed under the job's token."""
@@ -98,43 +88,6 @@ class NodeStore:
             where = "host" if rank == 0 else "reach node 0's"
             raise NodeStoreError(f"could not {where} launchers' store at {cfg.master_addr}:{self.port} with all "
                                  f"{cfg.nnodes} nodes within {cfg.rdzv_timeout:.0f} s: {err}") from None
-
-    def own(self, node: int, first: bool, lost_owner: Optional[int] = None) -> None:
-        """Own `node`: the first launcher of it, or one that takes it from a lost owner (`lost_owner`: the
-        owner a watch already judged lost, else this judges it: its lifeline refused, or its beat silent for
-        --node-lost-after)."""
-        cfg, store = self.config, self.store
-        seen = node_liveness.owner_or_none(store, node) if lost_owner is None else lost_owner
-        if not first and lost_owner is None and not self._judged_lost(node, seen):
-            raise NodeStoreError(f"node rank {node} is held by a running launcher (its beat moved within "
-                                 f"{cfg.node_lost_after:g} s); a launcher takes a node rank only from a lost node")
-        if not first and not cfg.worker_reboot:
-            raise NodeStoreError(f"node rank {node} was lost and this launcher would replace it in the running "
-                                 f"job, which needs worker reboot (--worker-reboot, or the script's "
-                                 f"--enable-worker-reboot): its workers must replace the lost ranks")
-        incarnation = node_liveness.take_over(store, node, seen)
-        if incarnation is None:
-            raise NodeStoreError(f"another launcher took node rank {node}'s place first")
-        self.incarnation = incarnation
-        # A node whose launcher ended while the job went on (its workers left it, elastic training) is in the
-        # job again: node 0's exit barrier waits for this launcher, not the last one's "done".
-        store.delete_key(store_keys.done(node))
-        store.delete_key(store_keys.drained(node))  # said once: a later loss of this node is a loss
-        self.owner_value = store.get(node_liveness.owner_key(node)).decode()
-        self._beat = node_liveness.NodeBeat(cfg.master_addr, self.port, cfg.run_id, node, cfg.node_lost_after)
-        self._beat.start()
-        self.own_lifeline = lifeline.Lifeline(reachable_host(cfg))
-        self.own_lifeline.publish(store, node, incarnation)
-
-    def _judged_lost(self, node: int, owner: int) -> bool:
-        """Whether the launcher owning `node` is gone: at once when its lifeline's port refuses connections,
-        else when its beat stays still for --node-lost-after."""
-        address = lifeline.published(self.store, node)
-        if address is not None and address.incarnation == owner and lifeline.refused(address):
-            self.lost_evidence = lifeline.EVIDENCE
-            return True
-        self.lost_evidence = self._silence()
-        return bool(node_liveness.lost_nodes(self.store, [node], self.config.node_lost_after))
 
     def join_as_standby(self, log) -> Optional[int]:
         """A standby launcher: wait for a node to be lost and take its rank; the node rank taken, or None when
@@ -172,11 +125,8 @@ class NodeStore:
                 for node, lost_owner in {**silent, **gone}.items():
                     if not lost_owner or self.store.check([store_keys.done(node)]):
                         continue  # not started yet, or it ended its part of the job: nothing to take over
-                    self.took_drained_node = self.store.check([store_keys.drained(node)])
-                    self.lost_evidence = (DRAINED_EVIDENCE if self.took_drained_node else
-                                          lifeline.EVIDENCE if node in gone else self._silence())
                     try:
-                        self.own(node, first=False, lost_owner=lost_owner)
+                        self.ownership.take_lost(node, lost_owner, gone=node in gone)
                     except NodeStoreError as err:
                         log.info("standby: node %d: %s", node, err)
                         continue
@@ -202,21 +152,10 @@ class NodeStore:
         """`node`'s launcher ended its part of the job (its workers finished or left it)."""
         return self.store.check([store_keys.done(node)])
 
-    def _silence(self) -> str:
-        return f"its beat was silent for {self.config.node_lost_after:g} s"
-
     def _job_over(self) -> bool:
         nodes = range(self.config.nnodes)
         return (self.end_reason() is not None or self.controller_ended()
                 or self.store.check([store_keys.done(node) for node in nodes]))
-
-    def still_owner(self) -> bool:
-        """False once another launcher took this node rank (this one was silent too long). An unsealed owner
-        is a stranger's write: no launcher took the node, and this one owns it still."""
-        try:
-            return node_liveness.owner(self.store, self.config.node_rank) == self.incarnation
-        except UnsealedValue:
-            return True
 
     def check_members(self) -> None:
         """One launcher per node rank, and the same number of workers on each (ranks are node-major)."""
@@ -269,7 +208,7 @@ class NodeStore:
         if not self.hosting:
             self._worker_stores = {generation: host_store(port=0)}
         address = f"{reachable_host(cfg)}:{self._worker_stores[generation].port}"
-        if self.replacing:  # the lost node's slot, hosted again (core/job/rehosted_slot): the new store replaces it
+        if self.ownership.replacing:  # the lost node's slot, hosted again (core/job/rehosted_slot): the new store replaces it
             self.store.set(key, address)
         else:
             self.store.compare_set(key, "", address)
@@ -308,32 +247,24 @@ class NodeStore:
     def controller_ended(self) -> bool:
         return self.store.check([store_keys.CONTROLLER_END])
 
-    def stop_beat(self) -> None:
-        """Stop beating for this node (at the latest before the launcher exits: see NodeBeat)."""
-        if self._beat is not None:
-            self._beat.stop()
-
     def drain(self) -> None:
         """This node's place goes to a standby launcher (every local rank was handed over): the beat stops and
         the lifeline closes with no goodbye, so a watching standby takes the place as a lost node's; the node
         is not said done."""
-        self.stop_beat()
         self.store.set(store_keys.drained(self.config.node_rank), "1")
-        if self.own_lifeline is not None:
-            self.own_lifeline.hand_over()
+        self.ownership.hand_over()
 
     def leave(self, timeout: float = EXIT_BARRIER_S, wait_for_all: bool = False) -> bool:
         """Say this node is done; node 0 (and, with `wait_for_all`, this node) then waits until every node
         said so or is lost (bounded): node 0 keeps the stores up meanwhile. Returns False when it stopped
         waiting before that."""
-        self.stop_beat()
+        self.ownership.stop_beat()
         if self.store is None:
             return True
         try:
             self.store.set(store_keys.done(self.config.node_rank), "1")
         finally:  # after "done": a watcher that took this end for a loss reads that before it acts
-            if self.own_lifeline is not None:
-                self.own_lifeline.leave()
+            self.ownership.leave()
         if not (self.hosting or wait_for_all):
             return True
         deadline = time.monotonic() + timeout

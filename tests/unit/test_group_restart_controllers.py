@@ -71,5 +71,6 @@ def test_a_hosting_node_that_never_answers_holds_the_restart_only_for_the_bound(
     started(node_0, 0)
     begun = time.monotonic()
     node_0.controller.stand_down(1)  # node 1 (lost, say) never stands down
-    assert 1.0 <= time.monotonic() - begun < 3.0
+    # The bound, not the default 20 s; stopping the controller's process may take seconds on a loaded host.
+    assert 1.0 <= time.monotonic() - begun < 10.0
     assert "group restart: nodes [1] did not say within 1 s that their controller stopped; going on" in caplog.text

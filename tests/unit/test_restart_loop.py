@@ -111,7 +111,7 @@ def launcher(max_restarts=3):
                           command=SLEEP)
     node_store = NodeStore(config, "t")
     store = node_store.store = node_store.sealed(PrefixStore("r", master))
-    node_store.incarnation = 1
+    node_store.ownership.incarnation = 1
     for node in (0, 1):
         store.set(controller_key(node, 0), f"127.0.0.1:{7000 + node}")
         store.set(f"generation/0/store/{node}", f"127.0.0.1:{6000 + node}")

@@ -34,7 +34,7 @@ def launchers_store():
 
 def launcher(store, node, incarnation=1, port=0):
     node_store = NodeStore(config(node), TOKEN)
-    node_store.store, node_store.incarnation = node_store.sealed(store), incarnation
+    node_store.store, node_store.ownership.incarnation = node_store.sealed(store), incarnation
     node_store.port = port or node_store.port
     return NodeAgent(node_store.config, node_store, logging.getLogger("test_worker_membership"),
                      WarmPool(node_store.config, 0))
