@@ -106,9 +106,11 @@ def test_a_backup_does_not_lead_a_minority_that_lost_a_live_leader_and_the_minor
                          r"exiting with code 88 \(JOB_UNREACHABLE\)", text), text[-3000:]
         assert "refused a connection: its process is gone" not in text  # a reset, a silence, then a refusal
         # On a loaded machine rank 3's second try of the leader may come before its address refuses: a second
-        # silence then, no proof either
+        # silence then, no proof either; or its connection still waits in the relay's backlog when the relay
+        # turns to refusing, which resets it: a close during registration, no proof either
         assert (f"the controller of term 1 at 127.0.0.1:{partition.port} refused a connection after a silence: no "
-                f"proof") in text or text.count("after: no registration reply within 5000 ms") >= 2, text[-3000:]
+                f"proof") in text or text.count("after: no registration reply within 5000 ms") >= 2 \
+            or "after: connection closed during registration" in text, text[-3000:]
         assert left_after < 45, left_after
         # The backup never led: it held their registrations, then sent them away.
         backup_text = read(tmp_path / "backup.log")
