@@ -65,7 +65,7 @@ def test_lists_of_unequal_length_are_left_to_each_list():
 def test_the_search_stops_at_its_budget(monkeypatch):
     scored = []
     monkeypatch.setattr(expert_instances, "PARTITION_BUDGET", 5)
-    monkeypatch.setattr(expert_instances, "crowded_under", lambda instances, lists, node_of: scored.append(1) or 1)
+    monkeypatch.setattr(expert_instances, "_crowded_rows", lambda cut, node_of: scored.append(1) or 1)
     # One node: nothing spreads, so the search would score all 462 partitions of 12 slices.
     chosen = choose_instances([list(range(24))], [list(range(0, 24, 2)), list(range(1, 24, 2))], 2, nodes("a" * 24))
     assert len(scored) == 2 + 5  # the consecutive and strided cuts, then the budget

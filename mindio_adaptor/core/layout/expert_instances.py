@@ -34,12 +34,13 @@ def choose_instances(dense_lists: Sequence[Sequence[int]], expert_lists: Sequenc
     slices = expert_slices(expert_lists)
     if slices is None or len(slices) % replica_cnt:
         return None
-    lists = [list(ranks) for ranks in (*dense_lists, *expert_lists)]
     best, best_crowded = None, None
     for instances in _candidates(slices, replica_cnt):
-        crowded = crowded_under(instances, lists, node_of)
-        if crowded is None or not _one_inter_group(instances, dense_lists, expert_lists):
+        dense_cut = [groups_under(instances, ranks) for ranks in dense_lists]
+        expert_cut = [groups_under(instances, ranks) for ranks in expert_lists]
+        if None in dense_cut or None in expert_cut or not _one_inter_group(dense_cut, expert_cut):
             continue
+        crowded = _crowded_rows(dense_cut + expert_cut, node_of)
         if best is None or crowded < best_crowded:
             best, best_crowded = instances, crowded
         if best_crowded == 0:
@@ -58,28 +59,21 @@ def groups_under(instances: Instances, ranks: Sequence[int]) -> Optional[List[Tu
 
 def crowded_under(instances: Instances, lists: Iterable[Sequence[int]], node_of: Mapping[int, object]) -> Optional[int]:
     """Shards, over all lists, with two holders on one node; None when a list cannot be cut evenly."""
-    crowded = 0
-    for ranks in lists:
-        groups = groups_under(instances, ranks)
-        if groups is None:
-            return None
-        for row in zip(*groups):
-            crowded += len({node_of.get(r, ("unplaced", r)) for r in row}) < len(row)
-    return crowded
+    cut = [groups_under(instances, ranks) for ranks in lists]
+    return None if None in cut else _crowded_rows(cut, node_of)
 
 
-def _one_inter_group(instances: Instances, dense_lists, expert_lists) -> bool:
+def _crowded_rows(cut: List[List[Tuple[int, ...]]], node_of: Mapping[int, object]) -> int:
+    """Over every list's replica groups, the rows of holders (one shard each) with two on one node."""
+    return sum(len({node_of.get(r, ("unplaced", r)) for r in row}) < len(row)
+               for groups in cut for row in zip(*groups))
+
+
+def _one_inter_group(dense_cut: List[List[Tuple[int, ...]]], expert_cut: List[List[Tuple[int, ...]]]) -> bool:
     """Megatron all-reduces a dense shard across instances over the expert inter-instance group, so
     every rank's dense holders must be its expert holders."""
-    rows = {}
-    for ranks in dense_lists:
-        for row in zip(*groups_under(instances, ranks)):
-            rows.update({r: row for r in row})
-    for ranks in expert_lists:
-        for row in zip(*groups_under(instances, ranks)):
-            if any(rows.get(r) != row for r in row):
-                return False
-    return True
+    rows = {r: row for groups in dense_cut for row in zip(*groups) for r in row}
+    return all(rows.get(r) == row for groups in expert_cut for row in zip(*groups) for r in row)
 
 
 def _candidates(slices: List[Tuple[int, ...]], r_count: int) -> Iterator[Instances]:
