@@ -14,6 +14,7 @@ void bind_scale_out(py::module_& m);
 void bind_pause(py::module_& m);
 void bind_goodput(py::module_& m);
 void bind_slow_ranks(py::module_& m);
+void bind_flow_runner(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "mindio_adaptor native core: wire protocol, replica manager, controller, processor client";
@@ -28,4 +29,5 @@ PYBIND11_MODULE(_native, m) {
     bind_pause(m);
     bind_goodput(m);
     bind_slow_ranks(m);
+    bind_flow_runner(m);
 }

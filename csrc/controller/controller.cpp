@@ -29,13 +29,12 @@ size_t max_unauthenticated(int world_size) { return static_cast<size_t>(std::max
 
 Controller::Controller(ControllerConfig config)
     : cfg_(std::move(config)),
-      server_(*this, cfg_.register_timeout_ms, cfg_.frame_timeout_ms, max_unauthenticated(cfg_.world_size)),
+      inbox_(*this, server_, mu_, ranks_, cfg_.token, cfg_.world_size, cfg_.rank),
+      server_(inbox_, cfg_.register_timeout_ms, cfg_.frame_timeout_ms, max_unauthenticated(cfg_.world_size)),
       ranks_(valid_world_size(cfg_.world_size), cfg_.caps.recover,
              LivenessRules{cfg_.heartbeat_misses, cfg_.silence_limit_ms}, cfg_.caps.elastic),
       actions_(server_, mu_, cv_, ranks_, engine_hooks(), cfg_.rank, cfg_.action_timeout_ms),
       slow_(cfg_.slow) {
-    started_ = Clock::now();
-    term_ = cfg_.term;
     if (cfg_.token.empty()) {
         LOG_WARN(kLog, cfg_.rank, "MINDIO_TOKEN is not set: any client that reaches the port can register");
     }
@@ -45,7 +44,7 @@ Controller::~Controller() { stop(); }
 
 ActionEngine::Hooks Controller::engine_hooks() {
     return {[this](const std::string& kind, const std::string& detail) { event_locked(kind, detail); },
-            [this](bool interruptible) { return stopping_ || (interruptible && second_fault_); },
+            [this](bool interruptible) { return stopping_ || (interruptible && intake_.second_fault()); },
             [this] { detect_dead_locked(); }};
 }
 
@@ -93,7 +92,7 @@ State Controller::state() const {
 
 std::vector<ControllerEvent> Controller::events() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return events_;
+    return events_.all();
 }
 
 int64_t Controller::repair_step() const {
@@ -103,7 +102,7 @@ int64_t Controller::repair_step() const {
 
 uint64_t Controller::term() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return term_;
+    return leadership_.term();
 }
 
 std::vector<ReplicaSetInfo> Controller::layout() const {
@@ -147,17 +146,15 @@ std::map<std::string, uint64_t> Controller::stats() const {
         left += r.left;
     }
     return {{"accepted", s.accepted},     {"rejected_frames", s.rejected}, {"frames", s.frames},
-            {"registered", registered},  {"dead", dead},                  {"refused_registrations", registrations_refused_},
-            {"heartbeats", heartbeats_}, {"left", left},                  {"refused_unauthenticated", refusals_.total()},
+            {"registered", registered},  {"dead", dead},                  {"left", left},
+            {"refused_registrations", inbox_.refused_registrations()},    {"heartbeats", inbox_.heartbeats()},
+            {"refused_unauthenticated", inbox_.refused_unproven_locked()},
             {"closed_over_cap", s.over_cap}, {"accept_pauses", s.accept_pauses}};
 }
 
 // ---- state-machine thread ----------------------------------------------------------------------
 
-void Controller::event_locked(const std::string& kind, const std::string& detail) {
-    double t = std::chrono::duration<double>(Clock::now() - started_).count();
-    events_.push_back({t, kind, detail});
-}
+void Controller::event_locked(const std::string& kind, const std::string& detail) { events_.note(kind, detail); }
 
 void Controller::transition_locked(State to, const std::string& why) {
     if (state_ == to) return;
@@ -184,9 +181,9 @@ void Controller::run() {
         if (stopping_) break;
         observe_goodput_locked();
         judge_slow_ranks_locked();
-        std::string refused = refusals_.summary_due(Clock::now());
+        std::string refused = inbox_.refusal_summary_due_locked(Clock::now());
         if (!refused.empty()) LOG_WARN(kLog, cfg_.rank, refused);
-        if (!not_leading_.empty()) continue;  // another controller leads the job, or may
+        if (!leadership_.may_lead()) continue;  // another controller leads the job, or may
         expire_candidates_locked();
         detect_dead_locked();
         judge_liveness_locked();
@@ -198,22 +195,22 @@ void Controller::run() {
         bool idle = state_ == State::Init || state_ == State::Normal || state_ == State::Pause;
         if (!idle) continue;
         try {
-            if (!takeover_dump_.empty()) {
+            if (leadership_.takeover_dump_due()) {
                 dump_after_takeover(lock);
-            } else if (!pending_faults_.empty()) {
+            } else if (intake_.has_pending()) {
                 if (!lease_allows_acting_locked()) continue;
                 lock.unlock();
                 handle_fault();
-            } else if (dump_requested_) {
-                dump_requested_ = false;
-                flow_active_ = true;
+            } else if (requests_.dump) {
+                requests_.dump = false;
+                intake_.begin_flow();
                 FaultContext ctx = assess_locked({});
                 lock.unlock();
-                run_flow(flow_for(Strategy::Dump), ctx, "requested by the cluster manager");
-            } else if (hot_switch_requested_ && state_ == State::Normal) {
+                flows_.run(flow_for(Strategy::Dump), ctx, "requested by the cluster manager");
+            } else if (requests_.hot_switch && state_ == State::Normal) {
                 lock.unlock();
                 hot_switch_flow();
-            } else if ((pause_requested_ && state_ == State::Normal) || (continue_requested_ && state_ == State::Pause)) {
+            } else if ((requests_.pause && state_ == State::Normal) || (requests_.resume && state_ == State::Pause)) {
                 lock.unlock();
                 pause_flow();
             } else if (scale_out_due_locked()) {
@@ -229,9 +226,8 @@ void Controller::run() {
         }
         if (!lock.owns_lock()) lock.lock();
         actions_.release_prelock_locked();  // a flow that ended before its first action still locks
-        relayout_ = false;                  // a flow aborted in its REBUILD_GROUP
-        flow_active_ = false;
-        second_fault_ = false;
+        elastic_.abort_relayout();          // a flow aborted in its REBUILD_GROUP
+        intake_.end_flow();
     }
 }
 

@@ -1,13 +1,16 @@
-// The controller: the rank table (rank_table.h) fed by the server thread, and the state-machine
-// thread that turns faults into an ordered sequence of actions, run by the action engine
-// (action_engine.h: one action at a time, a sequence number per action, a reply deadline, resend when
-// a rank reconnects). What to do after a fault is the pure planner's answer (planner.h) on a snapshot
-// of the rank table taken under the lock; the recovery flows are data (flows.h) run by one loop
-// (run_flow). One mutex guards all of it. Its members live one concern per file: controller.cpp (the
-// thread's loop, the getters), controller_inbox.cpp (the server thread's handlers), controller_faults.cpp,
-// controller_flow_runner.cpp, controller_replacement.cpp, controller_hot_switch.cpp, controller_elastic.cpp, controller_takeover.cpp,
-// controller_lease.cpp, controller_election.cpp, controller_launcher_reports.cpp, and
-// controller_consultation.cpp (the consultations of a fault policy and the cluster manager).
+// The controller: the rank table (rank_table.h) fed by the server thread through the inbox (inbox.h), and
+// the state-machine thread that turns faults into an ordered sequence of actions, run by the action engine
+// (action_engine.h: one action at a time, a sequence number per action, a reply deadline, resend when a rank
+// reconnects). What to do after a fault is the pure planner's answer (planner.h) on a snapshot of the rank
+// table taken under the lock; the recovery flows are data (flows.h) run by the flow runner (flow_runner.h).
+// This class is the shell that wires its units, each owning its fields: the inbox, the fault intake
+// (fault_intake.h), the flow runner, the elastic state (elastic_state.h), the leadership (leadership.h), the
+// cluster manager's requests (cluster_requests.h), the event log. One mutex guards all of it. The glue lives
+// one concern per file: controller.cpp (the thread's loop, the getters), controller_rank_messages.cpp,
+// controller_faults.cpp, controller_flow_steps.cpp, controller_replacement.cpp, controller_hot_switch.cpp,
+// controller_pause.cpp, controller_elastic.cpp, controller_takeover.cpp, controller_lease.cpp,
+// controller_election.cpp, controller_launcher_reports.cpp, and controller_consultation.cpp (the
+// consultations of a fault policy and the cluster manager).
 //
 // Security (docs/security.md): a processor's Register and a launcher's ProcessEnded are checked against
 // the shared token (MINDIO_TOKEN) first, in constant time; a refusal says nothing about the job. Peers
@@ -27,16 +30,22 @@
 #include <vector>
 
 #include "controller/action_engine.h"
+#include "controller/cluster_requests.h"
 #include "controller/consultation.h"
+#include "controller/elastic_state.h"
 #include "controller/election.h"
+#include "controller/event_log.h"
+#include "controller/fault_intake.h"
+#include "controller/flow_runner.h"
 #include "controller/flows.h"
 #include "controller/goodput.h"
+#include "controller/inbox.h"
+#include "controller/leadership.h"
 #include "controller/lease.h"
 #include "controller/liveness.h"
 #include "controller/pause.h"
 #include "controller/planner.h"
 #include "controller/rank_table.h"
-#include "controller/refusal_tally.h"
 #include "controller/replica_manager.h"
 #include "controller/scale_out.h"
 #include "controller/slow_ranks.h"
@@ -78,13 +87,7 @@ struct ControllerConfig {
     uint64_t term = 1;
 };
 
-struct ControllerEvent {
-    double t;  // seconds since the controller started
-    std::string kind;
-    std::string detail;
-};
-
-class Controller : private Server::Listener {
+class Controller : private InboxHost, private FlowHost {
 public:
     explicit Controller(ControllerConfig config);
     ~Controller() override;
@@ -132,9 +135,17 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    void on_frame(uint64_t conn, Frame&& frame) override;
-    void on_closed(uint64_t conn, const std::string& reason) override;
-    void handle_register(uint64_t conn, const std::string& body);
+    // What the ranks' and launchers' messages do (InboxHost, inbox.h; controller_rank_messages.cpp,
+    // controller_launcher_reports.cpp).
+    void on_register(uint64_t conn, RegisterMsg m, const std::string& refusal) override;
+    void on_status(const RankStatusMsg& m, bool heartbeat) override;
+    void on_replica(const ReplicaInfoMsg& m) override;
+    void on_error(const ErrorReportMsg& m) override;
+    void on_reply(uint64_t seq, const ActionReplyMsg& m) override;
+    void on_goodbye(const GoodbyeMsg& m) override;
+    void on_process_ended(uint64_t conn, const ProcessEndedMsg& m) override;
+    void on_no_replacement(uint64_t conn, const NoReplacementMsg& m) override;
+    bool on_closed_locked(uint64_t conn, const std::string& reason) override;
     void register_locked(uint64_t conn, RegisterMsg m, std::string refusal);
     // Empty, or why a registration is refused for the controller's term.
     std::string term_refusal_locked(const RegisterMsg& m);
@@ -149,7 +160,6 @@ private:
     // The leader's lease (lease.h, controller_lease.cpp): whether it may act on its faults now; past the
     // grace without it, it stands down.
     bool lease_allows_acting_locked(const char* held = "their faults are held, not acted on,");
-    bool lease_holds_within_flow();  // false: this controller stood down (or stops): the flow ends
     std::vector<LeaseRank> lease_ranks_locked() const;
     int lease_grace_ms_locked() const;
     // While a takeover is not settled (takeover.h) no fault is acted on; settles it when it may.
@@ -157,19 +167,9 @@ private:
     void settle_takeover_locked();
     void dump_after_takeover(std::unique_lock<std::mutex>& lock);
     bool accept_replacement_locked(const RegisterMsg& m);
-    void handle_status(const RankStatusMsg& m, bool heartbeat);
-    void handle_replica(const ReplicaInfoMsg& m);
-    void handle_error(const ErrorReportMsg& m);
     void note_sub_health_locked(int rank, const std::string& code);  // a rank reported ReportState::SubHealth
-    void handle_reply(uint64_t seq, const ActionReplyMsg& m);
-    void handle_goodbye(const GoodbyeMsg& m);
-    void handle_process_ended(uint64_t conn, const std::string& body);
-    void handle_no_replacement(uint64_t conn, const std::string& body);
-    void answer_launcher_locked(uint64_t conn, int32_t result, const std::string& answer);
     std::string no_replacement_locked(const NoReplacementMsg& m);
     bool nothing_comes_for_locked(const std::set<int>& absent, std::string* why) const;
-    // A peer that did not prove the token is refused: counted, logged in aggregate (refusal_tally.h).
-    void refuse_unproven_locked(uint64_t conn, const std::string& kind, const std::string& detail);
     std::string process_ended_locked(const ProcessEndedMsg& m, bool* had_left);
     void say_goodbye();
 
@@ -188,62 +188,52 @@ private:
 
     void handle_fault();
     void collect_faults(std::unique_lock<std::mutex>& lock);
-    std::set<int> faulty_locked(const Faults& faults) const;  // ranks of `faults` and of the pending ones
     // lock_step: the PRELOCK step the ranks were held to, or -1 to take the highest completed step.
     FaultContext assess_locked(Faults faults, int64_t lock_step = -1);
     int64_t prelock(const Faults& faults);
-    ActionGroups reload_messages(const FaultContext& ctx, const std::set<int>& ranks, Strategy s) const;
     std::optional<Strategy> consult_policy(const FaultContext& ctx);
     void note_policy_answer(int rank, const std::string& code, std::optional<Strategy> s, const std::string& error);
     // offer: the strategies the cluster manager may pick (cluster_offer).
     Strategy consult_cluster(const FaultContext& ctx, Strategy own, const std::vector<std::string>& offer);
-    void report_cluster(const ClusterReport& report);
-    // What a flow carries from step to step.
-    struct FlowRun {
-        std::string reason;  // why the flow was started (the dump's)
-        std::set<int> targets;
-        std::map<int, int> clean_results;  // the CLEAN replies, which the repair plan reads
-        std::set<int> savers;               // the dump's, by PickSavers
-        std::vector<SaveInfoMsg> save;      // what SAVE_CKPT tells them
-    };
-    // reason: why the flow runs; the dump states it, the recoveries give their own (Flow::begin_why).
-    void run_flow(const Flow& flow, FaultContext& ctx, const std::string& reason = "");
-    std::string run_step(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
-    void begin_flow(const Flow& flow, FaultContext& ctx, FlowRun& run);
-    void begin_dump(FlowRun& run);
-    void begin_scale_in(FaultContext& ctx, FlowRun& run);
-    void retire_locked(const std::set<int>& ranks);
-    std::string retire_leavers(const Flow& flow, const ActionOutcome& out, FlowRun& run);
     // The scale-out (scale_out.h): due when every retired rank returned and is ready; a returned process
     // lost before it, or returns that stay incomplete past the wait, leave the job at its smaller size.
     bool scale_out_due_locked();
     void scale_out();
     void return_lost_locked(int rank, const std::string& why);
     void send_returned_away_locked(const ScaleOutJudgement& j);
-    bool scales_in_instead(const Flow& flow, const FlowStep& failed) const;
     // Some rank is retired (a scale-in, not grown back): the job runs at a smaller data-parallel size.
     bool scaled_in_locked() const;
     // What a fault may be handled with now: while scaled in, neither online repair nor process
     // replacement (the ranks do not carry them out at the smaller size): the dump of the smaller job.
     Capabilities caps_now_locked() const;
-    // A flow's REBUILD_GROUP that changes the data-parallel size (Flow::relayouts): the layout is
-    // forgotten before it and taken from the ranks' reports while it runs; `ok`: the action succeeded.
-    void begin_relayout_locked();
-    void end_relayout_locked(const std::set<int>& targets, bool ok);
-    std::string pick_savers(FaultContext& ctx, FlowRun& run);
-    std::string run_flow_action(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
-    static std::set<int> step_targets(const FlowStep& step, const FlowRun& run);
-    void finish_flow(const Flow& flow, const FaultContext& ctx);
     void take_offline_locked(const std::set<int>& ranks);
-    bool await_replacements(const std::set<int>& ranks, std::string* why);
-    ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results);
-    void exit_all(const std::string& why, int result);
+
+    // The steps of the recovery flows (FlowHost, flow_runner.h; controller_flow_steps.cpp and the files of
+    // their concern).
+    bool lease_holds() override;
+    ActionOutcome act(ActionKind kind, const ActionGroups& groups, bool interruptible) override;
+    void begin(const Flow& flow, FaultContext& ctx, FlowRun& run) override;
+    void begin_dump(FlowRun& run) override;
+    void begin_scale_in(FaultContext& ctx, FlowRun& run) override;
+    std::string pick_savers(FaultContext& ctx, FlowRun& run) override;
+    void take_offline(const std::set<int>& ranks) override;
+    std::string await_replacements(const std::set<int>& ranks) override;
+    void enter_repair(const std::string& why) override;
+    void finish(const Flow& flow, const FaultContext& ctx) override;
+    void exit_all(const std::string& why, int result) override;
+    void retire(const std::set<int>& ranks, bool with_slices) override;
+    void return_retired(const std::set<int>& ranks) override;
+    std::string hand_over(const FaultContext& ctx, FlowRun& run) override;
+    void report_cluster(const ClusterReport& report) override;
+    ActionGroups repair_messages(const FaultContext& ctx, Strategy s, const std::map<int, int>& clean_results) override;
+    void begin_relayout() override;
+    void end_relayout(const std::set<int>& reporters, bool ok) override;
+    void running(const std::set<int>& ranks) override;
     void pause_flow();
     void hot_switch_flow();
     std::string hot_switch_refusal_locked(const std::set<int>& ranks) const;
     // A hot switch given up before its hand-over began: training goes on as it was.
     void give_up_hot_switch(std::unique_lock<std::mutex>& lock, const std::string& why, bool continue_ranks);
-    std::string hand_over(const FaultContext& ctx, FlowRun& run);
     void end_pause(const std::string& why);
     std::set<int> send_pause(std::unique_lock<std::mutex>& lock);
     HoldVerdict await_hold(std::unique_lock<std::mutex>& lock);
@@ -252,57 +242,29 @@ private:
     void observe_goodput_locked();
     void judge_slow_ranks_locked();
 
-    ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) const;
-
     ActionEngine::Hooks engine_hooks();
 
     ControllerConfig cfg_;
+    Inbox inbox_;  // the server's listener: declared before server_; uses server_, mu_ and ranks_
     Server server_;
-    Clock::time_point started_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     bool stopping_ = false;
     State state_ = State::Init;
     RankTable ranks_;
+    EventLog events_;
+    FaultIntake intake_{events_, cfg_.rank};
     ReplicaManager replicas_;
-    Faults pending_faults_;
-    bool flow_active_ = false, second_fault_ = false;
-    uint64_t term_ = 1;        // see ControllerConfig::term
-    // Why this controller no longer acts (a controller of a higher term took over, or it stood down
-    // without its lease); empty while it leads or may lead.
-    std::string not_leading_;
-    bool backups_listed_ = false;  // some rank's controller list names backups: the lease applies
-    std::optional<Clock::time_point> lease_lost_since_;  // the lease is lost and faults are held since then
-    bool took_over_ = false;   // a backup that took over from a controller of an earlier term
-    std::optional<Clock::time_point> takeover_deadline_;  // set while the takeover is not settled
-    std::string takeover_dump_;  // why the recovery the old controller left ends in a dump; empty: it does not
-    Candidacies candidates_;     // an idle backup's held registrations, until it may lead (election.h)
-    int finished_rank_ = -1;  // the first rank that finished training: the job has completed
+    Leadership leadership_{events_, cfg_.rank, cfg_.term};
     ActionEngine actions_;  // uses server_, mu_, cv_ and ranks_: declared after them
+    FlowRunner flows_{*this, cfg_.caps.elastic};
     int64_t repair_step_ = -1;
-    bool relayout_ = false;           // between begin_relayout_locked and end_relayout_locked
-    std::set<int> relayout_reporters_;  // the ranks that reported their layout since the relayout began
-    std::optional<Clock::time_point> first_return_;  // a retired rank returned, the scale-out not yet due
-    std::string scale_out_wait_;                      // what the wait for the scale-out last logged
-    std::vector<ControllerEvent> events_;
+    ElasticState elastic_{events_, cfg_.rank, cfg_.scale_out_wait_ms};
     GoodputLedger goodput_{Clock::now()};
     SlowRankJudge slow_;  // after cfg_: built from its rules
     ClusterCallbacks cluster_;
-    std::optional<Strategy> cluster_strategy_;
-    bool dump_requested_ = false, pause_requested_ = false, continue_requested_ = false;
-    struct Pausing {
-        int64_t step = -1;  // updates hold once a rank completed this step
-        int hold_ms = kDefaultPauseHoldMs;
-        bool asked_for = false;  // from the request until the pause ends or is given up
-        Clock::time_point asked, held_since;
-        std::optional<Clock::time_point> until;  // while every rank holds: when the pause ends by itself
-    } pause_;
+    ClusterRequests requests_;
     std::set<int> awaited_;    // the ranks await_replacements waits for, while it does
-    std::set<int> switching_;  // the ranks of a hot switch asked for, until its flow begins or it is given up
-    bool hot_switch_requested_ = false;
-    uint64_t registrations_refused_ = 0;
-    RefusalTally refusals_;  // of peers that did not prove the token (refusal_tally.h)
-    uint64_t heartbeats_ = 0;  // handled, for stats() (the scale benchmark's rate)
     PolicyCallback policy_;
     int policy_timeout_ms_ = 5000;
     std::thread thread_;

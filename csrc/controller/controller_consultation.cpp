@@ -61,19 +61,19 @@ Strategy Controller::consult_cluster(const FaultContext& ctx, Strategy own, cons
     if (!cluster_.has("report_strategies")) return own;
     ClusterReport offer{"report_strategies"};
     offer.strategies = offered;
-    cluster_strategy_.reset();
+    requests_.strategy.reset();
     lock.unlock();
     report_cluster(offer);
     lock.lock();
     auto until = Clock::now() + std::chrono::milliseconds(cfg_.cluster_wait_ms);
-    cv_.wait_until(lock, until, [&] { return stopping_ || cluster_strategy_.has_value(); });
-    if (!cluster_strategy_) {
+    cv_.wait_until(lock, until, [&] { return stopping_ || requests_.strategy.has_value(); });
+    if (!requests_.strategy) {
         LOG_WARN(kLog, cfg_.rank, "the cluster manager chose no strategy within " << cfg_.cluster_wait_ms
                                                                                   << " ms; using " << strategy_name(own));
         return own;
     }
-    Strategy picked = *cluster_strategy_;
-    cluster_strategy_.reset();
+    Strategy picked = *requests_.strategy;
+    requests_.strategy.reset();
     std::string name = cluster_name(picked);
     if (std::find(offer.strategies.begin(), offer.strategies.end(), name) == offer.strategies.end()) {
         LOG_WARN(kLog, cfg_.rank, "the cluster manager chose '" << name << "', which is not possible now; using "
@@ -104,19 +104,19 @@ void Controller::notify_faults(const std::map<int, int>& fault_ranks) {
 
 void Controller::notify_strategy(const std::string& strategy) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (strategy == "retry") cluster_strategy_ = Strategy::Retry;
-    else if (strategy == "recover") cluster_strategy_ = Strategy::Recover;
-    else if (strategy == "dump") cluster_strategy_ = Strategy::Dump;
-    else if (strategy == cluster_name(Strategy::ScaleIn)) cluster_strategy_ = Strategy::ScaleIn;
-    else if (strategy == "exit") cluster_strategy_ = Strategy::Exit;
-    else if (strategy == "continue") continue_requested_ = true;
+    if (strategy == "retry") requests_.strategy = Strategy::Retry;
+    else if (strategy == "recover") requests_.strategy = Strategy::Recover;
+    else if (strategy == "dump") requests_.strategy = Strategy::Dump;
+    else if (strategy == cluster_name(Strategy::ScaleIn)) requests_.strategy = Strategy::ScaleIn;
+    else if (strategy == "exit") requests_.strategy = Strategy::Exit;
+    else if (strategy == "continue") requests_.resume = true;
     else throw std::invalid_argument("strategy '" + strategy + "' is not implemented by this controller");
     cv_.notify_all();
 }
 
 void Controller::notify_dump() {
     std::lock_guard<std::mutex> lock(mu_);
-    dump_requested_ = true;
+    requests_.dump = true;
     cv_.notify_all();
 }
 

@@ -12,13 +12,6 @@ constexpr const char* kLog = "controller";
 
 }  // namespace
 
-// With elastic training on, a replacement that never came (the wait for it failed) makes the job go on
-// without the lost ranks' data-parallel slices instead of dumping and ending. Any other failure of a
-// recovery still falls back to the dump.
-bool Controller::scales_in_instead(const Flow& flow, const FlowStep& failed) const {
-    return cfg_.caps.elastic && flow.replaces && failed.op == FlowOp::AwaitReplacements;
-}
-
 bool Controller::scaled_in_locked() const {
     return std::any_of(ranks_.begin(), ranks_.end(), [](const RankEntry& r) { return r.retired; });
 }
@@ -43,7 +36,13 @@ void Controller::begin_scale_in(FaultContext& ctx, FlowRun& run) {
 }
 
 // Ranks dropped by a scale-in: dead, not awaited, never counted as a fault or a replacement again.
-void Controller::retire_locked(const std::set<int>& ranks) {
+void Controller::retire(const std::set<int>& ranks, bool with_slices) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (with_slices) {
+        event_locked("left_with_slice", "ranks " + list_text(ranks));
+        LOG_INFO(kLog, cfg_.rank, "elastic training: ranks " << list_text(ranks) << " leave the job with their "
+                                      "data-parallel slices, which lost a rank; the survivors go on without them");
+    }
     for (int rank : ranks) {
         RankEntry& r = ranks_[rank];
         r.dead = r.retired = true;
@@ -57,24 +56,10 @@ void Controller::retire_locked(const std::set<int>& ranks) {
 
 bool Controller::scale_out_due_locked() {
     // A job that completed, or whose ranks all left, has nobody to grow back with.
-    if (!cfg_.caps.elastic || state_ != State::Normal || finished_rank_ >= 0 || ranks_.live().empty()) return false;
+    if (!cfg_.caps.elastic || state_ != State::Normal || intake_.completed() || ranks_.live().empty()) return false;
     std::vector<ReturnView> view;
     for (const RankEntry& r : ranks_) view.push_back({r.retired, r.joining, r.ready, r.connected});
-    const auto now = Clock::now();
-    if (!first_return_) first_return_ = now;
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *first_return_).count();
-    ScaleOutJudgement j = judge_scale_out(view, waited, cfg_.scale_out_wait_ms);
-    if (j.verdict == ScaleOutVerdict::Wait) {
-        if (j.why != scale_out_wait_) {
-            scale_out_wait_ = j.why;
-            event_locked("scale_out_wait", j.why);
-            LOG_INFO(kLog, cfg_.rank, "elastic training: " << j.why << " (up to " << cfg_.scale_out_wait_ms
-                                                          << " ms, MINDIO_SCALE_OUT_WAIT_S)");
-        }
-        return false;
-    }
-    first_return_.reset();
-    scale_out_wait_.clear();
+    ScaleOutJudgement j = elastic_.judge_returns(view, Clock::now());
     if (j.verdict == ScaleOutVerdict::Abandon) send_returned_away_locked(j);
     return j.verdict == ScaleOutVerdict::Start;
 }
@@ -115,8 +100,7 @@ void Controller::return_lost_locked(int rank, const std::string& why) {
 // the scale_out flow grows the job back to its original size from that step.
 void Controller::scale_out() {
     std::unique_lock<std::mutex> lock(mu_);
-    flow_active_ = true;
-    second_fault_ = false;
+    intake_.begin_flow();
     std::set<int> returned;
     for (size_t i = 0; i < ranks_.size(); ++i) {
         if (ranks_[i].retired && ranks_[i].joining) returned.insert(static_cast<int>(i));
@@ -125,7 +109,7 @@ void Controller::scale_out() {
     lock.unlock();
     const int64_t step = prelock(Faults{});
     lock.lock();
-    if (!pending_faults_.empty()) {
+    if (intake_.has_pending()) {
         LOG_WARN(kLog, cfg_.rank, "elastic training: a fault arrived before the scale-out; it is handled first");
         lock.unlock();
         return handle_fault();
@@ -137,7 +121,7 @@ void Controller::scale_out() {
     LOG_INFO(kLog, cfg_.rank, "elastic training: scaling out with ranks " << list_text(returned) << " after step "
                                   << ctx.repair_step << " (they returned after the scale-in and are ready)");
     lock.unlock();
-    run_flow(flow_for(Strategy::ScaleOut), ctx);
+    flows_.run(flow_for(Strategy::ScaleOut), ctx);
 }
 
 }  // namespace mindio

@@ -16,11 +16,11 @@ constexpr const char* kLog = "controller";
 // in every registration it held (the caller registers this one); otherwise it holds this one open,
 // answered "awaiting a majority", for MINDIO_TAKEOVER_WAIT_S at most (expire_candidates_locked).
 bool Controller::awaits_majority_locked(uint64_t conn, const RegisterMsg& m) {
-    if (term_ != 0 || !not_leading_.empty() || m.term == 0) return false;
+    if (!leadership_.idle_backup() || !leadership_.may_lead() || m.term == 0) return false;
     uint64_t replaced =
-        candidates_.add(conn, m, Clock::now() + std::chrono::milliseconds(cfg_.takeover_wait_ms));
+        leadership_.candidates().add(conn, m, Clock::now() + std::chrono::milliseconds(cfg_.takeover_wait_ms));
     if (replaced != 0) server_.close(replaced, "registration refused: rank " + std::to_string(m.rank) + " registered again");
-    ElectionVerdict verdict = judge_election(cfg_.world_size, candidates_.view());
+    ElectionVerdict verdict = judge_election(cfg_.world_size, leadership_.candidates().view());
     if (!verdict.lead) {
         server_.authenticate(conn);  // held past the registration deadline, until the verdict
         server_.send(conn, encode_frame(MsgType::RegisterAck, 0,
@@ -32,36 +32,34 @@ bool Controller::awaits_majority_locked(uint64_t conn, const RegisterMsg& m) {
         return true;
     }
     take_over_locked(verdict);
-    for (auto& held : candidates_.take_all()) {
+    for (auto& held : leadership_.candidates().take_all()) {
         if (held.conn != conn) register_locked(held.conn, std::move(held.msg), "");
     }
     return false;
 }
 
 void Controller::take_over_locked(const ElectionVerdict& verdict) {
-    term_ = verdict.term;
-    actions_.begin_term_locked(term_);
-    event_locked("term", std::to_string(term_) + ": " + verdict.why);
-    LOG_WARN(kLog, cfg_.rank, "backup controller taking over as term " << term_ << ": " << verdict.why);
-    took_over_ = true;
-    takeover_deadline_ = Clock::now() + std::chrono::milliseconds(cfg_.takeover_wait_ms);
+    leadership_.take_over(verdict.term, cfg_.takeover_wait_ms);
+    actions_.begin_term_locked(verdict.term);
+    event_locked("term", std::to_string(verdict.term) + ": " + verdict.why);
+    LOG_WARN(kLog, cfg_.rank, "backup controller taking over as term " << verdict.term << ": " << verdict.why);
     LOG_INFO(kLog, cfg_.rank, "waiting up to " << cfg_.takeover_wait_ms << " ms (MINDIO_TAKEOVER_WAIT_S) for the "
-                                               "other ranks to register with term " << term_);
+                                               "other ranks to register with term " << verdict.term);
 }
 
 // Registrations held past their deadline without a majority: refused with kNoMajority, so that their
 // processors learn they are a minority cut off from the leader.
 void Controller::expire_candidates_locked() {
-    if (candidates_.empty()) return;
-    auto expired = candidates_.take_expired(Clock::now());
+    if (leadership_.candidates().empty()) return;
+    auto expired = leadership_.candidates().take_expired(Clock::now());
     if (expired.empty()) return;
-    std::vector<Candidate> all = candidates_.view();
+    std::vector<Candidate> all = leadership_.candidates().view();
     for (const auto& e : expired) all.push_back({e.msg.rank, e.msg.term, e.msg.leader_gone});
     const std::string why = "no majority within " + std::to_string(cfg_.takeover_wait_ms) +
                             " ms (MINDIO_TAKEOVER_WAIT_S): " + judge_election(cfg_.world_size, all).why +
                             "; this backup does not lead";
     for (const auto& e : expired) {
-        ++registrations_refused_;
+        inbox_.note_refused_registration();
         server_.send(e.conn, encode_frame(MsgType::RegisterAck, 0, encode(RegisterAckMsg{kNoMajority, why, false, 0})));
         server_.close(e.conn, "registration refused: no majority");
         event_locked("no_majority", "rank " + std::to_string(e.msg.rank) + ": " + why);

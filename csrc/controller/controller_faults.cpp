@@ -10,32 +10,11 @@ namespace mindio {
 namespace {
 
 constexpr const char* kLog = "controller";
-constexpr size_t kMaxCodedReports = 16;  // per rank and fault handling
 
 }  // namespace
 
 void Controller::add_fault_locked(int rank, FaultKind kind, const std::string& why, const CodedReport* coded) {
-    if (state_ == State::Exit || state_ == State::Final) return;
-    if (finished_rank_ >= 0 && !flow_active_) {
-        std::string detail = "rank " + std::to_string(rank) + " " + fault_kind_name(kind) + ": " + why;
-        event_locked("late_fault", detail);
-        LOG_WARN(kLog, cfg_.rank, "fault after the job completed (rank " << finished_rank_ << " finished training), "
-                                                                          "not acted on: " << detail);
-        return;
-    }
-    event_locked("fault", "rank " + std::to_string(rank) + " " + fault_kind_name(kind) + ": " + why);
-    LOG_WARN(kLog, cfg_.rank, "fault on rank " << rank << " (" << fault_kind_name(kind) << "): " << why);
-    if (flow_active_ && kind == FaultKind::Comm) return;  // the expected fallout of stopping the others
-    auto [it, fresh] = pending_faults_.try_emplace(rank, Fault{kind, why, {}});
-    if (!fresh && static_cast<int>(kind) > static_cast<int>(it->second.kind)) {
-        it->second.kind = kind;
-        it->second.why = why;
-    }
-    // Every coded report goes to the policy (its frequency rules count occurrences); the bound keeps
-    // a rank that reports in a loop from growing the list without limit.
-    if (coded && it->second.coded.size() < kMaxCodedReports) it->second.coded.push_back(*coded);
-    if (flow_active_) second_fault_ = true;
-    cv_.notify_all();
+    if (intake_.add(rank, kind, why, coded, state_ == State::Exit || state_ == State::Final)) cv_.notify_all();
 }
 
 // Death is a closed connection that no processor re-registered within one heartbeat period. Silence
@@ -119,13 +98,6 @@ void Controller::judge_liveness_locked() {
     }
 }
 
-std::set<int> Controller::faulty_locked(const Faults& faults) const {
-    std::set<int> faulty;
-    for (const auto& entry : faults) faulty.insert(entry.first);
-    for (const auto& entry : pending_faults_) faulty.insert(entry.first);
-    return faulty;
-}
-
 FaultContext Controller::assess_locked(Faults faults, int64_t lock_step) {
     FaultContext ctx = assess(ranks_.snapshot(), std::move(faults), lock_step);
     repair_step_ = ctx.repair_step;
@@ -134,21 +106,16 @@ FaultContext Controller::assess_locked(Faults faults, int64_t lock_step) {
 
 void Controller::handle_fault() {
     std::unique_lock<std::mutex> lock(mu_);
-    flow_active_ = true;
-    second_fault_ = false;
+    intake_.begin_flow();
     transition_locked(State::Abnormal, "fault reported");
     collect_faults(lock);
-    await_saves(lock, pending_faults_);
-    second_fault_ = false;
-    Faults faults = std::move(pending_faults_);
-    pending_faults_.clear();
+    await_saves(lock, intake_.pending());
+    Faults faults = intake_.take();
     lock.unlock();
     int64_t lock_step = prelock(faults);
     lock.lock();
     // Faults that arrived during the prelock wait are handled with the first ones.
-    for (auto& [rank, f] : pending_faults_) faults.try_emplace(rank, std::move(f));
-    pending_faults_.clear();
-    second_fault_ = false;
+    intake_.take_into(faults);
     const Capabilities caps = caps_now_locked();
     Plan plan = plan_fault(ranks_.snapshot(), replicas_, caps, std::move(faults), lock_step);
     if (scaled_in_locked()) {
@@ -177,11 +144,11 @@ void Controller::handle_fault() {
     if (chosen == Strategy::Recover && ctx.replace.empty()) replace_faulty(ctx);
     switch (chosen) {
         case Strategy::Retry:
-        case Strategy::Recover: return run_flow(flow_for(chosen), ctx);
-        case Strategy::Dump: return run_flow(flow_for(Strategy::Dump), ctx, "decided after " + plan.why);
+        case Strategy::Recover: return flows_.run(flow_for(chosen), ctx);
+        case Strategy::Dump: return flows_.run(flow_for(Strategy::Dump), ctx, "decided after " + plan.why);
         case Strategy::ScaleIn:  // only the cluster manager asks for it (a "downgrade"): no replacement will come
             if (ctx.replace.empty()) replace_faulty(ctx);
-            return run_flow(flow_for(Strategy::ScaleIn), ctx,
+            return flows_.run(flow_for(Strategy::ScaleIn), ctx,
                             "the cluster manager chose the scale-in (downgrade): no replacement is awaited");
         default: return exit_all("no recovery possible: " + exit_reason(plan) + scale_in_refusal(plan, caps.elastic), 499);
     }
@@ -199,7 +166,7 @@ void Controller::collect_faults(std::unique_lock<std::mutex>& lock) {
     auto open_ms = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - opened).count(); };
     while (!stopping_ && Clock::now() < std::max(until, ranks_.connection_losses_settled(kTick))) {
         const bool losses_pending = ranks_.connection_losses_settled(kTick) != Clock::time_point::min();
-        rule = collection_can_close(ranks_.snapshot(), pending_faults_, open_ms(), losses_pending, bool(policy_));
+        rule = collection_can_close(ranks_.snapshot(), intake_.pending(), open_ms(), losses_pending, bool(policy_));
         if (rule) break;
         cv_.wait_until(lock, Clock::now() + kTick);
         detect_dead_locked();
@@ -270,7 +237,7 @@ int64_t Controller::prelock(const Faults& faults) {
     PrelockPlan plan;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        plan = plan_prelock(ranks_.snapshot(), replicas_, faulty_locked(faults));
+        plan = plan_prelock(ranks_.snapshot(), replicas_, intake_.faulty(faults));
         if (!plan.blocked.empty()) {
             event_locked("prelock_skip", "step " + std::to_string(plan.step) + " blocked " + list_text(plan.blocked));
             LOG_INFO(kLog, cfg_.rank, "prelock at step " << plan.step << ": not waiting for ranks " << list_text(plan.blocked)
@@ -297,7 +264,7 @@ int64_t Controller::prelock(const Faults& faults) {
     actions_.run_all(ActionKind::Prelock, plan.live, msg, false);
     std::unique_lock<std::mutex> lock(mu_);
     // Faults reported during the wait count as well: a newly faulty rank is not waited for.
-    auto laggards = [&] { return prelock_laggards(ranks_.snapshot(), plan, faulty_locked(faults)); };
+    auto laggards = [&] { return prelock_laggards(ranks_.snapshot(), plan, intake_.faulty(faults)); };
     std::set<int> behind = laggards();
     if (behind.empty()) return step;
     event_locked("prelock_wait", "step " + std::to_string(step) + " laggards " + list_text(behind));

@@ -32,9 +32,9 @@ std::string Controller::notify_hot_switch(const std::set<int>& ranks, int64_t af
     std::string why;
     const int64_t step = pause_step(pause_sightings_locked(), after_step, &why);
     if (step < 0) return why;
-    pause_ = Pausing{step, cfg_.action_timeout_ms, true, Clock::now(), {}, std::nullopt};
-    switching_ = ranks;
-    hot_switch_requested_ = true;
+    requests_.pausing = Pausing{step, cfg_.action_timeout_ms, true, Clock::now(), {}, std::nullopt};
+    requests_.switching = ranks;
+    requests_.hot_switch = true;
     LOG_INFO(kLog, cfg_.rank, "hot switch asked for: ranks " << list_text(ranks) << " to new processes after step " << step);
     event_locked("hot_switch_asked", "ranks " + list_text(ranks) + " after step " + std::to_string(step));
     cv_.notify_all();
@@ -43,18 +43,20 @@ std::string Controller::notify_hot_switch(const std::set<int>& ranks, int64_t af
 
 std::string Controller::cancel_hot_switch() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (switching_.empty()) return "no hot switch is asked for";
+    if (requests_.switching.empty()) return "no hot switch is asked for";
     if (state_ != State::Normal) {
-        return "the hot switch of ranks " + list_text(switching_) + " has begun (every rank holds): it is no longer withdrawn";
+        return "the hot switch of ranks " + list_text(requests_.switching) +
+               " has begun (every rank holds): it is no longer withdrawn";
     }
-    event_locked("hot_switch_withdrawn", "ranks " + list_text(switching_));
-    if (hot_switch_requested_) {  // its flow has not started: nothing was sent
-        LOG_INFO(kLog, cfg_.rank, "the hot switch of ranks " << list_text(switching_) << " is withdrawn before it began");
-        hot_switch_requested_ = false;
-        pause_.asked_for = false;
-        switching_.clear();
+    event_locked("hot_switch_withdrawn", "ranks " + list_text(requests_.switching));
+    if (requests_.hot_switch) {  // its flow has not started: nothing was sent
+        LOG_INFO(kLog, cfg_.rank, "the hot switch of ranks " << list_text(requests_.switching)
+                                                           << " is withdrawn before it began");
+        requests_.hot_switch = false;
+        requests_.pausing.asked_for = false;
+        requests_.switching.clear();
     } else {
-        continue_requested_ = true;  // the flow waits for the ranks to hold: it gives the switch up and continues them
+        requests_.resume = true;  // the flow waits for the ranks to hold: it gives the switch up and continues them
     }
     cv_.notify_all();
     return "";
@@ -62,12 +64,12 @@ std::string Controller::cancel_hot_switch() {
 
 // Why `ranks` cannot be switched now, or "".
 std::string Controller::hot_switch_refusal_locked(const std::set<int>& ranks) const {
-    if (!not_leading_.empty()) return "this controller does not lead the job (" + not_leading_ + ")";
+    if (!leadership_.may_lead()) return "this controller does not lead the job (" + leadership_.not_leading() + ")";
     if (!cfg_.caps.recover) {
         return "process replacement (ARF, --enable-worker-reboot) is off: nothing would take the ranks over";
     }
-    if (pause_.asked_for || hot_switch_requested_) return "a pause or a hot switch is already asked for";
-    if (state_ != State::Normal || flow_active_ || !pending_faults_.empty()) {
+    if (requests_.pausing.asked_for || requests_.hot_switch) return "a pause or a hot switch is already asked for";
+    if (state_ != State::Normal || intake_.flow_active() || intake_.has_pending()) {
         return std::string("the job is in state ") + state_name(state_) + ": only a job training normally switches";
     }
     if (scaled_in_locked()) return "the job is scaled in (elastic training): no rank is switched at the smaller size";
@@ -96,10 +98,10 @@ std::string Controller::hot_switch_refusal_locked(const std::set<int>& ranks) co
 }
 
 void Controller::give_up_hot_switch(std::unique_lock<std::mutex>& lock, const std::string& why, bool continue_ranks) {
-    LOG_WARN(kLog, cfg_.rank, "the hot switch of ranks " << list_text(switching_) << " is given up: " << why);
-    event_locked("hot_switch_given_up", "ranks " + list_text(switching_) + ": " + why);
-    switching_.clear();
-    pause_.asked_for = false;
+    LOG_WARN(kLog, cfg_.rank, "the hot switch of ranks " << list_text(requests_.switching) << " is given up: " << why);
+    event_locked("hot_switch_given_up", "ranks " + list_text(requests_.switching) + ": " + why);
+    requests_.switching.clear();
+    requests_.pausing.asked_for = false;
     if (!continue_ranks) return;  // a fault is handled next: its recovery's first action releases the held ranks
     lock.unlock();
     end_pause("the hot switch was given up (" + why + ")");
@@ -107,12 +109,12 @@ void Controller::give_up_hot_switch(std::unique_lock<std::mutex>& lock, const st
 
 void Controller::hot_switch_flow() {
     std::unique_lock<std::mutex> lock(mu_);
-    flow_active_ = true;
-    hot_switch_requested_ = false;
-    const std::set<int> leaving = switching_, live = send_pause(lock);
+    intake_.begin_flow();
+    requests_.hot_switch = false;
+    const std::set<int> leaving = requests_.switching, live = send_pause(lock);
     HoldVerdict v = await_hold(lock);
-    if (stopping_ || !pending_faults_.empty()) return give_up_hot_switch(lock, "a fault came first", false);
-    if (continue_requested_) return give_up_hot_switch(lock, "withdrawn (stop switch)", true);
+    if (stopping_ || intake_.has_pending()) return give_up_hot_switch(lock, "a fault came first", false);
+    if (requests_.resume) return give_up_hot_switch(lock, "withdrawn (stop switch)", true);
     if (v.kind != HoldVerdict::Holding) {
         return give_up_hot_switch(lock, v.kind == HoldVerdict::Passed ? "rank " + std::to_string(v.rank) +
                                                                             " completed a later step first"
@@ -123,28 +125,29 @@ void Controller::hot_switch_flow() {
                                   true);
     }
     const Faults faults = handed_over(leaving);
-    Plan plan = plan_fault(ranks_.snapshot(), replicas_, caps_now_locked(), faults, pause_.step);
+    Plan plan = plan_fault(ranks_.snapshot(), replicas_, caps_now_locked(), faults, requests_.pausing.step);
     if (!plan.input.repairable) {  // a holder died since the request
         return give_up_hot_switch(lock, "some shard of ranks " + list_text(leaving) + " has no live replica peer now", true);
     }
+    const Pausing& pause = requests_.pausing;
     std::ostringstream text;
-    text << "training paused after step " << pause_.step << " for the hot switch of ranks " << list_text(leaving)
-         << ": all " << live.size() << " ranks hold, " << std::chrono::duration<double>(Clock::now() - pause_.asked).count()
+    text << "training paused after step " << pause.step << " for the hot switch of ranks " << list_text(leaving)
+         << ": all " << live.size() << " ranks hold, " << std::chrono::duration<double>(Clock::now() - pause.asked).count()
          << " s after the request";
     transition_locked(State::Pause, text.str());
-    event_locked("hot_switch", "ranks " + list_text(leaving) + " after step " + std::to_string(pause_.step));
+    event_locked("hot_switch", "ranks " + list_text(leaving) + " after step " + std::to_string(requests_.pausing.step));
     FaultContext ctx = plan.ctx;
     replace_faulty(ctx);
     repair_step_ = ctx.repair_step;
-    switching_.clear();
-    pause_.asked_for = false;
+    requests_.switching.clear();
+    requests_.pausing.asked_for = false;
     FaultContext lock_ctx;
     lock_ctx.repair_step = ctx.repair_step;
     lock_ctx.faults = faults;
     lock.unlock();
     // The held ranks leave their hold into FORCE STOP (not into their update) only under a PRELOCK.
     actions_.run_all(ActionKind::Prelock, live, base_action(ActionKind::Prelock, lock_ctx, Strategy::None), false);
-    run_flow(flow_for(Strategy::HotSwitch), ctx);
+    flows_.run(flow_for(Strategy::HotSwitch), ctx);
 }
 
 // The leaving ranks, parked after STOP and CLEAN, are told to exit (EXIT, strategy hot_switch): each exits 0

@@ -6,7 +6,6 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "controller/controller.h"
-#include "controller/job_token.h"
 
 namespace mindio {
 namespace {
@@ -15,36 +14,14 @@ constexpr const char* kLog = "controller";
 
 }  // namespace
 
-void Controller::answer_launcher_locked(uint64_t conn, int32_t result, const std::string& answer) {
-    server_.send(conn, encode_frame(MsgType::ProcessEndedAck, 0, encode(RegisterAckMsg{result, answer})));
-    server_.close(conn, "launcher's report answered");
-}
-
 // A launcher's report that a rank's process ended, answered on its own connection, which then closes.
 // The report proves a death only for the process it names: a replacement registered since is not
 // touched, and a rank already known dead or gone is only acknowledged.
-void Controller::handle_process_ended(uint64_t conn, const std::string& body) {
-    auto m = decode_as<ProcessEndedMsg>(body);
-    if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
-        server_.send(conn, encode_frame(MsgType::ProcessEndedAck, 0, encode(RegisterAckMsg{1, kWrongToken})));
-        std::lock_guard<std::mutex> lock(mu_);
-        return refuse_unproven_locked(conn, "wrong token", std::string("a process-ended report with a ") + kWrongToken);
-    }
-    int result = 0;
-    std::string answer;
-    if (m.rank < 0 || m.rank >= cfg_.world_size) {
-        result = 1;
-        answer = "rank " + std::to_string(m.rank) + " is out of range 0.." + std::to_string(cfg_.world_size - 1);
-    }
+void Controller::on_process_ended(uint64_t conn, const ProcessEndedMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (result == 0) {
-        bool had_left = false;
-        answer = process_ended_locked(m, &had_left);
-        if (had_left) result = kProcessEndedAfterLeaving;
-    } else {
-        LOG_WARN(kLog, cfg_.rank, "refused a report that rank " << m.rank << "'s process " << m.pid << " ended: " << answer);
-    }
-    answer_launcher_locked(conn, result, answer);
+    bool had_left = false;
+    const std::string answer = process_ended_locked(m, &had_left);
+    inbox_.answer_launcher(conn, had_left ? kProcessEndedAfterLeaving : 0, answer);
 }
 
 std::string Controller::process_ended_locked(const ProcessEndedMsg& m, bool* had_left) {
@@ -76,23 +53,9 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m, bool* had
 // The launcher watching the other nodes proved a node's launcher gone, and no standby waits to take its
 // place: noted per rank until a process registers for it. Marked even while a rank's connection is still
 // open (the report can come before its closed connection is read): only a wait for replacements reads it.
-void Controller::handle_no_replacement(uint64_t conn, const std::string& body) {
-    auto m = decode_as<NoReplacementMsg>(body);
+void Controller::on_no_replacement(uint64_t conn, const NoReplacementMsg& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!cfg_.token.empty() && !tokens_equal(cfg_.token, m.token)) {
-        server_.send(conn, encode_frame(MsgType::ProcessEndedAck, 0, encode(RegisterAckMsg{1, kWrongToken})));
-        return refuse_unproven_locked(conn, "wrong token", std::string("a no-replacement report with a ") + kWrongToken);
-    }
-    auto out_of_range = std::find_if(m.ranks.begin(), m.ranks.end(),
-                                     [&](int32_t r) { return r < 0 || r >= cfg_.world_size; });
-    if (m.ranks.empty() || out_of_range != m.ranks.end()) {
-        std::string refusal = m.ranks.empty() ? "it names no rank"
-                                              : "rank " + std::to_string(*out_of_range) + " is out of range 0.." +
-                                                    std::to_string(cfg_.world_size - 1);
-        LOG_WARN(kLog, cfg_.rank, "refused a report that ranks will not be replaced: " << refusal);
-        return answer_launcher_locked(conn, 1, refusal);
-    }
-    answer_launcher_locked(conn, 0, no_replacement_locked(m));
+    inbox_.answer_launcher(conn, 0, no_replacement_locked(m));
 }
 
 std::string Controller::no_replacement_locked(const NoReplacementMsg& m) {

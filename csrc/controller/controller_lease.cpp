@@ -38,33 +38,16 @@ int Controller::lease_grace_ms_locked() const {
 }
 
 bool Controller::lease_allows_acting_locked(const char* held) {
-    if (!backups_listed_ || state_ == State::Init) return true;
-    const LeaseVerdict lease = judge_lease(lease_ranks_locked());
-    const auto now = Clock::now();
-    if (lease.held) {
-        if (lease_lost_since_) {
-            event_locked("lease_back", lease.why);
-            LOG_INFO(kLog, cfg_.rank, "term " << term_ << ": lease back (" << lease.why << "): acting on the faults held");
-            lease_lost_since_.reset();
-        }
+    if (!leadership_.lease_applies() || state_ == State::Init) return true;
+    std::string stand_down;
+    if (leadership_.lease_allows_acting(judge_lease(lease_ranks_locked()), lease_grace_ms_locked(), held, &stand_down)) {
         return true;
     }
-    const int grace_ms = lease_grace_ms_locked();
-    if (!lease_lost_since_) {
-        lease_lost_since_ = now;
-        event_locked("lease_lost", lease.why);
-        LOG_WARN(kLog, cfg_.rank, "term " << term_ << ": no lease: " << lease.why << ". A backup may lead them (a "
-                                          "partition looks like their death from here): " << held << " for at most "
-                                          << grace_ms << " ms");
-        return false;
-    }
-    auto held_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - *lease_lost_since_).count();
-    if (held_ms < grace_ms) return false;
-    const std::string why = "stood down: no lease for " + std::to_string(held_ms) + " ms (" + lease.why + ")";
-    event_locked("stood_down", why);
-    LOG_ERROR(kLog, cfg_.rank, "this controller (term " << term_ << ") " << why << ": it no longer acts and closes "
-                                   "its connections; its ranks try the next controller of their list");
-    stop_leading_locked(why);
+    if (stand_down.empty()) return false;
+    event_locked("stood_down", stand_down);
+    LOG_ERROR(kLog, cfg_.rank, "this controller (term " << leadership_.term() << ") " << stand_down << ": it no longer "
+                                   "acts and closes its connections; its ranks try the next controller of their list");
+    stop_leading_locked(stand_down);
     return false;
 }
 
@@ -72,9 +55,9 @@ bool Controller::lease_allows_acting_locked(const char* held) {
 // step of a flow, and before its fallback, the lease is judged as before a fault: held, the flow goes on;
 // lost, its next step waits as a held fault does, and if the lease does not come back this controller
 // stands down and the flow ends there, with no dump and no exit: the side that leads the majority acts alone.
-bool Controller::lease_holds_within_flow() {
+bool Controller::lease_holds() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (not_leading_.empty() && !stopping_) {
+    while (leadership_.may_lead() && !stopping_) {
         if (lease_allows_acting_locked("the recovery under way is held before its next action")) return true;
         cv_.wait_for(lock, kLeaseTick);
     }

@@ -34,9 +34,9 @@ void Controller::take_offline_locked(const std::set<int>& ranks) {
 }
 
 // Waits (at most arf_wait_ms) until a restarted process of every rank in `ranks` registered and
-// reported PREREPAIR_FINISH. False with the reason on a timeout, a new fault or shutdown; a replacement lost
+// reported PREREPAIR_FINISH. The reason on a timeout, a new fault or shutdown, else ""; a replacement lost
 // before it was ready is none of these: the next one its launcher starts is awaited.
-bool Controller::await_replacements(const std::set<int>& ranks, std::string* why) {
+std::string Controller::await_replacements(const std::set<int>& ranks) {
     std::unique_lock<std::mutex> lock(mu_);
     event_locked("arf_wait", "ranks " + list_text(ranks) + " up to " + std::to_string(cfg_.arf_wait_ms) + " ms");
     awaited_ = ranks;  // a replacement lost while joining is awaited again, no new fault (declare_dead_locked)
@@ -44,6 +44,7 @@ bool Controller::await_replacements(const std::set<int>& ranks, std::string* why
         std::set<int>& awaited;
         ~Done() { awaited.clear(); }
     } done{awaited_};
+    std::string why;
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.arf_wait_ms);
     while (true) {
         std::set<int> absent, unready;
@@ -54,20 +55,20 @@ bool Controller::await_replacements(const std::set<int>& ranks, std::string* why
         }
         if (absent.empty() && unready.empty()) {
             event_locked("arf_ready", "ranks " + list_text(ranks));
-            return true;
+            return "";
         }
-        if (stopping_) *why = "the controller is shutting down";
-        else if (unready.empty() && nothing_comes_for_locked(absent, why)) event_locked("arf_unreplaced", *why);
-        else if (second_fault_) *why = "a new fault arrived while waiting for the replacement of ranks " + list_text(ranks);
+        if (stopping_) why = "the controller is shutting down";
+        else if (unready.empty() && nothing_comes_for_locked(absent, &why)) event_locked("arf_unreplaced", why);
+        else if (intake_.second_fault()) why = "a new fault arrived while waiting for the replacement of ranks " + list_text(ranks);
         else if (Clock::now() >= deadline) {
-            *why = "process replacement timed out after " + std::to_string(cfg_.arf_wait_ms) + " ms (MINDIO_ARF_WAIT_S):";
-            if (!absent.empty()) *why += " no restarted process registered for ranks " + list_text(absent) + ";";
-            if (!unready.empty()) *why += " ranks " + list_text(unready) + " registered but did not report ready;";
-            event_locked("arf_timeout", *why);
+            why = "process replacement timed out after " + std::to_string(cfg_.arf_wait_ms) + " ms (MINDIO_ARF_WAIT_S):";
+            if (!absent.empty()) why += " no restarted process registered for ranks " + list_text(absent) + ";";
+            if (!unready.empty()) why += " ranks " + list_text(unready) + " registered but did not report ready;";
+            event_locked("arf_timeout", why);
         }
-        if (!why->empty()) {
-            LOG_ERROR(kLog, cfg_.rank, *why);
-            return false;
+        if (!why.empty()) {
+            LOG_ERROR(kLog, cfg_.rank, why);
+            return why;
         }
         cv_.wait_until(lock, std::min(deadline, Clock::now() + kTick));
         detect_dead_locked();

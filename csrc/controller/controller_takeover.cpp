@@ -14,56 +14,46 @@ constexpr const char* kLog = "controller";
 // before it), or MINDIO_TAKEOVER_WAIT_S after the first registration. Until then no fault is acted
 // on: a decision needs every survivor's step and data.
 bool Controller::takeover_open_locked() {
-    if (!takeover_deadline_) return false;
-    const bool all_back = ranks_.all_reported();
-    if (!all_back && Clock::now() < *takeover_deadline_) return true;
-    if (all_back) {
-        auto waited = std::chrono::milliseconds(cfg_.takeover_wait_ms) - (*takeover_deadline_ - Clock::now());
-        LOG_INFO(kLog, cfg_.rank, "term " << term_ << ": every rank registered again "
-                                          << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
-                                          << " ms after the takeover");
-    }
-    takeover_deadline_.reset();
+    if (!leadership_.settling()) return false;
+    if (leadership_.unsettled(ranks_.all_reported())) return true;
     settle_takeover_locked();
     return false;
 }
 
 // The ranks still missing died with the old controller's node: dead, as a lost connection, so that
 // the ordinary fault handling replaces them, dumps or exits. A recovery the old controller left is
-// restarted (its faults are pending again) or ends in a dump (takeover_dump_).
+// restarted (its faults are pending again) or ends in a dump (Leadership::dump_after_takeover).
 void Controller::settle_takeover_locked() {
     std::vector<TakeoverRank> view;
     for (const RankEntry& r : ranks_) view.push_back({r.registered, r.recovery_action});
-    TakeoverPlan plan = plan_takeover(view, faulty_locked({}));
+    TakeoverPlan plan = plan_takeover(view, intake_.faulty({}));
     if (!plan.missing.empty()) {
         const std::string wait = std::to_string(cfg_.takeover_wait_ms) + " ms";
-        std::string detail = "term " + std::to_string(term_) + ": ranks " + list_text(plan.missing) +
+        std::string detail = "term " + std::to_string(leadership_.term()) + ": ranks " + list_text(plan.missing) +
                              " did not register within " + wait + " of the takeover (MINDIO_TAKEOVER_WAIT_S)";
         event_locked("takeover_missing", detail);
         LOG_ERROR(kLog, cfg_.rank, detail << ": declared dead");
         for (int rank : plan.missing) {
-            declare_dead_locked(rank, "not registered with the controller of term " + std::to_string(term_) +
+            declare_dead_locked(rank, "not registered with the controller of term " + std::to_string(leadership_.term()) +
                                           " within " + wait + " of its takeover");
         }
     }
     if (plan.resume == TakeoverResume::Nothing) return;
     event_locked("takeover_recovery", std::string(takeover_resume_name(plan.resume)) + ": " + plan.why);
-    LOG_WARN(kLog, cfg_.rank, "term " << term_ << ": " << plan.why);
-    if (plan.resume == TakeoverResume::Dump) takeover_dump_ = plan.why;
+    LOG_WARN(kLog, cfg_.rank, "term " << leadership_.term() << ": " << plan.why);
+    if (plan.resume == TakeoverResume::Dump) leadership_.dump_after_takeover(plan.why);
 }
 
 // The dump of a recovery the old controller left half done; faults known meanwhile count as the
 // dump's (their ranks save nothing).
 void Controller::dump_after_takeover(std::unique_lock<std::mutex>& lock) {
-    std::string why = std::move(takeover_dump_);
-    takeover_dump_.clear();
-    flow_active_ = true;
-    Faults faults = std::move(pending_faults_);
-    pending_faults_.clear();
+    const std::string why = leadership_.take_takeover_dump();
+    intake_.begin_flow();
+    Faults faults = intake_.take();
     transition_locked(State::Abnormal, why);
     FaultContext ctx = assess_locked(std::move(faults));
     lock.unlock();
-    run_flow(flow_for(Strategy::Dump), ctx, why);
+    flows_.run(flow_for(Strategy::Dump), ctx, why);
 }
 
 }  // namespace mindio

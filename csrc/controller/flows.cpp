@@ -269,4 +269,17 @@ const Flow& flow_for(Strategy s) {
     throw std::invalid_argument(std::string("no recovery flow for strategy ") + strategy_name(s));
 }
 
+ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s) {
+    ActionMsg m;
+    m.kind = kind;
+    m.strategy = s;
+    m.step = ctx.repair_step;
+    m.is_uce = ctx.is_uce;
+    for (const auto& [rank, f] : ctx.faults) m.error_ranks.push_back(rank);
+    for (int r : ctx.repair_set) {
+        if (!ctx.faults.count(r)) m.error_ranks.push_back(r);
+    }
+    return m;
+}
+
 }  // namespace mindio

@@ -6,7 +6,7 @@
 // size, roll back and go on. The scale-out (Strategy::ScaleOut) is its way back when the retired ranks
 // return: the survivors save the step they stopped at, and every rank, the returned ones with them,
 // rebuilds the groups at the original size and reloads it. Each is a list of steps run by one loop
-// (Controller::run_flow). A step that fails hands its reason to the flow's fallback: the dump for a
+// (FlowRunner::run, flow_runner.h). A step that fails hands its reason to the flow's fallback: the dump for a
 // recovery, the exit for the dump and the scale-out.
 #pragma once
 #include <string>
@@ -78,5 +78,9 @@ struct Flow {
 
 // The flow of Strategy::Retry, Recover, Dump, ScaleIn, ScaleOut or HotSwitch.
 const Flow& flow_for(Strategy s);
+
+// An action's fields common to every target: its kind and strategy, the step, and the error ranks (the
+// faulty ones, then the rest of the repair set).
+ActionMsg base_action(ActionKind kind, const FaultContext& ctx, Strategy s);
 
 }  // namespace mindio
