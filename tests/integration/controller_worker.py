@@ -200,6 +200,9 @@ def main():
                     time.sleep(0.01)
                 emit(rank=rank, prelock=native.prelock_step())
                 if lag and a.lag_mode == "finish":
+                    # Its PRELOCK reply is in before it finishes: finished at once, its status could reach the
+                    # controller before the other ranks' replies, and the laggard check would find nobody behind.
+                    time.sleep(0.5)
                     ttp.tft_end_updating_os(a.steps)
                     state["step"] = a.steps
                     emit(rank=rank, finished=a.steps)
