@@ -1,7 +1,7 @@
 """Elastic training's scale-in: the survivors' state resharded in memory from the replicas, against the same
 scale-in through the dying-gasp checkpoint (the baseline), in one invocation on the same machine.
 
-Both runs: dp4 R=2 on two `mindio-adaptor launch` nodes of two ranks (mindio_adaptor/elastic_scenario), node
+Both runs: dp4 R=2 on two `mindio-adaptor launch` nodes of two ranks (mindio_adaptor/tiny/elastic), node
 1 lost after step --lose-after and not replaced, the job goes on at dp2. Only `--elastic-scale-in-from` differs:
   (k) checkpoint  the savers write the repair step's dump, the survivors build their objects at dp2 and load
                   it (Megatron's distributed checkpoint reshards it): the baseline

@@ -1,7 +1,7 @@
 """Elastic training's scale-out: the returned ranks' state from the replicas in memory, against the same
 scale-out through a checkpoint (the baseline), in one invocation on the same machine.
 
-Both runs: dp4 R=2 on two `mindio-adaptor launch` nodes of two ranks (mindio_adaptor/elastic_scenario), node
+Both runs: dp4 R=2 on two `mindio-adaptor launch` nodes of two ranks (mindio_adaptor/tiny/elastic), node
 1 lost after step 4 and not replaced, the job at dp2; a new launcher of node 1 starts, and the job scales
 out back to dp4 at step --return-at. Only `--elastic-scale-out-from` differs:
   (k) checkpoint  the survivors save the repair step at dp2, every rank of dp4 loads it (baseline)

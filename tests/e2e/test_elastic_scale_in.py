@@ -4,7 +4,7 @@ launcher proves its launcher gone and no standby waits, so the controller stops 
 at once (the first run leaves MINDIO_ARF_WAIT_S at its default, 600 s); node 0's two ranks rebuild the world
 among themselves at dp2, reshard the optimizer state they hold between them in memory (no dump written:
 --elastic-scale-in-from replicas, the default) and train on to the last step with twice the micro-batches each (step 5 waits until node 1 is lost: the example's
---hold-before-step, mindio_adaptor/elastic_scenario). A second run does the same, and then node 1 returns: a
+--hold-before-step, mindio_adaptor/tiny/elastic). A second run does the same, and then node 1 returns: a
 new launcher of node 1 starts once the job scaled in, and step 7 waits for its ranks (the example's
 --hold-before-step), so the controller scales the job out to dp4 there and it ends on dp4. Each faulted
 run is checked several ways against the uninterrupted dp4 run: losses, consumed samples, the samples of
@@ -83,7 +83,7 @@ def demo_of_the_scale_out(tmp_path_factory, reference):
     reference run), in this process, with this module's reference in place of the demo's (the same flags,
     trained once per session). The run is scaled_in's, then node 1 returns: a new launcher of node 1 starts
     once the job scaled in, and the survivors' step 7 waits until the controller decides the scale-out
-    (mindio_adaptor/elastic_scenario). Returns what the demo printed, its exit code, the run and the pids lost
+    (mindio_adaptor/tiny/elastic). Returns what the demo printed, its exit code, the run and the pids lost
     with node 1."""
     workdir = tmp_path_factory.mktemp("elastic_out")
     args = build_parser().parse_args(["demo", "--scenario", "elastic", "--steps", str(LAST_STEP), "--fault-step",
