@@ -50,7 +50,9 @@ def test_no_launcher_goes_on_before_every_old_controller_stopped_then_new_ones_l
     node_1_said_at = time.monotonic()
     node_1.controller.stand_down(1)
     waiting.join(controllers.STAND_DOWN_WAIT_S)
-    assert old[1].poll() is not None and node_1_said_at <= returned["at"] < node_1_said_at + 2.0
+    # Node 0 goes on once node 1 said, not after its own wait (STAND_DOWN_WAIT_S); saying it includes stopping
+    # node 1's controller process, which a loaded host takes seconds over (4 s seen at load 13).
+    assert old[1].poll() is not None and node_1_said_at <= returned["at"] < node_1_said_at + 10.0
 
     new = [started(node_0, 1), started(node_1, 1)]
     second_list = controllers_env(node_1.config, node_1.store, 1)[ENV_CONTROLLER]
