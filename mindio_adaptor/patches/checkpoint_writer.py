@@ -4,7 +4,9 @@ helper is a child of the rank, in the rank's process group, so when a rank dies 
 the others' groups (or `mindio-adaptor launch`'s group restart) ends it while the rank itself lives
 on. Every later save of that process then failed with a broken pipe: the dying-gasp checkpoint after a
 fault, in any job that had saved a periodic checkpoint before it, and the save after a graceful
-SIGTERM. A queue whose helper is gone is replaced by a new one before it is used.
+SIGTERM. A queue whose helper is gone is replaced by a new one before it is used. Megatron spawns the helper
+(from 0.16; 0.12 forks it), and a spawned child ran the whole training script again before serving: at the first
+save of each rank, often the dying-gasp checkpoint, the rank waited for it (core/process/script_free_spawn).
 
 The queue is also the only link between a save's files and its metadata: a save puts its write results
 (file, offset and length of every item) in it after writing its files, waits at a closing barrier, and
@@ -21,6 +23,7 @@ import queue
 import sys
 from typing import Optional
 
+from mindio_adaptor.core.process.script_free_spawn import entry_script_not_rerun
 from mindio_adaptor.patches.call_arguments import has_parameter, passes
 from mindio_adaptor.patches.patch import Patch
 
@@ -30,15 +33,16 @@ MODULE = "megatron.core.dist_checkpointing.strategies.filesystem_async"
 
 
 def _live_results_queue(wrapped, instance, args, kwargs):
-    queue = wrapped(*args, **kwargs)
-    try:
-        queue.qsize()  # one round trip to the helper process
-        return queue
-    except (OSError, EOFError) as gone:
-        sys.modules[MODULE]._results_queue = None
-        logger.warning("the checkpoint writer's results queue had lost its helper process (%s: %s); a new "
-                       "one serves this save", type(gone).__name__, gone)
-        return wrapped(*args, **kwargs)
+    with entry_script_not_rerun():  # a new queue's helper (spawned from 0.16 on) starts in a fraction of a second
+        queue = wrapped(*args, **kwargs)
+        try:
+            queue.qsize()  # one round trip to the helper process
+            return queue
+        except (OSError, EOFError) as gone:
+            sys.modules[MODULE]._results_queue = None
+            logger.warning("the checkpoint writer's results queue had lost its helper process (%s: %s); a new "
+                           "one serves this save", type(gone).__name__, gone)
+            return wrapped(*args, **kwargs)
 
 
 def _with_serialization_format(wrapped, instance, args, kwargs):

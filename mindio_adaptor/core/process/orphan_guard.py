@@ -1,7 +1,8 @@
 """A helper process that a rank started with multiprocessing's spawn method (Megatron's checkpoint
 writer, for one) outlives the rank when the rank is SIGKILLed: nothing tells it, and it keeps running
 after the job ended. A spawned child imports the training script again, so patch_all() runs in it too:
-there it arms this guard, which ends the child as soon as its parent is gone (it was re-parented).
+there it arms this guard, which ends the child as soon as its parent is gone (it was re-parented). A child spawned
+without the script (core/process/script_free_spawn: the checkpoint writer's helper) arms it from its own main.
 A rank also makes the helpers it starts otherwise end with it (install_for_children): a process it
 forks from its main thread gets the kernel's parent-death signal (SIGKILL), and multiprocessing's
 forkserver, which neither runs the training script nor is spawned, preloads core/process/forkserver_guard."""
