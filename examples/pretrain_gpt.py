@@ -49,6 +49,10 @@ def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None
         create_attention_mask=True,
         **older_megatron.dataset_config_extras(),
     )
+    if args.eval_iters == 0:
+        # Mock data splits its documents in three whatever `split` says; with nothing to evaluate only the train
+        # third is built: the same samples, without indexing the other two (~2M samples each, seconds per rank).
+        config.split_matrix = [config.split_matrix[0], None, None]
     dataset = older_megatron.in_vocabulary(MockGPTDatasetWithIds if args.log_sample_ids else MockGPTDataset)
     return BlendedMegatronDatasetBuilder(dataset, train_val_test_num_samples, lambda: True, config).build()
 

@@ -32,6 +32,10 @@ TINY_GPT_FLAGS = [
     "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
     "--micro-batch-size", "2", "--global-batch-size", "16", "--lr", "1e-3", "--log-interval", "1",
     "--eval-iters", "0", "--eval-interval", "1000", "--seed", "1234",
+    # Samples are read in the rank's process: Megatron's default, two forked loader workers per rank, adds eight
+    # processes to each 4-rank run on a 2-core machine and changes no batch (the same digest, measured).
+    # tests/e2e/test_process_replacement.py keeps them, for a replacement rank whose loader has workers.
+    "--num-workers", "0",
 ]
 
 # The environment of every process of a tiny job. TORCH_COMPILE_DISABLE: Megatron's set_jit_fusion_options

@@ -9,7 +9,9 @@ import pytest
 from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
-REBOOT = ["--enable-high-availability", "--enable-worker-reboot"]
+# Megatron's default loader workers (the tiny job reads in the rank's process): a replacement positions a loader
+# whose samples come from forked workers.
+REBOOT = ["--enable-high-availability", "--enable-worker-reboot", "--num-workers", "2"]
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
 
 
