@@ -29,4 +29,7 @@ for version in 0.17.0 0.18.0; do
     fi
 done
 $PY -m pip install -q --no-build-isolation --no-deps -e .
+# These machines set PYTHONDONTWRITEBYTECODE: without the compiled modules here, every process of every test run
+# compiles the package's modules again when it imports them (about half a CPU-second each).
+$PY -m compileall -q mindio_adaptor
 $PY -c "import importlib.metadata as m, mindio_adaptor._native, mindio_adaptor._fork_guard; print('mindio_adaptor', m.version('mindio_adaptor'), 'with megatron-core', m.version('megatron-core'), 'and torch', m.version('torch'))"

@@ -8,6 +8,7 @@ and MINDIO_MEGATRON_EXTRA_TREES more releases to take from it ("0.13.1,0.14.0"):
 ../shared are run on a machine that has them (docs/megatron_versions.md)."""
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import zipfile
@@ -35,6 +36,14 @@ def unpack(release: str, into: Path) -> Path:
     with zipfile.ZipFile(wheels[0]) as wheel:
         wheel.extractall(into, [name for name in wheel.namelist() if name.startswith("megatron/")])
     return into
+
+
+def byte_compiled(root: Path) -> Path:
+    """root, its megatron package compiled once here: these machines set PYTHONDONTWRITEBYTECODE, so
+    otherwise every rank of every run on the release compiles the modules it imports again. A module that does
+    not compile is left to fail where it is imported, as it would have."""
+    compileall.compile_dir(root / "megatron", quiet=2)
+    return root
 
 
 def on_release(root: Path) -> Dict[str, str]:

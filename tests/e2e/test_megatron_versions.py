@@ -25,7 +25,7 @@ from mindio_adaptor.patches import megatron_versions
 from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from megatron_releases import RELEASES, on_release, unpack  # noqa: E402
+from megatron_releases import RELEASES, byte_compiled, on_release, unpack  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
@@ -46,7 +46,7 @@ CYCLIC_NODES = {"MINDIO_FAILURE_DOMAINS": "a,b,a,b"}
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def release_runs(request, tmp_path_factory):
     work = tmp_path_factory.mktemp(f"megatron_{request.param}")
-    env = on_release(unpack(request.param, work / "tree"))
+    env = on_release(byte_compiled(unpack(request.param, work / "tree")))
     runs = {"reference": run_training(HA, env=env).require_success()}
     runs["online"] = run_training([*HA, "--enable-hbmfault-repair", "--enable-worker-reboot"], launcher=LAUNCH,
                                   env={**env, "MINDIO_FAULT_INJECT": ONLINE,

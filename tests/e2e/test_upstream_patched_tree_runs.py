@@ -14,7 +14,7 @@ from mindio_adaptor.upstream.apply import apply_patch_set
 from mindio_adaptor.upstream.check import APPLIED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from megatron_releases import on_release  # noqa: E402
+from megatron_releases import byte_compiled, on_release  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 HA = ["--enable-high-availability"]
@@ -29,7 +29,7 @@ def patched_tree(tmp_path_factory):
     shutil.copytree(installed.root / "megatron", root / "megatron", ignore=shutil.ignore_patterns("__pycache__"))
     copy = megatron_tree.open_tree(root)
     assert apply_patch_set(copy, megatron_tree.patch_set_dir(copy)).state == APPLIED
-    return root
+    return byte_compiled(root)
 
 
 def on_tree(root, **extra):
