@@ -140,14 +140,18 @@ def _check(args):
 def run(args) -> int:
     _check(args)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="mindio-demo-"))
-    ckpt, faults = workdir / "checkpoints", workdir / "fault-state"
-    common = dict(nproc=args.nproc, train_iters=args.steps, timeout=args.timeout)
     timeline = Timeline()
-
     timeline.mark(f"uninterrupted reference run: {args.steps} steps on {args.nproc} processes")
     reference_flags = [*HA, "--log-sample-ids"] if args.scenario == "elastic" else HA
-    reference = run_training(reference_flags, on_line=_watch(timeline, "reference"), **common).require_success()
+    reference = run_training(reference_flags, on_line=_watch(timeline, "reference"), nproc=args.nproc,
+                             train_iters=args.steps, timeout=args.timeout).require_success()
+    return scenario(args, timeline, reference, workdir)
 
+
+def scenario(args, timeline: Timeline, reference: RunResult, workdir: Path) -> int:
+    """The scenario after its reference run (the e2e tests pass a reference of their own, trained once)."""
+    ckpt, faults = workdir / "checkpoints", workdir / "fault-state"
+    common = dict(nproc=args.nproc, train_iters=args.steps, timeout=args.timeout)
     if args.scenario == "elastic":
         return elastic(args, timeline, reference, workdir)[0]
     if args.scenario in ("repair", "replace"):
