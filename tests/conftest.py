@@ -1,7 +1,15 @@
-"""For every test: nothing the tests' jobs do is remembered outside the test session."""
+"""For every test: nothing the tests' jobs do is remembered outside the test session, and no process of the session
+imports torch's compiler for Megatron's fusions."""
+import os
+
 import pytest
 
 from mindio_adaptor.core.detection.offender_record import FILE_ENV
+
+# Megatron wraps its fusions in torch.compile at import; with this set, patch_all() hands them back unchanged without
+# importing torch's compiler (core/process/compile_switch), about 3 CPU-seconds of each process that imports Megatron,
+# this one included. Tiny jobs set it anyway (tiny/job.JOB_ENV); test_compile_switch sets it both ways itself.
+os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)
