@@ -11,6 +11,7 @@ from __future__ import annotations
 import compileall
 import os
 import shutil
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Dict
@@ -42,7 +43,9 @@ def byte_compiled(root: Path) -> Path:
     """root, its megatron package compiled once here: these machines set PYTHONDONTWRITEBYTECODE, so
     otherwise every rank of every run on the release compiles the modules it imports again. A module that does
     not compile is left to fail where it is imported, as it would have."""
-    compileall.compile_dir(root / "megatron", quiet=2)
+    with warnings.catch_warnings():  # the releases' own (e.g. 0.16's legacy vision code: '"is" with a literal')
+        warnings.simplefilter("ignore", SyntaxWarning)
+        compileall.compile_dir(root / "megatron", quiet=2)
     return root
 
 
