@@ -1,14 +1,10 @@
 """A process spawned by a rank ends when the rank is gone (core/process/orphan_guard), with real processes."""
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[2]
+from killed_parents import kill_and_expect_ended, parent_running
+
 PARENT = """
 import multiprocessing, sys, time
 sys.path.insert(0, {repo!r})
@@ -31,22 +27,14 @@ if __name__ == "__main__":
 
 
 def test_a_spawned_helper_ends_when_its_parent_is_killed(tmp_path):
-    script = tmp_path / "parent.py"
-    script.write_text(PARENT.format(repo=str(REPO)))
     ready = tmp_path / "armed"
-    parent = subprocess.Popen([sys.executable, str(script), str(ready)], stdout=subprocess.PIPE, text=True)
-    try:
+    with parent_running(PARENT, tmp_path, str(ready)) as parent:
         child = psutil.Process(int(parent.stdout.readline()))
         deadline = time.monotonic() + 60
         while not ready.exists() and time.monotonic() < deadline:  # armed: a loaded host may take seconds
             time.sleep(0.05)
         assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(timeout=5)
-        child.wait(timeout=10)  # raises TimeoutExpired if the helper outlived its parent
-    finally:
-        if parent.poll() is None:
-            parent.kill()
+        kill_and_expect_ended(parent, [child])
 
 
 def test_a_process_that_was_not_spawned_is_not_guarded():
@@ -78,18 +66,9 @@ if __name__ == "__main__":
 
 
 def test_forked_and_forkserver_helpers_end_when_their_parent_is_killed(tmp_path):
-    script = tmp_path / "parent.py"
-    script.write_text(FORKING_PARENT.format(repo=str(REPO)))
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    try:
+    with parent_running(FORKING_PARENT, tmp_path) as parent:
         helpers = [psutil.Process(int(pid)) for pid in parent.stdout.readline().split()]
         forkserver = helpers[1].parent()
         assert "multiprocessing.forkserver" in " ".join(forkserver.cmdline())
         time.sleep(1.0)
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(timeout=5)
-        for process in [*helpers, forkserver]:
-            process.wait(timeout=10)  # raises TimeoutExpired if it outlived the parent
-    finally:
-        if parent.poll() is None:
-            parent.kill()
+        kill_and_expect_ended(parent, [*helpers, forkserver])

@@ -1,16 +1,10 @@
 """A Manager spawned inside entry_script_not_rerun() (the checkpoint writer's helper) serves without running the
 parent's script again, and still ends when its parent is killed (core/process/script_free_spawn), with real
 processes."""
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import psutil
 
-REPO = Path(__file__).resolve().parents[2]
+from killed_parents import kill_and_expect_ended, parent_running
+
 PARENT = """
 import multiprocessing, os, sys, time
 sys.path.insert(0, {repo!r})
@@ -31,24 +25,16 @@ if __name__ == "__main__":
 
 
 def test_the_helper_serves_without_the_script_and_ends_with_its_parent(tmp_path):
-    script = tmp_path / "parent.py"
-    script.write_text(PARENT.format(repo=str(REPO)))
-    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    try:
+    with parent_running(PARENT, tmp_path, str(tmp_path)) as parent:
         line = parent.stdout.readline()
         assert line, f"the parent ended before its manager served (exit {parent.wait(timeout=60)})"
         helper = psutil.Process(int(line))
         assert sorted(p.name for p in tmp_path.glob("ran-*")) == [f"ran-{parent.pid}"]
         assert helper.is_running() and helper.status() != psutil.STATUS_ZOMBIE
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(timeout=5)
-        helper.wait(timeout=10)  # raises TimeoutExpired if the helper outlived its parent
-    finally:
-        if parent.poll() is None:
-            parent.kill()
+        kill_and_expect_ended(parent, [helper])
 
 
-def test_spawning_after_the_context_runs_the_script_again(tmp_path):
+def test_inside_the_context_a_child_takes_this_module_as_main_and_after_it_the_script_again():
     from multiprocessing import spawn
 
     from mindio_adaptor.core.process.script_free_spawn import entry_script_not_rerun
