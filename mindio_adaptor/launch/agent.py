@@ -34,7 +34,7 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUI
 
 
 class NodeAgent:
-    def __init__(self, config: LaunchConfig, store: NodeStore, log, warm: WarmPool):
+    def __init__(self, config: LaunchConfig, store: NodeStore, log, warm: WarmPool, template=None):
         self.config, self.store, self.log, self.warm = config, store, log, warm
         self.workers = LocalWorkers([Worker(lr, config.global_rank(lr)) for lr in range(config.nproc_per_node)], log)
         self.generation = 0
@@ -45,7 +45,7 @@ class NodeAgent:
         self.fenced = False  # another launcher took this node rank: leave the job to it
         self._unreplaced: Optional[UnreplacedNodes] = None  # node 0's: lost nodes nothing takes, reported
         self.hand_overs = HandOvers(log)  # workers that handed their rank over to a new process (hot switch)
-        self.starts = WorkerStarts(config, store, log, warm, self.controller, self.hand_overs)
+        self.starts = WorkerStarts(config, store, log, warm, self.controller, self.hand_overs, template)
         self.job_controllers = JobControllers(config.master_addr, store.token, self.starts.lists, log)
         self.drained = False  # every local rank was handed over to a standby launcher's workers
         self.exits = WorkerExits(self)

@@ -81,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="warm workers kept on this node to replace a dead local rank at once (default 0; needs worker "
              "reboot): the preloaded modules imported and, for a Megatron script with --enable-worker-reboot, "
              "the script run ahead as a stand-in rank up to the optimizer's build (docs/launch.md)")
+    add("--fork-workers", "--fork_workers", dest="fork_workers", action="store_true",
+        default=_env_flag("fork_workers"),
+        help="fork every worker from one template process that imported torch and Megatron once, instead of "
+             "starting each in a new interpreter: a worker, and a replacement, starts without its imports "
+             "(about 6 CPU-s per rank on a small host); workers stay the launcher's own children "
+             "(docs/launch.md). Not for workers that must not share the launcher's Python (--no-python: ignored)")
     add("--warm-preload", "--warm_preload", dest="warm_preload", default=_env("warm_preload", DEFAULT_PRELOAD),
         help="what a warm worker imports before it is needed: comma-separated modules, module:function to "
              f"call one (default {DEFAULT_PRELOAD})")

@@ -59,6 +59,7 @@ class LaunchConfig:
     node_lost_after: float = DEFAULT_LOST_AFTER_S  # seconds without a launcher's beat before its node counts as lost
     standby: bool = False  # a spare node: takes the rank of the first node lost (node_rank is set then)
     spare_workers: int = 0  # warm workers kept ready to replace a dead local rank (launch/warm_worker)
+    fork_workers: bool = False  # workers forked from a template that imported torch and Megatron (launch/forked_workers)
     warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
     warm_refill_delay: float = DEFAULT_WARM_REFILL_DELAY_S  # seconds from a hand-out to the pool's refill
     controllers: int = 0  # nodes 0..K-1 host the recovery controllers (launch/controllers); 0: in the job
@@ -100,7 +101,8 @@ def resolve(args, environ: Mapping[str, str]) -> LaunchConfig:
         rdzv_timeout=rdzv_timeout, role=args.role, command=_command(args),
         place_source="Slurm" if slurm else "", node_lost_after=_positive("--node-lost-after", args.node_lost_after),
         standby=_standby(args.standby, nnodes, reboot), spare_workers=_spare_workers(args.spare_workers, reboot),
-        warm_preload=args.warm_preload, warm_refill_delay=_at_least("--warm-refill-delay", args.warm_refill_delay, 0),
+        fork_workers=args.fork_workers, warm_preload=args.warm_preload,
+        warm_refill_delay=_at_least("--warm-refill-delay", args.warm_refill_delay, 0),
         controllers=controllers,
         controllers_reason=controllers_reason,
         online_repair=_online_repair(args, environ),

@@ -16,8 +16,7 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
 def run(config: LaunchConfig, token: str) -> int:
     # torch is imported only now: a bad command line was answered without it.
     from mindio_adaptor.launch import repeat_offender
-    from mindio_adaptor.launch.agent import NodeAgent
-    from mindio_adaptor.launch.node_store import NodeStore, NodeStoreError
+    from mindio_adaptor.launch.node_store import NodeStore
     from mindio_adaptor.launch.warm_pool import WarmPool
 
     log = configure("standby" if config.standby else config.node_rank)
@@ -26,6 +25,36 @@ def run(config: LaunchConfig, token: str) -> int:
     store = NodeStore(config, token)
     # A standby's workers wait warm for the node it will replace; a node keeps --spare-workers of them.
     warm = WarmPool(config, config.nproc_per_node if config.standby else config.spare_workers)
+    template = _worker_template(config, log)
+    try:
+        return _join_and_run(config, store, log, warm, template)
+    finally:
+        if template is not None:
+            template.close()
+
+
+def _worker_template(config: LaunchConfig, log):
+    """The template the workers are forked from (--fork-workers), started now: its imports overlap the
+    rendezvous. None without the flag, for a standby (its warm workers are its workers) and for a program
+    that is not a Python script."""
+    from mindio_adaptor.launch.forked_workers import WorkerTemplate, script_argv
+    from mindio_adaptor.launch.warm_pool import preloading_env
+    from mindio_adaptor.launch.worker_template import DEFAULT_PRELOAD
+
+    if not config.fork_workers or config.standby:
+        return None
+    if script_argv(config.command) is None:
+        log.info("--fork-workers: not for a program started without Python; its workers start as new processes")
+        return None
+    template = WorkerTemplate(DEFAULT_PRELOAD, preloading_env(config))
+    log.info("workers are forked from a template process (pid %d) importing %s", template.proc.pid, DEFAULT_PRELOAD)
+    return template
+
+
+def _join_and_run(config: LaunchConfig, store, log, warm, template) -> int:
+    from mindio_adaptor.launch.agent import NodeAgent
+    from mindio_adaptor.launch.node_store import NodeStoreError
+
     try:
         if config.standby:
             log.info("standby for a job of %d nodes of %d workers, job id %s, launchers' store at %s:%d; warm "
@@ -49,7 +78,7 @@ def run(config: LaunchConfig, token: str) -> int:
         log.info("node %d was lost: this launcher takes its place in the running job (incarnation %d); its "
                  "workers start as replacements (the node counted as lost because %s)", config.node_rank,
                  ownership.incarnation, ownership.lost_evidence)
-    return NodeAgent(config, store, log, warm).run()
+    return NodeAgent(config, store, log, warm, template).run()
 
 
 def _log_place(config: LaunchConfig, store, log) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from mindio_adaptor.core.job.controller_address import ENV_TOKEN
+from mindio_adaptor.launch import forked_workers
 from mindio_adaptor.core.layout.warm_assignment import ENV_WARM_RANK
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.warm_worker import ADAPTOR_PATCHES
@@ -21,10 +22,17 @@ WORKER_REBOOT_FLAG = "--enable-worker-reboot"
 def script_argv(config: LaunchConfig) -> Optional[List[str]]:
     """The script's command line as a warm worker runs it (`script args` or `-m module args`); None for a
     program started without Python (--no-python), which no warm worker can become."""
-    command = config.command
-    if command[:2] != [sys.executable, "-u"]:
-        return None
-    return command[2:]
+    return forked_workers.script_argv(config.command)
+
+
+def preloading_env(config: LaunchConfig) -> Dict[str, str]:
+    """The environment of a replacement of local rank 0, for a process that imports ahead of its rank (a warm
+    worker, the worker template): what the preloaded modules may read at import. No RANK and no job token: the
+    rank's own environment replaces it when the process becomes a worker."""
+    env = worker_env(config, 0, master_port=0, restart_count=0, restarted=True, token="")
+    env.pop("RANK", None)
+    env.pop(ENV_TOKEN, None)
+    return env
 
 
 def runs_ahead(config: LaunchConfig) -> bool:
@@ -44,14 +52,10 @@ class WarmPool:
         self.ready = [p for p in self.ready if p.poll() is None]
         started = []
         while len(self.ready) < self.size:
-            # The environment of a replacement of local rank 0: what the preloaded modules may read at
-            # import; the rank's own environment replaces it when the worker is handed out.
-            # No RANK: the rank's own environment comes when the worker is handed out. Ahead, the script runs
-            # as rank 1 until then: not rank 0, which hosts things and prints for the job, and any other rank
-            # is as good (with data parallelism alone every rank's model is the same; patches/warm_spare).
-            env = worker_env(self.config, 0, master_port=0, restart_count=0, restarted=True, token="")
-            env.pop("RANK", None)
-            env.pop(ENV_TOKEN, None)  # nor the job's token: it comes with the rank's environment
+            # Ahead, the script runs as rank 1 until it is handed out: not rank 0, which hosts things and prints
+            # for the job, and any other rank is as good (with data parallelism alone every rank's model is
+            # the same; patches/warm_spare).
+            env = preloading_env(self.config)
             command = [sys.executable, "-u", "-m", "mindio_adaptor.launch.warm_worker", self.config.warm_preload]
             if runs_ahead(self.config):
                 env[ENV_WARM_RANK] = str(min(1, self.config.world_size - 1))

@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import psutil
 
+from mindio_adaptor.launch.forked_workers import WorkerTemplate
 from mindio_adaptor.launch.membership import Membership
 from mindio_adaptor.launch.restart_loop import RestartLoop
 
@@ -25,7 +26,7 @@ KILL_WAIT_S = 10.0  # after SIGKILL a process is gone at once unless stuck in th
 class Worker:
     def __init__(self, local_rank: int, rank: int):
         self.local_rank, self.rank = local_rank, rank
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc = None  # subprocess.Popen, or launch/forked_workers.ForkedWorker
         self.starts = 0  # processes started for this rank, over all generations
         self.reboots = 0  # of those, started again alone (worker reboot)
         self.warm = False  # the current process was a warm worker (launch/warm_worker.py)
@@ -37,8 +38,10 @@ class Worker:
     def lived_s(self) -> float:
         return time.monotonic() - self.started_at
 
-    def start(self, command: Sequence[str], env: Mapping[str, str]) -> int:
-        self.proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    def start(self, command: Sequence[str], env: Mapping[str, str], template: Optional[WorkerTemplate] = None) -> int:
+        """A new process, forked from the worker template when there is one and it can."""
+        forked = template.spawn(command, env) if template is not None else None
+        self.proc = forked or subprocess.Popen(list(command), env=dict(env), start_new_session=True)
         self.starts, self.warm, self.started_at = self.starts + 1, False, time.monotonic()
         return self.proc.pid
 

@@ -1,7 +1,8 @@
 """How a launcher starts a process for one of its workers: with the job's lists as the launchers' store holds
 them at that moment (launch/membership), the re-hosted slot where it applies, where it marks a hand-over
 (core/job/hand_over), and in a warm worker when one waits (launch/warm_pool), which is then refilled once the
-recovery it serves had its time."""
+recovery it serves had its time; else forked from the worker template when the launcher has one
+(launch/forked_workers)."""
 from __future__ import annotations
 
 import time
@@ -16,8 +17,8 @@ from mindio_adaptor.launch.worker_env import worker_env
 
 
 class WorkerStarts:
-    def __init__(self, config, store, log, warm, controller, hand_overs):
-        self.config, self.store, self.log, self.warm = config, store, log, warm
+    def __init__(self, config, store, log, warm, controller, hand_overs, template=None):
+        self.config, self.store, self.log, self.warm, self.template = config, store, log, warm, template
         self.controller, self.hand_overs = controller, hand_overs
         self.lists = KnownLists()
         self.joined_generation: Optional[int] = None  # a replacing launcher: the generation it joined
@@ -47,7 +48,7 @@ class WorkerStarts:
                 return worker.hand_to(warm, env, script_argv(self.config))
             except OSError:  # it died since it was started: a new process then
                 pass
-        return worker.start(self.config.command, env)
+        return worker.start(self.config.command, env, self.template)
 
     def refill_warm(self, at_once: bool = False) -> None:
         """New warm workers build a model, as the ranks just handed out do to join: started beside a

@@ -45,8 +45,11 @@ TINY_GPT_FLAGS = [
 # eagerly, the warm-up draws other random numbers than compiled, so parameters differ from a run without it:
 # every run compared with another must have this environment (run_training and LocalCluster give it).
 # With it, patch_all() also spares each process the compiler's imports (core/process/compile_switch).
+# PET_FORK_WORKERS: `mindio-adaptor launch` forks the workers from a template process that imported torch and
+# Megatron once (--fork-workers), as FORKED_TORCHRUN does for torchrun: a tiny job's start is mostly imports.
 JOB_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "TORCH_COMPILE_DISABLE": "1"}
+           "TORCH_COMPILE_DISABLE": "1", "PET_FORK_WORKERS": "1"}
+FORKED_TORCHRUN = ("mindio_adaptor.tiny.forked_torchrun",)
 
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+)"
                         r".*?lm loss: ([\d.E+-]+).*?grad norm: ([\d.]+)")
@@ -152,8 +155,9 @@ def parse_output(returncode: int, output: str) -> RunResult:
 def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, timeout: float = 300,
                  env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
                  on_line: Optional[Callable[[str], None]] = None, script: Optional[str] = None,
-                 launcher: Sequence[str] = ("torch.distributed.run",)) -> RunResult:
-    """Run the example (or another entry `script` taking the same flags) under torchrun (or another
+                 launcher: Sequence[str] = FORKED_TORCHRUN) -> RunResult:
+    """Run the example (or another entry `script` taking the same flags) under torchrun, its workers forked from
+    a template (tiny/forked_torchrun; ("torch.distributed.run",) for the plain one), or another
     `launcher`: a module and its options, e.g. ("mindio_adaptor.launch", "--max-restarts", "1")) with
     the tiny GPT flags plus `flags`; never waits past timeout. `on_line` sees every output line."""
     command = [sys.executable, "-m", *launcher, "--standalone",
