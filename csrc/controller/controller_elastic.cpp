@@ -18,7 +18,8 @@ bool Controller::scaled_in_locked() const {
 
 Capabilities Controller::caps_now_locked() const {
     Capabilities caps = cfg_.caps;
-    if (scaled_in_locked()) caps.retry = caps.recover = caps.elastic = false;  // a second scale-in is not built
+    // Online repair and process replacement are not built at the smaller size; a second scale-in is.
+    if (scaled_in_locked()) caps.retry = caps.recover = false;
     return caps;
 }
 

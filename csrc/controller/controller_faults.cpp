@@ -118,7 +118,11 @@ void Controller::handle_fault() {
     intake_.take_into(faults);
     const Capabilities caps = caps_now_locked();
     Plan plan = plan_fault(ranks_.snapshot(), replicas_, caps, std::move(faults), lock_step);
-    if (scaled_in_locked()) {
+    const bool again = scaled_in_locked() && plan.strategy == Strategy::Dump && scale_in_offerable(caps, plan.input);
+    if (again) {
+        plan.strategy = Strategy::ScaleIn;
+        plan.why += "; scaled in: no process replacement at the smaller size, elastic training scales in again";
+    } else if (scaled_in_locked()) {
         plan.why += "; scaled in: no online repair or process replacement at the smaller size, the dump of its "
                     "layout instead";
     }
@@ -132,7 +136,9 @@ void Controller::handle_fault() {
     lock.unlock();
     Strategy chosen = own;
     if (auto asked = consult_policy(ctx)) {
-        chosen = combine_with_policy(caps, plan.input, own, *asked);
+        // A scale-in while scaled in stands where the dump would: a policy may still ask for the dump or the exit.
+        const bool milder = static_cast<int>(*asked) < static_cast<int>(Strategy::Dump);
+        chosen = again && milder ? own : combine_with_policy(caps, plan.input, again ? Strategy::Dump : own, *asked);
         std::string detail = std::string("builtin ") + strategy_name(own) + ", policy " + strategy_name(*asked) +
                              " -> " + strategy_name(chosen);
         lock.lock();
@@ -146,10 +152,12 @@ void Controller::handle_fault() {
         case Strategy::Retry:
         case Strategy::Recover: return flows_.run(flow_for(chosen), ctx);
         case Strategy::Dump: return flows_.run(flow_for(Strategy::Dump), ctx, "decided after " + plan.why);
-        case Strategy::ScaleIn:  // only the cluster manager asks for it (a "downgrade"): no replacement will come
+        case Strategy::ScaleIn:  // the cluster manager's "downgrade", or a loss while scaled in: none is awaited
             if (ctx.replace.empty()) replace_faulty(ctx);
             return flows_.run(flow_for(Strategy::ScaleIn), ctx,
-                            "the cluster manager chose the scale-in (downgrade): no replacement is awaited");
+                              again
+                                  ? "scaled in already: no process replacement at the smaller size"
+                                  : "the cluster manager chose the scale-in (downgrade): no replacement is awaited");
         default: return exit_all("no recovery possible: " + exit_reason(plan) + scale_in_refusal(plan, caps.elastic), 499);
     }
 }

@@ -190,12 +190,15 @@ std::string scale_in_refusal(const Plan& plan, bool elastic) {
     return " elastic training cannot scale in either: no survivor holds these shards, the job ends";
 }
 
-// The scale-in without the wait for replacements, when the cluster manager knows none will come: only for
-// lost processes (a live faulty rank would have to leave the job first), and only where the dump it starts
-// from is possible (every shard has a surviving holder).
+// The scale-in without the wait for replacements (the cluster manager knows none will come, or the job is scaled
+// in already): only for lost processes (a live faulty rank would have to leave the job first), with the
+// communication errors their loss caused in live peers (those go on, as in a process replacement), and only
+// where the dump it starts from is possible (every shard has a surviving holder).
 bool scale_in_offerable(const Capabilities& caps, const DecisionInput& in) {
-    bool lost_processes_only = !in.kinds.empty() && std::all_of(in.kinds.begin(), in.kinds.end(),
-                                                                [](FaultKind k) { return k == FaultKind::Node; });
+    const bool lost = in.kinds.count(FaultKind::Node) > 0;
+    const bool lost_processes_only = lost && std::all_of(in.kinds.begin(), in.kinds.end(), [](FaultKind k) {
+        return k == FaultKind::Node || k == FaultKind::Comm;
+    });
     return caps.elastic && lost_processes_only && in.dump_possible && !in.during_repair;
 }
 

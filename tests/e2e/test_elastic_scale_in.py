@@ -14,10 +14,11 @@ run: tp2 x dp2 on four one-rank nodes (TP pairs (0, 1) and (2, 3)), node 3 lost:
 with its data-parallel slice (exit 87, its launcher ends 0), ranks 0 and 1 go on at dp1, and the optimizer's
 R=2 replicas fall to none; then new launchers of nodes 2 and 3 start, and the job grows back to tp2 x dp2
 with R=2 at step 7 (that run takes both resizes through a checkpoint: --elastic-scale-in-from and
---elastic-scale-out-from checkpoint). A fourth: a second fault while scaled in (rank 1's
-process killed during step 7 at dp2): the controller, which learned the layout at dp2, has rank 0 save the
-dump of step 6 alone and the job ends; a plain run loads that dump at dp4 and trains to the last step like
-the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
+--elastic-scale-out-from checkpoint). A fourth: a second loss while scaled in (rank 1's
+process killed during step 6 at dp2): no process replacement at the smaller size, so the job scales in again,
+to dp1 (R=1), and rank 0 trains step 6 alone; then an error on rank 0 during step 7, which no scale-in can
+answer: the controller, which learned the layout at dp1, has rank 0 save the dump of step 6 and the job ends;
+a plain run loads that dump at dp4 and trains to the last step like the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
 each step's 8 micro-batches unevenly (3, 3, 2, their losses weighted by their shares) and train like the
 uninterrupted run; then node 1 returns and the job grows back from dp3 to dp4 at step 7, the uneven pieces
 undone (2 micro-batches each, no weight), and ends like the uninterrupted run."""
@@ -28,6 +29,7 @@ import re
 from collections import defaultdict
 
 import pytest
+from fault_plan import fault_env
 
 from mindio_adaptor.cli import build_parser, demo
 from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER
@@ -436,7 +438,9 @@ def test_tp2_grows_back_to_dp2_with_its_replicas(tp2_scaled_in_and_out):
     assert left not in lost and seen[2]["done"] == [last], (seen, lost)
 
 
-SECOND_FAULT_AFTER = 6  # rank 1's process is killed during step 7, the second at dp2
+SECOND_LOSS_AFTER = 5  # rank 1's process is killed during step 6, the first at dp2
+SECOND_FAULT_AFTER = 6  # rank 0, alone at dp1, fails during step 7: the dump of step 6
+ERROR_AT_DP1 = f"raise:rank=0,step={SECOND_FAULT_AFTER + 1},msg=RuntimeError injected at dp1"
 
 
 @pytest.fixture(scope="module")
@@ -447,28 +451,44 @@ def second_fault_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def second_fault(second_fault_dir):
     """As scaled_in (a shorter wait: nothing comes for node 1), then rank 1's process on node 0 is killed once
-    step 6 is logged, while both survivors wait before step 7: a fault at dp2, no replacement decided."""
-    run, lost = run_elastic(second_fault_dir, lose_after=4, arf_wait_s=5, kill_after=SECOND_FAULT_AFTER)
+    step 5 is logged, while both survivors wait before step 6: a loss at dp2, and no process replacement at the
+    smaller size, so the job scales in again, to dp1 (R=1). Rank 0 trains step 6 alone; during step 7 it raises
+    an error, no loss: there is nothing to scale in over, and the job ends in the dump of step 6."""
+    run, lost = run_elastic(second_fault_dir, lose_after=4, arf_wait_s=5, kill_after=SECOND_LOSS_AFTER,
+                            env=fault_env(ERROR_AT_DP1, second_fault_dir))
     return run, lost
 
 
-def test_a_second_fault_while_scaled_in_ends_in_the_dump_of_the_dp2_layout(second_fault, second_fault_dir):
+def test_a_process_lost_while_scaled_in_scales_in_again_to_dp1(second_fault, reference):
+    run, lost = second_fault
+    assert re.findall(r"elastic training: scaled in (dp\d -> dp\d)", run.output) == ["dp4 -> dp2", "dp4 -> dp1"]
+    decision = re.findall(r"decision scale_in: faults [^\n]*\b1:node [^\n]*", run.output)
+    assert len(decision) == 1 and "elastic training scales in again" in decision[0], decision
+    assert "process replacement timed out" not in run.output.split(decision[0])[1]  # no replacement awaited
+    # the controller learned each smaller layout: dp2 with both replicas, then rank 0 alone
+    assert re.search(r"replica layout at the new size, reported by ranks \[0,1\]: type 0 R=2 \[0,1\]", run.output)
+    assert re.search(r"replica layout at the new size, reported by ranks \[0\]: type 0 R=1 \[0\]", run.output)
+    assert re.search(r"scale-in: rank 0 is rank 0 of 1 now; communicators rebuilt \(epoch \d+\) for dp2 -> dp1",
+                     run.output), run.output[-6000:]
+    # step 5 at dp2 and step 6 at dp1 (8 micro-batches on one rank) see the uninterrupted run's losses
+    for step in range(1, SECOND_FAULT_AFTER + 1):
+        assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
+    assert sorted(ranks_by_step(run.output)[SECOND_FAULT_AFTER]) == [0] * 8
+
+
+def test_an_error_at_dp1_ends_in_the_dump_of_the_dp1_layout(second_fault, second_fault_dir):
     run, lost = second_fault
     assert run.returncode == 86, run.output[-6000:]  # ENDED_BY_CONTROLLER: the controller ended the job
     assert max(run.losses) == SECOND_FAULT_AFTER, sorted(run.losses)
-    assert len(re.findall(r"elastic training: scaled in dp4 -> dp2", run.output)) == 1
-    # The controller learned dp2's layout (both survivors hold the whole state: R=2 at dp2) at the scale-in
-    assert re.search(r"replica layout at the new size, reported by ranks \[0,1\]: type 0 R=2 \[0,1\]", run.output)
-    decision = re.findall(r"decision dump: faults [^\n]*\b1:node [^\n]*", run.output)  # rank 0 may report too
+    decision = re.findall(r"decision dump: faults 0:[^\n]*", run.output)
     assert len(decision) == 1 and "scaled in: no online repair or process replacement" in decision[0], decision
-    assert "process replacement timed out" not in run.output.split(decision[0])[1]  # no replacement awaited
     # rank 0, the one holder left, saved step 6 alone and published it
     assert re.search(rf"dump of step {SECOND_FAULT_AFTER}: saved my part \(savers \[0\] as data-parallel ranks "
                      rf"\[0\]\)", run.output), run.output[-6000:]
     assert len(re.findall(rf"dump of step {SECOND_FAULT_AFTER} published", run.output)) == 1
     assert "is not supported yet" not in run.output
-    # node 0's launcher started rank 1 again (worker reboot); with the job ended that process is stopped (or,
-    # had it started fast enough to find a controller, it was refused and ended)
+    # node 0's launcher started rank 1 again (worker reboot): a return for the retired rank, which waits for
+    # ranks 2 and 3 until the job ends
     assert re.search(r"stopped rank 1 \(pid \d+\), started again alone and still running 15 s after the recovery "
                      r"controller ended the job|rank 1 \(local rank 1, pid \d+\) ended: [^\n]*not restarted: the "
                      r"recovery controller ended the job", run.output), run.output[-3000:]
@@ -483,7 +503,7 @@ def resumed_from_the_second_dump(second_fault, second_fault_dir):
     return run_training(["--load", str(second_fault_dir / "ckpt"), "--log-sample-ids"], nproc=4)
 
 
-def test_the_dump_saved_at_dp2_resumes_at_dp4_like_the_uninterrupted_run(resumed_from_the_second_dump, reference,
+def test_the_dump_saved_at_dp1_resumes_at_dp4_like_the_uninterrupted_run(resumed_from_the_second_dump, reference,
                                                                           second_fault):
     run = resumed_from_the_second_dump.require_success()
     assert re.search(rf"successfully loaded checkpoint from \S+ \[[^\]]*\] at iteration {SECOND_FAULT_AFTER}\b",

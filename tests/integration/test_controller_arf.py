@@ -293,12 +293,13 @@ def test_a_live_rank_of_a_lost_slice_leaves_and_the_survivors_go_on(tmp_path, jo
 
 
 @contextlib.contextmanager
-def scaled_in_to_dp6(tmp_path, monkeypatch):
+def scaled_in_to_dp6(tmp_path, monkeypatch, **worker_args):
     """dp8 R=2 loses ranks 6 and 7 (a node) and, with no replacement, scales in to dp6 R=2: at its
     REBUILD_GROUP every survivor reports the layout at dp6 (the worker's --relayout), which replaces the
     controller's. The survivors train on and wait again (--idle-after-repair)."""
     monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
-    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, relayout=1, idle_after_repair=1)
+    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, relayout=1, idle_after_repair=1,
+              **worker_args)
     try:
         job.wait_ready()
         for rank in (6, 7):
@@ -315,22 +316,45 @@ def scaled_in_to_dp6(tmp_path, monkeypatch):
         job.close()
 
 
-def test_a_fault_while_scaled_in_is_dumped_by_the_holders_of_the_smaller_layout(tmp_path, job_env, monkeypatch):
+def test_a_process_lost_while_scaled_in_scales_in_again_on_the_smaller_layout(tmp_path, job_env, monkeypatch):
     """At dp6 R=2 (scaled_in_to_dp6) rank 3 is lost: on the layout of the start its shard's other holder, 7,
-    is gone and no dump would be possible; on dp6's (shards {0,3} {1,4} {2,5}) ranks 0, 1 and 2 save it.
-    The decision is the dump at once: no process replacement is waited for at the smaller size."""
+    is gone and no scale-in would be possible; on dp6's (shards {0,3} {1,4} {2,5}) every shard has a holder. No
+    process replacement is waited for at the smaller size: the job scales in again at once, to dp5 (R=1: 2
+    divides no longer), and trains on."""
     with scaled_in_to_dp6(tmp_path, monkeypatch) as job:
-        assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,3]"]
         scaled_at = job.controller_events("relayout")[0][0]
         wait_until(lambda: all(len(job.events_of(r, "ready")) == 2 for r in range(6)), 20, "steps 6..10 at dp6")
         job.procs[3].send_signal(signal.SIGKILL)
+        wait_until(lambda: len(job.controller_events("relayout")) == 2, 30, "the layout at dp5")
+        wait_until(lambda: all(len(job.events_of(r, "ready")) == 3 for r in (0, 1, 2, 4, 5)), 20, "training at dp5")
+        [decision] = [d for _, _, d in job.controller_events("decision")][-1:]
+        assert decision.startswith("scale_in: faults 3:node") and "elastic training scales in again" in decision, \
+            decision
+        assert [d for _, _, d in job.controller_events("relayout")][-1] == "type 0 R=1 [0,1,2,4,5]"
+        assert not [t for t, _, _ in job.controller_events("arf_wait") if t > scaled_at]  # no replacement awaited
+        [second] = [d for t, _, d in job.controller_events("scale_in") if t > scaled_at]
+        assert second.startswith("ranks [3] at step 10") and "scaled in already" in second, second
+        assert ctl.controller_state() == "NORMAL"
+        assert [(s["replica_cnt"], s["ranks"]) for s in ctl.controller_layout()] == [(1, [0, 1, 2, 4, 5])]
+
+
+def test_a_memory_error_while_scaled_in_is_dumped_by_the_holders_of_the_smaller_layout(tmp_path, job_env,
+                                                                                      monkeypatch):
+    """At dp6 R=2 (scaled_in_to_dp6) rank 3 reports a memory error: a live faulty rank is no loss to scale in
+    over, and no online repair is built at the smaller size, so the job ends in the dump, saved by the holders
+    of dp6's layout (on the start's, rank 3's shard's other holder, 7, is gone)."""
+    with scaled_in_to_dp6(tmp_path, monkeypatch, fail_rank=3) as job:
+        assert [d for _, _, d in job.controller_events("savers")] == ["type 0 step 5 [0,1,2,3]"]
+        scaled_at = job.controller_events("relayout")[0][0]
+        wait_until(lambda: all(len(job.events_of(r, "ready")) == 2 for r in range(6)), 20, "steps 6..10 at dp6")
+        job.trigger.touch()
         results = job.wait_results([0, 1, 2, 4, 5], timeout=30)
         assert all(r["result"] == "exit" for r in results.values()), results
         [decision] = [d for _, _, d in job.controller_events("decision")][-1:]
-        assert decision.startswith("dump: faults 3:node") and "scaled in: no online repair or process replacement" \
+        assert decision.startswith("dump: faults 3:") and "scaled in: no online repair or process replacement" \
             in decision, decision
         assert [d for _, _, d in job.controller_events("savers")][-1] == "type 0 step 10 [0,1,2]"
-        assert not [t for t, _, _ in job.controller_events("arf_wait") if t > scaled_at]  # no replacement awaited
+        assert not [t for t, _, _ in job.controller_events("arf_wait") if t > scaled_at]
         second = [d.split(" ")[0] for t, _, d in job.controller_events("action") if t > scaled_at]
         assert second[-4:] == ["stop", "save_ckpt", "rename", "exit"], second
         for rank in (0, 1, 2):

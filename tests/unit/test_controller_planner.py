@@ -229,8 +229,16 @@ def test_with_elastic_training_the_cluster_manager_is_offered_the_scale_in_for_l
     ranks = [5, 5, {"step": 5, "dead": True}, 5]
     p = nat.plan_fault(ranks, {2: "node"}, DP4_R2, recover=True, elastic=True)
     assert (p["strategy"], p["cluster_offer"]) == ("recover", ["recover", "downgrade", "dump", "exit"])
-    # A live rank's memory error: it would have to leave the job first; not offered.
+    # The communication errors a loss causes in live peers do not stand in its way: those ranks go on.
+    p = nat.plan_fault(ranks, {1: "communication", 2: "node"}, DP4_R2, recover=True, elastic=True)
+    assert "downgrade" in p["cluster_offer"]
+    # A live rank's memory error: it would have to leave the job first; not offered, not even beside a loss.
     p = nat.plan_fault([5, 5, 5, 5], {2: "memory"}, DP4_R2, recover=True, elastic=True)
+    assert "downgrade" not in p["cluster_offer"]
+    p = nat.plan_fault(ranks, {1: "memory", 2: "node"}, DP4_R2, recover=True, elastic=True)
+    assert "downgrade" not in p["cluster_offer"]
+    # A communication error alone is no loss.
+    p = nat.plan_fault([5, 5, 5, 5], {2: "communication"}, DP4_R2, recover=True, elastic=True)
     assert "downgrade" not in p["cluster_offer"]
     # Ranks 1 and 3 hold shard 1 alone: no survivor holds it, no dump and no scale-in.
     ranks = [5, {"step": 5, "dead": True}, 5, {"step": 5, "dead": True}]

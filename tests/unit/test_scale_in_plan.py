@@ -3,6 +3,7 @@ import pytest
 
 from mindio_adaptor.core.layout.replica_layout import ReplicaLayout
 from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused, plan_scale_in
+from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused, plan_scale_out
 
 
 def test_dp4_losing_node_1_goes_on_at_dp2_with_twice_the_micro_batches():
@@ -84,3 +85,31 @@ def test_losing_every_data_parallel_index_or_an_unknown_rank_is_refused():
         plan_scale_in([[0, 1]], {0, 1}, global_batch_size=4, micro_batch_size=1)
     with pytest.raises(ScaleInRefused, match=r"lost ranks \[9\] are in no data-parallel rank list"):
         plan_scale_in([[0, 1]], {9}, global_batch_size=4, micro_batch_size=1)
+
+
+def test_a_second_scale_in_is_one_plan_from_the_start_and_a_scale_out_takes_it_all_back():
+    # dp4 R=2 loses ranks 2 and 3 (dp2, R=2), then the current rank 1 (start rank 1): dp1, R=1
+    layout = ReplicaLayout.from_dp_lists([[0, 1, 2, 3]], 2)
+    first = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2, layout=layout)
+    second = plan_scale_in([[0, 1]], {1}, global_batch_size=16, micro_batch_size=2,
+                           layout=ReplicaLayout.from_dp_lists([[0, 1]], 2))
+    both = first.then(second)
+    assert (both.lost, both.survivors, both.dropped, both.lost_dp_indices) == ((1, 2, 3), (0,), (), (1, 2, 3))
+    assert (both.old_dp, both.new_dp, both.num_microbatches, both.old_replicas, both.new_replicas) == (4, 1, 8, 2, 1)
+    assert both.describe().startswith("dp4 -> dp1 (data-parallel indices [1, 2, 3] lost a rank; survivors [0]")
+    back = plan_scale_out(both, {1, 2, 3}, global_batch_size=16, micro_batch_size=2)
+    assert (back.old_dp, back.new_dp, back.world_size, back.replicas, back.num_microbatches) == (1, 4, 4, 2, 2)
+    with pytest.raises(ScaleOutRefused, match=r"retired, \[1, 2, 3\]"):
+        plan_scale_out(both, {2, 3}, global_batch_size=16, micro_batch_size=2)
+
+
+def test_a_second_scale_in_names_start_ranks_and_start_data_parallel_indices():
+    # tp2 x dp4 (DP lists [0,2,4,6], [1,3,5,7]): rank 3 lost takes 2 (dp index 1); survivors 0,1,4,5,6,7 are
+    # ranks 0..5 of the tp2 x dp3 job, whose DP lists are [0,2,4], [1,3,5]. There rank 5 (start rank 7) is lost
+    # and takes rank 4 (start rank 6, start dp index 3) with it.
+    first = plan_scale_in([[0, 2, 4, 6], [1, 3, 5, 7]], {3}, global_batch_size=12, micro_batch_size=1)
+    second = plan_scale_in([[0, 2, 4], [1, 3, 5]], {5}, global_batch_size=12, micro_batch_size=1)
+    both = first.then(second)
+    assert (both.lost, both.dropped, both.survivors, both.lost_dp_indices) == ((3, 7), (2, 6), (0, 1, 4, 5), (1, 3))
+    assert (both.old_dp, both.new_dp, both.num_microbatches) == (4, 2, 6)
+    assert [both.new_rank(r) for r in (0, 1, 4, 5)] == [0, 1, 2, 3]

@@ -11,6 +11,10 @@ size does not divide the step's micro-batches, some take one more, their losses 
 The optimizer's replica count R (Megatron's distributed-optimizer instances) must divide the data-parallel
 size. Where it no longer does (dp2 R=2 losing a slice: dp1) R falls to the largest count that does, and
 the plan says so: with R = 1 the job has no replica left, and its next fault ends in the dump.
+
+A job already scaled in may scale in again (a second loss at the smaller size): that scale-in is planned on
+the smaller job, and `ScaleInPlan.then` makes the two one plan from the job's start, which is what the ranks
+keep (recovery/resized_layout numbers ranks by it, a scale-out takes the job back to its start from it).
 """
 from __future__ import annotations
 
@@ -47,6 +51,21 @@ class ScaleInPlan:
             raise ScaleInRefused(f"rank {old_rank} does not survive the scale-in (survivors "
                                  f"{list(self.survivors)})")
         return self.survivors.index(old_rank)
+
+    def then(self, second: "ScaleInPlan") -> "ScaleInPlan":
+        """This scale-in followed by `second`, planned in this one's numbering (its ranks are this plan's new
+        ranks, its sizes this plan's new ones), as one scale-in from the job's start: ranks in the start's
+        numbering, every rank retired by either, the start's sizes before and `second`'s after. A scale-out
+        from the result takes the job back to its start."""
+        start_of = self.survivors  # a current rank's start rank is its index here
+        dp_indices = [i for i in range(self.old_dp) if i not in self.lost_dp_indices]
+        lost = set(self.lost) | {start_of[r] for r in second.lost}
+        dropped = set(self.dropped) | {start_of[r] for r in second.dropped}
+        return ScaleInPlan(tuple(sorted(lost)), tuple(start_of[r] for r in second.survivors),
+                           tuple(sorted(dropped)),
+                           tuple(sorted(set(self.lost_dp_indices) | {dp_indices[i] for i in second.lost_dp_indices})),
+                           self.old_dp, second.new_dp, second.num_microbatches, self.old_replicas,
+                           second.new_replicas, second.split)
 
     def describe(self) -> str:
         shares = self.split.describe() if self.split else f"{self.num_microbatches} micro-batches each"

@@ -5,7 +5,9 @@ Megatron's parallel state is initialised again on it (its data-parallel size now
 replica layout rebuilt from it and reported to the controller in the start's numbering,
 recovery/resized_layout), and Megatron's arguments and micro-batch calculator take the new sizes
 with the same global batch size. The model and optimizer are built at these sizes at REPAIR
-(stages/scale_in_state). A live rank of a lost slice leaves the job instead (core/detection/leaving_rank)."""
+(stages/scale_in_state). A live rank of a lost slice leaves the job instead (core/detection/leaving_rank).
+A job already scaled in scales in again the same way, planned on the smaller job; the session keeps the two as
+one plan from the start (core/layout/scale_in_plan, ScaleInPlan.then)."""
 import logging
 import time
 
@@ -18,7 +20,9 @@ logger = logging.getLogger(__name__)
 
 def scale_in_groups(session, megatron, action) -> int:
     started, margs = time.monotonic(), megatron.args()
-    plan = scale_in.plan_for(margs, session.job.layout, action.error_ranks)
+    # Planned on the job as it is now: while it is scaled in already, in the smaller job's numbering.
+    lost = resized_layout.current_ranks(session, action.error_ranks)
+    plan = scale_in.plan_for(margs, session.job.layout, lost)
     old_rank = margs.rank
     if old_rank not in plan.survivors:
         leave(session, old_rank, plan)
@@ -26,7 +30,7 @@ def scale_in_groups(session, megatron, action) -> int:
     epoch = session.communicators.rebuild_world(session, margs, plan.survivors)
     session.job.model_parallel_init = megatron.apply_scale_in_sizes(plan, old_rank, session.job.model_parallel_init)
     megatron.reinitialize_parallel_state(session.job.model_parallel_init, replica_layout=True)
-    session.scale_in = plan
+    session.scale_in = plan if session.scale_in is None else session.scale_in.then(plan)
     resized_layout.report(session)  # before the reply: the controller plans the next fault on it
     logger.info("scale-in: rank %d is rank %d of %d now; communicators rebuilt (epoch %d) for %s in %.2f s",
                 old_rank, margs.rank, margs.world_size, epoch, plan.describe(), time.monotonic() - started)
@@ -44,7 +48,8 @@ def leave(session, rank: int, plan) -> None:
                                       f"controller runs in its process: it cannot leave the job (start the "
                                       f"controllers beside the job: mindio-adaptor launch --controllers)")
     step = session.latest.iteration if session.latest is not None else -1
-    raise LeavingTheJob(leaving_line(rank, step, plan))
+    whole = plan if session.scale_in is None else session.scale_in.then(plan)  # said in the start's numbering
+    raise LeavingTheJob(leaving_line(resized_layout.start_ranks(session, [rank])[0], step, whole))
 
 
 SCALE_IN_GROUPS = Stage("scale in: groups", scale_in_groups)
