@@ -11,7 +11,9 @@ and step `return_at` until the controller decides the scale-out, so the returned
 fits in the run. A held step is long: the hang rule gets a fixed step limit (MINDIO_STEP_TIMEOUT_S).
 
 With `kill_after` (a second fault while scaled in), the process of `kill_rank` on node 0 is SIGKILLed once
-step `kill_after` is logged at the smaller size, while the survivors wait before the next step.
+step `kill_after` is logged at the smaller size, while the survivors wait before the next step. With a
+return as well, the returning nodes start once the job scaled in again after that loss (the killed rank's
+launcher starts it again by itself: a return too).
 
 With `lost_node` another node than node 1 is lost; with `returning_nodes` new launchers of several nodes
 start once the job scaled in: the lost node's, and those of nodes whose launchers ended because their
@@ -68,10 +70,10 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     if not 1 <= lose_after < train_iters or (return_at is not None and not lose_after + 1 < return_at <= train_iters):
         raise ValueError(f"node 1 lost after step {lose_after} and back at step {return_at} do not fit "
                          f"{train_iters} steps: 1 <= lose after < return - 1 < return <= steps")
-    if kill_after is not None and (return_at is not None or not lose_after < kill_after < train_iters):
+    if kill_after is not None and not lose_after < kill_after < (train_iters if return_at is None else return_at - 1):
         raise ValueError(f"a second fault after step {kill_after} needs the job scaled in then and not back: "
-                         f"lose after {lose_after} < kill after < steps {train_iters}, no return (return at "
-                         f"{return_at})")
+                         f"lose after {lose_after} < kill after < steps {train_iters}, and kill after + 1 < return "
+                         f"at {return_at}")
     nnodes = 4 // nproc_per_node
     returning = [lost_node] if returning_nodes is None else list(returning_nodes)
     if not 0 < lost_node < nnodes or lost_node not in returning or not set(returning) <= set(range(1, nnodes)):
@@ -86,7 +88,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     killed_file = workdir / f"rank_{kill_rank}_killed"
     for marker in (lost_file, returned_file, killed_file):
         marker.unlink(missing_ok=True)
-    step_done, scaled_in, second_step_done = threading.Event(), threading.Event(), threading.Event()
+    step_done, second_step_done = threading.Event(), threading.Event()
+    scaled_in = [threading.Event(), threading.Event()]  # the first scale-in, and a second one
     pids: Dict[int, int] = {}
 
     def watch(line: str) -> None:
@@ -99,7 +102,7 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
         if started:
             pids[int(started.group(1))] = int(started.group(2))
         if "elastic training: scaled in dp" in line:
-            scaled_in.set()
+            scaled_in[scaled_in[0].is_set()].set()
         if "elastic training: scaling out with ranks" in line:
             returned_file.touch()
         if on_line is not None:
@@ -123,16 +126,16 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     for node in also_lost:
         lost += cluster.lose_node(launchers[node][0])
     lost_file.touch()
-    if return_at is not None:
-        cluster.wait_for(scaled_in, "the scale-in")
-        for node in returning:
-            _wait_for_the_end_of(cluster, launchers[node][-1], node)
-            launchers[node].append(cluster.start_node("--node-rank", str(node)))
     if kill_after is not None:
         cluster.wait_for(second_step_done, f"step {kill_after}")
         os.killpg(pids[kill_rank], signal.SIGKILL)  # the worker leads its process group (LocalCluster.lose_node)
         lost.append(pids[kill_rank])
         killed_file.touch()
+    if return_at is not None:
+        cluster.wait_for(scaled_in[kill_after is not None], "the scale-in")
+        for node in returning:
+            _wait_for_the_end_of(cluster, launchers[node][-1], node)
+            launchers[node].append(cluster.start_node("--node-rank", str(node)))
     run = cluster.wait(timeout)
     run.launcher_codes = {node: [proc.returncode for proc in procs] for node, procs in launchers.items()}
     (workdir / "output.txt").write_text(run.output)

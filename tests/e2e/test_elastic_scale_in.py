@@ -18,7 +18,9 @@ with R=2 at step 7 (that run takes both resizes through a checkpoint: --elastic-
 process killed during step 6 at dp2): no process replacement at the smaller size, so the job scales in again,
 to dp1 (R=1), and rank 0 trains step 6 alone; then an error on rank 0 during step 7, which no scale-in can
 answer: the controller, which learned the layout at dp1, has rank 0 save the dump of step 6 and the job ends;
-a plain run loads that dump at dp4 and trains to the last step like the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
+a plain run loads that dump at dp4 and trains to the last step like the uninterrupted run. Its twin takes the
+same two losses and then grows back: node 1 returns and rank 1, started again by its launcher, is back too, so
+the job scales out from dp1 to dp4 at step 7 and ends like the uninterrupted run. A fifth: dp4 on four one-rank nodes, node 1 (rank 1) lost: the three survivors share
 each step's 8 micro-batches unevenly (3, 3, 2, their losses weighted by their shares) and train like the
 uninterrupted run; then node 1 returns and the job grows back from dp3 to dp4 at step 7, the uneven pieces
 undone (2 micro-batches each, no weight), and ends like the uninterrupted run."""
@@ -494,6 +496,33 @@ def test_an_error_at_dp1_ends_in_the_dump_of_the_dp1_layout(second_fault, second
                      r"recovery controller ended the job", run.output), run.output[-3000:]
     latest = (second_fault_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip()
     assert latest == str(SECOND_FAULT_AFTER)
+
+
+@pytest.fixture(scope="module")
+def scaled_in_twice_and_out(tmp_path_factory):
+    """As second_fault up to dp1 (node 1 lost after step 4, rank 1's process killed after step 5, neither
+    replaced), then node 1 returns (a new launcher) while node 0's launcher has started rank 1 again by itself
+    (worker reboot): with every retired rank back and ready, the job grows from dp1 back to dp4 at step 7."""
+    return run_elastic(tmp_path_factory.mktemp("elastic_twice"), lose_after=4, kill_after=SECOND_LOSS_AFTER,
+                       return_at=RETURN_AT_STEP, arf_wait_s=5)
+
+
+def test_scaled_in_twice_then_back_at_dp4_trains_like_the_uninterrupted_run(scaled_in_twice_and_out, reference):
+    run, _ = scaled_in_twice_and_out
+    run.require_success()
+    assert re.findall(r"elastic training: scaled in (dp\d -> dp\d)", run.output) == ["dp4 -> dp2", "dp4 -> dp1"]
+    assert re.search(r"elastic training: scaling out with ranks \[1,2,3\]", run.output), run.output[-6000:]
+    assert sorted(run.loss_line_steps) == list(range(1, LAST_STEP + 1)), run.loss_line_steps
+    for step in range(1, LAST_STEP + 1):
+        assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
+    expected, got = samples_by_step(reference.output), samples_by_step(run.output)
+    for step in range(1, LAST_STEP + 1):
+        assert got[step] == expected[step], step
+    by_step = ranks_by_step(run.output)
+    # step 6 on rank 0 alone (dp1; its micro-batches at dp2 before rank 1's loss were computed again), dp4 again
+    # from step 7
+    assert set(by_step[RETURN_AT_STEP - 1]) == {0}, by_step[RETURN_AT_STEP - 1]
+    assert sorted(by_step[LAST_STEP]) == [0, 0, 1, 1, 2, 2, 3, 3], by_step[LAST_STEP]
 
 
 @pytest.fixture(scope="module")
