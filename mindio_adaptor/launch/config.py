@@ -59,7 +59,7 @@ class LaunchConfig:
     node_lost_after: float = DEFAULT_LOST_AFTER_S  # seconds without a launcher's beat before its node counts as lost
     standby: bool = False  # a spare node: takes the rank of the first node lost (node_rank is set then)
     spare_workers: int = 0  # warm workers kept ready to replace a dead local rank (launch/warm_worker)
-    fork_workers: bool = False  # workers forked from a template that imported torch and Megatron (launch/forked_workers)
+    fork_workers: bool = False  # workers forked from a template that imported torch and Megatron once
     warm_preload: str = ""  # what a warm worker imports ahead (module or module:function, comma-separated)
     warm_refill_delay: float = DEFAULT_WARM_REFILL_DELAY_S  # seconds from a hand-out to the pool's refill
     controllers: int = 0  # nodes 0..K-1 host the recovery controllers (launch/controllers); 0: in the job

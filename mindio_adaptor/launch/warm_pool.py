@@ -7,8 +7,8 @@ import sys
 from typing import Dict, List, Optional
 
 from mindio_adaptor.core.job.controller_address import ENV_TOKEN
-from mindio_adaptor.launch import forked_workers
 from mindio_adaptor.core.layout.warm_assignment import ENV_WARM_RANK
+from mindio_adaptor.launch import forked_workers
 from mindio_adaptor.launch.config import LaunchConfig
 from mindio_adaptor.launch.warm_worker import ADAPTOR_PATCHES
 from mindio_adaptor.launch.worker import KILL_WAIT_S

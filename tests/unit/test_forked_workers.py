@@ -40,7 +40,8 @@ sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 def job(tmp_path):
     (tmp_path / "preloaded_for_test.py").write_text(PRELOADED)
     (tmp_path / "worker.py").write_text(WORKER)
-    env = {**os.environ, "MARKER": str(tmp_path / "marker"), "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"}
+    path = f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"
+    env = {**os.environ, "MARKER": str(tmp_path / "marker"), "PYTHONPATH": path}
     template = WorkerTemplate("preloaded_for_test", env)
     yield template, tmp_path, env
     template.close()
