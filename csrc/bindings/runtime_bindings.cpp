@@ -98,6 +98,8 @@ auto translate_errors(Fn&& fn) -> decltype(fn()) {
 }  // namespace
 
 void bind_runtime(py::module_& m) {
+    // A restarted process refused because the controller ends the job: the rank ends with it.
+    py::register_exception<JobEnding>(m, "JobEnding", PyExc_ValueError);
     m.def("action_time_limit_ms", [] { return translate_errors([] { return action_time_limit_ms(); }); },
           "The handler time limit from TTP_NORMAL_ACTION_TIME_LIMIT (or MINDIO_TEST_ACTION_TIME_LIMIT).");
 
@@ -222,6 +224,8 @@ void bind_runtime(py::module_& m) {
         .def("start_with", [](Processor& p, const std::vector<Endpoint>& controllers) {
             try {
                 p.start(controllers);
+            } catch (const JobEnding&) {
+                throw;  // translated to the module's JobEnding (a ValueError)
             } catch (const std::exception& e) {
                 throw py::value_error(e.what());
             }

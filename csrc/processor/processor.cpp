@@ -97,6 +97,7 @@ void Processor::start(const std::vector<Endpoint>& controllers) {
     const int attempts = cfg_.retry_times * static_cast<int>(controllers.size());
     for (int attempt = 0; attempt < attempts; ++attempt) {
         if (connect_and_register(&error, &fatal, &no_majority)) break;
+        if (fatal && refused_as_job_ends_) throw JobEnding("rank " + std::to_string(cfg_.rank) + ": " + error);
         if (fatal) throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": " + error);
         if (attempt + 1 == attempts) {
             throw std::runtime_error("rank " + std::to_string(cfg_.rank) + ": could not register with the controller at " +
@@ -288,6 +289,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         if (reply.result == kNotTheLeader) throw ProtocolError("the controller is not the job's: " + reply.message);
         if (reply.result != 0) {
             *fatal = true;
+            refused_as_job_ends_ = reply.result == kJobEnding;
             throw ProtocolError("the controller refused registration: " + reply.message);
         }
         std::lock_guard<std::mutex> lock(mu_);

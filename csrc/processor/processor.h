@@ -47,6 +47,11 @@ enum class NextAction : int { Retry = 0, Exit = 1, Timeout = -1, ControllerLost 
 
 using Endpoint = std::pair<std::string, int>;  // a controller's host and port
 
+// The controller refused this rank's registration because it is ending the job (RegisterAck kJobEnding).
+struct JobEnding : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 class Processor : public std::enable_shared_from_this<Processor> {
 public:
     // Runs one action; returns (result code, message). Called on the worker thread.
@@ -202,6 +207,7 @@ private:
     std::atomic<bool> allow_replacement_{false};
     std::atomic<bool> accepted_as_replacement_{false};
     bool registered_once_ = false;
+    bool refused_as_job_ends_ = false;  // the last registration got kJobEnding
     uint64_t term_ = 0;  // the highest controller term registered under: an older one is refused
     // The controller of term_, and whether its address refused a connection since the link to it broke:
     // the proof, told to a backup in Register::leader_gone, that its process is gone (not a partition).

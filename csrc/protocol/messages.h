@@ -87,6 +87,9 @@ constexpr int32_t kAwaitingMajority = 3;
 // The backup's wait for a majority ended without one: this rank and those that reached the same backup
 // are a minority cut off from the leader; the processor tries its list once more, then leaves the job.
 constexpr int32_t kNoMajority = 4;
+// A restarted process refused while the controller ends the job (its dump, its exit): there is nothing to join
+// and nothing to try again; the process ends as the job's other ranks do (ENDED_BY_CONTROLLER).
+constexpr int32_t kJobEnding = 5;
 
 struct RegisterAckMsg {
     int32_t result = 0;  // 0 accepted; otherwise refused and `message` says why

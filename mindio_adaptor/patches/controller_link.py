@@ -19,6 +19,7 @@ import time
 import torch.distributed as dist
 
 from mindio_adaptor.core.detection import cut_off
+from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER
 from mindio_adaptor.core.detection.offender_record import OffenderRecord
 from mindio_adaptor.core.job import job_store, processor_link, rehosted_slot
 from mindio_adaptor.core.job.controller_address import CONTROLLER_FACTS, ENV_TOKEN, controller_addresses
@@ -72,7 +73,7 @@ def connect():
     if rehosted_slot.announce() is not None:  # before registering: the survivors read it when this rank joins
         logger.info("this node hosts slot %s of the controllers again (a replaced node): announced in the job's "
                     "stores", rehosted_slot.rehosted_slot())
-    link.start(*address, backups=addresses[1:])
+    start_or_end_with_the_job(link, address, addresses[1:])
     if len(addresses) > 1:  # only a backup can find this rank in a minority (docs/controller.md)
         cut_off.leave_when_cut_off(link, f"rank {rank}")
     if SESSION.job.layout is not None:
@@ -92,6 +93,17 @@ def connect():
     atexit.register(disconnect)
     if rank == 0:
         logger.info("processors of %d ranks connected to the controller at %s:%d", world, *address)
+
+
+def start_or_end_with_the_job(link, address, backups) -> None:
+    """Register with the controller. A restarted process refused because the controller is ending the job ends
+    now with the job's exit code: an error exit would have its launcher start it again and again, and once its
+    restarts ran out restart the group of a job that is ending."""
+    try:
+        link.start(*address, backups=backups)
+    except processor_link.JobEnding as refusal:
+        logger.error("%s; exiting with code %d (ENDED_BY_CONTROLLER): the job ends", refusal, ENDED_BY_CONTROLLER)
+        raise SystemExit(ENDED_BY_CONTROLLER) from None
 
 
 def _take_snapshot(step: int) -> None:

@@ -135,7 +135,7 @@ def main():
     try:
         ttp.tft_start_processor("127.0.0.1", a.port)
     except ValueError as exc:
-        emit(rank=rank, start_error=str(exc))
+        emit(rank=rank, start_error=str(exc), start_error_type=type(exc).__name__)
         ttp.tft_destroy_processor()
         return 3
     restarted = ttp.tft_is_reboot_node()  # the controller's answer to the registration

@@ -138,6 +138,29 @@ def test_replacement_that_never_comes_leads_to_a_dump(tmp_path, job_env, monkeyp
         job.close()
 
 
+def test_a_process_restarted_while_the_job_ends_is_told_the_job_ends(tmp_path, job_env, monkeypatch):
+    """A process restarted for the dead rank registers while the controller saves the dump (rank 0's save
+    hangs): refused because the job ends (RegisterAck kJobEnding), which the processor raises as JobEnding.
+    The adaptor then ends the rank with the job's code (patches/controller_link) instead of failing, which its
+    launcher would answer by starting it again, and once its restarts ran out by restarting the group."""
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "1.5")
+    job = Job(tmp_path, 8, enable_arf=True, heartbeat_s=0.5, hang_in="save_ckpt", hang_rank=0)
+    try:
+        job.wait_ready()
+        job.procs[5].send_signal(signal.SIGKILL)
+        wait_until(lambda: "ENV_CLEAR->DUMP" in [d for _, _, d in job.controller_events("state")], 20, "the dump")
+        late = job.spawn(5, restarted=True, track=False)
+        assert late.wait(timeout=20) == 3
+        [refused] = job.events_of(5, "start_error")
+        assert refused["start_error_type"] == "JobEnding", refused
+        assert "while the controller is in state DUMP, where no process is replaced" in refused["start_error"]
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
 def test_a_rank_its_launcher_reports_unreplaced_scales_in_without_waiting_out_the_default(tmp_path, job_env,
                                                                                             monkeypatch):
     """Elastic training with the default wait for a replacement (600 s): node 0's launcher reports that

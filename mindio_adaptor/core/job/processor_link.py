@@ -135,6 +135,9 @@ ActionHandler = Callable[[ControllerAction], Tuple[int, str]]  # -> (result code
 # The result code of a REBUILD_GROUP reply that is no failure: the rank leaves the job, which goes on without
 # it (a scale-in dropped its data-parallel slice, core/detection/leaving_rank); the controller retires it.
 LEAVES_THE_JOB = _native.LEAVES_THE_JOB
+# A restarted process's registration refused because the controller is ending the job (its dump, its exit): a
+# ValueError, as every refusal.
+JobEnding = _native.JobEnding
 
 
 class ProcessorLink:
@@ -159,8 +162,8 @@ class ProcessorLink:
         self.native.set_dispatcher(self._dispatch)
 
     def start(self, host: str, port: int, backups: Sequence[Tuple[str, int]] = ()) -> None:
-        """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason.
-        `backups`: the controllers that take over from this one, in order; when the one this rank
+        """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason (JobEnding when
+        the controller refused a restarted process because it is ending the job). `backups`: the controllers that take over from this one, in order; when the one this rank
         registered with cannot be reached, the next of the list is tried."""
         self.native.start_with([(host, int(port)), *((h, int(p)) for h, p in backups)])
 
