@@ -7,6 +7,7 @@ children as before (launch/forked_workers). A worker the template cannot give is
 from __future__ import annotations
 
 import os
+import sys
 
 from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
@@ -26,6 +27,8 @@ def main() -> None:
     # torchrun gives its workers one thread each (OMP_NUM_THREADS=1 when it starts several); the template's
     # imports see what the workers will
     template = WorkerTemplate(DEFAULT_PRELOAD, {"OMP_NUM_THREADS": "1", **os.environ})
+    print(f"[tiny torchrun] workers are forked from a template process (pid {template.proc.pid})", file=sys.stderr,
+          flush=True)
     handler = subprocess_handler.SubprocessHandler
     plain = handler._popen
     handler._popen = _forking_popen(template, plain)

@@ -156,10 +156,10 @@ def run_training(flags: Sequence[str], nproc: int = 4, train_iters: int = 8, tim
                  env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
                  on_line: Optional[Callable[[str], None]] = None, script: Optional[str] = None,
                  launcher: Sequence[str] = FORKED_TORCHRUN) -> RunResult:
-    """Run the example (or another entry `script` taking the same flags) under torchrun, its workers forked from
-    a template (tiny/forked_torchrun; ("torch.distributed.run",) for the plain one), or another
-    `launcher`: a module and its options, e.g. ("mindio_adaptor.launch", "--max-restarts", "1")) with
-    the tiny GPT flags plus `flags`; never waits past timeout. `on_line` sees every output line."""
+    """Run the example (or another entry `script` taking the same flags) with the tiny GPT flags plus `flags`
+    under `launcher`, a module and its options: by default torchrun with its workers forked from a template
+    (tiny/forked_torchrun); ("torch.distributed.run",) for plain torchrun, ("mindio_adaptor.launch",
+    "--max-restarts", "1") for ours. Never waits past timeout; `on_line` sees every output line."""
     command = [sys.executable, "-m", *launcher, "--standalone",
                f"--nproc-per-node={nproc}", str(script or EXAMPLE), *TINY_GPT_FLAGS,
                "--train-iters", str(train_iters), *flags]
