@@ -343,9 +343,11 @@ def test_ranks_lost_with_the_controllers_node_are_declared_dead_and_the_survivor
         _, save = survivors[0].first(2, "save_ckpt")
         assert save.step == STEP and [s.ranks for s in save.saves] == [(0, 1)]  # 0 and 1 hold every shard
         text = read(tmp_path / "backup.log")
-        # Two of four ranks, no majority: the backup leads on the proof that the leader's process is gone.
+        # Two of four ranks, no majority: the backup leads on the proof that the leader's process is gone. The
+        # other survivor's registration may already be held there when the proof comes (a silence seen first,
+        # under load), and is then counted with it.
         assert re.search(r"backup controller taking over as term 2: rank [01] found the controller of term 1 gone "
-                         r"\(its address refused a connection\): leading as term 2 with 1 of 4 ranks", text), text
+                         r"\(its address refused a connection\): leading as term 2 with [12] of 4 ranks", text), text
         assert ("term 2: ranks [2,3] did not register within 2000 ms of the takeover (MINDIO_TAKEOVER_WAIT_S): "
                 "declared dead") in text
         assert "decision dump" in text
