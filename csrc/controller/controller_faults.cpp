@@ -118,11 +118,12 @@ void Controller::handle_fault() {
     intake_.take_into(faults);
     const Capabilities caps = caps_now_locked();
     Plan plan = plan_fault(ranks_.snapshot(), replicas_, caps, std::move(faults), lock_step);
-    const bool again = scaled_in_locked() && plan.strategy == Strategy::Dump && scale_in_offerable(caps, plan.input);
+    const bool scaled_in = scaled_in_locked();
+    const bool again = scaled_in && plan.strategy == Strategy::Dump && scale_in_offerable(caps, plan.input);
     if (again) {
         plan.strategy = Strategy::ScaleIn;
         plan.why += "; scaled in: no process replacement at the smaller size, elastic training scales in again";
-    } else if (scaled_in_locked()) {
+    } else if (scaled_in) {
         plan.why += "; scaled in: no online repair or process replacement at the smaller size, the dump of its "
                     "layout instead";
     }

@@ -27,8 +27,7 @@ void Controller::register_locked(uint64_t conn, RegisterMsg m, std::string refus
     if (refusal.empty() && ranks_.takes_a_dead_ranks_place(m)) m.restarted = true;
     if (refusal.empty()) {
         refusal = ranks_.arf_refusal(m, state_);
-        const bool ending = state_ == State::Dump || state_ == State::Exit || state_ == State::Final;
-        if (!refusal.empty() && ending) result = kJobEnding;
+        if (!refusal.empty() && ends_the_job(state_)) result = kJobEnding;
     }
     if (!refusal.empty()) {
         inbox_.note_refused_registration();

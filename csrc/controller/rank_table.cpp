@@ -49,7 +49,7 @@ std::string RankTable::arf_refusal(const RegisterMsg& m, State state) const {
         return "a restarted process registered as " + who + ", but process replacement (ARF) is not enabled on the "
                "controller (tft_init_controller(..., enable_arf=True))";
     }
-    if (state == State::Dump || state == State::Exit || state == State::Final) {
+    if (ends_the_job(state)) {
         return "a restarted process registered as " + who + " while the controller is in state " + state_name(state) +
                ", where no process is replaced";
     }

@@ -32,6 +32,10 @@ const char* state_name(State s) {
     return i < kNumStates ? names[i] : "UNKNOWN";
 }
 
+bool ends_the_job(State s) {
+    return s == State::Dump || s == State::Exit || s == State::Final;
+}
+
 bool transition_allowed(State from, State to) {
     // Shutting the controller down is always allowed.
     if (to == State::Final) return from != State::Final;

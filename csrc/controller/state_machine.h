@@ -21,6 +21,8 @@ enum class State : uint8_t {
 constexpr int kNumStates = 14;
 const char* state_name(State s);
 bool transition_allowed(State from, State to);
+// The job is ending (its dump, its exit, the controller shut down): no process joins it any more.
+bool ends_the_job(State s);
 std::vector<std::pair<State, State>> transition_table();
 
 

@@ -12,6 +12,7 @@ import ctypes
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -73,10 +74,10 @@ class ForkedWorker:
             os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        self.send_signal(15)
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 class WorkerTemplate:

@@ -17,30 +17,19 @@ get none. What a script must find in place before Megatron is imported on this m
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import os
-import signal
 import sys
 import time
 from typing import Optional
 
+from mindio_adaptor.core.process import orphan_guard
 from mindio_adaptor.launch.warm_worker import become, preload
 
 DEFAULT_PRELOAD = ("mindio_adaptor.patches:before_megatron_import,torch,megatron.training.training,"
                    "megatron.core.datasets.gpt_dataset,megatron.core.datasets.blended_megatron_dataset_builder")
-PR_SET_PDEATHSIG = 1  # linux/prctl.h; a forked process does not inherit it
 ADOPTION_WAIT_S = 10.0  # the middle process exits right after its fork: the kernel re-parents at once
-
-
-def end_with_launcher() -> None:
-    """The kernel's parent-death signal rather than a watching thread: the template forks, and a process that
-    forks must have no other thread (the forked worker would find a lock held for ever)."""
-    launcher = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != launcher:
-        os._exit(1)
 
 
 def fork_worker() -> int:
@@ -95,7 +84,7 @@ def serve(requests, replies) -> Optional[dict]:
 
 def main() -> int:
     spec, request_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    end_with_launcher()
+    orphan_guard.die_with(os.getppid())  # the launcher's; the forked workers do not inherit it
     gc.disable()  # the imports make objects that live as long as the process: see examples/pretrain_gpt.py
     failed = preload(spec)
     gc.freeze()

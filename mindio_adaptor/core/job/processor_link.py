@@ -163,8 +163,9 @@ class ProcessorLink:
 
     def start(self, host: str, port: int, backups: Sequence[Tuple[str, int]] = ()) -> None:
         """Connect and register (retrying per TTP_RETRY_TIMES); raises ValueError with the reason (JobEnding when
-        the controller refused a restarted process because it is ending the job). `backups`: the controllers that take over from this one, in order; when the one this rank
-        registered with cannot be reached, the next of the list is tried."""
+        the controller refused a restarted process because it is ending the job). `backups`: the controllers
+        that take over from this one, in order; when the one this rank registered with cannot be reached, the
+        next of the list is tried."""
         self.native.start_with([(host, int(port)), *((h, int(p)) for h, p in backups)])
 
     def controller_address(self) -> str:

@@ -82,11 +82,17 @@ def _note_forker() -> None:
 def _die_with_parent() -> None:
     # The kernel sends the signal when the forking *thread* ends: only a fork from the main thread, which
     # lasts as long as the process, can be tied to the parent's life this way.
-    if not _forker["main_thread"]:
-        return
+    if _forker["main_thread"]:
+        die_with(_forker["pid"])
+
+
+def die_with(parent: int) -> None:
+    """The kernel's parent-death signal (SIGKILL) for this process, whose parent is `parent`; it ends at once when
+    that parent died before the signal was armed. No thread: for a process that forks (a thread there would hold
+    locks the fork copies)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the launcher's process-group cleanup remains
         return
-    if os.getppid() != _forker["pid"]:  # the parent died before the signal was armed
+    if os.getppid() != parent:
         os._exit(1)
