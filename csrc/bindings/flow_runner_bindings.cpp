@@ -30,11 +30,14 @@ public:
     ActionOutcome act(ActionKind kind, const ActionGroups& groups, bool) override {
         std::set<int> targets;
         bool reload = false;
+        std::set<int> absent;
         for (const auto& [ranks, msg] : groups) {
             targets.insert(ranks.begin(), ranks.end());
             reload |= !msg.repair.empty() && msg.repair[0].repair_type == static_cast<uint8_t>(RepairType::LoadCkpt);
+            absent.insert(msg.absent_ranks.begin(), msg.absent_ranks.end());
         }
-        note(std::string("act ") + action_name(kind) + " " + list_text(targets) + (reload ? " load_ckpt" : ""));
+        note(std::string("act ") + action_name(kind) + " " + list_text(targets) + (reload ? " load_ckpt" : "") +
+             (absent.empty() ? "" : " absent " + list_text(absent)));
         ActionOutcome out;
         for (int r : targets) out.results[r] = kind == ActionKind::RebuildGroup && leavers.count(r) ? kLeavesTheJob : 0;
         if (failing.count(action_name(kind)) && !targets.empty()) out.failed.insert(*targets.begin());
@@ -114,7 +117,7 @@ void bind_flow_runner(py::module_& m) {
     m.def("run_flow_script", [](const std::string& strategy, bool elastic, const std::set<int>& live,
                                 const std::set<int>& replace, const std::map<std::string, std::string>& fail,
                                 const std::set<int>& leavers, const std::set<int>& repaired, int lease_checks,
-                                int64_t repair_step, int64_t reload_step) {
+                                int64_t repair_step, int64_t reload_step, const std::set<int>& absent) {
         ScriptedHost host;
         host.live = live;
         host.failing = fail;
@@ -123,6 +126,7 @@ void bind_flow_runner(py::module_& m) {
         host.lease_checks = lease_checks;
         FaultContext ctx;
         ctx.replace = replace;
+        ctx.absent = absent;
         ctx.repair_step = repair_step;
         ctx.reload_step = reload_step;
         FlowRunner(host, elastic).run(flow_for(strategy_named(strategy)), ctx);
@@ -130,10 +134,10 @@ void bind_flow_runner(py::module_& m) {
     }, py::arg("strategy"), py::arg("elastic") = false, py::arg("live") = std::set<int>{0, 1, 2, 3},
        py::arg("replace") = std::set<int>{}, py::arg("fail") = std::map<std::string, std::string>{},
        py::arg("leavers") = std::set<int>{}, py::arg("repaired") = std::set<int>{}, py::arg("lease_checks") = -1,
-       py::arg("repair_step") = 4, py::arg("reload_step") = -1,
+       py::arg("repair_step") = 4, py::arg("reload_step") = -1, py::arg("absent") = std::set<int>{},
        "Runs the flow of `strategy` over a scripted host and returns the calls it made, in order. `fail`: a host "
        "step (pick_savers, await_replacements, hand_over) or an action (stop, clean, rebuild_group, repair, ...) "
        "that fails, with why; `leavers`: ranks that answer REBUILD_GROUP that they leave the job; `repaired`: the "
        "ranks a repair from peers goes to (with the replaced ones); the lease holds for `lease_checks` checks (-1: "
-       "always).");
+       "always); `absent`: a partial scale-out's retired ranks that stay out.");
 }

@@ -60,6 +60,7 @@ std::string encode_dict(MsgType type, const py::dict& d) {
             m.need_rebuild = get<bool>(d, "need_rebuild", false);
             m.is_uce = get<bool>(d, "is_uce", false);
             m.error_ranks = ints(d, "error_ranks");
+            m.absent_ranks = ints(d, "absent_ranks");
             for (auto item : get<py::list>(d, "repair", py::list())) {
                 auto r = item.cast<py::dict>();
                 m.repair.push_back({get<uint8_t>(r, "optimizer_type", 0), get<uint8_t>(r, "repair_type", 0),
@@ -106,6 +107,7 @@ py::dict action_to_dict(const ActionMsg& m) {
     d["need_rebuild"] = m.need_rebuild;
     d["is_uce"] = m.is_uce;
     d["error_ranks"] = m.error_ranks;
+    d["absent_ranks"] = m.absent_ranks;
     py::list repair, save;
     for (const auto& r : m.repair) repair.append(repair_dict(r));
     for (const auto& s : m.save) {

@@ -34,8 +34,12 @@ void bind_scale_out(py::module_& m) {
         out["retired"] = j.retired;
         out["returned"] = j.returned;
         out["ready"] = j.ready;
+        out["partial"] = j.partial;
+        out["absent"] = j.absent;
+        out["sent_away"] = j.sent_away;
         out["why"] = j.why;
         return out;
     }, py::arg("ranks"), py::arg("waited_ms"), py::arg("wait_ms"),
-       "Whether a scaled-in job scales out now: nothing, wait, start or abandon (controller/scale_out.h).");
+       "Whether a scaled-in job scales out now: nothing, wait, start (whole or partial) or abandon "
+       "(controller/scale_out.h).");
 }

@@ -200,7 +200,7 @@ private:
     bool scale_out_due_locked();
     void scale_out();
     void return_lost_locked(int rank, const std::string& why);
-    void send_returned_away_locked(const ScaleOutJudgement& j);
+    void send_returned_away_locked(const std::set<int>& ranks);
     // Some rank is retired (a scale-in, not grown back): the job runs at a smaller data-parallel size.
     bool scaled_in_locked() const;
     // What a fault may be handled with now: while scaled in, neither online repair nor process

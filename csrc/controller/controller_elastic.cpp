@@ -61,22 +61,28 @@ bool Controller::scale_out_due_locked() {
     std::vector<ReturnView> view;
     for (const RankEntry& r : ranks_) view.push_back({r.retired, r.joining, r.ready, r.connected});
     ScaleOutJudgement j = elastic_.judge_returns(view, Clock::now());
-    if (j.verdict == ScaleOutVerdict::Abandon) send_returned_away_locked(j);
+    if (j.verdict == ScaleOutVerdict::Abandon) {
+        event_locked("scale_out_abandoned", j.why);
+        LOG_ERROR(kLog, cfg_.rank, "elastic training: " << j.why);
+    } else if (j.partial) {
+        event_locked("scale_out_partial", j.why);
+        LOG_WARN(kLog, cfg_.rank, "elastic training: " << j.why);
+    }
+    send_returned_away_locked(j.sent_away);
     return j.verdict == ScaleOutVerdict::Start;
 }
 
-// Returned processes that did not make the set complete in time: told to exit and cut off; their ranks
-// stay retired, and a later return may try again.
-void Controller::send_returned_away_locked(const ScaleOutJudgement& j) {
-    event_locked("scale_out_abandoned", j.why);
-    LOG_ERROR(kLog, cfg_.rank, "elastic training: " << j.why);
+// Returned processes that did not make the set complete in time (or, in a partial scale-out, were not
+// ready): told to exit and cut off; their ranks stay retired, and a later return may try again.
+void Controller::send_returned_away_locked(const std::set<int>& ranks) {
+    if (ranks.empty()) return;
     FaultContext none;
     none.repair_step = repair_step_;
     // The EXIT names the scale-out (the process leaves; the job goes on), and the goodbye after it keeps the
     // processor from registering again as a new return.
     const std::string why = "sent away: the scale-out did not happen";
     const std::string bye = encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, why}));
-    for (int rank : j.returned) {
+    for (int rank : ranks) {
         RankEntry& r = ranks_[rank];
         actions_.send_untracked_locked({rank}, base_action(ActionKind::Exit, none, Strategy::ScaleOut));
         server_.send(r.conn, bye);
@@ -97,16 +103,21 @@ void Controller::return_lost_locked(int rank, const std::string& why) {
                                   "the scale-out (" << why << "): the job goes on at its smaller size");
 }
 
-// Every retired rank is back and ready: the survivors stop at a step they all completed (PRELOCK), and
-// the scale_out flow grows the job back to its original size from that step.
+// Retired ranks are back and ready (every one of them, or after the wait some: partial): the survivors stop
+// at a step they all completed (PRELOCK), and the scale_out flow grows the job from that step, back to its
+// original size or, partial, to the size without the absent ranks' slices.
 void Controller::scale_out() {
     std::unique_lock<std::mutex> lock(mu_);
     intake_.begin_flow();
-    std::set<int> returned;
+    std::set<int> returned, absent;
     for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (ranks_[i].retired && ranks_[i].joining) returned.insert(static_cast<int>(i));
+        const RankEntry& r = ranks_[i];
+        if (!r.retired) continue;
+        // one that registered since the judgement is not ready: it stays out of this scale-out
+        (r.joining && r.ready ? returned : absent).insert(static_cast<int>(i));
     }
-    transition_locked(State::Abnormal, "elastic training: retired ranks " + list_text(returned) + " returned and are ready");
+    transition_locked(State::Abnormal, "elastic training: retired ranks " + list_text(returned) + " returned and are ready" +
+                                           (absent.empty() ? "" : "; ranks " + list_text(absent) + " stay out"));
     lock.unlock();
     const int64_t step = prelock(Faults{});
     lock.lock();
@@ -117,10 +128,13 @@ void Controller::scale_out() {
     }
     FaultContext ctx = assess_locked({}, step);
     ctx.replace = returned;
+    ctx.absent = absent;
     ctx.reload_step = ctx.repair_step;
-    event_locked("scale_out", "ranks " + list_text(returned) + " at step " + std::to_string(ctx.repair_step));
+    const std::string without = absent.empty() ? "" : ", without ranks " + list_text(absent);
+    event_locked("scale_out", "ranks " + list_text(returned) + " at step " + std::to_string(ctx.repair_step) + without);
     LOG_INFO(kLog, cfg_.rank, "elastic training: scaling out with ranks " << list_text(returned) << " after step "
-                                  << ctx.repair_step << " (they returned after the scale-in and are ready)");
+                                  << ctx.repair_step << without
+                                  << " (they returned after the scale-in and are ready)");
     lock.unlock();
     flows_.run(flow_for(Strategy::ScaleOut), ctx);
 }

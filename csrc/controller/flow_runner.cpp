@@ -86,7 +86,7 @@ std::string FlowRunner::act(const Flow& flow, const FlowStep& step, FaultContext
     if (kind == ActionKind::Stop) ctx.stopped = true;
     if (kind == ActionKind::Clean) run.clean_results = out.results;
     if (kind == ActionKind::RebuildGroup) {
-        std::string why = retire_leavers(flow, out, run);
+        std::string why = retire_leavers(flow, out, ctx, run);
         if (!why.empty()) return why;
     }
     if (!out.ok()) return step.names_failed ? step.failure + (" " + list_text(out.failed)) : step.failure;
@@ -99,6 +99,7 @@ std::string FlowRunner::act(const Flow& flow, const FlowStep& step, FaultContext
 ActionOutcome FlowRunner::rebuild_groups(const Flow& flow, const FlowStep& step, const FaultContext& ctx, ActionMsg msg,
                                          const FlowRun& run) {
     msg.error_ranks.assign(ctx.replace.begin(), ctx.replace.end());
+    msg.absent_ranks.assign(ctx.absent.begin(), ctx.absent.end());
     const std::set<int> targets = step_targets(step, run);
     if (!flow.relayouts) return host_.act(ActionKind::RebuildGroup, {{targets, msg}}, step.interruptible);
     host_.begin_relayout();
@@ -113,20 +114,31 @@ ActionOutcome FlowRunner::rebuild_groups(const Flow& flow, const FlowStep& step,
 
 // REBUILD_GROUP of a scale-in: a live rank of a data-parallel slice that lost a rank replies that it
 // leaves the job (kLeavesTheJob; the ranks' plan, core/layout/scale_in_plan, says who). It is retired as the
-// lost ranks are (a scale-out waits for its return too), and the flow's later actions skip it. Only a
-// scale-in goes on without a live rank: in any other flow the reply fails the action.
-std::string FlowRunner::retire_leavers(const Flow& flow, const ActionOutcome& out, FlowRun& run) {
-    std::set<int> leavers;
+// lost ranks are (a scale-out waits for its return too), and the flow's later actions skip it. In a partial
+// scale-out a returned rank whose slice has an absent rank leaves again (core/layout/scale_out_plan): it
+// stays retired. Only these go on without a rank that replied: in any other case the reply fails the action.
+std::string FlowRunner::retire_leavers(const Flow& flow, const ActionOutcome& out, FaultContext& ctx, FlowRun& run) {
+    std::set<int> leavers, strangers;
     for (const auto& [rank, result] : out.results) {
-        if (result == kLeavesTheJob) leavers.insert(rank);
+        if (result != kLeavesTheJob) continue;
+        leavers.insert(rank);
+        if (flow.strategy == Strategy::ScaleOut && (ctx.absent.empty() || !ctx.replace.count(rank))) strangers.insert(rank);
     }
     if (leavers.empty()) return "";
-    if (flow.strategy != Strategy::ScaleIn) {
+    if (flow.strategy != Strategy::ScaleIn && flow.strategy != Strategy::ScaleOut) {
         return "ranks " + list_text(leavers) + " replied to REBUILD_GROUP that they leave the job, which only a "
-               "scale-in allows";
+               "scale-in or a partial scale-out allows";
     }
-    for (int rank : leavers) run.targets.erase(rank);
-    host_.retire(leavers, true);
+    if (!strangers.empty()) {
+        return "ranks " + list_text(strangers) + " replied to REBUILD_GROUP that they leave the job, which in a "
+               "scale-out only a returned rank of a partial one may";
+    }
+    for (int rank : leavers) {
+        run.targets.erase(rank);
+        ctx.replace.erase(rank);
+        if (flow.strategy == Strategy::ScaleOut) ctx.absent.insert(rank);
+    }
+    host_.retire(leavers, flow.strategy == Strategy::ScaleIn);
     return "";
 }
 

@@ -68,7 +68,7 @@ private:
     std::string act(const Flow& flow, const FlowStep& step, FaultContext& ctx, FlowRun& run);
     ActionOutcome rebuild_groups(const Flow& flow, const FlowStep& step, const FaultContext& ctx, ActionMsg msg,
                                  const FlowRun& run);
-    std::string retire_leavers(const Flow& flow, const ActionOutcome& out, FlowRun& run);
+    std::string retire_leavers(const Flow& flow, const ActionOutcome& out, FaultContext& ctx, FlowRun& run);
     bool scales_in_instead(const Flow& flow, const FlowStep& failed) const;
     static std::set<int> step_targets(const FlowStep& step, const FlowRun& run);
 

@@ -146,7 +146,9 @@ const Flow kScaleIn{
 };
 
 // Scale-out (elastic training), when the ranks a scale-in retired have returned (restarted processes
-// registered for them and reported ready) while the job trains at the smaller size: STOP the survivors
+// registered for them and reported ready; partial: some of them, controller/scale_out.h, then the rest
+// are named absent at REBUILD_GROUP and a returned rank may leave again there) while the job trains at the
+// smaller size: STOP the survivors
 // (after a PRELOCK: the repair step is the one they all completed), CLEAN (their groups among
 // themselves again, which the stop broke), SAVE_CKPT on every survivor (the checkpoint of the repair
 // step at the smaller size, published by one of them), then with the returned ranks REBUILD_GROUP at
@@ -179,6 +181,11 @@ const Flow kScaleOut{
     },
     Strategy::Exit,
     [](const FaultContext& ctx) {
+        if (!ctx.absent.empty()) {
+            return "partial scale-out: ranks " + list_text(ctx.replace) + " returned, ranks " + list_text(ctx.absent) +
+                   " stay out; the job grows without their data-parallel slices from step " +
+                   std::to_string(ctx.repair_step);
+        }
         return "scale-out: ranks " + list_text(ctx.replace) + " returned; the job grows back to its original size "
                "from the checkpoint of step " + std::to_string(ctx.repair_step);
     },

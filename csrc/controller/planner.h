@@ -48,6 +48,7 @@ struct FaultContext {
     Faults faults;
     std::set<int> dead, not_ready, repair_set, unavailable;
     std::set<int> replace;  // ranks with a process/node fault: replaced by a restarted process (ARF)
+    std::set<int> absent;   // a partial scale-out: retired ranks that stay out (ActionMsg::absent_ranks)
     int64_t repair_step = -1;
     int64_t reload_step = -1;  // >= 0: no replica can repair; every rank reloads this checkpoint (LOAD_CKPT)
     bool is_uce = false;

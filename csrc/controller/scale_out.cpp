@@ -43,11 +43,24 @@ ScaleOutJudgement judge_scale_out(const std::vector<ReturnView>& ranks, int64_t 
         j.why = "the scale-out waits for every retired rank:" + missing.substr(0, missing.size() - 1);
         return j;
     }
-    j.verdict = ScaleOutVerdict::Abandon;
-    j.why = "no scale-out: after " + std::to_string(waited_ms) + " ms (MINDIO_SCALE_OUT_WAIT_S " +
-            std::to_string(wait_ms) +
-            " ms)" + missing.substr(0, missing.size() - 1) + "; returned ranks " + list_text(j.returned) +
-            " are sent away and the job goes on at its smaller size";
+    const std::string waited = "after " + std::to_string(waited_ms) + " ms (MINDIO_SCALE_OUT_WAIT_S " +
+                               std::to_string(wait_ms) + " ms)" + missing.substr(0, missing.size() - 1);
+    j.sent_away = unready;
+    if (j.ready.empty()) {
+        j.verdict = ScaleOutVerdict::Abandon;
+        j.sent_away = j.returned;
+        j.why = "no scale-out: " + waited + "; returned ranks " + list_text(j.returned) +
+                " are sent away and the job goes on at its smaller size";
+        return j;
+    }
+    j.verdict = ScaleOutVerdict::Start;
+    j.partial = true;
+    for (int rank : j.retired) {
+        if (!j.ready.count(rank)) j.absent.insert(rank);
+    }
+    j.why = "partial scale-out: " + waited + "; the job grows with the ready ranks " + list_text(j.ready) +
+            " where their data-parallel slices are whole, without ranks " + list_text(j.absent) +
+            (unready.empty() ? "" : "; ranks " + list_text(unready) + " are sent away");
     return j;
 }
 

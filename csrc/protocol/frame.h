@@ -19,7 +19,7 @@
 namespace mindio {
 
 constexpr uint32_t kMagic = 0x414F494D;  // "MIOA" in little-endian bytes
-constexpr uint16_t kVersion = 12;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
+constexpr uint16_t kVersion = 13;  // 2: status carries the section, its limit and progress; 3: pids, ProcessEnded;
                                   // 4: Register's may_replace, RegisterAck's replacement;
                                   // 5: the controller's term in Register and RegisterAck, ReplicaInfo's domain;
                                   // 6: Register's recovery_action (a recovery in progress at a takeover);
@@ -30,6 +30,7 @@ constexpr uint16_t kVersion = 12;  // 2: status carries the section, its limit a
                                   // 10: RankStatus's compute_ms (the slow-rank signal)
                                   // 11: ErrorReport's state SUB_HEALTH (9): a suspect rank, not a fault
                                   // 12: Strategy HOT_SWITCH (7): a live rank handed over to a new process
+                                  // 13: Action's absent_ranks (a partial scale-out's ranks that stay out)
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxBody = 10u * 1024u * 1024u;
 

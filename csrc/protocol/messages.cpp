@@ -336,6 +336,7 @@ template <> struct Schema<ActionMsg> : NoCheck {
         v("error_ranks", m.error_ranks);
         v("repair", m.repair);
         v("save", m.save);
+        v("absent_ranks", m.absent_ranks);
     }
 };
 

@@ -179,6 +179,8 @@ struct ActionMsg {
     std::vector<int32_t> error_ranks;
     std::vector<RepairInfoMsg> repair;
     std::vector<SaveInfoMsg> save;
+    // REBUILD_GROUP of a partial scale-out: the retired ranks that stay out (error_ranks: those that return)
+    std::vector<int32_t> absent_ranks;
 };
 
 struct ActionReplyMsg {

@@ -162,7 +162,8 @@ def recovery_actions(action: ControllerAction, rank: int) -> List[RecoveryAction
         return [RecoveryAction("repair", repair=own, error_ranks=own.dst, **common)
                 for own in action.own_repairs(rank)]
     if action.name == "rebuild_group":
-        return [RecoveryAction("rebuild_group", strategy=action.strategy, error_ranks=action.error_ranks)]
+        return [RecoveryAction("rebuild_group", strategy=action.strategy, error_ranks=action.error_ranks,
+                               absent_ranks=action.absent_ranks)]
     if action.name == "save_ckpt":
         return [RecoveryAction("save_ckpt", saves=action.saves, **common)]
     return [RecoveryAction(action.name, **common)]

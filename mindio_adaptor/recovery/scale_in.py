@@ -10,7 +10,8 @@ data-parallel size.
 """
 import logging
 
-from mindio_adaptor.core.layout.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in
+from mindio_adaptor.core.layout.scale_in_plan import (ScaleInPlan, ScaleInRefused, plan_scale_in,
+                                                      refuse_expert_misfit)
 from mindio_adaptor.recovery.session import StepSnapshot
 
 logger = logging.getLogger(__name__)
@@ -41,18 +42,6 @@ def from_replicas(margs) -> bool:
     """Whether the survivors take the state at the smaller size from their own memory (patches/
     resize_from_replicas), not from the dump the savers write first (`--elastic-scale-in-from`)."""
     return margs.elastic_scale_in_from == "replicas"
-
-
-def refuse_expert_misfit(expert_parallel: int, plan: ScaleInPlan) -> None:
-    """The experts stay where they are (each survivor keeps its expert-parallel rank), so the new data-parallel
-    size must be a multiple of the expert-parallel size, and every survivor must run the same micro-batches
-    (an expert's all-to-all meets every rank of its group at each micro-batch)."""
-    if expert_parallel == 1:
-        return
-    if plan.uneven or plan.new_dp % expert_parallel:
-        raise ScaleInRefused(f"scale-in to dp{plan.new_dp} with expert-parallel size {expert_parallel}: the new "
-                             f"data-parallel size must be a multiple of it"
-                             + (", with the step's micro-batches shared evenly" if plan.uneven else ""))
 
 
 def resume_at_checkpoint(session, megatron, step: int, what: str, refused) -> None:

@@ -15,6 +15,10 @@ step `kill_after` is logged at the smaller size, while the survivors wait before
 return as well, the returning nodes start once the job scaled in again after that loss (the killed rank's
 launcher starts it again by itself: a return too).
 
+With `partial_return` as well, the returning nodes start only once the job scaled out part of the way with
+the killed rank alone (its launcher started it again; the controller waited MINDIO_SCALE_OUT_WAIT_S for the
+rest, `scale_out_wait_s`), and step `return_at + 1` waits for the second, whole scale-out.
+
 With `lost_node` another node than node 1 is lost; with `returning_nodes` new launchers of several nodes
 start once the job scaled in: the lost node's, and those of nodes whose launchers ended because their
 workers left the job with their data-parallel slice (tp2 across one-rank nodes: the lost rank's TP peer).
@@ -58,7 +62,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                 timeout: float = 400, flags: Sequence[str] = (), kill_after: Optional[int] = None,
                 kill_rank: int = 1, nproc_per_node: int = 2, lost_node: int = 1,
                 returning_nodes: Optional[Sequence[int]] = None,
-                also_lost: Sequence[int] = (), env: Optional[Dict[str, str]] = None) -> Tuple[RunResult, List[int]]:
+                also_lost: Sequence[int] = (), env: Optional[Dict[str, str]] = None, partial_return: bool = False,
+                scale_out_wait_s: str = "") -> Tuple[RunResult, List[int]]:
     """The run and the pids lost with the lost node (and the process of `kill_rank`, with `kill_after`); the
     whole log is kept as workdir/output.txt. `arf_wait_s` None: MINDIO_ARF_WAIT_S is left at its default. `flags`: more of the script's (they come last, so `--save-interval N`
     replaces the default's 1000). `nproc_per_node`: the four ranks on two nodes of two, or on four of one
@@ -79,17 +84,20 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
     if not 0 < lost_node < nnodes or lost_node not in returning or not set(returning) <= set(range(1, nnodes)):
         raise ValueError(f"lost node {lost_node} and returning nodes {returning} must be nodes 1..{nnodes - 1} "
                          f"(node 0 hosts the launchers' store), the lost node among those returning")
+    if partial_return and (kill_after is None or return_at is None or return_at + 1 > train_iters):
+        raise ValueError("a partial return needs a killed rank (kill_after), a return (return_at) and a step after it")
     if also_lost and (return_at is not None or lost_node in also_lost
                       or not set(also_lost) <= set(range(1, nnodes))):
         raise ValueError(f"nodes {list(also_lost)} lost with node {lost_node} must be other nodes of 1..{nnodes - 1}, "
                          f"and none returns")
     workdir.mkdir(parents=True, exist_ok=True)
     lost_file, returned_file = workdir / f"node_{lost_node}_lost", workdir / f"node_{lost_node}_returned"
-    killed_file = workdir / f"rank_{kill_rank}_killed"
-    for marker in (lost_file, returned_file, killed_file):
+    killed_file, all_returned_file = workdir / f"rank_{kill_rank}_killed", workdir / "all_returned"
+    for marker in (lost_file, returned_file, killed_file, all_returned_file):
         marker.unlink(missing_ok=True)
     step_done, second_step_done = threading.Event(), threading.Event()
     scaled_in = [threading.Event(), threading.Event()]  # the first scale-in, and a second one
+    scaled_out = threading.Event()  # the first scale-out (with partial_return: part of the way)
     pids: Dict[int, int] = {}
 
     def watch(line: str) -> None:
@@ -104,7 +112,9 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
         if "elastic training: scaled in dp" in line:
             scaled_in[scaled_in[0].is_set()].set()
         if "elastic training: scaling out with ranks" in line:
-            returned_file.touch()
+            (all_returned_file if scaled_out.is_set() else returned_file).touch()
+        if "elastic training: scaled out dp" in line:
+            scaled_out.set()
         if on_line is not None:
             on_line(line)
 
@@ -113,11 +123,14 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
         holds, files = holds + [return_at], files + [returned_file]
     if kill_after is not None:
         holds, files = holds + [kill_after + 1], files + [killed_file]
+    if partial_return:
+        holds, files = holds + [return_at + 1], files + [all_returned_file]
     cluster = LocalCluster([*FLAGS, "--save", str(workdir / "ckpt"), "--save-interval", "1000",
                             "--hold-before-step", *map(str, holds), "--hold-until-file", *map(str, files), *flags],
                            nnodes=nnodes, nproc_per_node=nproc_per_node, train_iters=train_iters,
                            on_line=watch,
-                           env={"MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S, "MINDIO_SCALE_OUT_WAIT_S": SCALE_OUT_WAIT_S,
+                           env={"MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S,
+                                "MINDIO_SCALE_OUT_WAIT_S": scale_out_wait_s or SCALE_OUT_WAIT_S,
                                 **({} if arf_wait_s is None else {"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}"}),
                                 **(env or {})})
     launchers = {node: [cluster.start_node("--node-rank", str(node))] for node in range(nnodes)}
@@ -133,6 +146,8 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
         killed_file.touch()
     if return_at is not None:
         cluster.wait_for(scaled_in[kill_after is not None], "the scale-in")
+        if partial_return:
+            cluster.wait_for(scaled_out, "the partial scale-out")
         for node in returning:
             _wait_for_the_end_of(cluster, launchers[node][-1], node)
             launchers[node].append(cluster.start_node("--node-rank", str(node)))

@@ -44,6 +44,9 @@ ARF_WAIT_S = 15  # the longest the controller would wait for node 1's replacemen
 # (The scale-out's wait for the returned ranks is its own, MINDIO_SCALE_OUT_WAIT_S: mindio_adaptor/tiny/elastic.)
 LOST_DURING_STEP = 5  # node 1 is lost after step 4, while the job holds before step 5
 RETURN_AT_STEP = 7
+# How long the controller waits for node 1 once the killed rank 1 returned before it grows without node 1: the
+# returned rank must be ready by then (its start-up takes seconds, forked from the launcher's template).
+PARTIAL_SCALE_OUT_WAIT_S = "20"
 NOTHING_TAKES_NODE_1 = f"node 1 is lost ({lifeline.EVIDENCE}) and no standby waits to take its place"
 LAST_STEP = 8
 SAVED_AT_DP2 = 6  # --save-interval of the scale-in run: a checkpoint written after the scale-in, at dp2
@@ -503,17 +506,26 @@ def test_an_error_at_dp1_ends_in_the_dump_of_the_dp1_layout(second_fault, second
 @pytest.fixture(scope="module")
 def scaled_in_twice_and_out(tmp_path_factory):
     """As second_fault up to dp1 (node 1 lost after step 4, rank 1's process killed after step 5, neither
-    replaced), then node 1 returns (a new launcher) while node 0's launcher has started rank 1 again by itself
-    (worker reboot): with every retired rank back and ready, the job grows from dp1 back to dp4 at step 7."""
+    replaced). Node 0's launcher starts rank 1 again by itself (worker reboot); node 1 stays away, so after
+    MINDIO_SCALE_OUT_WAIT_S the job grows part of the way, dp1 -> dp2 with rank 1, and trains step 7 there.
+    Then node 1 returns (a new launcher) and with every retired rank back the job grows to dp4 for step 8."""
     return run_elastic(tmp_path_factory.mktemp("elastic_twice"), lose_after=4, kill_after=SECOND_LOSS_AFTER,
-                       return_at=RETURN_AT_STEP, arf_wait_s=5)
+                       return_at=RETURN_AT_STEP, arf_wait_s=5, partial_return=True,
+                       scale_out_wait_s=PARTIAL_SCALE_OUT_WAIT_S)
 
 
-def test_scaled_in_twice_then_back_at_dp4_trains_like_the_uninterrupted_run(scaled_in_twice_and_out, reference):
+def test_scaled_in_twice_then_back_in_two_scale_outs_trains_like_the_uninterrupted_run(scaled_in_twice_and_out,
+                                                                                       reference):
     run, _ = scaled_in_twice_and_out
     run.require_success()
     assert re.findall(r"elastic training: scaled in (dp\d -> dp\d)", run.output) == ["dp4 -> dp2", "dp4 -> dp1"]
-    assert re.search(r"elastic training: scaling out with ranks \[1,2,3\]", run.output), run.output[-6000:]
+    assert re.search(r"elastic training: partial scale-out: after \d+ ms \(MINDIO_SCALE_OUT_WAIT_S "
+                     rf"{PARTIAL_SCALE_OUT_WAIT_S}000 ms\) ranks \[2,3\] have not returned; the job grows with the "
+                     r"ready ranks \[1\]", run.output), run.output[-6000:]
+    scaled_out = re.findall(r"elastic training: scaled out (dp\d -> dp\d[^(]*)\((ranks \[[\d, ]+\]) returned",
+                            run.output)
+    assert scaled_out == [("dp1 -> dp2 of dp4 ", "ranks [1]"), ("dp2 -> dp4 ", "ranks [2, 3]")], scaled_out
+    assert "ranks [2, 3] stay out" in run.output
     assert sorted(run.loss_line_steps) == list(range(1, LAST_STEP + 1)), run.loss_line_steps
     for step in range(1, LAST_STEP + 1):
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
@@ -521,9 +533,12 @@ def test_scaled_in_twice_then_back_at_dp4_trains_like_the_uninterrupted_run(scal
     for step in range(1, LAST_STEP + 1):
         assert got[step] == expected[step], step
     by_step = ranks_by_step(run.output)
-    # step 6 on rank 0 alone (dp1; its micro-batches at dp2 before rank 1's loss were computed again), dp4 again
-    # from step 7
+    # step 6 on rank 0 alone (dp1; its micro-batches at dp2 before rank 1's loss were computed again), step 7 at
+    # dp2 with the returned rank 1, 4 micro-batches each (rank 0 may have begun it alone before the scale-out
+    # stopped it: those come first), step 8 at dp4 again
     assert set(by_step[RETURN_AT_STEP - 1]) == {0}, by_step[RETURN_AT_STEP - 1]
+    assert sorted(by_step[RETURN_AT_STEP][-8:]) == [0] * 4 + [1] * 4, by_step[RETURN_AT_STEP]
+    assert by_step[RETURN_AT_STEP].count(1) == 4, by_step[RETURN_AT_STEP]
     assert sorted(by_step[LAST_STEP]) == [0, 0, 1, 1, 2, 2, 3, 3], by_step[LAST_STEP]
 
 

@@ -78,6 +78,11 @@ def main():
     p.add_argument("--relayout", type=int, default=0,
                    help="1: at REBUILD_GROUP report the layout of the ranks left (a scale-in: whole data-parallel "
                    "slices, with --tp a lost rank's slice peers too) or of all (a scale-out)")
+    p.add_argument("--absent", default="",
+                   help="a returned process: the retired ranks that stay out of its partial scale-out (the adaptor "
+                   "reads them from REBUILD_GROUP, which the reference's handler does not pass)")
+    p.add_argument("--ready-after-s", type=float, default=0,
+                   help="a restarted process: how long it builds its model before it reports ready")
     p.add_argument("--idle-after-repair", type=int, default=0,
                    help="1: after a repair, run the steps and wait 'in a collective' again instead of ending")
     a = p.parse_args()
@@ -107,7 +112,7 @@ def main():
     ttp.tft_register_rename_handler(lambda step, args: record("rename")(step))
     ttp.tft_register_exit_handler(lambda ctx: record("exit")())
     dp_lists = [list(range(tp_rank, a.world_size, a.tp)) for tp_rank in range(a.tp)]
-    gone = set()  # ranks a scale-in retired, as far as this rank knows
+    gone = {int(r) for r in a.absent.split(",") if r}  # ranks a scale-in retired, as far as this rank knows
 
     def rebuild_group(fault_ranks):
         result = record("rebuild_group")(fault_ranks)
@@ -117,9 +122,10 @@ def main():
                 return leaves
         if not a.relayout:
             return result
-        # A scale-in names the lost ranks, a scale-out the returned ones (this rank among them if it is one).
-        if rank in fault_ranks or gone >= set(fault_ranks):
-            gone.clear()
+        # A scale-in names the lost ranks, a scale-out the returned ones (this rank among them if it is one; the
+        # rest of a partial one's retired ranks stay gone).
+        if ttp.tft_get_repair_type() == "scale_out" or rank in fault_ranks:
+            gone.difference_update(fault_ranks)
         else:
             gone.update(fault_ranks)
         # Whole data-parallel slices go: with TP, a gone rank's slice peers too (they left with it).
@@ -153,6 +159,7 @@ def main():
     def train_steps():
         if restarted and not state["joined"]:
             # A replacement builds its model, then tells the controller it is ready and waits for the repair.
+            time.sleep(a.ready_after_s)
             state["joined"] = True
             raise RuntimeError("ARF FINISH: the restarted process is ready")
         start = state["step"]

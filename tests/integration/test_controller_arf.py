@@ -400,21 +400,44 @@ def test_the_scale_out_gives_the_controller_the_layout_of_the_start_again(tmp_pa
         assert not job.controller_events("replica_refused") and not job.controller_events("relayout_incomplete")
 
 
-def test_a_return_incomplete_within_the_scale_out_wait_is_sent_away(tmp_path, job_env, monkeypatch):
+def test_a_return_not_ready_within_the_scale_out_wait_is_sent_away(tmp_path, job_env, monkeypatch):
     """The scale-out's wait is its own setting (MINDIO_SCALE_OUT_WAIT_S; the scale-in waited MINDIO_ARF_WAIT_S,
-    1.5 s): rank 6 returns, rank 7 does not within 3 s of it, so rank 6 is sent away and the job stays at dp6."""
+    1.5 s): rank 6 returns but is not ready within 3 s of its return, and rank 7 does not return, so rank 6 is
+    sent away and the job stays at dp6."""
     monkeypatch.setenv("MINDIO_SCALE_OUT_WAIT_S", "3")
     with scaled_in_to_dp6(tmp_path, monkeypatch) as job:
-        returned = job.spawn(6, restarted=True, track=False)
+        returned = job.spawn(6, restarted=True, track=False, ready_after_s=10)
         wait_until(lambda: job.controller_events("scale_out_abandoned"), 30, "rank 6 sent away")
         [away] = [d for _, _, d in job.controller_events("scale_out_abandoned")]
         assert re.match(r"no scale-out: after \d+ ms \(MINDIO_SCALE_OUT_WAIT_S 3000 ms\) ranks \[7\] have not "
-                        r"returned; returned ranks \[6\] are sent away", away), away
-        returned.wait(timeout=20)  # told to exit
+                        r"returned; ranks \[6\] returned but are not ready; returned ranks \[6\] are sent away",
+                        away), away
+        returned.wait(timeout=30)  # told to exit once ready
         # Told goodbye after its EXIT, it does not register again as a new return (it once did, and a
         # scale-out then started with a process about to exit).
         assert [d for _, _, d in job.controller_events("returned")] == ["rank 6"]
         assert not job.controller_events("scale_out") and ctl.controller_state() == "NORMAL"
+
+
+def test_a_return_incomplete_within_the_scale_out_wait_grows_the_job_part_of_the_way(tmp_path, job_env,
+                                                                                      monkeypatch):
+    """Rank 6 returns and is ready, rank 7 does not return within MINDIO_SCALE_OUT_WAIT_S (3 s): the job grows
+    from dp6 to dp7 with rank 6 (a partial scale-out, rank 7 named absent to every rank), R=1 at dp7."""
+    monkeypatch.setenv("MINDIO_SCALE_OUT_WAIT_S", "3")
+    with scaled_in_to_dp6(tmp_path, monkeypatch) as job:
+        job.spawn(6, restarted=True, absent=7)
+        wait_until(lambda: len(job.controller_events("relayout")) == 2, 40, "the layout after the scale-out")
+        wait_until(lambda: ctl.controller_state() == "NORMAL", 10, "training at dp7")
+        [partial] = [d for _, _, d in job.controller_events("scale_out_partial")]
+        assert re.match(r"partial scale-out: after \d+ ms \(MINDIO_SCALE_OUT_WAIT_S 3000 ms\) ranks \[7\] have not "
+                        r"returned; the job grows with the ready ranks \[6\] where their data-parallel slices are "
+                        r"whole, without ranks \[7\]$", partial), partial
+        [scale_out] = [d for _, _, d in job.controller_events("scale_out")]
+        assert scale_out.endswith(", without ranks [7]"), scale_out
+        assert [d for _, _, d in job.controller_events("relayout")][-1] == "type 0 R=1 [0,1,2,3,4,5,6]"
+        assert [(s["replica_cnt"], s["ranks"]) for s in ctl.controller_layout()] == [(1, list(range(7)))]
+        assert [d for _, _, d in job.controller_events("rejoined")] == ["rank 6"]
+        assert not job.controller_events("scale_out_abandoned") and not job.controller_events("relayout_incomplete")
 
 
 def test_a_loss_that_leaves_a_shard_without_holders_refuses_the_scale_in_and_ends_the_job(tmp_path, job_env,

@@ -34,7 +34,7 @@ SAMPLES = {
                "is_uce": True, "error_ranks": [3, 5],
                "repair": [{"optimizer_type": 0, "repair_type": 1, "src": [7], "dst": [3],
                            "rank_list": [3, 7]}],
-               "save": [{"optimizer_type": 1, "ranks": [0, 1, 2]}]},
+               "save": [{"optimizer_type": 1, "ranks": [0, 1, 2]}], "absent_ranks": [6, 7]},
     "ACTION_REPLY": {"rank": 4, "kind": nat.ACTION_KINDS["clean"], "result": 2, "message": "ok\u00e9"},
     "GOODBYE": {"rank": -1, "reason": "controller destroyed"},
     "PROCESS_ENDED": {"token": "s3cret", "rank": 12, "pid": 4242, "how": "signal SIGKILL"},
@@ -213,13 +213,14 @@ def test_process_ended_how_is_bounded_printable_text(how, problem):
 # Further fixed messages for the byte check: empty and two-item lists, and the extremes of each integer.
 WIRE_SAMPLES = dict({name: (name, msg) for name, msg in SAMPLES.items()}, **{
     "ACTION_EMPTY": ("ACTION", {"kind": nat.ACTION_KINDS["prelock"], "strategy": 4, "step": -1,
-                                "need_rebuild": False, "is_uce": False, "error_ranks": [], "repair": [], "save": []}),
+                                "need_rebuild": False, "is_uce": False, "error_ranks": [], "repair": [], "save": [],
+                                "absent_ranks": []}),
     "ACTION_TWO_REPAIRS": ("ACTION", {
         "kind": nat.ACTION_KINDS["repair"], "strategy": 2, "step": 2 ** 40 + 3, "need_rebuild": False,
         "is_uce": True, "error_ranks": [-1, 2 ** 31 - 1],
         "repair": [{"optimizer_type": 1, "repair_type": 6, "src": [1, 2], "dst": [3, 4], "rank_list": []},
                    {"optimizer_type": 0, "repair_type": 3, "src": [], "dst": [], "rank_list": [9]}],
-        "save": [{"optimizer_type": 0, "ranks": []}, {"optimizer_type": 1, "ranks": [5]}]}),
+        "save": [{"optimizer_type": 0, "ranks": []}, {"optimizer_type": 1, "ranks": [5]}], "absent_ranks": []}),
     "REPLICA_INFO_EMPTY": ("REPLICA_INFO", {"rank": -7, "groups": [
         {"optimizer_type": 1, "replica_cnt": -1, "replica_shift": 3, "ranks": []}], "domain": ""}),
     "HEARTBEAT_EXTREMES": ("HEARTBEAT", {"rank": -2 ** 31, "step": -2 ** 63, "run_status": 4, "data_status": 2,
@@ -231,15 +232,17 @@ WIRE_SAMPLES = dict({name: (name, msg) for name, msg in SAMPLES.items()}, **{
 # The bytes of WIRE_SAMPLES as the hand-written codec (before the table-driven one) wrote them, with
 # what frame versions 5 to 10 added (the controller's term in Register and RegisterAck, ReplicaInfo's
 # domain; Register's recovery_action; Register's leader_gone; Register's controllers; the NoReplacement
-# message; RankStatus's compute_ms) written by hand: the wire format must not change unnoticed.
+# message; RankStatus's compute_ms; version 13: Action's absent_ranks, the last field) written by hand: the wire
+# format must not change unnoticed.
 WIRE_BYTES = {
     "ACTION": ("0300012a000000000000000101020000000300000005000000010000000001010000000700000001"
-               "00000003000000020000000300000007000000010000000103000000000000000100000002000000"),
-    "ACTION_EMPTY": "0c0004ffffffffffffffff0000000000000000000000000000",
+               "00000003000000020000000300000007000000010000000103000000000000000100000002000000"
+               "020000000600000007000000"),
+    "ACTION_EMPTY": "0c0004ffffffffffffffff0000000000000000000000000000" "00000000",
     "ACTION_REPLY": "04000000020002000000040000006f6bc3a9",
     "ACTION_TWO_REPAIRS": ("0300020300000000010000000102000000ffffffffffffff7f020000000106020000000100000002"
                            "00000002000000030000000400000000000000000300000000000000000100000009000000020000"
-                           "000000000000010100000005000000"),
+                           "000000000000010100000005000000" "00000000"),
     "ERROR_REPORT": "020000000213000000554345204552524f5220617420307864656164",
     "GOODBYE": "ffffffff14000000636f6e74726f6c6c65722064657374726f796564",
     "HEARTBEAT": ("03000000141a99be1c0000000201081a99be1c0000000232ef000000000000c02709000000000000"
@@ -290,7 +293,7 @@ def test_leader_gone_is_a_bool_and_controllers_the_last_field_of_register():
     with pytest.raises(ValueError, match=r"Register\.controllers: needs 2 bytes"):
         nat.decode_message(T["REGISTER"], body[:-2])  # a version 7 body: no controllers
     assert nat.decode_message(T["REGISTER"], body[:-2] + b"\xff\xff")["controllers"] == 65535
-    assert nat.FRAME_VERSION == 12
+    assert nat.FRAME_VERSION == 13
     assert (nat.NOT_THE_LEADER, nat.AWAITING_MAJORITY, nat.NO_MAJORITY) == (2, 3, 4)
 
 

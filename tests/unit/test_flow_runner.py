@@ -1,7 +1,8 @@
 """The controller's flow runner (csrc/controller/flow_runner.h) on its own: each flow of flows.cpp run over a
 scripted host (`_native.run_flow_script`), which records every call the runner makes of it and fails where a
 test says. What is checked here is the runner's part: the order of the steps, each action's targets, the
-fallback of a failed step, the relayout bracket and the leavers of a scale-in, and the lease ending a flow."""
+fallback of a failed step, the relayout bracket and the leavers of a scale-in or a partial scale-out, and the lease
+ending a flow."""
 from mindio_adaptor import _native as nat
 
 
@@ -64,7 +65,7 @@ def test_a_leaver_outside_a_scale_in_fails_the_action_and_the_flow_falls_back():
     calls = nat.run_flow_script("recover", replace={3}, leavers={2})
     rest = after(calls, "act rebuild_group [0,1,2,3]")
     assert rest[0] == ("begin_dump: ranks [2] replied to REBUILD_GROUP that they leave the job, which only a "
-                       "scale-in allows"), calls
+                       "scale-in or a partial scale-out allows"), calls
     assert not any(call.startswith("retire") for call in calls), calls
 
 
@@ -98,3 +99,24 @@ def test_a_scale_out_returns_the_retired_ranks_and_reloads_the_saved_step():
     assert calls.index("begin_relayout") < calls.index("act rebuild_group [0,1,2,3]") < \
         calls.index("end_relayout [0,1,2,3] ok"), calls
     assert [call for call in calls if call.startswith("act repair")] == ["act repair [0,1,2,3] load_ckpt"], calls
+
+
+def test_a_partial_scale_out_names_the_absent_ranks_and_a_returned_leaver_stays_retired():
+    # dp1 (rank 0) after two scale-ins; ranks 1 and 2 returned and are ready, rank 3 did not: rank 2's slice
+    # has rank 3 in it (the ranks' plan), so rank 2 leaves again and only rank 1 joins
+    calls = nat.run_flow_script("scale_out", replace={1, 2}, absent={3}, live={0}, leavers={2}, reload_step=4)
+    assert "act rebuild_group [0,1,2] absent [3]" in calls, calls
+    rest = after(calls, "act rebuild_group [0,1,2] absent [3]")
+    assert rest[:2] == ["end_relayout [0,1] ok", "retire [2]"], calls
+    assert "return_retired [1]" in calls and "act rollback [0,1]" in calls, calls
+
+
+def test_a_leaver_in_a_whole_scale_out_or_a_survivor_leaving_a_partial_one_fails_the_action():
+    for absent, leavers in (set(), {2}), ({3}, {0}):
+        calls = nat.run_flow_script("scale_out", replace={1, 2}, absent=absent, live={0}, leavers=leavers,
+                                    reload_step=4)
+        failed = [call for call in calls if "replied to REBUILD_GROUP" in call]
+        leaver, = leavers
+        assert failed and failed[0].endswith(f"ranks [{leaver}] replied to REBUILD_GROUP that they leave the job, "
+                                             "which in a scale-out only a returned rank of a partial one may"), calls
+        assert not any(call.startswith("retire") for call in calls), calls

@@ -76,6 +76,7 @@ class ControllerAction:
     error_ranks: Tuple[int, ...] = ()
     repairs: Tuple[RepairAssignment, ...] = ()  # as planned: one per optimizer type, every rank's pairs
     saves: Tuple[SaveAssignment, ...] = ()
+    absent_ranks: Tuple[int, ...] = ()  # rebuild_group of a partial scale-out: retired ranks that stay out
 
     @classmethod
     def from_wire(cls, wire: dict, strategy: str = "none") -> "ControllerAction":
@@ -84,7 +85,8 @@ class ControllerAction:
                    error_ranks=tuple(int(r) for r in wire.get("error_ranks", ())),
                    repairs=tuple(RepairAssignment.from_wire(e) for e in wire.get("repair", ())),
                    saves=tuple(SaveAssignment(int(s["optimizer_type"]), tuple(int(r) for r in s["ranks"]))
-                               for s in wire.get("save", ())))
+                               for s in wire.get("save", ())),
+                   absent_ranks=tuple(int(r) for r in wire.get("absent_ranks", ())))
 
     def own_repairs(self, rank: Optional[int]) -> List[RepairAssignment]:
         """What `rank` does in this REPAIR: one assignment per repair type of the plan, holding only the

@@ -41,6 +41,8 @@ class ScaleInPlan:
     old_replicas: int = 1  # the optimizer's replica count R before and after
     new_replicas: int = 1
     split: Optional[UnevenSplit] = None  # the step's micro-batches among the survivors (core/layout/uneven_split)
+    # the data-parallel rank lists of the job this plan starts from (a partial scale-out plans on them again)
+    start_dp_lists: Tuple[Tuple[int, ...], ...] = ()
 
     @property
     def uneven(self) -> bool:
@@ -65,7 +67,7 @@ class ScaleInPlan:
                            tuple(sorted(dropped)),
                            tuple(sorted(set(self.lost_dp_indices) | {dp_indices[i] for i in second.lost_dp_indices})),
                            self.old_dp, second.new_dp, second.num_microbatches, self.old_replicas,
-                           second.new_replicas, second.split)
+                           second.new_replicas, second.split, self.start_dp_lists)
 
     def describe(self) -> str:
         shares = self.split.describe() if self.split else f"{self.num_microbatches} micro-batches each"
@@ -106,7 +108,8 @@ def plan_scale_in(dp_lists: Sequence[Sequence[int]], lost: Iterable[int], global
         old_replicas = layout.sets[0].replica_cnt
         new_replicas = replicas_at(new_dp, old_replicas, expert_parallel)
     return ScaleInPlan(tuple(sorted(lost)), survivors, tuple(sorted(leaving - lost)), tuple(lost_indices), old_dp, new_dp,
-                       split.microbatches(0), old_replicas, new_replicas, split)
+                       split.microbatches(0), old_replicas, new_replicas, split,
+                       tuple(tuple(int(r) for r in ranks) for ranks in dp_lists))
 
 
 def split_at(new_dp: int, global_batch_size: int, micro_batch_size: int, old_dp: int) -> UnevenSplit:
@@ -137,3 +140,15 @@ def replicas_at(new_dp: int, replica_cnt: int, expert_parallel: int = 1) -> int:
     expert data-parallel size, dp / EP, where EP divides dp: Megatron cuts both into the instances)."""
     sizes = [new_dp] + ([new_dp // expert_parallel] if new_dp % expert_parallel == 0 else [])
     return max(r for r in range(1, min(replica_cnt, new_dp) + 1) if all(size % r == 0 for size in sizes))
+
+
+def refuse_expert_misfit(expert_parallel: int, plan: ScaleInPlan) -> None:
+    """The experts stay where they are (each survivor keeps its expert-parallel rank), so the new data-parallel
+    size must be a multiple of the expert-parallel size, and every survivor must run the same micro-batches
+    (an expert's all-to-all meets every rank of its group at each micro-batch)."""
+    if expert_parallel == 1:
+        return
+    if plan.uneven or plan.new_dp % expert_parallel:
+        raise ScaleInRefused(f"scale-in to dp{plan.new_dp} with expert-parallel size {expert_parallel}: the new "
+                             f"data-parallel size must be a multiple of it"
+                             + (", with the step's micro-batches shared evenly" if plan.uneven else ""))

@@ -22,6 +22,7 @@ class RecoveryAction:
     repair: Optional[RepairAssignment] = None  # repair: the pairs this rank sends or receives
     saves: Tuple[SaveAssignment, ...] = ()  # save_ckpt: the savers of each optimizer type
     error_ranks: Tuple[int, ...] = ()
+    absent_ranks: Tuple[int, ...] = ()  # rebuild_group of a partial scale-out: retired ranks that stay out
 
 
 @dataclass(frozen=True)
