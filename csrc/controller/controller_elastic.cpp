@@ -131,7 +131,8 @@ void Controller::scale_out() {
     ctx.absent = absent;
     ctx.reload_step = ctx.repair_step;
     const std::string without = absent.empty() ? "" : ", without ranks " + list_text(absent);
-    event_locked("scale_out", "ranks " + list_text(returned) + " at step " + std::to_string(ctx.repair_step) + without);
+    event_locked("scale_out", "ranks " + list_text(returned) + " at step " + std::to_string(ctx.repair_step) +
+                                  (absent.empty() ? "" : ": partial" + without));
     LOG_INFO(kLog, cfg_.rank, "elastic training: scaling out with ranks " << list_text(returned) << " after step "
                                   << ctx.repair_step << without
                                   << " (they returned after the scale-in and are ready)");

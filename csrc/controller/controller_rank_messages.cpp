@@ -53,7 +53,8 @@ void Controller::register_locked(uint64_t conn, RegisterMsg m, std::string refus
     event_locked(kind, "rank " + std::to_string(m.rank));
     LOG_INFO(kLog, cfg_.rank, "rank " << m.rank << " "
                                   << (returning ? "returned after the scale-in (a restarted process): the job scales out "
-                                                  "once every retired rank is back and ready"
+                                                  "once every retired rank is back and ready, or after "
+                                                  "MINDIO_SCALE_OUT_WAIT_S with the ready ones"
                                       : replacing ? "replaced by a restarted process"
                                       : again     ? "re-registered"
                                                   : "registered"));

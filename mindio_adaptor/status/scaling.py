@@ -7,8 +7,9 @@ type-0 rank lists (with tensor parallelism there is one list per TP position, al
 layouts are: the start's (the controller's layout while the job never scaled; otherwise the ranks in the
 job divided by the number of type-0 lists of any layout it has, since every rank is in one such list at the
 start and a resize keeps how many there are), the one the ranks report after each resize (events
-`relayout`, or the part reported before a `relayout_incomplete`), and after a scale-out the start's (it
-grows back only to the original size). A size none of these gives is None, shown as "dp?".
+`relayout`, or the part reported before a `relayout_incomplete`), and after a whole scale-out the start's. A
+partial scale-out (its event says `partial, without ranks [..]`) leaves the job scaled in: its size is its
+relayout's. A size none of these gives is None, shown as "dp?".
 """
 import re
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ def scale_events(events: Sequence[Tuple[float, str, str]], world_size: int,
     for t, kind, detail in events:
         if kind in ("scale_in", "scale_out"):
             current = _begin(out, t, kind, detail, size_now)
-            if kind == "scale_out":
+            if kind == "scale_out" and not _partial(detail):
                 current.dp_after = start_dp
         elif current is None:
             continue
@@ -84,7 +85,7 @@ def scale_out_note(events: Sequence[Tuple[float, str, str]]) -> str:
     note, scaled_in = "", False
     for _, kind, detail in events:
         if kind in ("scale_in", "scale_out"):
-            note, scaled_in = "", kind == "scale_in"
+            note, scaled_in = "", kind == "scale_in" or _partial(detail)
         elif not scaled_in:
             continue
         elif kind == "returned":
@@ -120,9 +121,15 @@ def _begin(so_far: List[ScaleEvent], t: float, kind: str, detail: str, size_now:
         event = ScaleEvent(len(so_far) + 1, t, "in", step, size_now, None, _reason(match.group(3)), lost=ranks)
     else:
         event = ScaleEvent(len(so_far) + 1, t, "out", step, size_now, None,
-                           f"ranks {ranks} returned after the scale-in and are ready", returned=ranks)
+                           f"ranks {ranks} returned after the scale-in and are ready"
+                           + (f" ({_reason(match.group(3))})" if match.group(3) else ""), returned=ranks)
     so_far.append(event)
     return event
+
+
+def _partial(detail: str) -> bool:
+    """A scale_out event of a partial scale-out: some retired ranks stay out (csrc/controller/scale_out.h)."""
+    return ": partial, without ranks [" in detail
 
 
 def _reason(text: Optional[str]) -> str:

@@ -28,8 +28,9 @@ def at_normal(what):
 
 
 def scale_in_and_back(tmp):
-    """dp8 R=2 loses ranks 6 and 7, scales in to dp6 after the wait; rank 6 returns alone and is sent away;
-    then ranks 6 and 7 return and the job scales out to dp8."""
+    """dp8 R=2 loses ranks 6 and 7, scales in to dp6 after the wait; rank 6 returns alone, is not ready within
+    the scale-out's wait and is sent away; rank 6 returns again, ready, and after the wait the job grows to dp7
+    without rank 7 (a partial scale-out); then rank 7 returns and the job scales out to dp8."""
     job = Job(tmp, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, relayout=1, idle_after_repair=1,
               idle_s=120)
     try:
@@ -39,14 +40,17 @@ def scale_in_and_back(tmp):
         wait_until(lambda: job.controller_events("relayout"), 30, "the layout at dp6")
         at_normal("training at dp6")
         scaled_in = snapshot()
-        job.spawn(6, restarted=True)
+        job.spawn(6, restarted=True, track=False, ready_after_s=10).wait(timeout=40)
         wait_until(lambda: job.controller_events("scale_out_abandoned"), 30, "rank 6 sent away")
         waiting = snapshot()
-        for rank in (6, 7):
-            job.spawn(rank, restarted=True)
-        wait_until(lambda: len(job.controller_events("relayout")) == 2, 40, "the layout after the scale-out")
+        job.spawn(6, restarted=True, absent=7)
+        wait_until(lambda: len(job.controller_events("relayout")) == 2, 40, "the layout after the partial scale-out")
+        at_normal("training at dp7")
+        partly_back = snapshot()
+        job.spawn(7, restarted=True)
+        wait_until(lambda: len(job.controller_events("relayout")) == 3, 40, "the layout after the scale-out")
         at_normal("training at dp8")
-        return {"scaled_in": scaled_in, "sent_away": waiting, "scaled_out": snapshot()}
+        return {"scaled_in": scaled_in, "sent_away": waiting, "partly_back": partly_back, "scaled_out": snapshot()}
     finally:
         job.close()
 

@@ -56,7 +56,7 @@ def test_a_scale_in_after_the_wait_names_the_sizes_the_lost_ranks_and_why():
                                                                       "dp8 -> dp6")
 
 
-def test_a_return_sent_away_is_the_scale_out_note_and_the_scale_out_back_a_second_event():
+def test_a_return_sent_away_is_the_scale_out_note_and_each_scale_out_back_an_event():
     away = status_of("sent_away", until_kind="scale_out_abandoned")
     assert away.scale_out_note.startswith("no scale-out: after ") and "ranks [7] have not returned" in \
         away.scale_out_note and "returned ranks [6] are sent away" in away.scale_out_note, away.scale_out_note
@@ -64,12 +64,28 @@ def test_a_return_sent_away_is_the_scale_out_note_and_the_scale_out_back_a_secon
     status = status_of("scaled_out")
     assert [summary(e) for e in status.scaling] == [
         (1, "in", "dp8 -> dp6", [6, 7], [], [], "training goes on"),
-        (2, "out", "dp6 -> dp8", [], [], [6, 7], "training goes on")]
-    assert status.scaling[1].why == "ranks [6, 7] returned after the scale-in and are ready"
-    assert status.scaling[1].after_step >= status.scaling[0].after_step
+        (2, "out", "dp6 -> dp7", [], [], [6], "training goes on"),
+        (3, "out", "dp7 -> dp8", [], [], [7], "training goes on")]
+    assert status.scaling[2].why == "ranks [7] returned after the scale-in and are ready"
+    assert status.scaling[2].after_step >= status.scaling[1].after_step >= status.scaling[0].after_step
     assert status.dp_size == 8 and status.scale_out_note == ""
     recovery = status.recoveries[-1]
-    assert (recovery.strategy, recovery.faults, recovery.resized) == ("scale_out", [], "dp6 -> dp8")
+    assert (recovery.strategy, recovery.faults, recovery.resized) == ("scale_out", [], "dp7 -> dp8")
+
+
+def test_a_partial_scale_out_names_who_stays_out_and_leaves_the_rest_retired():
+    status = status_of("partly_back")
+    [_, partial] = status.scaling
+    assert summary(partial) == (2, "out", "dp6 -> dp7", [], [], [6], "training goes on")
+    assert partial.why == "ranks [6] returned after the scale-in and are ready (partial, without ranks [7])"
+    assert status.dp_size == 7 and [r.rank for r in status.ranks if r.health == "retired"] == [7]
+    # still scaled in: a later return's word is the note again
+    events = [tuple(e) for e in LOGS["scaled_out"]["events"]]
+    at = [kind for _, kind, _ in events].index("scale_out")
+    later_return = [e for e in events[at + 1:] if e[1] == "returned"][0]
+    status = job_status("NORMAL", LOGS["partly_back"]["ranks"], [*events[:at + 1], later_return], {},
+                        LOGS["partly_back"]["layout"])
+    assert status.scale_out_note == "rank 7 returned after the scale-in", status.scale_out_note
 
 
 def test_the_cluster_manager_s_downgrade_is_the_reason_of_its_scale_in():
@@ -126,9 +142,11 @@ def test_the_terminal_table_has_a_scaling_section_and_the_size_now():
     at = lines.index("scaling:")
     assert lines[at + 1].startswith("  #1 in dp8 -> dp6 after step ") and \
         f"ranks [6, 7] lost ({WAIT_TIMED_OUT}" in lines[at + 1] and lines[at + 1].endswith("; training goes on")
-    assert lines[at + 2].startswith("  #2 out dp6 -> dp8 after step ") and lines[at + 2].endswith(
-        ": ranks [6, 7] returned after the scale-in and are ready; training goes on")
-    assert [line for line in lines if "scale_out at +" in line][0].count(", training goes on, dp6 -> dp8 (") == 1
+    assert lines[at + 2].startswith("  #2 out dp6 -> dp7 after step ") and lines[at + 2].endswith(
+        ": ranks [6] returned after the scale-in and are ready (partial, without ranks [7]); training goes on")
+    assert lines[at + 3].startswith("  #3 out dp7 -> dp8 after step ") and lines[at + 3].endswith(
+        ": ranks [7] returned after the scale-in and are ready; training goes on")
+    assert [line for line in lines if "scale_out at +" in line][-1].count(", training goes on, dp7 -> dp8 (") == 1
     assert "ranks [4] left with their slices" in table_of("left_with_slice")
     assert "  scale-out: rank 5, returned after the scale-in, was lost" in table_of("return_lost")
     assert "  #2 out dp? -> dp? after step 10 at +" in table_of("scale_out_failed")
@@ -161,8 +179,8 @@ def test_metrics_give_the_size_now_and_the_scale_events_by_direction():
     out = metrics_of("scaled_out")
     assert out[("mindio_data_parallel_size", ())] == 8
     assert out[("mindio_scale_events_total", (("direction", "in"),))] == 1
-    assert out[("mindio_scale_events_total", (("direction", "out"),))] == 1
-    assert out[("mindio_recoveries_total", (("outcome", "training goes on"), ("strategy", "scale_out")))] == 1
+    assert out[("mindio_scale_events_total", (("direction", "out"),))] == 2
+    assert out[("mindio_recoveries_total", (("outcome", "training goes on"), ("strategy", "scale_out")))] == 2
     unknown = metrics_of("return_lost")
     assert ("mindio_data_parallel_size", ()) not in unknown
     assert unknown[("mindio_scale_events_total", (("direction", "out"),))] == 0
