@@ -10,7 +10,7 @@ with the returned ranks that are ready, naming the ranks still absent (csrc/cont
 then grows to the size at which only the absent ranks' data-parallel slices are missing: planned as a
 scale-in from the job's start without them (`plan_partial_return`), which every rank computes alike, the
 survivors from their plan's start lists, a returned process from its own. A returned rank whose slice has
-an absent rank cannot train without it and leaves again (the plan's `dropped`). Where the experts cannot sit
+an absent rank cannot train without it and leaves again (it is no survivor of the plan). Where the experts cannot sit
 at that size (expert parallelism), nobody joins and the job stays at its size. The result is again a plan
 from the start, so a later scale-out, whole or partial, or a second scale-in goes on from it.
 """
