@@ -475,10 +475,12 @@ def test_a_process_lost_while_scaled_in_scales_in_again_to_dp1(second_fault, ref
     assert re.search(r"replica layout at the new size, reported by ranks \[0\]: type 0 R=1 \[0\]", run.output)
     assert re.search(r"scale-in: rank 0 is rank 0 of 1 now; communicators rebuilt \(epoch \d+\) for dp2 -> dp1",
                      run.output), run.output[-6000:]
-    # step 5 at dp2 and step 6 at dp1 (8 micro-batches on one rank) see the uninterrupted run's losses
+    # step 5 at dp2 and step 6 at dp1 (8 micro-batches on one rank) see the uninterrupted run's losses; rank 0 may
+    # have begun step 6 at dp2 before rank 1's loss stopped it (its 4 micro-batches there come first)
     for step in range(1, SECOND_FAULT_AFTER + 1):
         assert run.losses[step] == pytest.approx(reference.losses[step], rel=1e-4), step
-    assert sorted(ranks_by_step(run.output)[SECOND_FAULT_AFTER]) == [0] * 8
+    by_step = ranks_by_step(run.output)[SECOND_FAULT_AFTER]
+    assert by_step[-8:] == [0] * 8 and len(by_step) in (8, 12), by_step
 
 
 def test_an_error_at_dp1_ends_in_the_dump_of_the_dp1_layout(second_fault, second_fault_dir):
