@@ -39,6 +39,14 @@ std::string Controller::process_ended_locked(const ProcessEndedMsg& m, bool* had
         *had_left = true;
         return who + " had left the job before " + process + " ended: nothing to restart";
     }
+    if (intake_.completed()) {
+        // Killed on its way out after the last step (no goodbye yet): a process started again would wait for a
+        // job that is over, and hold its node's launcher until its timeouts ran out.
+        *had_left = true;
+        event_locked("process_ended", who + ": " + process + " after the job completed");
+        return who + "'s " + process + " ended after the job completed (rank " +
+               std::to_string(intake_.finished_rank()) + " finished training): nothing to restart";
+    }
     if (r.dead) return who + " was already dead: " + process + " ended";
     event_locked("process_ended", who + ": " + process);
     LOG_WARN(kLog, cfg_.rank, who << "'s " << process << " ended, its launcher reports"

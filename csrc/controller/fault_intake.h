@@ -37,6 +37,7 @@ public:
     // The first rank to finish training means every collective of it is done. True for that first one.
     bool note_finished(int rank);
     bool completed() const { return finished_rank_ >= 0; }
+    int finished_rank() const { return finished_rank_; }  // the first to finish training; -1 before
 
 private:
     EventLog& events_;

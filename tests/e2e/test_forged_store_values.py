@@ -24,6 +24,7 @@ from torch.distributed import PrefixStore, TCPStore
 
 from mindio_adaptor import _native
 from mindio_adaptor.core.job import job_store
+from mindio_adaptor.tiny.elastic import HELD_STEP_LIMIT_S
 from mindio_adaptor.tiny.job import LocalCluster, process_ids
 
 pytestmark = pytest.mark.e2e
@@ -110,9 +111,14 @@ def forged_run(tmp_path_factory):
         if match and int(match.group(1)) in steps:
             steps[int(match.group(1))].set()
 
-    planted = tmp_path_factory.mktemp("forged") / "the-planted-pickle-ran"
-    cluster = LocalCluster(FLAGS, launch_flags=["--node-lost-after", "3"], env={"MINDIO_TOKEN": TOKEN},
-                           on_line=on_line)
+    workdir = tmp_path_factory.mktemp("forged")
+    planted, forged, killed = workdir / "the-planted-pickle-ran", workdir / "forged", workdir / "rank_3_killed"
+    # Steps 4 and 6 wait for the test (the example's hold, which changes no result): the forgeries come during
+    # the run and the kill before its end, however slowly a loaded machine lets the test read the logs (once,
+    # two shared cores let the job finish before the kill, whose process was then started again for nothing).
+    holds = ["--hold-before-step", "4", "6", "--hold-until-file", str(forged), str(killed)]
+    cluster = LocalCluster([*FLAGS, *holds], launch_flags=["--node-lost-after", "3"],
+                           env={"MINDIO_TOKEN": TOKEN, "MINDIO_STEP_TIMEOUT_S": HELD_STEP_LIMIT_S}, on_line=on_line)
     cluster.start_node("--node-rank", "0")
     cluster.start_node("--node-rank", "1")
     cluster.start_node("--standby")
@@ -121,10 +127,12 @@ def forged_run(tmp_path_factory):
     stranger.forge(planted)
     port = int(re.search(r"node 0\] active controller started as pid \d+ on port (\d+)", "".join(cluster.lines)).group(1))
     stranger.attack_controller(port, cluster.worker_of(2).pid)
+    forged.touch()
     cluster.wait_for(steps[5], "step 5")
     rank_3 = cluster.worker_of(3)
     assert rank_3 is not None, "rank 3's process was not found"
     rank_3.kill()
+    killed.touch()
     return cluster.wait(), stranger, planted
 
 

@@ -1,6 +1,7 @@
 """Recovery flows over real sockets with real processor processes: online repair after a memory
 error, dump after a SIGKILL or a hung handler."""
 import os
+import re
 import signal
 import time
 
@@ -214,6 +215,12 @@ def test_a_rank_lost_after_another_finished_training_is_not_acted_on(tmp_path, j
         contact = ControllerContact("127.0.0.1", job.port, os.environ.get("MINDIO_TOKEN", ""))
         answer = report_process_ended(contact, 0, job.procs[0].pid, "signal SIGABRT")
         assert answer.rank_had_left and "rank 0 had left the job before process" in answer.message, answer
+        # Rank 2 died after the job completed, with no goodbye (killed on its way out): its launcher is told not
+        # to start it again, which would wait for a job that is over (seen: five minutes, then a group restart).
+        answer = report_process_ended(contact, 2, job.procs[2].pid, "signal SIGKILL")
+        assert answer.rank_had_left and re.match(r"rank 2's process \d+ \(signal SIGKILL\) ended after the job "
+                                                 r"completed \(rank \d finished training\): nothing to restart",
+                                                 answer.message), answer
     except AssertionError:
         print(job.worker_logs())
         raise
