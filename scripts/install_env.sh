@@ -10,7 +10,7 @@ if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.1
     $PY -m pip install -q torch==2.13.0
 fi
 $PY -m pip install -q "setuptools>=64" wheel "pybind11>=2.12" wrapt numpy packaging einops psutil \
-    typing_extensions pytest prometheus_client matplotlib py-spy six regex pyyaml pydantic isort
+    typing_extensions pytest pytest-xdist prometheus_client matplotlib py-spy six regex pyyaml pydantic isort
 # isort: tests/unit/test_imports_sorted keeps the package's imports in order.
 # py-spy: a test run that hangs puts every process's stacks in its error (tiny_job), so a CI log shows where.
 # six, regex: megatron.training of 0.12 and 0.16 imports them at start (its tokenizers); pyyaml: 0.12 to 0.18
