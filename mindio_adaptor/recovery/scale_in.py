@@ -10,8 +10,7 @@ data-parallel size.
 """
 import logging
 
-from mindio_adaptor.core.layout.scale_in_plan import (ScaleInPlan, ScaleInRefused, plan_scale_in,
-                                                      refuse_expert_misfit)
+from mindio_adaptor.core.layout.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in, refuse_expert_misfit
 from mindio_adaptor.recovery.session import StepSnapshot
 
 logger = logging.getLogger(__name__)

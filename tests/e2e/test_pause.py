@@ -110,7 +110,8 @@ def test_the_goodput_ledger_adds_up_to_the_wall_time_with_the_pause_and_the_repa
     assert abs(float(wall) - lived) <= 0.01 * lived + 0.05, (wall, lived)
     assert HOLD_S - 0.1 <= uses["paused"] <= HOLD_S + 1.0, uses
     assert uses["recovering"] > 0 and uses["recomputed"] > 0 and uses["productive"] > 0 and uses["start-up"] > 0
-    assert float(ratio) == round(uses["productive"] / float(wall), 2)
+    # each figure is printed rounded to 2 decimals, the ratio from the unrounded ones (seen: 0.44 of 6.62 / 15.22)
+    assert abs(float(ratio) - uses["productive"] / float(wall)) <= 0.006, (ratio, uses, wall)
     assert re.search(r"; recovery #1: .*ABNORMAL [\d.]+ s.*, recomputed [\d.]+ s$", run.output, re.M)
 
 
@@ -120,4 +121,6 @@ def test_the_slowed_rank_alone_is_reported_slow(paused_run):
                       r"against the ranks' median of (\d+) ms \(2 windows of 2 steps in a row over 1.5x\)", run.output)
     assert [rank for rank, *_ in slow] == ["3"], slow  # once, and none of the peers that wait for it
     _, first, last, compute, median = map(int, slow[0])
-    assert last <= 6 and compute >= median + 500, slow  # two sleeps of 0.3 s per step (two micro-batches)
+    # two sleeps of 0.3 s per step (two micro-batches); a loaded machine stretches the median too (seen: 704 ms
+    # against 319 under two test workers), so the sleeps show as the rule's own 1.5x and as most of their 0.6 s
+    assert last <= 6 and compute >= 1.5 * median and compute >= 500, slow
