@@ -127,8 +127,7 @@ def _rebuild_optimizer_instances(layout: ReplicaLayout, ps):
     model, DDP and optimizer read them."""
     rank, r_count = dist.get_rank(), layout.sets[0].replica_cnt
     with_gloo = ps._INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO is not None
-    dense = [s for s in layout.sets if s.optimizer_type == ATTENTION]
-    experts = [s for s in layout.sets if s.optimizer_type == MOE]
+    dense, experts = layout.sets_of(ATTENTION), layout.sets_of(MOE)
     mine = {}
     instances = [[] for _ in range(r_count)]
     for s in dense:

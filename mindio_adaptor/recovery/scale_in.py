@@ -10,6 +10,7 @@ data-parallel size.
 """
 import logging
 
+from mindio_adaptor.core.layout.replica_layout import ATTENTION
 from mindio_adaptor.core.layout.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in, refuse_expert_misfit
 from mindio_adaptor.recovery.session import StepSnapshot
 
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 def plan_for(margs, layout, lost) -> ScaleInPlan:
     """The scale-in after `lost` (global ranks), refused where this slice cannot do it."""
     refuse_unsupported(margs)
-    dense = [s for s in layout.sets if s.optimizer_type == 0]
+    dense = layout.sets_of(ATTENTION)
     plan = plan_scale_in([s.rank_list for s in dense], lost, margs.global_batch_size, margs.micro_batch_size,
                          layout, margs.expert_model_parallel_size)
     refuse_expert_misfit(margs.expert_model_parallel_size, plan)

@@ -28,7 +28,7 @@ def partial_target_of_returned(margs, layout, returned, absent) -> Tuple[ScaleIn
     if layout is None:
         raise ScaleOutRefused(f"returned process of rank {margs.rank} has no replica layout to plan the partial "
                               f"scale-out without ranks {sorted(absent)} on")
-    dense = [s for s in layout.sets if s.optimizer_type == ATTENTION]
+    dense = layout.sets_of(ATTENTION)
     return plan_partial_return([s.rank_list for s in dense], absent, returned, margs.global_batch_size,
                                margs.micro_batch_size, dense[0].replica_cnt, margs.expert_model_parallel_size)
 

@@ -266,6 +266,10 @@ class ReplicaLayout:
             layout.warn_if_not_spread()
         return layout
 
+    def sets_of(self, optimizer_type: int) -> List[ReplicaSet]:
+        """The data-parallel lists of one optimizer type (ATTENTION: the dense ones), in the layout's order."""
+        return [s for s in self.sets if s.optimizer_type == optimizer_type]
+
     def set_of(self, rank: int, optimizer_type: int = ATTENTION) -> ReplicaSet:
         for s in self.sets:
             if s.optimizer_type == optimizer_type and rank in s._index:
