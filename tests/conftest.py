@@ -6,6 +6,10 @@ import pytest
 
 from mindio_adaptor.core.detection.offender_record import FILE_ENV
 
+# The table of what each test module cost (tests/suite_cost.py). By its bare name: pytest puts tests/ (no __init__.py)
+# on sys.path to import this conftest, as the tests' own `from megatron_releases import` relies on.
+pytest_plugins = ["suite_cost"]
+
 # Megatron wraps its fusions in torch.compile at import; with this set, patch_all() hands them back unchanged without
 # importing torch's compiler (core/process/compile_switch), about 3 CPU-seconds of each process that imports Megatron,
 # this one included. Tiny jobs set it anyway (tiny/job.JOB_ENV); test_compile_switch sets it both ways itself.
