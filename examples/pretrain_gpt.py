@@ -13,15 +13,14 @@ import gc
 # later collection scans them.
 gc.disable()
 
-import atexit  # noqa: E402
 import inspect  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from functools import partial  # noqa: E402
 
 import mindio_adaptor  # noqa: E402
+from mindio_adaptor.core.process.process_ending import end_process  # noqa: E402
 from mindio_adaptor.tiny.job import params_digest  # noqa: E402
 
 mindio_adaptor.patch_all()
@@ -190,30 +189,13 @@ def main():
         say(f"params digest {digest}")  # one write: a line split by another process's output is not found
 
 
-def exit_without_teardown() -> None:
-    """Ends a rank whose run succeeded without the interpreter's teardown, which on a Megatron process is slow
-    and adds nothing: its final garbage collection walks every object of the model and the optimizer, and each
-    gloo process group joins its device threads one by one (1.5-3 s per rank on a tiny dp4 job here, measured
-    from the last exit handler to the process's end, 2026-11-29) and can abort there. What a normal exit does
-    first is done first: the other threads are waited for, and every exit handler (the adaptor's processor and
-    in-job controller, the reaper of data-loader processes, logging) runs, in order."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
     main()
-    # Process groups left to interpreter teardown can abort a rank after a successful run: a gloo
-    # thread still running at exit ("terminate called without an active exception", SIGABRT after the
-    # rank's "done" line; 3 of 15 bare 4-rank gloo runs here, none of 20 with this call). Only after a
-    # successful main(): every rank is past its last collective, and a failed run keeps its own error.
-    # The adaptor's atexit hook (controller_link.disconnect: processor, in-job controller) runs after
-    # this and needs no process group.
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    exit_without_teardown()
+    # The rank's work is written (its checkpoints, its done line, the digest): its end must come promptly whatever
+    # threads torch, Megatron or a data loader left (a fresh compile cache left an idle executor thread that held
+    # every rank forever), after the exit handlers a normal exit runs (the adaptor's processor and in-job
+    # controller among them) and without the interpreter's teardown (core/process/process_ending). The process
+    # groups are destroyed first: left to a teardown, a gloo thread still running at exit could abort a rank after
+    # a successful run ("terminate called without an active exception", 3 of 15 bare 4-rank gloo runs here).
+    end_process(0, who=f"rank {os.environ.get('RANK', '?')}",
+                before=[torch.distributed.destroy_process_group] if torch.distributed.is_initialized() else [])

@@ -29,7 +29,7 @@ TEST_ONLY = re.compile(r"^(MINDIO_|TTP_|PET_|TORCHINDUCTOR_|TORCH_COMPILE_DISABL
 COMMANDS: Dict[str, dict] = {
     "train": {"argv": ["bash", "scripts/train_tiny_gpt.sh"], "limit_s": 240,
               "must_print": [r"^params digest [0-9a-f]{64}$", *(rf"^rank {r} pid \d+ done$" for r in range(4))]},
-    "demo": {"argv": [sys.executable, "-m", "mindio_adaptor.cli", "demo"], "limit_s": 420,
+    "demo": {"argv": ["mindio-adaptor", "demo"], "limit_s": 420,
              "must_print": [r"params digest equal to the uninterrupted run: yes"]},
 }
 
@@ -58,7 +58,15 @@ def become_subreaper() -> None:
 
 
 def descendants() -> List[int]:
-    return [p.pid for p in psutil.Process().children(recursive=True)]
+    """Every live process below this one (an adopted process that already ended waits to be reaped as a zombie)."""
+    alive = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
 
 
 def run(name: str) -> bool:
@@ -87,7 +95,10 @@ def run(name: str) -> bool:
                 pass
         proc.wait()
         for child in psutil.Process().children():
-            child.wait(10)  # reap what was adopted
+            try:
+                child.wait(10)  # reap what was adopted
+            except psutil.Error:
+                pass
         wall = time.monotonic() - start
         output = Path(log_path).read_text(errors="replace")
     missing = [p for p in spec["must_print"] if not re.search(p, output, re.M)]

@@ -1,0 +1,83 @@
+"""The user's path, without the suite's savings (docs/testing.md): torch.compile on with an empty cache, Megatron's
+data-loader workers, every worker a new interpreter (plain torchrun; `mindio-adaptor launch` without forked workers),
+and a user's script that leaves an idle non-daemon thread and an unshut ThreadPoolExecutor behind.
+
+One uninterrupted run under plain torchrun is the reference; one run under `mindio-adaptor launch` has an online
+repair (a memory error on rank 1 in step 3) and a process replacement (rank 2 killed in step 6): it ends
+bit-identical to the reference. Both check that every rank ends by itself, promptly, after its done line."""
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
+
+pytestmark = pytest.mark.e2e
+SCRIPT = str(Path(__file__).with_name("user_script_leaving_threads.py"))
+FLAGS = ["--enable-high-availability", "--enable-hbmfault-repair", "--enable-worker-reboot", "--num-workers", "2"]
+PLAIN_TORCHRUN = ("torch.distributed.run",)
+LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
+ENDING_BOUND_S = 10.0  # from a rank's done line to its exit (issue 48)
+_DONE = re.compile(r"^rank \d+ pid \d+ done$")
+
+
+def user_environment(cache: Path) -> dict:
+    """The tiny jobs' environment (tiny/job.JOB_ENV) with the user's settings back."""
+    return {"TORCH_COMPILE_DISABLE": "0", "PET_FORK_WORKERS": "0", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+
+
+def timed_run(launcher, env, timeout=420):
+    """The run and how long after its last done line the whole job ended."""
+    last_done = []
+
+    def on_line(line):
+        if _DONE.match(line.strip()):
+            last_done.append(time.monotonic())
+
+    run = run_training(FLAGS, env=env, launcher=launcher, script=SCRIPT, on_line=on_line, timeout=timeout)
+    ended = time.monotonic()
+    return run, (ended - last_done[-1]) if last_done else None
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("inductor-cache")
+    reference = timed_run(PLAIN_TORCHRUN, user_environment(cache))
+    compiled = sorted(p.name for p in cache.iterdir())
+    faults = tmp_path_factory.mktemp("faults")
+    faulted = timed_run(LAUNCH, {**user_environment(cache), "MINDIO_FAULT_STATE_DIR": str(faults),
+                                 "MINDIO_FAULT_INJECT": "raise:rank=1,step=3,msg=UCE ERROR user path;"
+                                                        "kill:rank=2,step=6"})
+    return reference, faulted, compiled
+
+
+def test_the_uninterrupted_run_compiles_and_every_rank_ends_by_itself(runs):
+    (run, ending_s), _, compiled = runs
+    run.require_success()
+    assert run.digest is not None and sorted(run.loss_line_steps) == list(range(1, 9))
+    assert compiled, "torch.compile wrote nothing into the empty cache: the fusions were not compiled"
+    assert "workers are forked" not in run.output
+    assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
+    # the user's idle thread is named and left behind; the unshut pool's worker was stopped by threading's exit hook
+    assert re.search(r"\[mindio [\d:]+ rank 0\] ends without waiting longer for threads \(its limit passed\)",
+                     run.output)
+    assert "thread 'users-idle-thread' (non-daemon)" in run.output
+    assert "users-unshut-pool" not in run.output
+    assert not run.leftover
+
+
+def test_a_repair_and_a_replacement_end_bit_identical_to_it(runs):
+    (reference, _), (run, ending_s), _ = runs
+    run.require_success()
+    assert "decision retry: faults 1:memory repair_step=2" in run.output
+    assert "ranks [2] replaced, training resumes at step 5" in run.output
+    seen = process_ids(run.output)
+    for rank in (0, 1, 3):
+        assert kept_one_process(seen, rank), seen
+    assert len(set(seen[2]["starting"])) == 2, seen
+    assert run.losses == reference.losses
+    assert sorted(run.loss_line_steps) == list(range(1, 9))
+    assert run.digest == reference.digest
+    assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
+    assert not run.leftover
