@@ -12,13 +12,16 @@ def patch_all(fault_handling: str = "adaptor"):
     (mindio_ttp) handles faults and answers the controller itself; the patches only give it the replica
     layout, the device layer and the stages its handlers call (recovery/client_actions,
     docs/reference_api.md)."""
-    from mindio_adaptor.core.process import child_reaper, fork_safety, orphan_guard
+    import os
+
+    from mindio_adaptor.core.process import child_reaper, fork_safety, orphan_guard, process_ending
     from mindio_adaptor.patches import registry
 
     fork_safety.guard_forks()  # Megatron's DataLoader forks while torch's gloo threads enter Python
     orphan_guard.arm()  # in a helper process spawned by a rank: it must not outlive the rank
     orphan_guard.install_for_children()  # helpers forked or forkserver-started by this process end with it
     child_reaper.install()  # and its exit never waits without end for a daemonic child
+    process_ending.bound_the_exit(lambda: f"rank {os.environ.get('RANK', '?')}")  # nor for a thread: 30 s at most
     registry.patch_all(fault_handling=fault_handling)
 
 

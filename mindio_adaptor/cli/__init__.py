@@ -6,7 +6,10 @@ namespace, returns the exit code).
 """
 import argparse
 import importlib
+import os
 import sys
+
+from mindio_adaptor.core.process import process_ending
 
 # Module names (inside mindio_adaptor.cli) of the subcommands, in the order --help lists them.
 SUBCOMMAND_MODULES = [
@@ -36,8 +39,12 @@ def build_parser():
 
 
 def main(argv=None):
+    """The command's exit code; `argv` None: this process is the command, whose exit is then bounded (a launcher or a
+    controller still alive 30 s after its exit began names the threads that held it and ends, exit code 1)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:
+        process_ending.bound_the_exit(f"mindio-adaptor {args.command or ''} pid {os.getpid()}".replace("  ", " "))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -89,3 +89,29 @@ def test_a_sigint_while_an_exit_handler_hangs_ends_it_within_the_hurry():
     code, _, err = ended(proc)
     assert code == 1 and "SIGINT while ending" in err
     assert time.monotonic() - signalled < 15
+
+
+NORMAL_EXIT = textwrap.dedent("""
+    import threading
+    from mindio_adaptor.core.process.process_ending import bound_the_exit
+
+    bound_the_exit("test launcher", limit_s=2.0)
+    if {leave_a_thread}:
+        threading.Thread(target=threading.Event().wait, name="never-ending").start()
+    print("returning", flush=True)
+""")
+
+
+def test_a_normal_exit_held_by_a_thread_is_named_and_ended_at_the_bound():
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", NORMAL_EXIT.format(leave_a_thread=True)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and 2 <= time.monotonic() - began < 15
+    assert "[mindio" in done.stderr and "test launcher] still alive past its ending's limit" in done.stderr
+    assert "thread 'never-ending' (non-daemon)" in done.stderr
+
+
+def test_a_bounded_normal_exit_with_nothing_left_is_unchanged():
+    done = subprocess.run([sys.executable, "-c", NORMAL_EXIT.format(leave_a_thread=False)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "returning\n" and done.stderr == ""

@@ -30,7 +30,7 @@ import textwrap
 import threading
 import time
 import traceback
-from typing import Callable, NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence, Union
 
 THREADS_LIMIT_S = 5.0
 HURRY_S = 5.0
@@ -55,7 +55,7 @@ def end_process(code: int = 0, who: str = "", before: Sequence[Callable[[], obje
     os._exit(code)
 
 
-def bound_the_exit(who: str = "", limit_s: float = HARD_LIMIT_S) -> None:
+def bound_the_exit(who: Union[str, Callable[[], str]] = "", limit_s: float = HARD_LIMIT_S) -> None:
     """From the start of this process's normal exit (threading's exit hooks run first), limit_s before its threads
     are named and it ends with code 1. Idempotent."""
     watchdog = _watchdog_of(who)
@@ -64,7 +64,7 @@ def bound_the_exit(who: str = "", limit_s: float = HARD_LIMIT_S) -> None:
         threading._register_atexit(lambda: watchdog.arm(limit_s))
 
 
-def _watchdog_of(who: str) -> "_Watchdog":
+def _watchdog_of(who: Union[str, Callable[[], str]]) -> "_Watchdog":
     global _watchdog
     if _watchdog is None:
         _watchdog = _Watchdog(who or f"pid {os.getpid()}")
@@ -75,23 +75,30 @@ def _watchdog_of(who: str) -> "_Watchdog":
 
 class _Watchdog:
     """A daemon thread that ends the process once a deadline passes; started idle, so that arming it never needs a
-    new thread (none may start once the interpreter's exit began)."""
+    new thread (none may start once the interpreter's exit began), and costing nothing until it is armed."""
 
-    def __init__(self, who: str):
+    def __init__(self, who: Union[str, Callable[[], str]]):
         self.who = who
         self.deadline = None
         self.exit_bound = False
+        self._armed = threading.Event()
         threading.Thread(target=self._watch, name="mindio-exit-watchdog", daemon=True).start()
 
     def arm(self, limit_s: float) -> None:
-        """Ends the process limit_s from now, or sooner if it was armed sooner."""
+        """Ends the process limit_s from now, or sooner if it was armed sooner. Not from a signal handler (the
+        event's lock); there, tighten an armed watchdog."""
+        self.tighten(limit_s)
+        self._armed.set()
+
+    def tighten(self, limit_s: float) -> None:
         deadline = time.monotonic() + limit_s
         if self.deadline is None or deadline < self.deadline:
             self.deadline = deadline
             faulthandler.dump_traceback_later(limit_s + BACKSTOP_S, exit=True)
 
     def _watch(self) -> None:
-        while self.deadline is None or time.monotonic() < self.deadline:
+        self._armed.wait()
+        while time.monotonic() < self.deadline:
             time.sleep(_POLL_S)
         say(self.who, f"still alive past its ending's limit; what held it:\n{thread_stacks()}")
         _flush()
@@ -117,7 +124,7 @@ class _Ending:
         # No lock here: the main thread may hold the very lock a threading primitive would take.
         if signum != signal.SIGALRM:
             self.hurried = True
-            self.watchdog.arm(HURRY_S)
+            self.watchdog.tighten(HURRY_S)
             say(self.watchdog.who, f"{signal.Signals(signum).name} while ending: the exit handlers get {HURRY_S:.0f} s")
         if self.waiting_for_threads:
             raise _StopWaiting("a signal came" if self.hurried else "its limit passed")
@@ -141,9 +148,10 @@ class _Ending:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def say(who: str, text: str) -> None:
-    """One write to stderr, without logging's locks (a signal handler or the last thread may be writing)."""
-    line = f"[mindio {time.strftime('%H:%M:%S')} {who}] {text}".rstrip("\n") + "\n"
+def say(who: Union[str, Callable[[], str]], text: str) -> None:
+    """One write to stderr, without logging's locks (a signal handler or the last thread may be writing); `who` may
+    be read at the write (a warm worker learns its rank late)."""
+    line = f"[mindio {time.strftime('%H:%M:%S')} {who() if callable(who) else who}] {text}".rstrip("\n") + "\n"
     try:
         os.write(2, line.encode(errors="replace"))
     except OSError:
