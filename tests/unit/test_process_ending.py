@@ -115,3 +115,23 @@ def test_a_bounded_normal_exit_with_nothing_left_is_unchanged():
     done = subprocess.run([sys.executable, "-c", NORMAL_EXIT.format(leave_a_thread=False)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "returning\n" and done.stderr == ""
+
+
+def test_a_child_forked_after_the_watchdog_started_has_its_own():
+    script = textwrap.dedent("""
+        import os, threading
+        from mindio_adaptor.core.process.process_ending import bound_the_exit, end_process
+
+        bound_the_exit("parent")
+        pid = os.fork()
+        if pid == 0:
+            atexit_hung = threading.Event()
+            import atexit
+            atexit.register(atexit_hung.wait)
+            end_process(0, who="forked child", threads_limit_s=1.0, hard_limit_s=2.0)
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "child exit 1\n", done.stderr
+    assert "forked child] still alive past its ending's limit" in done.stderr

@@ -64,6 +64,14 @@ def bound_the_exit(who: Union[str, Callable[[], str]] = "", limit_s: float = HAR
         threading._register_atexit(lambda: watchdog.arm(limit_s))
 
 
+def _forget_the_watchdog() -> None:
+    global _watchdog
+    _watchdog = None  # its thread stayed in the parent: a forked child that ends this way starts its own
+
+
+os.register_at_fork(after_in_child=_forget_the_watchdog)
+
+
 def _watchdog_of(who: Union[str, Callable[[], str]]) -> "_Watchdog":
     global _watchdog
     if _watchdog is None:
