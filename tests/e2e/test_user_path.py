@@ -1,6 +1,7 @@
 """The user's path, without the suite's savings (docs/testing.md): torch.compile on with an empty cache, Megatron's
 data-loader workers, every worker a new interpreter (plain torchrun; `mindio-adaptor launch` without forked workers),
-and a user's script that leaves an idle non-daemon thread and an unshut ThreadPoolExecutor behind.
+and a user's script that leaves an idle non-daemon thread and an unshut ThreadPoolExecutor behind; and a user's own
+script (the README's two lines before Megatron's pretraining, no garbage-collector freeze) that ends the normal way.
 
 One uninterrupted run under plain torchrun is the reference; one run under `mindio-adaptor launch` has an online
 repair (a memory error on rank 1 in step 3) and a process replacement (rank 2 killed in step 6): it ends
@@ -15,6 +16,7 @@ from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
 SCRIPT = str(Path(__file__).with_name("user_script_leaving_threads.py"))
+OWN_SCRIPT = str(Path(__file__).with_name("two_line_user_script.py"))
 FLAGS = ["--enable-high-availability", "--enable-hbmfault-repair", "--enable-worker-reboot", "--num-workers", "2"]
 PLAIN_TORCHRUN = ("torch.distributed.run",)
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
@@ -27,15 +29,15 @@ def user_environment(cache: Path) -> dict:
     return {"TORCH_COMPILE_DISABLE": "0", "PET_FORK_WORKERS": "0", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
 
 
-def timed_run(launcher, env, timeout=420):
-    """The run and how long after its last done line the whole job ended."""
+def timed_run(launcher, env, script=SCRIPT, flags=FLAGS, last_line=_DONE, timeout=420):
+    """The run and how long after its last line matching `last_line` the whole job ended."""
     last_done = []
 
     def on_line(line):
-        if _DONE.match(line.strip()):
+        if last_line.match(line.strip()):
             last_done.append(time.monotonic())
 
-    run = run_training(FLAGS, env=env, launcher=launcher, script=SCRIPT, on_line=on_line, timeout=timeout)
+    run = run_training(flags, env=env, launcher=launcher, script=script, on_line=on_line, timeout=timeout)
     ended = time.monotonic()
     return run, (ended - last_done[-1]) if last_done else None
 
@@ -49,11 +51,14 @@ def runs(tmp_path_factory):
     faulted = timed_run(LAUNCH, {**user_environment(cache), "MINDIO_FAULT_STATE_DIR": str(faults),
                                  "MINDIO_FAULT_INJECT": "raise:rank=1,step=3,msg=UCE ERROR user path;"
                                                         "kill:rank=2,step=6"})
-    return reference, faulted, compiled
+    # the README's two lines before Megatron's own pretraining, ending the normal way (patch_all bounds it)
+    own = timed_run(PLAIN_TORCHRUN, user_environment(tmp_path_factory.mktemp("own-cache")), script=OWN_SCRIPT,
+                    flags=["--enable-high-availability"], last_line=re.compile(r"^params digest "))
+    return reference, faulted, compiled, own
 
 
 def test_the_uninterrupted_run_compiles_and_every_rank_ends_by_itself(runs):
-    (run, ending_s), _, compiled = runs
+    (run, ending_s), _, compiled, _ = runs
     run.require_success()
     assert run.digest is not None and sorted(run.loss_line_steps) == list(range(1, 9))
     assert compiled, "torch.compile wrote nothing into the empty cache: the fusions were not compiled"
@@ -68,7 +73,7 @@ def test_the_uninterrupted_run_compiles_and_every_rank_ends_by_itself(runs):
 
 
 def test_a_repair_and_a_replacement_end_bit_identical_to_it(runs):
-    (reference, _), (run, ending_s), _ = runs
+    (reference, _), (run, ending_s), _, _ = runs
     run.require_success()
     assert "decision retry: faults 1:memory repair_step=2" in run.output
     assert "ranks [2] replaced, training resumes at step 5" in run.output
@@ -79,5 +84,15 @@ def test_a_repair_and_a_replacement_end_bit_identical_to_it(runs):
     assert run.losses == reference.losses
     assert sorted(run.loss_line_steps) == list(range(1, 9))
     assert run.digest == reference.digest
+    assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
+    assert not run.leftover
+
+
+def test_a_users_own_script_with_the_two_lines_ends_by_itself(runs):
+    *_, (run, ending_s) = runs
+    run.require_success()
+    assert run.digest is not None and sorted(run.loss_line_steps) == list(range(1, 9))
+    assert "controller at exit:" in run.output  # the in-job controller ran and said goodbye
+    assert "still alive past its ending's limit" not in run.output
     assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
     assert not run.leftover
