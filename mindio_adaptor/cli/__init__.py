@@ -44,7 +44,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if argv is None:
-        process_ending.bound_the_exit(f"mindio-adaptor {args.command or ''} pid {os.getpid()}".replace("  ", " "))
+        process_ending.bound_the_exit(" ".join(filter(None, ["mindio-adaptor", args.command, f"pid {os.getpid()}"])))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
