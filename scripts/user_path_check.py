@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Dict, List
 
 import psutil
+
+from mindio_adaptor.tiny.job import stacks_of
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the suite sets and a user does not (docs/testing.md): none of it may reach the user's commands.
@@ -40,30 +41,19 @@ def user_environment(cache: str) -> Dict[str, str]:
     return env
 
 
-def stacks_of(pids: List[int]) -> str:
-    spy = shutil.which("py-spy")
-    if spy is None:
-        return "(no stacks: py-spy is not installed)"
-    dumps = []
-    for pid in pids:
-        done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
-        dumps.append(f"===== pid {pid}\n{done.stdout}{done.stderr}")
-    return "\n".join(dumps)
-
-
 def become_subreaper() -> None:
     """Processes the command leaves behind come to this process when their parents end (prctl
     PR_SET_CHILD_SUBREAPER): its children are then every process of the command still alive."""
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
 
-def descendants() -> List[int]:
+def descendants() -> List[psutil.Process]:
     """Every live process below this one (an adopted process that already ended waits to be reaped as a zombie)."""
     alive = []
     for p in psutil.Process().children(recursive=True):
         try:
             if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p.pid)
+                alive.append(p)
         except psutil.NoSuchProcess:
             continue
     return alive
@@ -85,9 +75,10 @@ def run(name: str) -> bool:
                 code = None
                 hung = stacks_of(descendants())
         time.sleep(1.0)  # what the command's own end is still reaping
-        left = [pid for pid in descendants() if pid != proc.pid]
+        left = [p for p in descendants() if p.pid != proc.pid]
         if left and not hung:
             hung = stacks_of(left)
+        left = [p.pid for p in left]
         for pid in [*left, proc.pid]:
             try:
                 os.kill(pid, signal.SIGKILL)

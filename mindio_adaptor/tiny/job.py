@@ -190,15 +190,20 @@ RUN_ID_ENV = "MINDIO_TINY_JOB_RUN"  # marks every process a run starts, whatever
 
 
 def stacks_of_run(run_id: str, per_process_s: float = 20.0, total_s: float = 180.0) -> str:
-    """Every thread's stack in every process of the run (`py-spy dump`, when py-spy is installed), for
-    at most total_s."""
+    """Every thread's stack in every process of the run, for at most total_s (stacks_of)."""
+    return stacks_of(_processes_of_run(run_id), per_process_s, total_s)
+
+
+def stacks_of(processes, per_process_s: float = 20.0, total_s: float = 180.0) -> str:
+    """Every thread's stack in each of `processes` (psutil.Process) by `py-spy dump`, when py-spy is installed,
+    for at most total_s."""
     import psutil
 
     spy = shutil.which("py-spy")
     if spy is None:
         return "(no stacks: py-spy is not installed; `pip install py-spy` to have them here)"
     dumps, deadline = [], time.monotonic() + total_s
-    for p in _processes_of_run(run_id):
+    for p in processes:
         if time.monotonic() > deadline:
             dumps.append(f"===== pid {p.pid}: no stacks (the {total_s:.0f} s for all of them are spent)")
             continue

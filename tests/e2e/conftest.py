@@ -49,8 +49,9 @@ def trained_once(name: str, folder: Path):
         if not output.exists():
             run = run_training([*REFERENCE_FLAGS[name], "--log-num-zeros-in-grad",
                                 "--params-out", str(folder / "params")]).require_success()
-            output.with_suffix(".partial").write_text(run.output)
-            output.with_suffix(".partial").rename(output)  # a worker killed mid-write leaves no reference
+            partial = output.with_suffix(".partial")
+            partial.write_text(run.output)
+            partial.rename(output)  # a worker killed mid-write leaves no reference
         return parse_output(0, output.read_text()), load_params(folder / "params")
 
 
