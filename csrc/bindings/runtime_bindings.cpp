@@ -140,6 +140,7 @@ void bind_runtime(py::module_& m) {
             for (const auto& e : c.events()) out.append(py::make_tuple(e.t, e.kind, e.detail));
             return out;
         })
+        .def("event_count", &Controller::event_count)
         .def("stats", &Controller::stats)
         .def("ranks", [](const Controller& c) {
             static const char* data_names[] = {"updated", "updating", "copying"};

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "controller/controller_timing.h"
 
 namespace mindio {
@@ -51,7 +52,10 @@ ActionEngine::Hooks Controller::engine_hooks() {
 int Controller::start(const std::string& host, int port) {
     server_.set_tls(make_tls_context(cfg_.tls, true));
     int bound = server_.start(host, port);
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+        name_this_thread("mindio-ctl");
+        run();
+    });
     LOG_INFO(kLog, cfg_.rank, "listening on " << host << ":" << bound << " for " << cfg_.world_size << " ranks");
     return bound;
 }
@@ -93,6 +97,11 @@ State Controller::state() const {
 std::vector<ControllerEvent> Controller::events() const {
     std::lock_guard<std::mutex> lock(mu_);
     return events_.all();
+}
+
+size_t Controller::event_count() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_.all().size();
 }
 
 int64_t Controller::repair_step() const {

@@ -96,6 +96,7 @@ public:
 
     State state() const;
     std::vector<ControllerEvent> events() const;
+    size_t event_count() const;  // cheaper than events() for a reader that only waits for new ones
     std::map<std::string, uint64_t> stats() const;
     GoodputTotals goodput() const;  // where the job's wall time went so far (goodput.h)
     int64_t repair_step() const;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "net/socket.h"
 
 namespace mindio {
@@ -45,7 +46,10 @@ int Server::start(const std::string& host, int port) {
     ev.data.u64 = kWakeTag;
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
     running_ = true;
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+        name_this_thread("mindio-ctl-net");
+        loop();
+    });
     return bound;
 }
 

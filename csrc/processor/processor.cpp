@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "net/socket.h"
 
 namespace mindio {
@@ -45,14 +46,14 @@ void Processor::close_link_locked() {
 }
 
 bool Processor::tls_buffered(int fd) const {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    std::lock_guard<CountedMutex> lock(send_mu_);
     return fd == fd_ && tls_ && tls_->buffered();
 }
 
 // Like recv(2) on the link `fd`: bytes, 0 when the controller closed it, -1 with *why empty when nothing
 // is there yet, else with the reason. A TLS session is read under send_mu_: a sender writes on it too.
 ssize_t Processor::receive(int fd, char* buf, size_t n, std::string* why) {
-    std::unique_lock<std::mutex> lock(send_mu_);
+    std::unique_lock<CountedMutex> lock(send_mu_);
     if (fd != fd_) return -1;  // replaced or closed meanwhile: the loop looks again
     if (!tls_) {
         lock.unlock();
@@ -80,7 +81,7 @@ Processor::~Processor() {
 }
 
 void Processor::set_dispatcher(Dispatcher d) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     dispatcher_ = std::move(d);
 }
 
@@ -88,7 +89,7 @@ void Processor::start(const std::vector<Endpoint>& controllers) {
     if (running_) throw std::logic_error("processor already started");
     if (controllers.empty()) throw std::invalid_argument("no controller address given");
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         controllers_ = controllers;
         current_ = 0;
     }
@@ -111,11 +112,17 @@ void Processor::start(const std::vector<Endpoint>& controllers) {
         }
     }
     running_ = true;
-    net_thread_ = std::thread([this] { net_loop(); });
+    net_thread_ = std::thread([this] {
+        name_this_thread("mindio-proc-net");
+        net_loop();
+    });
     // The worker keeps the processor alive while a handler runs, so a stuck handler cannot make
     // destruction wait forever (stop() detaches it instead).
     auto self = shared_from_this();
-    worker_thread_ = std::thread([self] { self->worker_loop(); });
+    worker_thread_ = std::thread([self] {
+        name_this_thread("mindio-proc-act");
+        self->worker_loop();
+    });
 }
 
 void Processor::stop() {
@@ -124,7 +131,7 @@ void Processor::stop() {
     cv_.notify_all();
     if (net_thread_.joinable()) net_thread_.join();
     {
-        std::unique_lock<std::mutex> lock(mu_);
+        std::unique_lock<CountedMutex> lock(mu_);
         bool idle = cv_.wait_for(lock, std::chrono::seconds(5), [&] { return !running_action_; });
         if (!idle) {
             LOG_ERROR(kLog, cfg_.rank, "a handler is still running at shutdown; leaving its thread behind");
@@ -134,28 +141,28 @@ void Processor::stop() {
     if (worker_thread_.joinable()) worker_thread_.join();
     // Leaving on purpose: the controller logs a departure, not a death, and counts no fault.
     send_frame(encode_frame(MsgType::Goodbye, 0, encode(GoodbyeMsg{cfg_.rank, "tft_destroy_processor"})));
-    std::lock_guard<std::mutex> lock(send_mu_);
+    std::lock_guard<CountedMutex> lock(send_mu_);
     close_link_locked();
 }
 
 Endpoint Processor::controller_now() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return controllers_.at(current_);
 }
 
 Endpoint Processor::controller_leader() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return term_ > 0 ? leader_ : Endpoint{};
 }
 
 std::string Processor::controller_address() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     if (controllers_.empty()) return "";
     return controllers_[current_].first + ":" + std::to_string(controllers_[current_].second);
 }
 
 void Processor::replace_controller(std::size_t index, const Endpoint& controller) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     if (index >= controllers_.size()) {
         throw std::out_of_range("controller " + std::to_string(index) + " of a list of " +
                                 std::to_string(controllers_.size()));
@@ -164,7 +171,7 @@ void Processor::replace_controller(std::size_t index, const Endpoint& controller
 }
 
 bool Processor::try_next_controller(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     if (controllers_.size() < 2) return true;
     current_ = (current_ + 1) % controllers_.size();
     LOG_WARN(kLog, cfg_.rank, "trying the next controller of the list, " << controllers_[current_].first << ":"
@@ -223,7 +230,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         set_user_timeout(fd, std::max(cfg_.io_timeout_ms, 3 * static_cast<int>(cfg_.heartbeat_ms)));
     } catch (const NetError& e) {
         *error = e.what();
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         if (term_ == 0 || endpoint != leader_ || leader_gone_) return false;
         if (e.code != ECONNREFUSED) {
             link_silent_ = true;  // a timeout or no route proves nothing: a partition looks the same as a dead host
@@ -254,7 +261,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
     }
     RegisterMsg reg{cfg_.rank, cfg_.world_size, cfg_.heartbeat_ms, cfg_.token, false, static_cast<int32_t>(::getpid())};
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         reg.restarted = joining_;
         reg.may_replace = allow_replacement_ && !registered_once_;
         reg.term = term_;
@@ -292,7 +299,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
             refused_as_job_ends_ = reply.result == kJobEnding;
             throw ProtocolError("the controller refused registration: " + reply.message);
         }
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         if (reply.term < term_) {
             // A controller that was replaced came back: only the one that took over may act.
             std::string why = "the controller at " + host + ":" + std::to_string(port) + " has term " +
@@ -325,7 +332,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         return false;
     }
     {
-        std::lock_guard<std::mutex> lock(send_mu_);
+        std::lock_guard<CountedMutex> lock(send_mu_);
         close_link_locked();
         fd_ = fd;
         tls_ = std::move(tls);
@@ -333,7 +340,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
     std::optional<ReplicaInfoMsg> replica;
     std::optional<ErrorReportMsg> unsent;
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         replica = replica_;
         unsent = unsent_error_;
         unsent_error_.reset();
@@ -352,7 +359,7 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
 // a backup may lead on, without which it would hold this rank for a majority (MINDIO_TAKEOVER_WAIT_S).
 void Processor::recheck_dying_leader(const Endpoint& endpoint) {
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         if (term_ == 0 || endpoint != leader_ || leader_gone_ || link_silent_) return;
     }
     std::this_thread::sleep_for(kDyingLeaderPause);
@@ -360,7 +367,7 @@ void Processor::recheck_dying_leader(const Endpoint& endpoint) {
         int probe = connect_tcp(endpoint.first, endpoint.second, cfg_.io_timeout_ms);
         close_fd(probe);
     } catch (const NetError& e) {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         if (e.code != ECONNREFUSED || endpoint != leader_ || leader_gone_ || link_silent_) return;
         leader_gone_ = true;
         LOG_WARN(kLog, cfg_.rank, "the controller of term " << term_ << " at " << endpoint_text(endpoint)
@@ -388,12 +395,14 @@ Frame Processor::await_election(int fd, TlsSession* tls, FrameParser& parser, co
 }
 
 bool Processor::send_frame(const std::string& frame) {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    std::lock_guard<CountedMutex> lock(send_mu_);
     if (fd_ < 0) return false;
     std::string error;
     int code = 0;
     if (tls_ ? tls_->write_all(frame, cfg_.io_timeout_ms, &error, &code)
              : send_all(fd_, frame, cfg_.io_timeout_ms, &error, &code)) {
+        frames_sent_.fetch_add(1, std::memory_order_relaxed);
+        bytes_sent_.fetch_add(frame.size(), std::memory_order_relaxed);
         return true;
     }
     if (code != EPIPE && code != ECONNRESET) link_silent_ = true;  // not the peer's host resetting it
@@ -403,7 +412,7 @@ bool Processor::send_frame(const std::string& frame) {
 }
 
 std::string Processor::status_frame(MsgType type) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     RankStatusMsg m{cfg_.rank, step_, run_, data_, ckpt_step_, section_, 0, section_limit_ms_, progress_.load(),
                     compute_ms_};
     if (section_ != Section::None) {
@@ -414,7 +423,7 @@ std::string Processor::status_frame(MsgType type) const {
 
 void Processor::drop_connection(const std::string& why) {
     LOG_WARN(kLog, cfg_.rank, "lost the controller connection: " << why);
-    std::lock_guard<std::mutex> lock(send_mu_);
+    std::lock_guard<CountedMutex> lock(send_mu_);
     close_link_locked();
 }
 
@@ -429,7 +438,7 @@ void Processor::net_loop() {
     while (running_) {
         int fd;
         {
-            std::lock_guard<std::mutex> lock(send_mu_);
+            std::lock_guard<CountedMutex> lock(send_mu_);
             fd = fd_;
         }
         if (fd < 0) {
@@ -456,13 +465,13 @@ void Processor::net_loop() {
                 LOG_ERROR(kLog, cfg_.rank, "giving up on the controller after " << attempt << " attempts: " << error
                                                    << "; training goes on unsupervised, and a fault from now on ends this "
                                                       "rank with no recovery and no dying-gasp checkpoint");
-                std::lock_guard<std::mutex> lock(mu_);
+                std::lock_guard<CountedMutex> lock(mu_);
                 lost_ = true;
                 cv_.notify_all();
                 return;
             }
             if (!try_next_controller(error)) continue;  // one back-off per round of the list
-            std::unique_lock<std::mutex> lock(mu_);
+            std::unique_lock<CountedMutex> lock(mu_);
             cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms((attempt - 1) / static_cast<int>(controllers_.size()),
                                                                     cfg_.backoff_base_ms)),
                          [&] { return !running_; });
@@ -511,19 +520,19 @@ void Processor::leave_as_minority(const std::string& why) {
                          "minority (" + why + "); one more round of the controller list found no leader";
     LOG_ERROR(kLog, cfg_.rank, "cut off from the job: " << reason
                                    << "; this rank leaves the job (no checkpoint, no further training step)");
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     cut_off_ = reason;
     lost_ = true;
     cv_.notify_all();
 }
 
 std::string Processor::cut_off() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return cut_off_;
 }
 
 std::optional<std::string> Processor::wait_cut_off(int timeout_ms) {
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock<CountedMutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
                  [&] { return !cut_off_.empty() || stopping_.load(); });
     if (cut_off_.empty() && stopping_) return std::nullopt;
@@ -540,10 +549,10 @@ bool Processor::on_frame(const Frame& frame) {
     auto bye = decode_as<GoodbyeMsg>(frame.body);
     LOG_INFO(kLog, cfg_.rank, "the controller closed: " << bye.reason);
     {
-        std::lock_guard<std::mutex> lock(send_mu_);
+        std::lock_guard<CountedMutex> lock(send_mu_);
         close_link_locked();
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     closed_by_controller_ = bye.reason.empty() ? "closed" : bye.reason;
     lost_ = true;
     cv_.notify_all();
@@ -551,16 +560,16 @@ bool Processor::on_frame(const Frame& frame) {
 }
 
 std::string Processor::controller_closed() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return closed_by_controller_;
 }
 
 bool Processor::connected() const {
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         if (lost_) return false;
     }
-    std::lock_guard<std::mutex> lock(send_mu_);
+    std::lock_guard<CountedMutex> lock(send_mu_);
     return fd_ >= 0;
 }
 
@@ -568,7 +577,7 @@ void Processor::on_action(uint64_t seq, const std::string& body) {
     ActionMsg msg = decode_as<ActionMsg>(body);
     std::string cached;
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         if (seq < last_seq_) {
             ++stats_["stale_dropped"];
             LOG_DEBUG(kLog, cfg_.rank, "dropped stale action sn " << seq << " (last " << last_seq_ << ")");
@@ -596,7 +605,7 @@ void Processor::note_late_beat(Clock::time_point now) {
         auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_beat_).count();
         if (gap > 2 * static_cast<int64_t>(cfg_.heartbeat_ms)) {
             {
-                std::lock_guard<std::mutex> lock(mu_);
+                std::lock_guard<CountedMutex> lock(mu_);
                 ++stats_["late_heartbeats"];
             }
             LOG_WARN(kLog, cfg_.rank, "heartbeat sent " << gap << " ms after the previous one (period " << cfg_.heartbeat_ms
@@ -607,7 +616,7 @@ void Processor::note_late_beat(Clock::time_point now) {
 }
 
 void Processor::watch_handler() {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     if (!running_action_ || warned_slow_) return;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - running_action_->second).count();
     if (ms > cfg_.handler_limit_ms) {
@@ -622,7 +631,7 @@ void Processor::worker_loop() {
         Queued job;
         Dispatcher dispatch;
         {
-            std::unique_lock<std::mutex> lock(mu_);
+            std::unique_lock<CountedMutex> lock(mu_);
             cv_.wait(lock, [&] { return !running_ || !queue_.empty(); });
             if (!running_) return;
             job = std::move(queue_.front());
@@ -665,7 +674,7 @@ void Processor::worker_loop() {
         std::string reply = encode_frame(MsgType::ActionReply, job.seq,
                                          encode(ActionReplyMsg{cfg_.rank, job.msg.kind, result.first, result.second}));
         {
-            std::lock_guard<std::mutex> lock(mu_);
+            std::lock_guard<CountedMutex> lock(mu_);
             running_action_.reset();
             ++stats_[std::string("executed_") + action_name(job.msg.kind)];
             if (job.seq == last_seq_) cached_reply_ = reply;
@@ -688,7 +697,7 @@ void Processor::worker_loop() {
 void Processor::set_replica(const ReplicaInfoMsg& info) {
     std::string frame = encode_frame(MsgType::ReplicaInfo, 0, encode(info));  // refuses a bad layout here, once
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         replica_ = info;
     }
     send_frame(frame);
@@ -702,7 +711,7 @@ bool Processor::pause_due_locked() const {
 // Paused). Released by CONTINUE, by a recovery (PRELOCK, STOP), by a controller of another term (the pause
 // was the old one's), by the end of the link, or at `limit`. The time held is no time in the rank's
 // section: the hang rule judges the step, not the pause. Returns false when released only by the limit.
-bool Processor::hold_while_paused(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit) {
+bool Processor::hold_while_paused(std::unique_lock<CountedMutex>& lock, std::chrono::milliseconds limit) {
     if (!pause_due_locked()) return true;
     const uint64_t term = term_;
     const int64_t step = step_;
@@ -733,14 +742,14 @@ bool Processor::hold_while_paused(std::unique_lock<std::mutex>& lock, std::chron
 }
 
 bool Processor::hold_if_paused(int timeout_ms) {
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock<CountedMutex> lock(mu_);
     auto limit = timeout_ms < 0 ? kPauseHoldCap : std::min(kPauseHoldCap, std::chrono::milliseconds(timeout_ms));
     return hold_while_paused(lock, limit);
 }
 
 void Processor::start_updating(int64_t) {
     {
-        std::unique_lock<std::mutex> lock(mu_);
+        std::unique_lock<CountedMutex> lock(mu_);
         updating_compute_ms_ = step_compute_ms_locked();  // its gradients are synced: the compute is over
         hold_while_paused(lock, kPauseHoldCap);
         if (!cut_off_.empty()) {
@@ -776,7 +785,7 @@ void Processor::start_updating(int64_t) {
 
 void Processor::end_updating(int64_t step) {
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         data_ = DataStatus::Updated;
         step_ = step;
         compute_ms_ = updating_compute_ms_;
@@ -786,7 +795,7 @@ void Processor::end_updating(int64_t step) {
 
 void Processor::start_copy() {
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         data_ = DataStatus::Copying;
     }
     send_frame(status_frame(MsgType::Status));
@@ -795,7 +804,7 @@ void Processor::start_copy() {
 void Processor::report_ckpt_step(int64_t step) {
     if (step < 0) throw std::invalid_argument("step " + std::to_string(step) + " is negative");
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         ckpt_step_ = step;
     }
     send_frame(status_frame(MsgType::Status));
@@ -804,7 +813,7 @@ void Processor::report_ckpt_step(int64_t step) {
 void Processor::report_loaded_step(int64_t step) {
     if (step < 0) throw std::invalid_argument("step " + std::to_string(step) + " is negative");
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         data_ = DataStatus::Updated;
         step_ = step;
     }
@@ -815,7 +824,7 @@ void Processor::begin_section(Section section, int64_t limit_ms) {
     if (section == Section::None) throw std::invalid_argument("begin_section: no section given");
     if (limit_ms < 0) throw std::invalid_argument("begin_section: negative limit " + std::to_string(limit_ms) + " ms");
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         section_ = section;
         section_started_ = Clock::now();
         section_limit_ms_ = limit_ms;
@@ -826,7 +835,7 @@ void Processor::begin_section(Section section, int64_t limit_ms) {
 
 void Processor::end_section() {
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         if (section_ == Section::None) return;
         section_ = Section::None;
         section_limit_ms_ = 0;
@@ -849,7 +858,7 @@ int64_t Processor::step_compute_ms_locked() const {
 
 void Processor::finish() {
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         run_ = RunStatus::Finished;
         section_ = Section::None;
         section_limit_ms_ = 0;
@@ -869,7 +878,7 @@ void Processor::report_error(uint8_t report_state, const std::string& error_code
     const bool sub_health = report_state == static_cast<uint8_t>(ReportState::SubHealth);
     ErrorReportMsg msg{cfg_.rank, report_state, error_code};
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         // NORMAL (stopped on purpose) and the progress reports (INIT_FINISH, PREREPAIR_FINISH,
         // STEP_FINISH) are not faults.
         // SUB_HEALTH (ours) is not a fault either: training goes on.
@@ -877,13 +886,13 @@ void Processor::report_error(uint8_t report_state, const std::string& error_code
         if (report_state != 0 && report_state != 5 && report_state != 7 && !sub_health) open_report_ = msg;
     }
     if (!send_frame(encode_frame(MsgType::ErrorReport, 0, encode(msg)))) {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         unsent_error_ = msg;  // sent as soon as the connection is back
     }
 }
 
 NextAction Processor::wait_next_action(int timeout_ms) {
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock<CountedMutex> lock(mu_);
     bool ready = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                               [&] { return next_action_.has_value() || lost_ || !running_; });
     if (!ready) return NextAction::Timeout;
@@ -894,38 +903,45 @@ NextAction Processor::wait_next_action(int timeout_ms) {
 }
 
 int64_t Processor::prelock_step() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return prelock_step_;
 }
 
 int64_t Processor::repair_step() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return repair_step_;
 }
 
 uint64_t Processor::controller_term() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return term_;
 }
 
 Strategy Processor::repair_type() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return repair_type_;
 }
 
 std::vector<int32_t> Processor::exit_ranks() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return exit_ranks_;
 }
 
 bool Processor::paused() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<CountedMutex> lock(mu_);
     return paused_;
 }
 
 std::map<std::string, uint64_t> Processor::stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    std::map<std::string, uint64_t> stats;
+    {
+        std::lock_guard<CountedMutex> lock(mu_);
+        stats = stats_;
+    }
+    stats["frames_sent"] = frames_sent_.load();
+    stats["bytes_sent"] = bytes_sent_.load();
+    stats["locks_taken"] = mu_.taken() + send_mu_.taken();
+    return stats;
 }
 
 }  // namespace mindio

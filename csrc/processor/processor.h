@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/counted_mutex.h"
 #include "net/tls.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
@@ -129,7 +130,7 @@ public:
 private:
     bool pause_due_locked() const;
     int64_t step_compute_ms_locked() const;
-    bool hold_while_paused(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit);
+    bool hold_while_paused(std::unique_lock<CountedMutex>& lock, std::chrono::milliseconds limit);
     using Clock = std::chrono::steady_clock;
     struct Queued {
         uint64_t seq;
@@ -161,9 +162,9 @@ private:
     // registers with one at a time, and moves to the next when the one it has cannot be reached.
     std::vector<Endpoint> controllers_;
     size_t current_ = 0;  // guarded by mu_
-    mutable std::mutex mu_;
-    std::condition_variable cv_;
-    mutable std::mutex send_mu_;
+    mutable CountedMutex mu_;
+    std::condition_variable_any cv_;  // waits on a CountedMutex
+    mutable CountedMutex send_mu_;
     int fd_ = -1;
     std::unique_ptr<TlsSession> tls_;  // with fd_, under send_mu_: the session when the link is TLS
     std::shared_ptr<TlsContext> tls_context_;  // null: plain TCP
@@ -222,7 +223,7 @@ private:
     bool told_to_exit_ = false;  // an EXIT came: the process ends, its link is not made again
     std::vector<int32_t> exit_ranks_;  // the error ranks of that EXIT
     bool told_to_exit() {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<CountedMutex> lock(mu_);
         return told_to_exit_;
     }
     uint64_t last_seq_ = 0;
@@ -232,6 +233,8 @@ private:
     bool warned_slow_ = false;
     Clock::time_point last_beat_;  // when the net thread last sent a heartbeat: a late one is logged
     std::map<std::string, uint64_t> stats_;
+    // What reached the controller (every frame sent, heartbeats too): counted per step by the step path's costs.
+    std::atomic<uint64_t> frames_sent_{0}, bytes_sent_{0};
     std::thread net_thread_, worker_thread_;
 };
 

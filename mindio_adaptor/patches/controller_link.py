@@ -27,6 +27,8 @@ from mindio_adaptor.core.job.paired_store import control_ports
 from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.core.process import inherited_sockets
 from mindio_adaptor.core.process.env_values import seconds_from_env
+from mindio_adaptor.core.steps import step_path_costs
+from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches import (client_loop, exception_loop, fault_handling, interrupted_save, megatron_job,
                                     parallel_state)
 from mindio_adaptor.patches.arguments import config_from_args
@@ -39,6 +41,7 @@ from mindio_adaptor.status.sub_health_responder import SubHealthResponder
 
 logger = logging.getLogger(__name__)
 _event_watches = []  # on rank 0, beside the in-job controller: what follows its events
+_events_polled = [0]  # how many of its events the watches have read
 
 FINISH_WAIT_ENV = "MINDIO_FINISH_WAIT_S"
 DEFAULT_FINISH_WAIT_S = 10.0
@@ -81,8 +84,10 @@ def connect():
     # The bracket opens right before the in-place update (after the gradient-norm collective) and
     # closes when the step's state is final (scheduler stepped too), only after the step's snapshot
     # exists: every step the controller believes complete can be dumped or repaired from.
-    SESSION.job.before_update.append(lambda step: link.update_started(step - 1))
-    SESSION.job.step_completed.extend([_take_snapshot, link.update_ended])
+    SESSION.job.before_update.append(COSTS.timed("update brackets", lambda step: link.update_started(step - 1)))
+    SESSION.job.step_completed.extend([COSTS.timed("snapshot", _take_snapshot),
+                                       COSTS.timed("update brackets", link.update_ended),
+                                       lambda step: COSTS.step_completed(lambda: _step_path_counters(link))])
     SESSION.job.decided.append(functools.partial(interrupted_save.remove_after_decision, margs.save))
     inherited_sockets.install()
     exception_loop.arm(margs, link)
@@ -158,7 +163,16 @@ def _watch_events(controller) -> None:
                               on_offender=responder.offender)
     offenders.say_remembered()
     _event_watches[:] = [offenders, responder]
-    SESSION.job.step_completed.append(lambda step: _poll_event_watches())
+    SESSION.job.step_completed.append(COSTS.timed("event watches", lambda step: _poll_new_events(controller)))
+
+
+def _poll_new_events(controller) -> None:
+    """The watches read every event and every rank's entry: at each step only when there are new events (a healthy
+    job's steps add none), so the step does not pay for a copy that grows with the job's world and history."""
+    count = controller.controller_event_count()
+    if count != _events_polled[0]:
+        _events_polled[0] = count
+        _poll_event_watches()
 
 
 def _poll_event_watches() -> None:
@@ -178,11 +192,19 @@ def _publish_contact(port: int, needed: bool) -> None:
                     "processes, the controller sees deaths as closed connections only", err)
 
 
+def _step_path_counters(link) -> dict:
+    return {**link.counters(), "background CPU ms": step_path_costs.background_cpu_ms()}
+
+
 def disconnect():
     from mindio_adaptor.ttp import controller
 
     for hook in list(SESSION.job.before_leaving):
         hook()
+    link = processor_link.current_or_none()
+    said = COSTS.line(_step_path_counters(link)) if link is not None else None
+    if said:
+        logger.info("%s", said)
     processor_link.close_link()
     if controller.tft_query_high_availability_switch():
         if SESSION.job.training_finished:

@@ -11,6 +11,7 @@ import logging
 
 from mindio_adaptor.core.detection.hang_rule import limits_from_env
 from mindio_adaptor.core.job.recovery_limits import stop_timeout_s
+from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches import client_loop, megatron_job, sections, train_reentry
 from mindio_adaptor.patches.fault_handling import client_handles_faults
 from mindio_adaptor.patches.patch import Patch
@@ -44,10 +45,12 @@ def _train_step_in_exception_loop(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     if client_handles_faults():
         return client_loop.train_step(wrapped, args, kwargs)
+    preparing = COSTS.clock()
     train_reentry.first_step_started(SESSION)
     step = megatron_job.current_iteration()
     if len(args) > 1:  # train_step(forward_step_func, data_iterator, ...): replayable for a recompute
         args = (args[0], step_replay.prepare_step(SESSION, megatron_job, args[1], step), *args[2:])
+    COSTS.add("step replay", COSTS.clock() - preparing)
     while True:
         try:
             with sections.timed("step"):

@@ -7,6 +7,7 @@ process is the printer (the last rank), and the last step whose line it printed;
 already (computed again after a reload from a checkpoint) is dropped. The rollback's last stage
 (stages/log_repair_step) prints the repair step's line where it is owed.
 """
+from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.call_arguments import argument, has_parameter, with_argument
 from mindio_adaptor.patches.patch import Patch
@@ -28,6 +29,7 @@ def note_update(step: int, result) -> None:
 
 
 def _recording_train_step(wrapped, instance, args, kwargs):
+    preparing = COSTS.clock()
     step = megatron_job.current_iteration()
     record = SESSION.losses.start(step, megatron_job.world_size())
     if has_parameter(wrapped, "forward_backward_func"):
@@ -35,19 +37,24 @@ def _recording_train_step(wrapped, instance, args, kwargs):
         args, kwargs = with_argument(wrapped, args, kwargs, "forward_backward_func",
                                      _keeping_losses(forward_backward, record))
     _running["record"] = record
+    COSTS.add("loss lines", COSTS.clock() - preparing)
     try:
         result = wrapped(*args, **kwargs)
     finally:
         _running["record"] = None
+    keeping = COSTS.clock()
     if isinstance(result, tuple) and result and isinstance(result[0], dict) and result[0]:
         record.reduced = {key: float(value) for key, value in result[0].items()}
+    COSTS.add("loss lines", COSTS.clock() - keeping)
     return result
 
 
 def _keeping_losses(forward_backward, record):
     def forward_backward_kept(*args, **kwargs):
         losses = forward_backward(*args, **kwargs)
+        keeping = COSTS.clock()
         record.local = megatron_job.detached_losses(losses)
+        COSTS.add("loss lines", COSTS.clock() - keeping)
         return losses
 
     return forward_backward_kept

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from mindio_adaptor.core.detection.hang_rule import SectionLimits
+from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 
@@ -33,6 +34,7 @@ class SectionClock:
 
     @contextmanager
     def timed(self, section: str):
+        beginning = COSTS.clock()
         limit_s, how = self.limits.limit(section)
         measured = not how.startswith("initial")
         if (section, measured) not in self._announced:  # the first limit, then the first measured one
@@ -40,14 +42,17 @@ class SectionClock:
             logger.info("hang rule: %s limit %.1f s (%s)", section, limit_s, how)
         self._processor.begin_section(section, limit_s)
         self._open = None  # a section opened by open() is replaced
+        COSTS.add("sections", COSTS.clock() - beginning)
         started = time.monotonic()
         try:
             yield
         except BaseException:
             self._processor.end_section()
             raise
+        ending = COSTS.clock()
         self._processor.end_section()
         self.limits.record(section, time.monotonic() - started)
+        COSTS.add("sections", COSTS.clock() - ending)
 
     def open(self, section: str) -> None:
         """A section with no end in one block (start-up): it lasts until the next one begins or end()."""
@@ -83,7 +88,9 @@ def timed(section: str):
 
 def _progress() -> None:
     if SESSION.section_clock is not None:
+        started = COSTS.clock()
         SESSION.section_clock.progress()
+        COSTS.add("progress", COSTS.clock() - started)
 
 
 def _startup_ends(wrapped, instance, args, kwargs):

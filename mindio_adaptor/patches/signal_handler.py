@@ -19,6 +19,7 @@ import signal
 
 import torch
 
+from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 
@@ -45,6 +46,10 @@ def _training_process_only(wrapped, instance, args, kwargs):
 def _any_rank_signalled(wrapped, instance, args, kwargs):
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return wrapped(*args, **kwargs)
+    return _SIGNAL_CHECK(instance)
+
+
+def _reduced_flag(instance) -> list:
     device = _signal_module(instance).get_device()
     flag = _FLAGS.get(device)
     if flag is None:
@@ -61,6 +66,7 @@ def _signal_module(instance):
 
 
 _FLAGS = {}  # device -> the one-int tensor the check reduces, kept from step to step
+_SIGNAL_CHECK = COSTS.timed("signal check", _reduced_flag)
 
 
 PATCHES = [

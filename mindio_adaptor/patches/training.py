@@ -3,6 +3,7 @@ import logging
 
 import torch.distributed as dist
 
+from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches import loss_lines, megatron_job, silent_corruption, uneven_batches
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
@@ -109,7 +110,7 @@ def _after_train_step(wrapped, instance, args, kwargs):
     if SESSION.job.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
         report_optimizer_state_bytes()
     if silent_corruption.check_is_due(step, margs):
-        silent_corruption.check_holders(step, say_agreement=margs.verify_optimizer_replicas)
+        _CHECK_HOLDERS(step, say_agreement=margs.verify_optimizer_replicas)
     return result
 
 
@@ -124,6 +125,8 @@ def report_optimizer_state_bytes():
     if dist.get_rank() == 0:
         logger.info("optimizer state bytes per rank (fp32 master copies + Adam moments): %s", everyone)
 
+
+_CHECK_HOLDERS = COSTS.timed("fingerprints", silent_corruption.check_holders)
 
 PATCHES = [
     Patch("megatron.training.training", "setup_model_and_optimizer", _record_model_and_optimizer),

@@ -266,6 +266,12 @@ def controller_events():
     return _require().events()
 
 
+def controller_event_count() -> int:
+    """How many events controller_events() would return: a watch polled at every step reads them only when
+    this grew."""
+    return _require().event_count()
+
+
 def controller_stats():
     return _require().stats()
 

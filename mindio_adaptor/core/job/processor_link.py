@@ -211,6 +211,12 @@ class ProcessorLink:
         """Training is over on this rank: the controller acts on no later fault."""
         self.native.finish()
 
+    def counters(self) -> dict:
+        """What this processor sent the controller so far, heartbeats too, and the locks it took."""
+        stats = self.native.stats()
+        return {"frames to the controller": stats["frames_sent"], "bytes to the controller": stats["bytes_sent"],
+                "processor locks": stats["locks_taken"]}
+
     def sections(self):
         """What patches/sections reports through (begin_section, end_section, add_progress): the timed
         sections the controller's hang rule judges."""

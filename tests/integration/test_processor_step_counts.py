@@ -1,0 +1,55 @@
+"""What one training step's reports cost the processor, counted, not timed: frames and bytes sent to a real
+controller over a real socket, and the processor's locks taken. A step reports its section's start and end and its
+update's start and end; a change that sends more per step, or bigger frames, or takes more locks, fails here
+(docs/replicas.md: what high availability costs per step)."""
+import os
+
+from controller_harness import end_in_process_job, in_process_job, wait_until
+
+from mindio_adaptor.ttp import controller as ctl
+
+FRAMES_PER_STEP = 4  # begin and end of the step's section, start and end of its update
+BYTES_PER_FRAME = 80  # a status frame: header and the rank's status, whatever the step number
+LOCKS_PER_STEP = 12  # each report takes the state lock twice (its change, its status frame) and the sender's
+
+
+def _one_step(processor, step):
+    processor.begin_section("step", 30.0)
+    processor.add_progress(1)
+    processor.start_updating(step - 1)
+    processor.end_updating(step)
+    processor.end_section()
+
+
+def test_a_step_sends_four_small_frames_and_takes_a_bounded_number_of_locks():
+    processors = in_process_job(2)
+    try:
+        rank0 = processors[0]
+        _one_step(rank0, 1)  # the first step's frames carry nothing the later ones do not
+        before = rank0.stats()
+        for step in range(2, 12):
+            _one_step(rank0, step)
+        after = rank0.stats()
+        wait_until(lambda: ctl.controller_ranks()[0]["step"] == 11, 5, "the controller saw step 11")
+    finally:
+        end_in_process_job(processors)
+    frames = (after["frames_sent"] - before["frames_sent"]) / 10
+    sent = (after["bytes_sent"] - before["bytes_sent"]) / 10
+    locks = (after["locks_taken"] - before["locks_taken"]) / 10
+    # a heartbeat may fall in the ten steps (every 2 s): at most one more frame in all
+    assert FRAMES_PER_STEP <= frames <= FRAMES_PER_STEP + 0.1, after
+    assert sent <= (FRAMES_PER_STEP + 0.1) * BYTES_PER_FRAME, after
+    assert locks <= LOCKS_PER_STEP + 1, after  # the network thread's own, in the same while
+
+
+def test_the_native_threads_carry_their_names():
+    """The step path's line reports the CPU of the threads named mindio-* (core/steps/step_path_costs)."""
+    processors = in_process_job(1)
+    try:
+        names = set()
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.add(comm.read().strip())
+    finally:
+        end_in_process_job(processors)
+    assert {"mindio-ctl", "mindio-ctl-net", "mindio-proc-net", "mindio-proc-act"} <= names, names
