@@ -4,7 +4,7 @@ import torch
 
 from mindio_adaptor.core.detection.fault_inject import flip_bit
 from mindio_adaptor.core.layout.holder_vote import compare_holders, judge_copies
-from mindio_adaptor.core.layout.shard_fingerprint import BLOCK, ROW, fingerprint, fingerprints
+from mindio_adaptor.core.layout.shard_fingerprint import BLOCK, ROW, fingerprint, fingerprints, grouped_fingerprints
 
 
 def _shard(seed=0, n=3 * ROW + 17):
@@ -122,3 +122,23 @@ def test_holders_with_differently_long_shards_disagree_on_the_missing_tensors():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_fingerprint_of_an_empty_tensor(dtype):
     assert fingerprint(torch.empty(0, dtype=dtype)) == (0, 0, 0)
+
+
+def test_grouped_fingerprints_see_every_flipped_bit_and_group_a_small_tensor_shard_as_one():
+    shard = _shard()  # two tensors of 3 rows and a bit, a scalar: one group
+    grouped = grouped_fingerprints(shard)
+    assert len(grouped) == 1 and grouped == grouped_fingerprints([t.clone() for t in shard])
+    assert grouped[0][0] == sum(t.numel() * 4 for t in shard)
+    for position in range(3):
+        copy = [t.clone() for t in shard]
+        copy[position].view(torch.int32).reshape(-1)[-1] ^= 1 << 12
+        assert grouped_fingerprints(copy) != grouped, position
+
+
+def test_grouped_fingerprints_keep_groups_within_a_block_and_odd_byte_counts_alone():
+    shard = [torch.ones(BLOCK // 2 + 1), torch.ones(BLOCK // 2 + 1), torch.ones(BLOCK + 1),
+             torch.ones(3, dtype=torch.bfloat16), torch.ones(5)]
+    grouped = grouped_fingerprints(shard)
+    # the first alone (the second would pass BLOCK), the larger-than-a-block one alone, the 6-byte one alone,
+    # the second and the last together
+    assert [print_[0] for print_ in grouped] == [(BLOCK // 2 + 1) * 4, (BLOCK + 1) * 4, 6, (BLOCK // 2 + 1 + 5) * 4]
