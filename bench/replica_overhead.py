@@ -1,14 +1,21 @@
-"""Fault-free cost of optimizer replicas: the plain distributed optimizer vs R replicas, same model.
+"""Fault-free cost of high availability: the plain job vs the same job with --enable-high-availability, per step and
+per byte, part by part, at two model sizes and two rank counts.
 
-Runs the example GPT on local gloo processes, alternating plain and replicated runs (the order flips
-every round so drift on a noisy machine hits both), and prints:
-  step time ratio X.XX   median step time with replicas / without, steps after warm-up pooled
-  optimizer state bytes per rank of both, and the extra bytes next to 12*(R-1)*P/d
+For each size and rank count it runs, interleaved (the order flips every round so drift on a noisy machine hits
+every variant alike): the plain distributed optimizer, high availability with one copy of each shard
+(--optimizer-replica-num 1: every part but the replicas), and high availability with every default (R = 2). It
+prints:
+  step time ratio X.XX             median step with every default / plain, the steps after warm-up of all rounds
+  a table of what each part runs on the training thread per step (core/steps/step_path_costs: each rank's line at
+    its end, mean over the ranks and the rounds), frames and bytes to the controller, the CPU of the native
+    threads, beside the ratios of both high-availability variants: a part that grows with the model size is
+    size-proportional, one that grows with the rank count rank-proportional, the rest fixed
+  optimizer state bytes per rank of plain and R = 2, and the extra bytes next to 12*(R-1)*P/d
 
-bf16 by default, so every rank keeps real fp32 master copies (in fp32 training the master params are
-views of the model's own and only the Adam moments cost memory).
+bf16 by default, so every rank keeps real fp32 master copies (in fp32 training the master params are views of
+the model's own and only the Adam moments cost memory).
 
-    python bench/replica_overhead.py [--rounds 3] [--iters 30] [--nproc 4] [--replicas 2]
+    python bench/replica_overhead.py [--rounds 3] [--iters 40] [--sizes tiny,larger] [--ranks 2,4]
 """
 import argparse
 import ast
@@ -16,61 +23,120 @@ import re
 import statistics
 import sys
 
+from mindio_adaptor.core.steps.step_path_costs import LINE, parse_line
 from mindio_adaptor.tiny.job import run_training
 
 STATE_BYTES = re.compile(r"optimizer state bytes per rank \(fp32 master copies \+ Adam moments\): (\[.*?\])")
 PARAMS = re.compile(r"number of parameters on \(tensor, gtp_remat, pipeline\) model parallel rank "
                     r"\(0, 0, 0\): (\d+)")
+# Appended to the tiny job's flags (the later of a repeated flag wins): the larger model has 4x the layers' width,
+# twice the depth and 4x the sequence, about 40x the compute per step.
+SIZES = {"tiny": [],
+         "larger": ["--num-layers", "4", "--hidden-size", "256", "--seq-length", "128",
+                    "--max-position-embeddings", "128"]}
+HA = ["--enable-high-availability"]
+VARIANTS = {"plain": [], "HA R=1": HA + ["--optimizer-replica-num", "1"], "HA default": HA}
 
 
-def measure(flags, args):
-    run = run_training(flags, nproc=args.nproc, train_iters=args.iters, timeout=900).require_success()
+def measure(flags, args, nproc):
+    run = run_training(flags, nproc=nproc, train_iters=args.iters, timeout=1800).require_success()
     steps = [ms for step, ms in sorted(run.step_ms.items()) if step > args.warmup]
-    if len(steps) < 20:
-        sys.exit(f"only {len(steps)} timed steps after warm-up; use --iters >= {args.warmup + 20}")
-    state = ast.literal_eval(STATE_BYTES.search(run.output).group(1))
-    params = int(PARAMS.search(run.output).group(1))
-    return steps, state, params
+    if len(steps) < 10:
+        sys.exit(f"only {len(steps)} timed steps after warm-up; use --iters >= {args.warmup + 10}")
+    lines = [parse_line(m.group(0)) for m in LINE.finditer(run.output)]
+    state = STATE_BYTES.search(run.output)
+    return {"steps": steps, "lines": lines, "state": ast.literal_eval(state.group(1)) if state else None,
+            "params": int(PARAMS.search(run.output).group(1))}
+
+
+def run_config(size, nproc, args, common):
+    times = {name: [] for name in VARIANTS}
+    lines = {name: [] for name in VARIANTS}
+    last = {}
+    for round_index in range(args.rounds):
+        order = list(VARIANTS) if round_index % 2 == 0 else list(reversed(VARIANTS))
+        for name in order:
+            result = measure(common + SIZES[size] + VARIANTS[name], args, nproc)
+            times[name] += result["steps"]
+            lines[name] += result["lines"]
+            last[name] = result
+            print(f"  {size} dp{nproc} round {round_index + 1} {name:10s}: median step "
+                  f"{statistics.median(result['steps']):.1f} ms", flush=True)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return medians, lines, last
+
+
+def mean_parts(lines):
+    """part -> mean microseconds per step over every rank's line; counters likewise."""
+    parts, counters = {}, {}
+    for said in lines:
+        for part, (_, us) in said["parts"].items():
+            parts.setdefault(part, []).append(us)
+        for name, value in said["counters"].items():
+            counters.setdefault(name, []).append(value)
+    return ({part: statistics.mean(v) for part, v in parts.items()},
+            {name: statistics.mean(v) for name, v in counters.items()})
+
+
+def print_table(results):
+    configs = list(results)
+    parts = sorted({part for medians, lines, _ in results.values() for part in mean_parts(lines["HA default"])[0]})
+    counters = sorted({name for medians, lines, _ in results.values() for name in mean_parts(lines["HA default"])[1]})
+    width = max(len(part) for part in parts + counters + ["step time / plain, HA default"]) + 2
+    print("\nper step, HA default (parts: microseconds on the training thread, mean over ranks and rounds)")
+    print("".ljust(width) + "".join(f"{c:>16s}" for c in configs))
+    rows = [("plain median step, ms", lambda r: r[0]["plain"]),
+            ("step time / plain, HA R=1", lambda r: r[0]["HA R=1"] / r[0]["plain"]),
+            ("step time / plain, HA default", lambda r: r[0]["HA default"] / r[0]["plain"])]
+    for label, value in rows:
+        print(label.ljust(width) + "".join(f"{value(results[c]):16.3f}" for c in configs))
+    for part in parts:
+        print(part.ljust(width) + "".join(f"{mean_parts(results[c][1]['HA default'])[0].get(part, 0):16.0f}"
+                                          for c in configs))
+    total = {c: sum(mean_parts(results[c][1]["HA default"])[0].values()) for c in configs}
+    print("all parts, us".ljust(width) + "".join(f"{total[c]:16.0f}" for c in configs))
+    print("all parts / plain step".ljust(width) +
+          "".join(f"{total[c] / 1000 / results[c][0]['plain']:16.3f}" for c in configs))
+    for name in counters:
+        print(name.ljust(width) + "".join(f"{mean_parts(results[c][1]['HA default'])[1].get(name, 0):16.1f}"
+                                          for c in configs))
+
+
+def print_memory(last, nproc, replicas=2):
+    plain, ha, params = last["plain"]["state"], last["HA default"]["state"], last["plain"]["params"]
+    extra = [b - a for a, b in zip(plain, ha)]
+    predicted = 12 * (replicas - 1) * params / nproc
+    print(f"optimizer state bytes per rank: plain {plain}, replicas {ha}")
+    print(f"extra bytes per rank: measured {extra} (mean {statistics.mean(extra):.0f}), "
+          f"formula 12*(R-1)*P/d = 12*{replicas - 1}*{params}/{nproc} = {predicted:.0f}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--iters", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--nproc", type=int, default=4)
-    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--sizes", default="tiny,larger", help=f"of {', '.join(SIZES)}")
+    parser.add_argument("--ranks", default="2,4", help="data-parallel sizes (processes), comma-separated")
     parser.add_argument("--fp32", action="store_true", help="train in fp32 instead of bf16")
-    parser.add_argument("extra", nargs="*", help="more Megatron flags for both runs")
+    parser.add_argument("extra", nargs="*", help="more Megatron flags for every run")
     args = parser.parse_args()
-
+    sizes = args.sizes.split(",")
+    unknown = set(sizes) - set(SIZES)
+    if unknown:
+        sys.exit(f"--sizes: unknown {sorted(unknown)}; known: {', '.join(SIZES)}")
     common = ([] if args.fp32 else ["--bf16"]) + args.extra
-    variants = {"plain": common,
-                "replicas": common + ["--enable-high-availability", "--optimizer-replica-num", str(args.replicas)]}
-    times = {name: [] for name in variants}
-    state = {}
-    params = None
-    for round_index in range(args.rounds):
-        order = list(variants) if round_index % 2 == 0 else list(reversed(variants))
-        for name in order:
-            steps, state[name], params = measure(variants[name], args)
-            times[name] += steps
-            print(f"round {round_index + 1} {name:8s}: median step {statistics.median(steps):.1f} ms "
-                  f"over {len(steps)} steps", flush=True)
-
-    plain_ms, replica_ms = statistics.median(times["plain"]), statistics.median(times["replicas"])
-    print(f"plain median step {plain_ms:.1f} ms, replicas median step {replica_ms:.1f} ms "
-          f"({len(times['plain'])} and {len(times['replicas'])} steps)")
-    print(f"step time ratio {replica_ms / plain_ms:.2f}")
-
-    r, d = args.replicas, args.nproc  # dp = nproc unless extra flags add model parallelism
-    extra = [b - a for a, b in zip(state["plain"], state["replicas"])]
-    predicted = 12 * (r - 1) * params / d
-    print(f"optimizer state bytes per rank: plain {state['plain']}, replicas {state['replicas']}")
-    print(f"extra bytes per rank: measured {extra} (mean {statistics.mean(extra):.0f}), "
-          f"formula 12*(R-1)*P/d = 12*{r - 1}*{params}/{d} = {predicted:.0f}")
-    print(f"total bytes: plain {sum(state['plain'])} = 12*P ({12 * params}); replicas "
-          f"{sum(state['replicas'])} = 12*P*R ({12 * params * r})")
+    results = {}
+    for size in sizes:
+        for nproc in (int(n) for n in args.ranks.split(",")):
+            print(f"{size} model, {nproc} ranks:", flush=True)
+            results[f"{size} dp{nproc}"] = run_config(size, nproc, args, common)
+            medians, _, last = results[f"{size} dp{nproc}"]
+            print(f"{size} dp{nproc}: plain median step {medians['plain']:.1f} ms, HA default "
+                  f"{medians['HA default']:.1f} ms, HA R=1 {medians['HA R=1']:.1f} ms")
+            print(f"{size} dp{nproc}: step time ratio {medians['HA default'] / medians['plain']:.2f}")
+            print_memory(last, nproc)
+    print_table(results)
 
 
 if __name__ == "__main__":
