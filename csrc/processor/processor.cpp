@@ -1,6 +1,7 @@
 #include "processor/processor.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +24,14 @@ constexpr auto kDyingLeaderPause = std::chrono::milliseconds(200);
 // kMaxPauseHoldMs, controller.h): past it the rank trains on.
 constexpr auto kPauseHoldCap = std::chrono::milliseconds(24LL * 3600 * 1000 + 60 * 1000);
 
+// How long a status change only the hang rule reads waits for a frame that carries it (Processor::defer_status).
+constexpr int64_t kDeferredStatusMs = 50;
+
+int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
 // The peer closed a registration unanswered: a controller being torn down does that.
 struct ClosedDuringRegistration : ProtocolError {
     using ProtocolError::ProtocolError;
@@ -38,6 +47,7 @@ int backoff_ms(int attempt, int base_ms) {
 
 Processor::Processor(ProcessorConfig cfg) : cfg_(std::move(cfg)), joining_(cfg_.restarted) {
     tls_context_ = make_tls_context(cfg_.tls, false);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // -1: deferred statuses wait for the net thread's next poll
 }
 
 void Processor::close_link_locked() {
@@ -78,6 +88,7 @@ Processor::~Processor() {
         else worker_thread_.join();
     }
     close_link_locked();
+    if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void Processor::set_dispatcher(Dispatcher d) {
@@ -346,10 +357,10 @@ bool Processor::connect_and_register(std::string* error, bool* fatal, bool* no_m
         unsent_error_.reset();
         ++stats_["registrations"];
     }
-    if (replica) send_frame(encode_frame(MsgType::ReplicaInfo, 0, encode(*replica)));
+    if (replica) send_raw(encode_frame(MsgType::ReplicaInfo, 0, encode(*replica)));
     // The report before the status: a controller that took over plans once it has every rank's status.
-    if (unsent) send_frame(encode_frame(MsgType::ErrorReport, 0, encode(*unsent)));
-    send_frame(status_frame(MsgType::Status));
+    if (unsent) send_raw(encode_frame(MsgType::ErrorReport, 0, encode(*unsent)));
+    send_status(MsgType::Status);
     LOG_INFO(kLog, cfg_.rank, "registered with the controller at " << host << ":" << port << " (term " << term_ << ")");
     return true;
 }
@@ -395,6 +406,29 @@ Frame Processor::await_election(int fd, TlsSession* tls, FrameParser& parser, co
 }
 
 bool Processor::send_frame(const std::string& frame) {
+    send_deferred_status();
+    return send_raw(frame);
+}
+
+bool Processor::send_status(MsgType type) {
+    status_due_ns_.store(0);  // the frame carries every change made so far
+    return send_raw(status_frame(type));
+}
+
+void Processor::send_deferred_status() {
+    if (status_due_ns_.exchange(0) != 0) send_raw(status_frame(MsgType::Status));
+}
+
+void Processor::defer_status() {
+    int64_t none = 0;
+    const int64_t due = steady_ns() + kDeferredStatusMs * 1000000;
+    if (status_due_ns_.compare_exchange_strong(none, due) && wake_fd_ >= 0) {
+        uint64_t one = 1;
+        (void)!::write(wake_fd_, &one, sizeof one);
+    }
+}
+
+bool Processor::send_raw(const std::string& frame) {
     std::lock_guard<CountedMutex> lock(send_mu_);
     if (fd_ < 0) return false;
     std::string error;
@@ -480,13 +514,26 @@ void Processor::net_loop() {
         auto now = Clock::now();
         if (now >= next_beat) {
             note_late_beat(now);
-            send_frame(status_frame(MsgType::Heartbeat));
+            send_status(MsgType::Heartbeat);
             next_beat = now + std::chrono::milliseconds(cfg_.heartbeat_ms);
             watch_handler();
         }
+        int64_t due = status_due_ns_.load();
+        if (due != 0 && steady_ns() >= due) {
+            send_deferred_status();
+            due = 0;
+        }
         int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now).count());
-        pollfd p{fd, POLLIN, 0};
-        if (!tls_buffered(fd) && ::poll(&p, 1, std::clamp(wait_ms, 1, 100)) <= 0) continue;
+        if (due != 0) wait_ms = std::min<int>(wait_ms, static_cast<int>((due - steady_ns()) / 1000000) + 1);
+        if (!tls_buffered(fd)) {
+            pollfd polled[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+            int ready = ::poll(polled, wake_fd_ >= 0 ? 2 : 1, std::clamp(wait_ms, 1, 100));
+            if (ready > 0 && (polled[1].revents & POLLIN)) {
+                uint64_t wakes = 0;
+                (void)!::read(wake_fd_, &wakes, sizeof wakes);
+            }
+            if (ready <= 0 || polled[0].revents == 0) continue;
+        }
         char buf[65536];
         std::string why;
         ssize_t got = receive(fd, buf, sizeof buf, &why);
@@ -718,7 +765,7 @@ bool Processor::hold_while_paused(std::unique_lock<CountedMutex>& lock, std::chr
     const auto since = Clock::now();
     if (holders_++ == 0) run_ = RunStatus::Paused, hold_started_ = since;
     lock.unlock();
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
     LOG_INFO(kLog, cfg_.rank, "paused after step " << step << ": holding before the next update");
     lock.lock();
     bool released = cv_.wait_for(lock, limit, [&] { return !pause_due_locked() || term_ != term || !running_ || lost_; });
@@ -734,7 +781,7 @@ bool Processor::hold_while_paused(std::unique_lock<CountedMutex>& lock, std::chr
     }
     ++stats_["pause_holds"];
     lock.unlock();
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
     const auto held_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
     LOG_INFO(kLog, cfg_.rank, "held for " << held_ms << " ms after step " << step << (released ? "; training goes on" : ""));
     lock.lock();
@@ -780,7 +827,7 @@ void Processor::start_updating(int64_t) {
         }
         data_ = DataStatus::Updating;
     }
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
 }
 
 void Processor::end_updating(int64_t step) {
@@ -790,7 +837,7 @@ void Processor::end_updating(int64_t step) {
         step_ = step;
         compute_ms_ = updating_compute_ms_;
     }
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
 }
 
 void Processor::start_copy() {
@@ -798,7 +845,7 @@ void Processor::start_copy() {
         std::lock_guard<CountedMutex> lock(mu_);
         data_ = DataStatus::Copying;
     }
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
 }
 
 void Processor::report_ckpt_step(int64_t step) {
@@ -807,7 +854,7 @@ void Processor::report_ckpt_step(int64_t step) {
         std::lock_guard<CountedMutex> lock(mu_);
         ckpt_step_ = step;
     }
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
 }
 
 void Processor::report_loaded_step(int64_t step) {
@@ -817,7 +864,7 @@ void Processor::report_loaded_step(int64_t step) {
         data_ = DataStatus::Updated;
         step_ = step;
     }
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
 }
 
 void Processor::begin_section(Section section, int64_t limit_ms) {
@@ -830,7 +877,7 @@ void Processor::begin_section(Section section, int64_t limit_ms) {
         section_limit_ms_ = limit_ms;
         progress_ = 0;
     }
-    send_frame(status_frame(MsgType::Status));
+    defer_status();
 }
 
 void Processor::end_section() {
@@ -841,7 +888,7 @@ void Processor::end_section() {
         section_limit_ms_ = 0;
         progress_ = 0;
     }
-    send_frame(status_frame(MsgType::Status));
+    defer_status();
 }
 
 void Processor::add_progress(uint64_t units) {
@@ -863,7 +910,7 @@ void Processor::finish() {
         section_ = Section::None;
         section_limit_ms_ = 0;
     }
-    send_frame(status_frame(MsgType::Status));
+    send_status(MsgType::Status);
 }
 
 void Processor::report_error(uint8_t report_state, const std::string& error_code) {

@@ -13,9 +13,9 @@ CALLS_ON_RANK0 = {**CALLS, "event watches": 1}
 # counts: the first step's own end (its section, its holders' check, its loss line) and the end of training
 # (waiting for the saves: a section).
 AROUND_THE_STEPS = {"sections": 5, "fingerprints": 1, "signal check": 1, "loss lines": 1}
-FRAMES_PER_STEP = 4  # tests/integration/test_processor_step_counts.py: a step's reports
+FRAMES_PER_STEP = 2  # tests/integration/test_processor_step_counts.py: a step's reports
 BYTES_PER_FRAME = 80
-LOCKS_PER_STEP = 12
+LOCKS_PER_STEP = 9
 # The processor's network thread takes the lock about 20 times a second, idle or not (measured: 41 in 2 s): the
 # budget grants it 30 a second of the steps' time and 1 s more for the end of training.
 NETWORK_THREAD_LOCKS_PER_S = 30

@@ -1,16 +1,18 @@
 """What one training step's reports cost the processor, counted, not timed: frames and bytes sent to a real
 controller over a real socket, and the processor's locks taken. A step reports its section's start and end and its
-update's start and end; a change that sends more per step, or bigger frames, or takes more locks, fails here
-(docs/replicas.md: what high availability costs per step)."""
+update's start and end; the section's changes ride on the next frame (the update's start), so a step sends two
+frames. A change that sends more per step, or bigger frames, or takes more locks, fails here (docs/replicas.md:
+what high availability costs per step)."""
 import os
+import time
 
 from controller_harness import end_in_process_job, in_process_job, wait_until
 
 from mindio_adaptor.ttp import controller as ctl
 
-FRAMES_PER_STEP = 4  # begin and end of the step's section, start and end of its update
+FRAMES_PER_STEP = 2  # the update's start (with the last step's section end and this one's start), its end
 BYTES_PER_FRAME = 80  # a status frame: header and the rank's status, whatever the step number
-LOCKS_PER_STEP = 12  # each report takes the state lock twice (its change, its status frame) and the sender's
+LOCKS_PER_STEP = 9  # each report takes the state lock; a frame sent, the status frame's and the sender's too
 
 
 def _one_step(processor, step):
@@ -40,6 +42,22 @@ def test_a_step_sends_four_small_frames_and_takes_a_bounded_number_of_locks():
     assert FRAMES_PER_STEP <= frames <= FRAMES_PER_STEP + 0.1, after
     assert sent <= (FRAMES_PER_STEP + 0.1) * BYTES_PER_FRAME, after
     assert locks <= LOCKS_PER_STEP + 1, after  # the network thread's own, in the same while
+
+
+def test_a_sections_start_alone_reaches_the_controller_within_a_tenth_of_a_second():
+    """The hang rule must learn of a section even when no other frame follows (a long forward): the network thread
+    sends a deferred change after 50 ms."""
+    processors = in_process_job(1)
+    try:
+        rank0 = processors[0]
+        before = rank0.stats()["frames_sent"]
+        started = time.monotonic()
+        rank0.begin_section("step", 30.0)
+        sent = wait_until(lambda: rank0.stats()["frames_sent"] > before and time.monotonic(), 5, "the deferred status")
+        assert sent - started < 0.5  # 50 ms, and a loaded machine's scheduling
+        assert rank0.stats()["frames_sent"] == before + 1
+    finally:
+        end_in_process_job(processors)
 
 
 def test_the_native_threads_carry_their_names():
