@@ -16,10 +16,27 @@ def _train_loop_flops(default: float) -> float:
     megatron.training.training.train); `args` only has the value the loop started with."""
     frame: Any = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "train" and "num_floating_point_operations_so_far" in frame.f_locals:
-            return frame.f_locals["num_floating_point_operations_so_far"]
+        if frame.f_code.co_name == "train":
+            names = frame.f_locals  # a copy of every local of train(), made at each read: read once
+            if "num_floating_point_operations_so_far" in names:
+                return names["num_floating_point_operations_so_far"]
         frame = frame.f_back
     return default
+
+
+_STEP_FLOPS = {}  # (arguments, batch) -> Megatron's FLOPs of such a step
+
+
+def _step_flops(margs, batch: int) -> float:
+    """Megatron's closed-form count reads only the model's shape and the batch, which a job keeps: computed once per
+    batch size (a ramp-up or a resize changes it) instead of at every step."""
+    key = (id(margs), batch, id(uneven.active()))
+    if key not in _STEP_FLOPS:
+        from megatron.training.training import num_floating_point_operations
+
+        _STEP_FLOPS.clear()
+        _STEP_FLOPS[key] = num_floating_point_operations(margs, batch)
+    return _STEP_FLOPS[key]
 
 
 def snapshot_of_completed_step(step: int) -> StepSnapshot:
@@ -29,7 +46,6 @@ def snapshot_of_completed_step(step: int) -> StepSnapshot:
     from megatron.core import parallel_state as ps
     from megatron.core.num_microbatches_calculator import (get_current_global_batch_size,
                                                            get_current_running_global_batch_size, get_num_microbatches)
-    from megatron.training.training import num_floating_point_operations
 
     margs = args()
     batch = (ps.get_data_parallel_world_size() * getattr(margs, "gtp_weight_remat_size", 1)
@@ -40,7 +56,7 @@ def snapshot_of_completed_step(step: int) -> StepSnapshot:
     skipped = get_current_global_batch_size() - get_current_running_global_batch_size()
     flops = _train_loop_flops(margs.num_floating_point_operations_so_far)
     return StepSnapshot(step, margs.consumed_train_samples + batch, margs.skipped_train_samples + skipped,
-                        flops + num_floating_point_operations(margs, batch), rng_states())
+                        flops + _step_flops(margs, batch), rng_states())
 
 
 def build_datasets(provider) -> tuple:
