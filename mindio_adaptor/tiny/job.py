@@ -240,6 +240,21 @@ def _processes_of_run(run_id: str) -> list:
     return found
 
 
+def cpu_seconds_of_run(run_id: str) -> float:
+    """The CPU seconds (user and system) the run's live processes used so far: a cost that a noisy machine's
+    stalls, which stretch a step's wall time, do not change."""
+    import psutil
+
+    total = 0.0
+    for p in _processes_of_run(run_id):
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def processes_left(run_id: str, grace_s: float = 10.0) -> List[str]:
     """Processes of the run (they carry its id in their environment) still alive `grace_s` after it
     ended, as 'pid name: command line' strings; they are killed, so one run's leftovers do not disturb
