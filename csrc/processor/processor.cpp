@@ -416,7 +416,20 @@ bool Processor::send_status(MsgType type) {
 }
 
 void Processor::send_deferred_status() {
-    if (status_due_ns_.exchange(0) != 0) send_raw(status_frame(MsgType::Status));
+    if (status_due_ns_.exchange(0) != 0 && send_raw(status_frame(MsgType::Status))) {
+        deferred_frames_.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+// Only the step's section waits: the controller judges a fault by where the faulted rank was (a rank that died
+// inside a save leaves the others' save nothing to wait for), and a rank killed 10 ms into a save must be known to
+// have been in it. Between two steps a rank is in the step's section or none, which no judgement tells apart.
+void Processor::report_section_change(Section section) {
+    if (section == Section::Step) {
+        defer_status();
+    } else {
+        send_status(MsgType::Status);
+    }
 }
 
 void Processor::defer_status() {
@@ -877,18 +890,20 @@ void Processor::begin_section(Section section, int64_t limit_ms) {
         section_limit_ms_ = limit_ms;
         progress_ = 0;
     }
-    defer_status();
+    report_section_change(section);
 }
 
 void Processor::end_section() {
+    Section ended;
     {
         std::lock_guard<CountedMutex> lock(mu_);
         if (section_ == Section::None) return;
+        ended = section_;
         section_ = Section::None;
         section_limit_ms_ = 0;
         progress_ = 0;
     }
-    defer_status();
+    report_section_change(ended);
 }
 
 void Processor::add_progress(uint64_t units) {
@@ -986,6 +1001,7 @@ std::map<std::string, uint64_t> Processor::stats() const {
         stats = stats_;
     }
     stats["frames_sent"] = frames_sent_.load();
+    stats["frames_deferred"] = deferred_frames_.load();
     stats["bytes_sent"] = bytes_sent_.load();
     stats["locks_taken"] = mu_.taken() + send_mu_.taken();
     return stats;

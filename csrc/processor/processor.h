@@ -156,10 +156,11 @@ private:
     bool send_status(MsgType type);  // this rank's status now (Status or Heartbeat); no deferred one is left
     bool send_raw(const std::string& frame);
     std::string status_frame(MsgType type) const;
-    // A change only the hang rule reads (a section's start or end): its status is sent by the net thread within
-    // kDeferredStatusMs, or sooner with the next frame, which carries it (an update's start, a heartbeat). A
-    // step's section end and the next one's start then reach the controller in the frame that reports the next
-    // update's start: two frames a step instead of four, and half the controller's wake-ups.
+    // The step's section starting or ending: its status is sent by the net thread within kDeferredStatusMs, or
+    // sooner with the next frame, which carries it (an update's start, a heartbeat). A step's section end and the
+    // next one's start then reach the controller in the frame that reports the next update's start: two frames a
+    // step instead of four, and half the controller's wake-ups.
+    void report_section_change(Section section);
     void defer_status();
     void send_deferred_status();
     void drop_connection(const std::string& why);
@@ -245,6 +246,7 @@ private:
     std::map<std::string, uint64_t> stats_;
     // What reached the controller (every frame sent, heartbeats too): counted per step by the step path's costs.
     std::atomic<uint64_t> frames_sent_{0}, bytes_sent_{0};
+    std::atomic<uint64_t> deferred_frames_{0};  // of frames_sent_: sent by the net thread once their wait was over
     std::atomic<int64_t> status_due_ns_{0};  // steady clock by which a deferred status is sent; 0: none
     int wake_fd_ = -1;  // an eventfd: wakes the net thread when a status is deferred
     std::thread net_thread_, worker_thread_;

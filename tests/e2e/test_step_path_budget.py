@@ -14,6 +14,9 @@ CALLS_ON_RANK0 = {**CALLS, "event watches": 1}
 # (waiting for the saves: a section).
 AROUND_THE_STEPS = {"sections": 5, "fingerprints": 1, "signal check": 1, "loss lines": 1}
 FRAMES_PER_STEP = 2  # tests/integration/test_processor_step_counts.py: a step's reports
+# A step's section end and the next one's start wait up to 50 ms for the next frame; where none comes in time (a
+# step longer than that, a loaded machine), the processor's network thread sends them, off the step's path.
+DEFERRED_PER_STEP = 2
 BYTES_PER_FRAME = 80
 LOCKS_PER_STEP = 9
 # The processor's network thread takes the lock about 20 times a second, idle or not (measured: 41 in 2 s): the
@@ -44,10 +47,12 @@ def test_every_rank_says_what_its_steps_ran_and_it_is_within_the_budget(referenc
         for part, total in calls.items():
             assert budget[part] * steps <= total <= budget[part] * steps + AROUND_THE_STEPS.get(part, 0), \
                 (rank, part, said)
-        frames, sent, locks = (said["counters"][name] * steps for name in
-                               ("frames to the controller", "bytes to the controller", "processor locks"))
-        assert FRAMES_PER_STEP * steps <= round(frames) <= FRAMES_PER_STEP * steps + FRAMES_AROUND, (rank, said)
-        assert sent <= (FRAMES_PER_STEP * steps + FRAMES_AROUND) * BYTES_PER_FRAME, (rank, said)
+        frames, deferred, sent, locks = (said["counters"][name] * steps for name in (
+            "frames to the controller", "of them deferred", "bytes to the controller", "processor locks"))
+        on_the_path = round(frames - deferred)
+        assert FRAMES_PER_STEP * steps <= on_the_path <= FRAMES_PER_STEP * steps + FRAMES_AROUND, (rank, said)
+        assert round(deferred) <= DEFERRED_PER_STEP * steps + 2, (rank, said)
+        assert sent <= round(frames) * BYTES_PER_FRAME, (rank, said)
         seconds = sum(ms for step, ms in run.step_ms.items() if step > 1) / 1000 + 1
         assert locks <= LOCKS_PER_STEP * steps + 3 * FRAMES_AROUND + NETWORK_THREAD_LOCKS_PER_S * seconds, \
             (rank, said, seconds)

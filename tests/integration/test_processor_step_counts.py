@@ -60,14 +60,38 @@ def test_a_sections_start_alone_reaches_the_controller_within_a_tenth_of_a_secon
         end_in_process_job(processors)
 
 
-def test_the_native_threads_carry_their_names():
-    """The step path's line reports the CPU of the threads named mindio-* (core/steps/step_path_costs)."""
-    processors = in_process_job(1)
+def test_a_save_sections_start_and_end_are_sent_at_once():
+    """The controller judges a fault by where the faulted rank was: a rank killed 10 ms into a save must be known
+    to have been in it (the others' save has nothing left to wait for)."""
+    processors = in_process_job(2)
     try:
-        names = set()
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                names.add(comm.read().strip())
+        rank0 = processors[0]
+        before = rank0.stats()["frames_sent"]
+        rank0.begin_section("save", 600.0)
+        assert rank0.stats()["frames_sent"] == before + 1
+        rank0.end_section()
+        assert rank0.stats()["frames_sent"] == before + 2
     finally:
         end_in_process_job(processors)
-    assert {"mindio-ctl", "mindio-ctl-net", "mindio-proc-net", "mindio-proc-act"} <= names, names
+
+
+def _thread_names() -> set:
+    names = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.add(comm.read().strip())
+        except OSError:
+            continue  # the thread ended
+    return names
+
+
+def test_the_native_threads_carry_their_names():
+    """The step path's line reports the CPU of the threads named mindio-* (core/steps/step_path_costs). A thread
+    names itself when it starts, which may come after its processor's start returned."""
+    processors = in_process_job(2)
+    wanted = {"mindio-ctl", "mindio-ctl-net", "mindio-proc-net", "mindio-proc-act"}
+    try:
+        wait_until(lambda: wanted <= _thread_names(), 5, f"threads named {sorted(wanted)}")
+    finally:
+        end_in_process_job(processors)

@@ -212,10 +212,11 @@ class ProcessorLink:
         self.native.finish()
 
     def counters(self) -> dict:
-        """What this processor sent the controller so far, heartbeats too, and the locks it took."""
+        """What this processor sent the controller so far, heartbeats too (of them, the step sections' changes its
+        network thread sent after their wait), and the locks it took."""
         stats = self.native.stats()
         return {"frames to the controller": stats["frames_sent"], "bytes to the controller": stats["bytes_sent"],
-                "processor locks": stats["locks_taken"]}
+                "of them deferred": stats["frames_deferred"], "processor locks": stats["locks_taken"]}
 
     def sections(self):
         """What patches/sections reports through (begin_section, end_section, add_progress): the timed
