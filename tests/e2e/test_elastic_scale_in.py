@@ -498,12 +498,13 @@ def test_an_error_at_dp1_ends_in_the_dump_of_the_dp1_layout(second_fault, second
     # refuses while it ends the job, so that process ends with the job's code and is not started again (or,
     # had it not registered yet, it is stopped once the job ended)
     # (or, while it still joined when the controller was destroyed, it exits 1 for the lost controller and is not
-    # started again: seen once under two test workers)
+    # started again: seen once under two test workers; or, started only after the controllers were gone, it reaches
+    # none and exits 88, JOB_UNREACHABLE, and is not started again: seen once, its start 6 s after the job's end)
     assert re.search(r"stopped rank 1 \(pid \d+\), started again alone and still running 15 s after the recovery "
                      r"controller ended the job|rank 1 \(local rank 1, pid \d+\) ended: exit code 86 "
                      r"\(ENDED_BY_CONTROLLER\)[^\n]*the recovery controller ended the job|rank 1 \(local rank 1, "
-                     r"pid \d+\) ended: exit code 1; not restarted: the recovery controller ended the job",
-                     run.output), run.output[-3000:]
+                     r"pid \d+\) ended: exit code (1|88 \(JOB_UNREACHABLE\)); not restarted: the recovery controller "
+                     r"ended the job", run.output), run.output[-3000:]
     assert "restarting the whole group" not in run.output
     latest = (second_fault_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip()
     assert latest == str(SECOND_FAULT_AFTER)
