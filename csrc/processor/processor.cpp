@@ -24,7 +24,7 @@ constexpr auto kDyingLeaderPause = std::chrono::milliseconds(200);
 // kMaxPauseHoldMs, controller.h): past it the rank trains on.
 constexpr auto kPauseHoldCap = std::chrono::milliseconds(24LL * 3600 * 1000 + 60 * 1000);
 
-// How long a status change only the hang rule reads waits for a frame that carries it (Processor::defer_status).
+// How long the step's section starting or ending waits for a frame that carries it (Processor::defer_status).
 constexpr int64_t kDeferredStatusMs = 50;
 
 int64_t steady_ns() {
