@@ -7,9 +7,10 @@ calls and nanoseconds, counted from the end of the first step (the first one com
 At the end of training each rank says once what the parts cost per step, beside what its processor sent the
 controller (frames, bytes) and the locks it took, and the CPU its background threads used.
 
-bench/replica_overhead.py prints the parts per step beside its step time ratio; tests/integration/
-test_step_path_costs.py holds the calls, frames and bytes per step to a budget, so that the next regression is
-seen by counting, which noisy machines do not disturb, rather than by timing.
+bench/replica_overhead.py prints the parts per step beside its step time ratio; tests/e2e/test_step_path_budget.py
+holds every rank's calls, frames, bytes and locks per step to a budget (and tests/integration/
+test_processor_step_counts.py one step's frames against a real controller), so that the next regression is seen by
+counting, which noisy machines do not disturb, rather than by timing.
 """
 from __future__ import annotations
 
