@@ -13,6 +13,7 @@ from mindio_adaptor.core.detection.hang_rule import limits_from_env
 from mindio_adaptor.core.job.recovery_limits import stop_timeout_s
 from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches import client_loop, megatron_job, sections, train_reentry
+from mindio_adaptor.patches.call_arguments import argument
 from mindio_adaptor.patches.fault_handling import client_handles_faults
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.process_replacement import is_replacement
@@ -78,6 +79,7 @@ def _train_in_exception_loop(wrapped, instance, args, kwargs):
     exit-signal check, logging reductions, a periodic save)."""
     if not ha_enabled():
         return wrapped(*args, **kwargs)
+    SESSION.job.valid_data_iterator = argument(wrapped, args, kwargs, "valid_data_iterator")
     if client_handles_faults():
         return client_loop.train(wrapped, args, kwargs)
     if is_replacement() and not SESSION.replacement.joined:

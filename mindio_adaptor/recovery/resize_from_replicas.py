@@ -37,6 +37,7 @@ def resume_from_replicas(session, megatron, step: int, returning: bool, what: st
     common = _first_survivors(state_reshard.gather(group, (megatron.args().rank, common)), step)
     snapshot = common["snapshot"]
     megatron.set_iteration_state(snapshot)
+    megatron.set_valid_position(common["consumed_valid_samples"])
     megatron.install_optimizer_common_state(job.optimizer, common["optimizer"])
     if job.scheduler is not None and common["scheduler"] is not None:
         job.scheduler.load_state_dict(common["scheduler"])
@@ -56,6 +57,7 @@ def common_state(session, megatron, step: int, what: str) -> dict:
     """What a survivor gives the rest of its data-parallel group besides the optimizer shards."""
     job = session.job
     return {"snapshot": session.snapshot_of(step, f"{what} from"),
+            "consumed_valid_samples": megatron.valid_position(),
             "optimizer": megatron.optimizer_common_state(job.optimizer),
             "scheduler": job.scheduler.state_dict() if job.scheduler is not None else None}
 

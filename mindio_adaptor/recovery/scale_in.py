@@ -67,3 +67,4 @@ def resume_at(session, megatron, snapshot: StepSnapshot, what: str) -> None:
     session.resume_at(snapshot)
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"{what.replace(' ', '-')} at step {step}"), step)
+    megatron.position_valid_iterators(session.job.valid_data_iterator, f"{what.replace(' ', '-')} at step {step}")

@@ -14,6 +14,8 @@ class TrainingState:
     layout: Any = None  # core.layout.replica_layout.ReplicaLayout, when high availability is on
     model_parallel_init: Any = None  # (args, kwargs) of Megatron's initialize_model_parallel call
     setup_call: Any = None  # (args, kwargs) of Megatron's setup_model_and_optimizer call (a scale-in repeats it)
+    # The validation data iterator train() was given: a replacement, a resize or a reload positions it again.
+    valid_data_iterator: Any = None
     completed_steps: List[int] = field(default_factory=list)
     fault_plan: Any = None  # core.detection.fault_inject.FaultPlan
     # Called as hook(step) before every optimizer update, and once per iteration when its state is

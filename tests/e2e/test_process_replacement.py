@@ -27,7 +27,7 @@ def test_killed_rank_0_is_replaced_and_only_its_pid_changes(tmp_path, reference_
     assert "replacement process of rank 0: Megatron starts on the fake backend" in run.output
     assert re.search(r"rank 0\] INFO repair of step 3: received my optimizer shard \(\d+ tensors, \d+ bytes\) "
                      r"from rank 2", run.output)
-    assert "replacement process: data iterator positioned at sample 48" in run.output
+    assert "replacement process: train data iterator positioned at sample 48" in run.output
     assert "ranks [0] replaced, training resumes at step 3" in run.output
     seen = process_ids(run.output)
     for rank in (1, 2, 3):  # one process from start to end

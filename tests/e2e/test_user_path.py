@@ -3,9 +3,12 @@ data-loader workers, every worker a new interpreter (plain torchrun; `mindio-ada
 and a user's script that leaves an idle non-daemon thread and an unshut ThreadPoolExecutor behind; and a user's own
 script (the README's two lines before Megatron's pretraining, no garbage-collector freeze) that ends the normal way.
 
-One uninterrupted run under plain torchrun is the reference; one run under `mindio-adaptor launch` has an online
-repair (a memory error on rank 1 in step 3) and a process replacement (rank 2 killed in step 6): it ends
-bit-identical to the reference. Both check that every rank ends by itself, promptly, after its done line."""
+Both runs keep Megatron's defaults that the tiny flags change: dropout 0.1, an evaluation every 4 steps (2 batches),
+and a loss line every 2 steps. One uninterrupted run under plain torchrun is the reference; one run under
+`mindio-adaptor launch` has an online repair (a memory error on rank 1 in step 3) and a process replacement (rank 2
+killed in step 6): it ends bit-identical to the reference, with the same loss and validation lines (the
+replacement's validation loader positioned where the others' are). Both check that every rank ends by itself,
+promptly, after its done line."""
 import re
 import time
 from pathlib import Path
@@ -18,7 +21,13 @@ from mindio_adaptor.tiny.job import kept_one_process, process_ids, run_training
 pytestmark = pytest.mark.e2e
 SCRIPT = str(Path(__file__).with_name("user_script_leaving_threads.py"))
 OWN_SCRIPT = str(Path(__file__).with_name("two_line_user_script.py"))
-FLAGS = ["--enable-high-availability", "--enable-hbmfault-repair", "--enable-worker-reboot", "--num-workers", "2"]
+# Megatron's defaults the tiny flags change, back (docs/testing.md): loader workers, dropout (so the repeated step
+# draws random numbers), an evaluation every 4 steps, and a loss line every 2 steps.
+USERS_DEFAULTS = ["--num-workers", "2", "--attention-dropout", "0.1", "--hidden-dropout", "0.1",
+                  "--eval-iters", "2", "--eval-interval", "4", "--log-interval", "2"]
+FLAGS = ["--enable-high-availability", "--enable-hbmfault-repair", "--enable-worker-reboot", *USERS_DEFAULTS]
+LINE_STEPS = [1, 2, 4, 6, 8]  # the first step's line, then every log interval's
+_VALIDATION = re.compile(r"validation loss at iteration (\d+)( on validation set)? \| lm loss value: (\S+)")
 PLAIN_TORCHRUN = ("torch.distributed.run",)
 LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
 ENDING_BOUND_S = 10.0  # from a rank's done line to its exit (issue 48)
@@ -61,7 +70,8 @@ def runs(tmp_path_factory):
 def test_the_uninterrupted_run_compiles_and_every_rank_ends_by_itself(runs):
     (run, ending_s), _, compiled, _ = runs
     run.require_success()
-    assert run.digest is not None and sorted(run.loss_line_steps) == list(range(1, 9))
+    assert run.digest is not None and sorted(run.loss_line_steps) == LINE_STEPS
+    assert [m[:2] for m in _VALIDATION.findall(run.output)] == [("4", ""), ("8", ""), ("8", " on validation set")]
     assert compiled, "torch.compile wrote nothing into the empty cache: the fusions were not compiled"
     assert "workers are forked" not in run.output
     assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
@@ -83,7 +93,10 @@ def test_a_repair_and_a_replacement_end_bit_identical_to_it(runs):
         assert kept_one_process(seen, rank), seen
     assert len(set(seen[2]["starting"])) == 2, seen
     assert run.losses == reference.losses
-    assert sorted(run.loss_line_steps) == list(range(1, 9))
+    assert sorted(run.loss_line_steps) == LINE_STEPS
+    # the replacement evaluates where the others are: step 4's evaluation took 2 batches of 16 samples
+    assert re.search(r"rank 2\] INFO replacement process: validation data iterator positioned at sample 32", run.output)
+    assert _VALIDATION.findall(run.output) == _VALIDATION.findall(reference.output)
     assert run.digest == reference.digest
     assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
     assert not run.leftover

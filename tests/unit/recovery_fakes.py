@@ -43,6 +43,7 @@ class FakeMegatron:
     def __init__(self, **args):
         self.margs = SimpleNamespace(**{**dict(rank=0, world_size=1, distributed_timeout_minutes=1, curr_iteration=0,
                                                iteration=0, consumed_train_samples=0, skipped_train_samples=0,
+                                               consumed_valid_samples=0,
                                                num_floating_point_operations_so_far=0.0, save=None,
                                                async_save=False, dataloader_type="single",
                                                elastic_scale_in_from="replicas", elastic_scale_out_from="replicas",
@@ -123,6 +124,16 @@ class FakeMegatron:
 
     def position_train_iterators(self, holder, who):
         megatron_job.position_train_iterators(holder, who, reposition=self.iterator_at_sample, margs=self.margs)
+
+    def valid_position(self):
+        return self.margs.consumed_valid_samples
+
+    def set_valid_position(self, consumed):
+        self._record("set_valid_position", consumed)
+        self.margs.consumed_valid_samples = consumed
+
+    def position_valid_iterators(self, holder, who):
+        self._record("position_valid_iterators", holder, self.margs.consumed_valid_samples, who)
 
     def rebuild(self, job, root, step):
         """The model and optimizer built again (from the checkpoint of `step` under `root`, or from nothing):

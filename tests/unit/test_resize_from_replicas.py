@@ -79,8 +79,8 @@ def test_a_survivor_sends_its_state_and_reshards_its_own_shard_without_a_checkpo
 
 
 def test_a_returned_process_takes_the_first_survivors_state_and_holds_nothing(group):
-    group.survivor = (0, {"snapshot": snapshot(6, samples=96), "optimizer": {"param_groups": "of rank 0"},
-                          "scheduler": {"num_steps": 6}})
+    group.survivor = (0, {"snapshot": snapshot(6, samples=96), "consumed_valid_samples": 64,
+                          "optimizer": {"param_groups": "of rank 0"}, "scheduler": {"num_steps": 6}})
     session, megatron = session_at(None), FakeMegatron(rank=2, world_size=4)
     session.job.scheduler = scheduler = FakeScheduler(0)
     session.replacement.active = True
@@ -91,6 +91,10 @@ def test_a_returned_process_takes_the_first_survivors_state_and_holds_nothing(gr
     assert megatron.called("install_optimizer_common_state") == [({"param_groups": "of rank 0"},)]
     assert scheduler.steps == 6 and session.latest.consumed_train_samples == 96
     assert next(holder.iterable) == 96 and session.replacement.joined_at == 6 and not session.is_behind(6)
+    # the survivor's validation position, and the validation iterator started again there (as on every rank of a
+    # resize: the data-parallel size changed)
+    assert megatron.called("set_valid_position") == [(64,)]
+    assert [call[1:] for call in megatron.called("position_valid_iterators")] == [(64, "scale-out at step 6")]
 
 
 def test_a_group_without_a_survivor_is_refused_naming_it(monkeypatch, group):

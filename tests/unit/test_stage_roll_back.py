@@ -13,7 +13,8 @@ def rollback(step):
 
 
 def received(step):
-    return {"snapshot": snapshot(step), "scheduler": {"num_steps": step}, "lazy_caches": [{}]}
+    return {"snapshot": snapshot(step), "consumed_valid_samples": 32, "scheduler": {"num_steps": step},
+            "lazy_caches": [{}]}
 
 
 def test_rollback_on_a_rank_behind_the_repair_step_installs_the_received_snapshot_and_positions_the_replay():
@@ -23,8 +24,9 @@ def test_rollback_on_a_rank_behind_the_repair_step_installs_the_received_snapsho
     session.replay.iterators[1] = replay
     session.replay.timers_running_before_step = {"interval-time"}
     assert roll_back(session, megatron, rollback(5)) == 0
-    assert megatron.names() == ["set_iteration_state", "install_step_state", "rederive_model_params",
-                                "restore_rng", "stop_timers", "reset_rerun_state"]
+    assert megatron.names() == ["set_iteration_state", "set_valid_position", "install_step_state",
+                                "rederive_model_params", "restore_rng", "stop_timers", "reset_rerun_state"]
+    assert megatron.called("set_valid_position") == [(32,)]  # the peer's evaluations so far
     assert megatron.called("install_step_state") == [({"num_steps": 5},)]
     assert megatron.called("restore_rng") == [({"rng of step": 5},)]
     assert megatron.called("stop_timers") == [({"interval-time"},)]  # the timers the step started
@@ -63,10 +65,14 @@ def test_a_replacement_takes_the_state_joins_at_the_step_and_its_loader_starts_a
     session.received = received(6)
     holder = SimpleNamespace(iterable=iter(range(1000)))
     session.replacement.train_data_iterator = holder
+    session.job.valid_data_iterator = SimpleNamespace(iterable=iter(range(1000)))
     assert roll_back(session, megatron, action("rollback", strategy="recover", step=6)) == 0
     assert session.replacement.joined_at == 6 and session.latest == snapshot(6)
     assert megatron.called("iterator_at_sample") == [(snapshot(6).consumed_train_samples, "replacement process")]
     assert next(holder.iterable) == snapshot(6).consumed_train_samples
+    # its validation loader, built at sample 0 too, goes where the peer's evaluations left theirs
+    valid = session.job.valid_data_iterator
+    assert megatron.called("position_valid_iterators") == [(valid, 32, "replacement process")]
 
 
 def test_a_replacement_whose_loader_cannot_be_positioned_is_refused():

@@ -9,12 +9,13 @@ import Megatron. One module per area; the names below are the facade.
 """
 from mindio_adaptor.patches.megatron_job.args import (args, args_if_parsed, current_iteration, reset_rerun_state,
                                                       restore_rng, rng_states, running_timers, set_data_position,
-                                                      set_iteration_state, set_parallel_sizes, set_rank, stop_timers)
+                                                      set_iteration_state, set_parallel_sizes, set_rank,
+                                                      set_valid_position, stop_timers, valid_position)
 from mindio_adaptor.patches.megatron_job.checkpoint import (KEY_RERUN, MegatronStateError,
                                                             abort_async_checkpoint_writer, load_checkpoint_of_step,
                                                             save_checkpoint_for_full_job, unfinalized_async_saves)
 from mindio_adaptor.patches.megatron_job.data import (build_datasets, iterator_at_sample, position_train_iterators,
-                                                      snapshot_of_completed_step)
+                                                      position_valid_iterators, snapshot_of_completed_step)
 from mindio_adaptor.patches.megatron_job.losses import (detached_losses, gather_objects, is_last_rank, log_step_line,
                                                         prints_loss_line, reduce_step_losses)
 from mindio_adaptor.patches.megatron_job.optimizer import (LAZY_CACHES, STATE_KINDS, drop_gradients,

@@ -54,6 +54,15 @@ def set_iteration_state(snapshot: StepSnapshot) -> None:
     margs.num_floating_point_operations_so_far = snapshot.floating_point_operations
 
 
+def valid_position() -> int:
+    """The validation samples this rank's evaluations consumed so far (Megatron counts them per evaluation step)."""
+    return getattr(args(), "consumed_valid_samples", 0)
+
+
+def set_valid_position(consumed: int) -> None:
+    args().consumed_valid_samples = consumed
+
+
 def set_data_position(snapshot: StepSnapshot) -> None:
     """The data position and RNG states of the snapshot's step (what a checkpoint of it records)."""
     margs = args()

@@ -1,5 +1,5 @@
-"""The data position: the snapshot of a completed step (its samples, FLOPs and RNG), and the train data
-iterators started again at a sample."""
+"""The data position: the snapshot of a completed step (its samples, FLOPs and RNG), and the train and
+validation data iterators started again at a sample."""
 import logging
 import sys
 from typing import Any
@@ -69,25 +69,29 @@ def build_datasets(provider) -> tuple:
 def iterator_at_sample(old, who: str):
     """A new iterator over `old`'s dataset from sample args.consumed_train_samples (Megatron's own
     sampler positions it, as a resume from a checkpoint does); `old`'s worker processes are shut down."""
+    margs = args()
+    return _iterator_from(old, margs.consumed_train_samples, margs.dataloader_type, "train", who,
+                          uneven.active() is not None)
+
+
+def _iterator_from(old, sample: int, dataloader_type: str, which: str, who: str, uneven_split: bool = False):
     # the loader builder as training binds it (from megatron.legacy.data in 0.12, megatron.training.datasets later)
     from megatron.training.training import build_pretraining_data_loader, cyclic_iter
 
-    margs = args()
-    if margs.dataloader_type not in ("single", "cyclic"):
-        raise RuntimeError(f"{who}: cannot position a '{margs.dataloader_type}' data loader at sample "
-                           f"{margs.consumed_train_samples}")
+    if dataloader_type not in ("single", "cyclic"):
+        raise RuntimeError(f"{who}: cannot position a '{dataloader_type}' {which} data loader at sample {sample}")
     dataset = getattr(old, "_dataset", None)
     if dataset is None:
-        raise RuntimeError(f"{who}: the train data iterator does not expose its dataset; cannot position it "
-                           f"at sample {margs.consumed_train_samples}")
-    if uneven.active():
-        loader = uneven.data_loader(margs, dataset, margs.consumed_train_samples, who)
+        raise RuntimeError(f"{who}: the {which} data iterator does not expose its dataset; cannot position it "
+                           f"at sample {sample}")
+    if uneven_split:
+        loader = uneven.data_loader(args(), dataset, sample, who)
     else:
-        loader = build_pretraining_data_loader(dataset, margs.consumed_train_samples)
+        loader = build_pretraining_data_loader(dataset, sample)
     if hasattr(old, "_shutdown_workers"):
         old._shutdown_workers()
-    logger.info("%s: data iterator positioned at sample %d", who, margs.consumed_train_samples)
-    return iter(loader) if margs.dataloader_type == "single" else iter(cyclic_iter(loader))
+    logger.info("%s: %s data iterator positioned at sample %d", who, which, sample)
+    return iter(loader) if dataloader_type == "single" else iter(cyclic_iter(loader))
 
 
 def position_train_iterators(holder, who: str, reposition=None, margs=None) -> None:
@@ -104,3 +108,22 @@ def position_train_iterators(holder, who: str, reposition=None, margs=None) -> N
             raise RuntimeError(f"{who}: cannot position its train data iterator ({type(one).__name__}) at sample "
                                f"{margs.consumed_train_samples}")
         one.iterable = reposition(one.iterable, who)
+
+
+def position_valid_iterators(holder, who: str) -> None:
+    """The validation data iterator(s) train() was given (Megatron's wrapper with its `iterable`; None without
+    evaluation), each started again at sample args.consumed_valid_samples with the current data-parallel rank
+    and size: a process that built its loader at sample 0 (a replacement), or every rank after a resize or a
+    reload, evaluates the batches the uninterrupted run evaluates. With --full-validation Megatron starts each
+    evaluation's loader from the beginning, so there is nothing to position."""
+    margs = args()
+    if holder is None or getattr(margs, "full_validation", False):
+        return
+    for one in holder if isinstance(holder, (list, tuple)) else [holder]:
+        if one is None:
+            continue
+        if not hasattr(one, "iterable"):
+            raise RuntimeError(f"{who}: cannot position its validation data iterator ({type(one).__name__}) at "
+                               f"sample {margs.consumed_valid_samples}")
+        one.iterable = _iterator_from(one.iterable, margs.consumed_valid_samples, margs.dataloader_type,
+                                      "validation", who)

@@ -30,6 +30,7 @@ def reload_checkpoint(session, megatron, action) -> int:
     session.resume_at(snapshot)
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"reload of step {step}"), step)
+    megatron.position_valid_iterators(job.valid_data_iterator, f"reload of step {step}")
     logger.info("reloaded the checkpoint of step %d from %s in %.2f s", step, margs.save, time.monotonic() - started)
     return 0
 

@@ -54,6 +54,8 @@ def state_to_send(session, megatron, step: int) -> dict:
     """The repair step's state on a holder (the same on every holder of a shard: data-parallel peers
     share the scheduler and, without --data-parallel-random-init, the RNG)."""
     return {"snapshot": session.snapshot_of(step, "send the state of"),
+            # not in the snapshot: a step's evaluation runs after it; a peer gives what it consumed up to the fault
+            "consumed_valid_samples": megatron.valid_position(),
             **megatron.step_state(session.job.scheduler, session.job.optimizer)}
 
 

@@ -43,6 +43,7 @@ def install_received_state(session, megatron, step: int):
     if snapshot.iteration != step:
         raise RuntimeError(f"received the state of step {snapshot.iteration}, asked to roll back to step {step}")
     megatron.set_iteration_state(snapshot)
+    megatron.set_valid_position(received["consumed_valid_samples"])
     megatron.install_step_state(received, session.job.scheduler, session.job.optimizer)
     session.resume_at(snapshot)
     logger.info("took step %d's state (iteration, data position at sample %d, scheduler, RNG) from the "
@@ -51,8 +52,10 @@ def install_received_state(session, megatron, step: int):
 
 
 def _position_replacement_data(session, megatron) -> None:
-    """The replacement built its data loader at sample 0; the job is at the repair step's sample."""
+    """The replacement built its data loaders at sample 0; the job is at the repair step's sample, and its
+    evaluations so far consumed the peer's validation samples."""
     megatron.position_train_iterators(session.replacement.train_data_iterator, "replacement process")
+    megatron.position_valid_iterators(session.job.valid_data_iterator, "replacement process")
 
 
 ROLL_BACK = Stage("roll back", roll_back)
