@@ -100,9 +100,10 @@ class MockGPTDatasetWithIds(MockGPTDataset):
 
 def log_sample_ids(sample_ids):
     """One line per micro-batch naming its samples, so that runs at different data-parallel sizes can be
-    compared step by step."""
+    compared step by step. An evaluation's batches (read without gradients) are named apart."""
     ids = ",".join(str(int(i)) for i in sample_ids)
-    say(f"sample ids step {get_args().curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
+    when = "step" if torch.is_grad_enabled() else "evaluation after step"
+    say(f"sample ids {when} {get_args().curr_iteration + 1} rank {torch.distributed.get_rank()}: {ids}")
 
 
 def hold_before_step():

@@ -43,6 +43,10 @@ COMPOSED: Dict[str, Tuple[str, ...]] = {
         "uneven_batches._whole_batch_in_the_log",
         "loss_lines._training_log_once",
     ),
+    "megatron.training.training.build_train_valid_test_data_iterators": (
+        "warm_spare._rank_before_the_data",  # a warm spare takes its rank before the data is built
+        "training._recording_the_test_iterator",
+    ),
     "megatron.training.training.save_checkpoint_and_time": (
         "saved_step_reports._report_saved_step",
         "job_end._final_save_with_fault_handling",

@@ -126,9 +126,18 @@ def report_optimizer_state_bytes():
         logger.info("optimizer state bytes per rank (fp32 master copies + Adam moments): %s", everyone)
 
 
+def _recording_the_test_iterator(wrapped, instance, args, kwargs):
+    """The test data iterator is pretrain()'s own, used after training: it is kept here so that a resize can
+    start it again with the new data-parallel rank and size (with a virtual pipeline, one per model chunk)."""
+    iterators = wrapped(*args, **kwargs)
+    SESSION.job.test_data_iterators.append(iterators[2])
+    return iterators
+
+
 _CHECK_HOLDERS = COSTS.timed("fingerprints", silent_corruption.check_holders)
 
 PATCHES = [
     Patch("megatron.training.training", "setup_model_and_optimizer", _record_model_and_optimizer),
     Patch("megatron.training.training", "train_step", _after_train_step),
+    Patch("megatron.training.training", "build_train_valid_test_data_iterators", _recording_the_test_iterator),
 ]

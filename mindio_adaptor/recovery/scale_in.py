@@ -67,4 +67,6 @@ def resume_at(session, megatron, snapshot: StepSnapshot, what: str) -> None:
     session.resume_at(snapshot)
     for wrapper in session.replay.iterators.values():
         wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"{what.replace(' ', '-')} at step {step}"), step)
-    megatron.position_valid_iterators(session.job.valid_data_iterator, f"{what.replace(' ', '-')} at step {step}")
+    who = f"{what.replace(' ', '-')} at step {step}"
+    megatron.position_valid_iterators(session.job.valid_data_iterator, who)
+    megatron.position_test_iterators(session.job.test_data_iterators, who)

@@ -16,6 +16,7 @@ class TrainingState:
     setup_call: Any = None  # (args, kwargs) of Megatron's setup_model_and_optimizer call (a scale-in repeats it)
     # The validation data iterator train() was given: a replacement, a resize or a reload positions it again.
     valid_data_iterator: Any = None
+    test_data_iterators: List[Any] = field(default_factory=list)  # pretrain()'s; a resize starts them again
     completed_steps: List[int] = field(default_factory=list)
     fault_plan: Any = None  # core.detection.fault_inject.FaultPlan
     # Called as hook(step) before every optimizer update, and once per iteration when its state is

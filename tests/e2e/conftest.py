@@ -16,7 +16,10 @@ HA = ["--enable-high-availability"]
 # reads and gathers digests; test_replica_parity's overlapped run, without it, ends on the same digest).
 REFERENCE_FLAGS = {"plain": [], "ha": [*HA, "--log-sample-ids", "--verify-optimizer-replicas"],
                    "ha_tp2": [*HA, "--tensor-model-parallel-size", "2", "--log-sample-ids"],
-                   "ha_no_replica": [*HA, "--distributed-optimizer-no-replica"]}
+                   "ha_no_replica": [*HA, "--distributed-optimizer-no-replica"],
+                   # evaluating changes no training number: its validation lines are the reference's for a run
+                   # that evaluates (tests/e2e/test_elastic_scale_in.py)
+                   "ha_eval": [*HA, "--eval-iters", "2", "--eval-interval", "3"]}
 
 
 @pytest.fixture(scope="session")

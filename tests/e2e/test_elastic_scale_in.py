@@ -51,6 +51,10 @@ NOTHING_TAKES_NODE_1 = f"node 1 is lost ({lifeline.EVIDENCE}) and no standby wai
 LAST_STEP = 8
 SAVED_AT_DP2 = 6  # --save-interval of the scale-in run: a checkpoint written after the scale-in, at dp2
 CONSUMED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?consumed samples:\s+(\d+)")
+# The scale-in run evaluates (2 batches after steps 3 and 6, and after training): at dp2 each rank's validation loader
+# is started again where the evaluations left off, with its new data-parallel rank and size.
+EVALUATION = ["--eval-iters", "2", "--eval-interval", "3"]
+VALIDATION = re.compile(r"validation loss at iteration (\d+)( on \w+ set)? \| lm loss value: (\S+)")
 LEARNING_RATE = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?learning rate: ([\d.E+-]+) \|.*?global batch size:\s+(\d+)")
 
 
@@ -80,7 +84,7 @@ def scaled_in(scaled_in_dir):
     """Node 1 lost after step 4, never replaced: the job goes on at dp2 (and saves at step 6). The wait for a
     replacement is left at its default, 600 s, longer than the run may take."""
     return run_elastic(scaled_in_dir, lose_after=4, arf_wait_s=None,
-                       flags=["--save-interval", str(SAVED_AT_DP2)])
+                       flags=["--save-interval", str(SAVED_AT_DP2), *EVALUATION])
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +149,22 @@ def test_every_step_sees_the_same_samples_and_the_same_count(elastic_run, refere
     for step in range(1, LAST_STEP + 1):
         assert got[step] == expected[step], step
     assert consumed_by_step(run.output)[LAST_STEP] == consumed_by_step(reference.output)[LAST_STEP] == 16 * LAST_STEP
+
+
+def test_the_evaluations_at_dp2_see_the_samples_of_the_uninterrupted_runs(scaled_in, reference_runs):
+    run, _ = scaled_in
+    reference, _ = reference_runs("ha_eval")
+    got, expected = VALIDATION.findall(run.output), VALIDATION.findall(reference.output)
+    assert [line[:2] for line in got] == [line[:2] for line in expected] == [
+        ("3", ""), ("6", ""), ("8", " on validation set"), ("8", " on test set")]
+    for (step, which, loss), (_, _, reference_loss) in zip(got, expected):
+        assert float(loss) == pytest.approx(float(reference_loss), rel=1e-4), (step, which)
+    positioned = re.findall(r"rank (\d+)\] INFO scale-in at step (\d+): (\w+) data iterator positioned at sample "
+                            r"(\d+)", run.output)
+    # the train loaders at step 4's samples; the validation loaders after step 3's evaluation (2 batches of 16);
+    # the test loaders, read after training, at their start
+    assert sorted(positioned) == [(rank, "4", which, sample) for rank in ("0", "1") for which, sample in
+                                  (("test", "0"), ("train", "64"), ("validation", "32"))]
 
 
 def test_node_0_keeps_its_processes(elastic_run):

@@ -135,6 +135,9 @@ class FakeMegatron:
     def position_valid_iterators(self, holder, who):
         self._record("position_valid_iterators", holder, self.margs.consumed_valid_samples, who)
 
+    def position_test_iterators(self, holders, who):
+        self._record("position_test_iterators", holders, who)
+
     def rebuild(self, job, root, step):
         """The model and optimizer built again (from the checkpoint of `step` under `root`, or from nothing):
         returns `rebuilt` as (iteration, FLOPs)."""

@@ -95,6 +95,7 @@ def test_a_returned_process_takes_the_first_survivors_state_and_holds_nothing(gr
     # resize: the data-parallel size changed)
     assert megatron.called("set_valid_position") == [(64,)]
     assert [call[1:] for call in megatron.called("position_valid_iterators")] == [(64, "scale-out at step 6")]
+    assert megatron.called("position_test_iterators") == [(session.job.test_data_iterators, "scale-out at step 6")]
 
 
 def test_a_group_without_a_survivor_is_refused_naming_it(monkeypatch, group):

@@ -15,7 +15,8 @@ from mindio_adaptor.patches.megatron_job.checkpoint import (KEY_RERUN, MegatronS
                                                             abort_async_checkpoint_writer, load_checkpoint_of_step,
                                                             save_checkpoint_for_full_job, unfinalized_async_saves)
 from mindio_adaptor.patches.megatron_job.data import (build_datasets, iterator_at_sample, position_train_iterators,
-                                                      position_valid_iterators, snapshot_of_completed_step)
+                                                      position_test_iterators, position_valid_iterators,
+                                                      snapshot_of_completed_step)
 from mindio_adaptor.patches.megatron_job.losses import (detached_losses, gather_objects, is_last_rank, log_step_line,
                                                         prints_loss_line, reduce_step_losses)
 from mindio_adaptor.patches.megatron_job.optimizer import (LAZY_CACHES, STATE_KINDS, drop_gradients,

@@ -116,6 +116,17 @@ def position_valid_iterators(holder, who: str) -> None:
     and size: a process that built its loader at sample 0 (a replacement), or every rank after a resize or a
     reload, evaluates the batches the uninterrupted run evaluates. With --full-validation Megatron starts each
     evaluation's loader from the beginning, so there is nothing to position."""
+    _position_evaluation(holder, args().consumed_valid_samples, "validation", who)
+
+
+def position_test_iterators(holders, who: str) -> None:
+    """pretrain()'s test data iterators, read only after training, from their first sample: started again there
+    with the current data-parallel rank and size (a resize changed them)."""
+    for holder in holders:
+        _position_evaluation(holder, 0, "test", who)
+
+
+def _position_evaluation(holder, sample: int, which: str, who: str) -> None:
     margs = args()
     if holder is None or getattr(margs, "full_validation", False):
         return
@@ -123,7 +134,6 @@ def position_valid_iterators(holder, who: str) -> None:
         if one is None:
             continue
         if not hasattr(one, "iterable"):
-            raise RuntimeError(f"{who}: cannot position its validation data iterator ({type(one).__name__}) at "
-                               f"sample {margs.consumed_valid_samples}")
-        one.iterable = _iterator_from(one.iterable, margs.consumed_valid_samples, margs.dataloader_type,
-                                      "validation", who)
+            raise RuntimeError(f"{who}: cannot position its {which} data iterator ({type(one).__name__}) at "
+                               f"sample {sample}")
+        one.iterable = _iterator_from(one.iterable, sample, margs.dataloader_type, which, who)
