@@ -41,9 +41,11 @@ class StepWatch:
 
 @pytest.fixture(scope="module")
 def node_1_lost_twice():
-    """Node 1 lost after step 3 (a standby takes over) and after step 6 (a new launcher does)."""
+    """Node 1 lost after step 3 (a standby takes over) and after step 6 (a new launcher does). Every launcher
+    starts its workers as a user's does, each a new interpreter (the other LocalCluster runs fork them from a
+    template: docs/testing.md)."""
     steps = StepWatch(3, 6)
-    cluster = LocalCluster(FLAGS, launch_flags=LOST_AFTER, on_line=steps)
+    cluster = LocalCluster(FLAGS, launch_flags=LOST_AFTER, on_line=steps, env={"PET_FORK_WORKERS": "0"})
     cluster.start_node("--node-rank", "0")
     node_1 = cluster.start_node("--node-rank", "1")
     standby = cluster.start_node("--standby")
@@ -58,6 +60,7 @@ def node_1_lost_twice():
 def test_node_1_lost_twice_and_replaced_ends_bit_identical(node_1_lost_twice, reference_runs):
     run, _ = node_1_lost_twice
     run.require_success()
+    assert "workers are forked" not in run.output
     reference, _ = reference_runs("ha")
     assert run.losses == reference.losses
     assert sorted(run.loss_line_steps) == list(range(1, 9))  # each step's line once
