@@ -14,22 +14,20 @@ only then takes them out, first in first out, for the .metadata. A save abandone
 rank lost, or a stop) leaves its results in the queue, and the next save of the process took them
 instead of its own: a checkpoint whose .metadata points into its files at another save's offsets, which
 no load can read (`invalid load key, '\x00'`). Before any save that follows an abandoned one, what is left
-in the queue is dropped (discard_stale_write_results).
+in the queue is dropped (megatron/checkpoint_queue.discard_stale_write_results).
 
 megatron-core 0.12's writer calls torch's `_write_item` without the serialization format that torch 2.6 and
 later require (every torch_dist save failed); 0.13 passes torch's own default, and so does the patch here."""
 import logging
-import queue
 import sys
-from typing import Optional
 
 from mindio_adaptor.core.process.script_free_spawn import entry_script_not_rerun
-from mindio_adaptor.patches.call_arguments import has_parameter, passes
+from mindio_adaptor.megatron.call_arguments import has_parameter, passes
+from mindio_adaptor.megatron.checkpoint_queue import MODULE
 from mindio_adaptor.patches.patch import Patch
 
 logger = logging.getLogger(__name__)
 
-MODULE = "megatron.core.dist_checkpointing.strategies.filesystem_async"
 
 
 def _live_results_queue(wrapped, instance, args, kwargs):
@@ -51,31 +49,6 @@ def _with_serialization_format(wrapped, instance, args, kwargs):
 
         kwargs = {**kwargs, "serialization_format": SerializationFormat.TORCH_SAVE}
     return wrapped(*args, **kwargs)
-
-
-def discard_stale_write_results(when: str) -> int:
-    """Drop every write result left in the checkpoint writer's queue; call only when no save of this
-    process can still hand one in (its saves ended or were abandoned, an asynchronous writer aborted).
-    `when` names the moment for the log. Returns how many were dropped."""
-    results = _existing_results_queue()
-    dropped = 0
-    try:
-        while results is not None:
-            results.get_nowait()
-            dropped += 1
-    except queue.Empty:
-        pass
-    except (OSError, EOFError):  # the helper is gone: the next save gets a new, empty queue
-        sys.modules[MODULE]._results_queue = None
-    if dropped:
-        logger.warning("%s: dropped %d write result(s) of an abandoned checkpoint save from the checkpoint "
-                       "writer's queue (the next save would have written them into its metadata)", when, dropped)
-    return dropped
-
-
-def _existing_results_queue() -> Optional[object]:
-    module = sys.modules.get(MODULE)
-    return getattr(module, "_results_queue", None) if module is not None else None
 
 
 PATCHES = [

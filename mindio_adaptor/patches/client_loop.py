@@ -1,5 +1,5 @@
 """Megatron's train and train_step when a client of the reference API handles faults
-(patches/fault_handling, mode "client"): no exception loop of ours, only what the client's handlers
+(recovery/fault_handling, mode "client"): no exception loop of ours, only what the client's handlers
 need from Megatron and cannot get themselves.
 
 - At initialisation: the session's save root and backend, the snapshot of each completed step (a
@@ -16,11 +16,10 @@ need from Megatron and cannot get themselves.
 import logging
 import os
 
-from mindio_adaptor.core.job import processor_link
-from mindio_adaptor.core.job.paired_store import control_ports
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.process import inherited_sockets
-from mindio_adaptor.patches import megatron_job, train_reentry
-from mindio_adaptor.recovery import step_replay
+from mindio_adaptor.recovery import step_replay, train_reentry
+from mindio_adaptor.recovery.client_actions import wire_link
 from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
@@ -35,18 +34,6 @@ def prepare(margs, take_snapshot) -> None:
     inherited_sockets.install()
     logger.debug("fault handling left to the client (mindio_ttp); rank %s not connected by the adaptor",
                  os.environ.get("RANK", "?"))
-
-
-def wire_link() -> None:
-    """The client's processor runs this rank's posted stages while its training thread waits for
-    the decision; a stop keeps the store's and the controller's connections."""
-    link = processor_link.current_or_none()
-    if link is None:
-        return
-    link.between_waits, link.wake_waits = SESSION.thread.run_jobs, SESSION.thread.wake
-    address = link.controller_address()
-    controller_port = int(address.rsplit(":", 1)[1]) if ":" in address else 0
-    SESSION.thread.keep_ports = control_ports(also=[controller_port])
 
 
 def train_step(wrapped, args, kwargs):

@@ -18,6 +18,7 @@ import time
 
 import torch.distributed as dist
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.detection import cut_off
 from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER
 from mindio_adaptor.core.detection.offender_record import OffenderRecord
@@ -29,11 +30,10 @@ from mindio_adaptor.core.process import inherited_sockets
 from mindio_adaptor.core.process.env_values import seconds_from_env
 from mindio_adaptor.core.steps import step_path_costs
 from mindio_adaptor.core.steps.step_path_costs import COSTS
-from mindio_adaptor.patches import (client_loop, exception_loop, fault_handling, interrupted_save, megatron_job,
-                                    parallel_state)
+from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, parallel_state
 from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches.patch import Patch
-from mindio_adaptor.recovery import flows
+from mindio_adaptor.recovery import fault_handling, flows
 from mindio_adaptor.recovery.session import SESSION
 from mindio_adaptor.status.goodput import goodput_line
 from mindio_adaptor.status.offender_watch import OffenderWatch
@@ -59,7 +59,7 @@ def _after_initialize(wrapped, instance, args, kwargs):
 
 def connect_after_initialize():
     if fault_handling.client_handles_faults():
-        client_loop.prepare(megatron_job.args(), _take_snapshot)  # the client connects later (patches/fault_handling)
+        client_loop.prepare(megatron_job.args(), _take_snapshot)  # the client connects later (recovery/fault_handling)
     else:
         connect()
 

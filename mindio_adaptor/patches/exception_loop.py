@@ -9,15 +9,16 @@ micro-batches; any other rank enters Megatron's train loop again (patches/train_
 """
 import logging
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.detection.hang_rule import limits_from_env
 from mindio_adaptor.core.job.recovery_limits import stop_timeout_s
 from mindio_adaptor.core.steps.step_path_costs import COSTS
-from mindio_adaptor.patches import client_loop, megatron_job, sections, train_reentry
-from mindio_adaptor.patches.call_arguments import argument
-from mindio_adaptor.patches.fault_handling import client_handles_faults
+from mindio_adaptor.megatron.call_arguments import argument
+from mindio_adaptor.patches import client_loop, sections
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.patches.process_replacement import is_replacement
-from mindio_adaptor.recovery import decision_wait, step_replay
+from mindio_adaptor.recovery import decision_wait, step_replay, train_reentry
+from mindio_adaptor.recovery.fault_handling import client_handles_faults
 from mindio_adaptor.recovery.replacement_join import join_as_replacement
 from mindio_adaptor.recovery.resumption import NextMove
 from mindio_adaptor.recovery.session import SESSION
@@ -37,7 +38,7 @@ def ha_enabled() -> bool:
 
 
 def adaptor_handles_faults() -> bool:
-    """High availability on, and no client of the reference API handling faults (patches/fault_handling)."""
+    """High availability on, and no client of the reference API handling faults (recovery/fault_handling)."""
     return ha_enabled() and not client_handles_faults()
 
 

@@ -8,7 +8,7 @@ import os
 import torch.distributed as dist
 
 from mindio_adaptor.core.detection.fault_inject import FaultPlan
-from mindio_adaptor.patches.megatron_job import current_iteration, shard_tensors
+from mindio_adaptor.megatron import current_iteration, shard_tensors
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 

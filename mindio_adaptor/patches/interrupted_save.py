@@ -16,13 +16,13 @@ checkpoint writer (Megatron's own abort: the worker process is killed, a new one
 save) and the unfinalized iterations are removed like an interrupted one.
 
 An abandoned save may also have left its write results in the checkpoint writer's queue; they are
-dropped at the decision, before training goes on to a later save (patches/checkpoint_writer).
+dropped at the decision, before training goes on to a later save (megatron/checkpoint_queue).
 """
 import logging
 from typing import List, Optional
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.checkpoint import dump_dir
-from mindio_adaptor.patches import checkpoint_writer, megatron_job
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 
@@ -59,7 +59,7 @@ def remove_after_decision(save_root: Optional[str], training_goes_on: bool) -> N
     iterations = _abandon_unfinalized_async_saves()
     # No save of this rank runs now (stopped, the writer aborted): a result left in the writer's queue
     # is an abandoned save's, and the next periodic save would take it for its own.
-    checkpoint_writer.discard_stale_write_results("after the decision")
+    megatron_job.discard_stale_write_results("after the decision")
     if SESSION.saves.iteration is not None:
         iterations.append(SESSION.saves.iteration)
     SESSION.saves.iteration = None

@@ -7,9 +7,9 @@ process is the printer (the last rank), and the last step whose line it printed;
 already (computed again after a reload from a checkpoint) is dropped. The rollback's last stage
 (stages/log_repair_step) prints the repair step's line where it is owed.
 """
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.steps.step_path_costs import COSTS
-from mindio_adaptor.patches import megatron_job
-from mindio_adaptor.patches.call_arguments import argument, has_parameter, with_argument
+from mindio_adaptor.megatron.call_arguments import argument, has_parameter, with_argument
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 

@@ -112,7 +112,7 @@ def module_exists(name: str) -> bool:
 
 def _megatron_portions() -> List[Path]:
     # In the body: the facade package imports patch modules, which import this one.
-    from mindio_adaptor.patches.megatron_job.release import package_portions
+    from mindio_adaptor.megatron.release import package_portions
 
     return package_portions()
 

@@ -13,11 +13,11 @@ import socket
 
 import torch.distributed as dist
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.job import job_store
 from mindio_adaptor.core.job.job_store import LAYOUT_INPUTS
 from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.core.layout.replica_layout import ATTENTION, MOE, ReplicaLayout, crowded_shards
-from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 

@@ -21,9 +21,10 @@ import inspect
 import logging
 import os
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.job import hand_over, unreachable_job
 from mindio_adaptor.core.layout import warm_assignment
-from mindio_adaptor.patches import megatron_job, warm_rank
+from mindio_adaptor.patches import warm_rank
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 

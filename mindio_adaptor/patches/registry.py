@@ -26,8 +26,9 @@ from typing import Iterable, List, Optional
 import wrapt
 
 from mindio_adaptor.core.steps import hook_points
-from mindio_adaptor.patches import compositions, fault_handling as fault_handling_mode, megatron_versions
+from mindio_adaptor.patches import compositions, megatron_versions
 from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.recovery import fault_handling as fault_handling_mode
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def _composed_in_order(patches: List[Patch]) -> List[Patch]:
 def patch_all(only: Optional[Iterable[str]] = None, fault_handling: str = fault_handling_mode.ADAPTOR):
     """Apply every patch, or those of the PATCH_MODULES named in `only` (e.g. ("cpu_support",) to run
     stock Megatron on a CPU-only machine). `fault_handling`: who handles faults and answers the
-    controller, "adaptor" or "client" (patches/fault_handling)."""
+    controller, "adaptor" or "client" (recovery/fault_handling)."""
     global _active, _selected
     with _lock:
         if _active:

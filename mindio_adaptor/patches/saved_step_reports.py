@@ -6,8 +6,8 @@ asynchronous saves (--async-save) complete later and are not reported, so they a
 A client of the reference API that handles faults reports its checkpoints itself
 (tft_report_saved_ckpt_step).
 """
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.job import processor_link
-from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.patches.exception_loop import adaptor_handles_faults
 from mindio_adaptor.patches.patch import Patch
 

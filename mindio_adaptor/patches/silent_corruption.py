@@ -20,11 +20,11 @@ from typing import Dict, List, Tuple
 import torch
 import torch.distributed as dist
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.core.layout.holder_vote import Disagreement, compare_holders, judge_copies
 from mindio_adaptor.core.layout.replica_layout import ATTENTION, MOE
 from mindio_adaptor.core.layout.shard_fingerprint import fingerprints, grouped_fingerprints
-from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)

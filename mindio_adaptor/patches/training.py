@@ -3,11 +3,11 @@ import logging
 
 import torch.distributed as dist
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.steps.step_path_costs import COSTS
-from mindio_adaptor.patches import loss_lines, megatron_job, silent_corruption, uneven_batches
+from mindio_adaptor.patches import loss_lines, silent_corruption, uneven_batches
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
-from mindio_adaptor.recovery.training_state import shard_state_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def report_optimizer_state_bytes():
     """Once, after the first step (Adam creates its moments lazily): the bytes of fp32 main params
     and optimizer state each rank keeps, gathered to rank 0 and logged. Views into the model's own
     parameters (the "main params" of fp32 training) cost nothing and are not counted."""
-    local = sum(t.numel() * t.element_size() for t in shard_state_tensors(SESSION.job.optimizer)
+    local = sum(t.numel() * t.element_size() for t in megatron_job.shard_state_tensors(SESSION.job.optimizer)
                 if t.dim() > 0 and t._base is None)
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, local)

@@ -4,17 +4,17 @@ that does not divide the step's micro-batches, e.g. dp3 for 16: 6, 5, 5; core/la
 Megatron assumes every data-parallel rank runs the same number of micro-batches. Where they differ:
 - the count: Megatron's global micro-batch calculator is replaced by one that gives this rank's own count,
   which its schedule runs; a reconfiguration (the scale-out) puts Megatron's own calculator back
-  (megatron_job/uneven);
+  (megatron/uneven);
 - the samples: the rank's data loader takes its micro-batches of each step from `UnevenSplit.batches`
-  instead of Megatron's sampler (megatron_job/uneven.data_loader, from megatron_job.iterator_at_sample);
-- the loss (megatron_job/uneven.weigh_loss, at the scale-in's REPAIR): the optimizer's `scale_loss`, which Megatron's schedule applies to each micro-batch's loss before
+  instead of Megatron's sampler (megatron/uneven.data_loader, from megatron_job.iterator_at_sample);
+- the loss (megatron/uneven.weigh_loss, at the scale-in's REPAIR): the optimizer's `scale_loss`, which Megatron's schedule applies to each micro-batch's loss before
   its backward, weighs it by the rank's share (n_r x dp / N), so DDP's average is the mean over the step;
   the loss Megatron logs needs nothing: it sums losses and token counts over every rank before dividing;
 - the accounting: Megatron counts a step's samples on every rank as dp x mbs x its micro-batch count (the
   consumed samples, the scheduler's increment, the FLOPs, the logged batch size): what is missing from this
   rank's count is added, so every rank counts the global batch, as at any even size.
 """
-from mindio_adaptor.patches import megatron_job
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.patches.patch import Patch
 
 

@@ -4,9 +4,9 @@ real rank into Megatron's arguments. patches/warm_spare does the rest; process_r
 Megatron's init_process_group, whether the rank must be known before the world is created."""
 import torch
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.core.process import cpu_torch
-from mindio_adaptor.patches import megatron_job
 
 PARTITION_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                    "expert_model_parallel_size")

@@ -1,5 +1,5 @@
 """What the handlers of a client of the reference API call to act on the Megatron job, when the client
-handles faults (patches/fault_handling, `mindio_adaptor.patch_all(fault_handling="client")`).
+handles faults (recovery/fault_handling, `mindio_adaptor.patch_all(fault_handling="client")`).
 
 One function per handler of the reference (stop, clean, repair, rollback, save_ckpt, rename, exit),
 taking that handler's own arguments. Each runs the stages that recovery/flows's flow table gives the
@@ -12,12 +12,13 @@ tft_end_updating_os and the update times).
 """
 from typing import Callable, List, Sequence
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.detection.enums import RepairType
 from mindio_adaptor.core.job import processor_link
+from mindio_adaptor.core.job.paired_store import control_ports
 from mindio_adaptor.core.job.processor_link import RepairAssignment, SaveAssignment
 from mindio_adaptor.core.job.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
-from mindio_adaptor.patches import client_loop, fault_handling, megatron_job, train_reentry
-from mindio_adaptor.recovery import flows
+from mindio_adaptor.recovery import fault_handling, flows, train_reentry
 from mindio_adaptor.recovery.session import SESSION
 from mindio_adaptor.recovery.stages.stage import RecoveryAction
 
@@ -46,8 +47,20 @@ def on_update(started: Callable[[int], None], ended: Callable[[int], None]) -> N
 
 def stop() -> int:
     _require_client_mode("stop")  # before touching the link: in the adaptor's mode it is the adaptor's
-    client_loop.wire_link()
+    wire_link()
     return _run("stop")
+
+
+def wire_link() -> None:
+    """The client's processor runs this rank's posted stages while its training thread waits for
+    the decision; a stop keeps the store's and the controller's connections."""
+    link = processor_link.current_or_none()
+    if link is None:
+        return
+    link.between_waits, link.wake_waits = SESSION.thread.run_jobs, SESSION.thread.wake
+    address = link.controller_address()
+    controller_port = int(address.rsplit(":", 1)[1]) if ":" in address else 0
+    SESSION.thread.keep_ports = control_ports(also=[controller_port])
 
 
 def clean(is_uce_error: bool = False) -> int:

@@ -27,11 +27,11 @@ parked training thread, or the processor's thread).
 import logging
 from typing import Dict, List, Optional, Tuple
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.detection.enums import RepairType
 from mindio_adaptor.core.detection.leaving_rank import LeavingTheJob
 from mindio_adaptor.core.job.processor_link import LEAVES_THE_JOB, ControllerAction, RepairAssignment
 from mindio_adaptor.core.job.recovery_limits import STAGE_TIMEOUT_S, stop_timeout_s
-from mindio_adaptor.patches import megatron_job
 from mindio_adaptor.recovery.stages.drop_gradients import DROP_GRADIENTS
 from mindio_adaptor.recovery.stages.end_if_hung import END_IF_HUNG
 from mindio_adaptor.recovery.stages.injected_fault import REPAIR_FAULT_POINT

@@ -6,8 +6,7 @@ the step they were interrupted in. Not an action's stage: the replacement's way 
 import logging
 import time
 
-from mindio_adaptor.patches import train_reentry
-from mindio_adaptor.recovery import decision_wait
+from mindio_adaptor.recovery import decision_wait, train_reentry
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ replicas, and a scale-in's (`--elastic-scale-in-from replicas`, the default), wh
 every shard between them, cut it anew for the smaller size.
 
 Every rank of the new world builds its model, DDP wrapper, optimizer and scheduler again at the new sizes,
-loaded from nothing (megatron_job/rebuild). Within each data-parallel group (the ranks of one tensor-
+loaded from nothing (megatron/rebuild). Within each data-parallel group (the ranks of one tensor-
 and pipeline-parallel position), then:
 1. the step's common state (iteration, data position, FLOPs, RNG: the repair step's snapshot; the
    optimizer's param groups and step count; the scheduler) goes from the group's first survivor to every

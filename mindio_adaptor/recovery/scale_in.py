@@ -1,10 +1,10 @@
 """A scale-in (elastic training, docs/elastic.md) on a surviving rank: its plan, what this slice of elastic
 training refuses, and the end of a resize's REPAIR.
 
-The sizes change through the Megatron facade (megatron_job/sizes: rank, world size, data-parallel size, replica
+The sizes change through the Megatron facade (megatron/sizes: rank, world size, data-parallel size, replica
 count and micro-batch calculator at the smaller data-parallel size, the same global batch size). The state: the
 model, its DDP wrapper, the optimizer and the scheduler are built again by Megatron's own
-setup_model_and_optimizer (megatron_job/rebuild), from the replicas (recovery/resize_from_replicas) or loaded
+setup_model_and_optimizer (megatron/rebuild), from the replicas (recovery/resize_from_replicas) or loaded
 from the dying-gasp checkpoint of the repair step, which Megatron's distributed checkpoint reshards to the new
 data-parallel size.
 """
@@ -12,7 +12,7 @@ import logging
 
 from mindio_adaptor.core.layout.replica_layout import ATTENTION
 from mindio_adaptor.core.layout.scale_in_plan import ScaleInPlan, ScaleInRefused, plan_scale_in, refuse_expert_misfit
-from mindio_adaptor.recovery.session import StepSnapshot
+from mindio_adaptor.core.steps.step_snapshot import StepSnapshot
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ and Megatron's micro-batch calculator its micro-batch count, with the same globa
 process started at the original sizes and keeps them. A partial scale-out (some retired ranks stay absent)
 takes every rank to the sizes of a scale-in from the start without the absent ranks' slices instead
 (core/layout/scale_out_plan). The model, DDP wrapper, optimizer and scheduler are built again and loaded the
-way the scale-in does it (megatron_job/rebuild); the sizes change through megatron_job/sizes."""
+way the scale-in does it (megatron/rebuild); the sizes change through megatron/sizes."""
 from typing import Iterable, Tuple
 
 from mindio_adaptor.core.layout.replica_layout import ATTENTION

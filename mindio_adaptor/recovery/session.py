@@ -16,18 +16,9 @@ from typing import Any, Deque, Dict, Optional, Set
 from mindio_adaptor.core.process.training_thread import TrainingThread
 from mindio_adaptor.core.steps.loss_line import LossLineBook
 from mindio_adaptor.core.steps.recovery_timeline import Timeline
+from mindio_adaptor.core.steps.step_snapshot import StepSnapshot
 from mindio_adaptor.recovery import comm_rebuild
 from mindio_adaptor.recovery.training_state import TrainingState
-
-
-@dataclass
-class StepSnapshot:
-    """What a checkpoint of the last completed step needs beyond model and optimizer."""
-    iteration: int  # the last completed step, numbered as Megatron's log prints it
-    consumed_train_samples: int
-    skipped_train_samples: int
-    floating_point_operations: float
-    rng: dict
 
 
 @dataclass

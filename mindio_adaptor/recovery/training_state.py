@@ -1,9 +1,8 @@
 """What the adaptor keeps of the running Megatron job: model, optimizer, scheduler, replica layout, and the
-hooks other patches attach to its steps (held by the recovery session as `SESSION.job`)."""
+hooks other patches attach to its steps (held by the recovery session as `SESSION.job`). How an optimizer's
+shard is walked is the Megatron door's (mindio_adaptor/megatron/optimizer)."""
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
-
-import torch
 
 
 @dataclass
@@ -34,28 +33,3 @@ class TrainingState:
     before_leaving: List[Callable[[], None]] = field(default_factory=list)
     updating_iteration: int = -1
     scheduler_step_ends: int = -1  # the iteration whose optimizer step returned, until its scheduler step
-
-
-
-def distributed_optimizers(optimizer) -> list:
-    """The DistributedOptimizer instances inside Megatron's (possibly chained) optimizer."""
-    if optimizer is None:
-        return []
-    inner = getattr(optimizer, "chained_optimizers", [optimizer])
-    return [opt for opt in inner if hasattr(opt, "shard_fp32_from_float16_groups")]
-
-
-def shard_state_tensors(optimizer) -> list:
-    """This rank's optimizer shard: fp32 main params, then each one's Adam state, in a fixed order."""
-    return [t for dopt in distributed_optimizers(optimizer) for t in distributed_optimizer_shard(dopt)]
-
-
-def distributed_optimizer_shard(dopt) -> list:
-    """One distributed optimizer's part of this rank's shard, in shard_state_tensors' order."""
-    tensors = []
-    for group in dopt.optimizer.param_groups:
-        for param in group["params"]:
-            tensors.append(param)
-            state = dopt.optimizer.state.get(param, {})
-            tensors += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
-    return tensors

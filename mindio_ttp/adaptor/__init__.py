@@ -84,9 +84,9 @@ def tft_train(train_args: list, test_data_iterator_list: list):
     _require_patched_job()
     if not isinstance(train_args, list):
         raise TypeError(f"tft_train: train_args must be the list of train()'s arguments, got {type(train_args)}")
-    from megatron.training import training
+    from mindio_adaptor.megatron.train_loop import run_train
 
-    return training.train(*train_args)
+    return run_train(train_args)
 
 
 def tft_is_arf_reboot_node() -> bool:

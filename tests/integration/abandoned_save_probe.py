@@ -1,6 +1,6 @@
 """One process (gloo, world 1) and Megatron's own torch_dist save: a save abandoned at its closing barrier,
 then a second save into another directory, which is loaded back. argv[1]: "discard" drops what the
-abandoned save left in the checkpoint writer's queue before the second save (patches/checkpoint_writer),
+abandoned save left in the checkpoint writer's queue before the second save (megatron/checkpoint_queue),
 "keep" does not. Prints one JSON line: what was dropped and how the load went."""
 import json
 import os
@@ -10,9 +10,10 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.core.process import cpu_torch
 from mindio_adaptor.core.checkpoint.checkpoint_readback import UnreadableCheckpoint, check_torch_dist
-from mindio_adaptor.patches import checkpoint_writer, cpu_support
+from mindio_adaptor.core.process import cpu_torch
+from mindio_adaptor.megatron import checkpoint_queue
+from mindio_adaptor.patches import cpu_support
 
 
 def state(seed: int, size: int) -> dict:
@@ -47,7 +48,7 @@ def main(mode: str) -> dict:
     os.makedirs(abandoned)
     os.makedirs(second)
     save_abandoned_at_its_barrier(abandoned)
-    dropped = checkpoint_writer.discard_stale_write_results("before the second save") if mode == "discard" else 0
+    dropped = checkpoint_queue.discard_stale_write_results("before the second save") if mode == "discard" else 0
     dist_checkpointing.save(state(2, 300), second)
     try:
         check_torch_dist(second)

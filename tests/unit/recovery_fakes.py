@@ -1,5 +1,5 @@
 """What the recovery-stage tests share: an in-memory session, a stand-in for the Megatron facade
-(patches/megatron_job) that records what a stage asked of Megatron, and real gloo worlds of a few
+(mindio_adaptor/megatron) that records what a stage asked of Megatron, and real gloo worlds of a few
 processes for the stages that move data between ranks."""
 import multiprocessing as mp
 import os
@@ -10,9 +10,10 @@ from types import SimpleNamespace
 
 import torch.distributed as dist
 
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.communication.comm import host_store
-from mindio_adaptor.patches import megatron_job
-from mindio_adaptor.recovery.session import RecoverySession, StepSnapshot
+from mindio_adaptor.core.steps.step_snapshot import StepSnapshot
+from mindio_adaptor.recovery.session import RecoverySession
 from mindio_adaptor.recovery.stages.stage import RecoveryAction
 
 

@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from mindio_adaptor.patches.call_arguments import argument, has_parameter, passes, with_argument
+from mindio_adaptor.megatron.call_arguments import argument, has_parameter, passes, with_argument
 
 
 def train_step(forward_step_func, data_iterator, model, optimizer, scheduler, config, forward_backward_func=None):

@@ -1,12 +1,12 @@
-"""The "client" fault-handling mode (patches/fault_handling): selecting it, the helpers a reference
+"""The "client" fault-handling mode (recovery/fault_handling): selecting it, the helpers a reference
 client's handlers call (recovery/client_actions: what they turn the handlers' arguments into, and the
 clear errors for bad ones), and train() leaving a training exception to the client (patches/client_loop)."""
 import pytest
 
 from mindio_adaptor.core.detection import faults
 from mindio_adaptor.core.detection.enums import RepairType, ReportState
-from mindio_adaptor.patches import client_loop, fault_handling, registry
-from mindio_adaptor.recovery import client_actions, flows
+from mindio_adaptor.patches import client_loop, registry
+from mindio_adaptor.recovery import client_actions, fault_handling, flows
 from mindio_adaptor.recovery.session import SESSION
 
 

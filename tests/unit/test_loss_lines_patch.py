@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from mindio_adaptor.core.steps.loss_line import LossLineBook
-from mindio_adaptor.patches import loss_lines, megatron_job
+from mindio_adaptor import megatron as megatron_job
+from mindio_adaptor.patches import loss_lines
 from mindio_adaptor.recovery.session import SESSION
 
 

@@ -1,7 +1,7 @@
 """stages/scale_in_state: with --elastic-scale-in-from checkpoint the survivors load the dump of the repair step
 into a model and optimizer built at the smaller size (from the replicas: test_resize_from_replicas); the session's snapshot, the data position and the replay follow it; and how the rebuilt
-objects take the places Megatron's frames hold (megatron_job/rebuild.take_place_of); the sizes Megatron takes
-(megatron_job/sizes)."""
+objects take the places Megatron's frames hold (megatron/rebuild.take_place_of); the sizes Megatron takes
+(megatron/sizes)."""
 import logging
 from types import SimpleNamespace
 
@@ -10,7 +10,7 @@ import pytest
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
 from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused, plan_scale_in
 from mindio_adaptor.core.layout.scale_out_plan import plan_scale_out
-from mindio_adaptor.patches import megatron_job
+from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.recovery import scale_in
 from mindio_adaptor.recovery.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
 

@@ -1,5 +1,5 @@
 """stages/scale_out_state: every rank of the original size loads the checkpoint the survivors saved at the
-smaller size into a model and optimizer built again (megatron_job/rebuild); the
+smaller size into a model and optimizer built again (megatron/rebuild); the
 session's snapshot and the data position follow it; a returned process counts as joined (ROLLBACK then
 expects no state from a replica peer); rank 0 of a survivor logs the scale-out once."""
 import logging

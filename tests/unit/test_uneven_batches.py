@@ -7,7 +7,7 @@ import torch
 
 from mindio_adaptor.core.layout.uneven_split import UnevenSplit
 from mindio_adaptor.patches import uneven_batches
-from mindio_adaptor.patches.megatron_job import uneven
+from mindio_adaptor.megatron import uneven
 
 
 @pytest.fixture
@@ -82,8 +82,8 @@ def test_the_step_counts_the_global_batch_in_samples_and_scheduler(megatron_calc
 
 def test_the_scale_outs_rebuilt_optimizer_drops_the_weight(megatron_calculator):
     """The scale-out's REPAIR: the rebuilt optimizer takes the place of the one Megatron holds
-    (megatron_job/rebuild.take_place_of), and the weight, an attribute of the old one, goes with it."""
-    from mindio_adaptor.patches.megatron_job import take_place_of
+    (megatron/rebuild.take_place_of), and the weight, an attribute of the old one, goes with it."""
+    from mindio_adaptor.megatron import take_place_of
 
     uneven.install(UnevenSplit(16, 1, 3), dp_rank=2)
     held = Optimizer()  # the object Megatron's pretrain() and train() keep

@@ -9,7 +9,7 @@ restarts. Which steps can be reloaded: patches/saved_step_reports."""
 import logging
 import time
 
-from mindio_adaptor.recovery.session import StepSnapshot
+from mindio_adaptor.core.steps.step_snapshot import StepSnapshot
 from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)

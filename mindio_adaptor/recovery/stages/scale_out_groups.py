@@ -2,7 +2,7 @@
 returned for the ranks it retired (their fault ranks, action.error_ranks).
 
 Whole (every retired rank returned): a survivor takes back its original rank, world and data-parallel size and
-the original micro-batch count (megatron_job/sizes); a returned process started at those sizes on the fake
+the original micro-batch count (megatron/sizes); a returned process started at those sizes on the fake
 backend and keeps them. Partial (action.absent_ranks: retired ranks that stay out): every rank takes the sizes
 of a scale-in from the start without the absent ranks' data-parallel slices (core/layout/scale_out_plan), which
 the survivors plan on their plan's start lists and a returned process on its own; a returned process whose

@@ -1,7 +1,7 @@
 """What a recovery stage is, and the controller's action it runs for.
 
 A stage is called as run(session, megatron, action): the rank's RecoverySession, the Megatron facade
-(patches/megatron_job, or a test's stand-in with the same functions) and the action. It returns 0,
+(mindio_adaptor/megatron, or a test's stand-in with the same functions) and the action. It returns 0,
 or raises with a message that names what went wrong (the reply to the controller carries it).
 No stage is interrupted once it runs: a stage that takes too long fails the controller's action at
 its time limit, and the flow's fallback (the dump, or the exit) follows.

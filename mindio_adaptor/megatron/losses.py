@@ -3,8 +3,8 @@ part (patches/loss_lines)."""
 import torch
 import torch.distributed as dist
 
-from mindio_adaptor.patches.call_arguments import has_parameter
-from mindio_adaptor.patches.megatron_job.args import args
+from mindio_adaptor.megatron.args import args
+from mindio_adaptor.megatron.call_arguments import has_parameter
 
 
 def is_last_rank() -> bool:

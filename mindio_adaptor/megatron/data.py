@@ -4,9 +4,9 @@ import logging
 import sys
 from typing import Any
 
-from mindio_adaptor.patches.megatron_job import uneven
-from mindio_adaptor.patches.megatron_job.args import args, rng_states
-from mindio_adaptor.recovery.session import StepSnapshot
+from mindio_adaptor.core.steps.step_snapshot import StepSnapshot
+from mindio_adaptor.megatron import uneven
+from mindio_adaptor.megatron.args import args, rng_states
 
 logger = logging.getLogger(__name__)
 

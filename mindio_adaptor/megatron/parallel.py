@@ -2,8 +2,7 @@
 of one optimizer instance."""
 import torch.distributed as dist
 
-from mindio_adaptor.patches.megatron_job.optimizer import optimizes_experts
-from mindio_adaptor.recovery.training_state import distributed_optimizers
+from mindio_adaptor.megatron.optimizer import distributed_optimizers, optimizes_experts
 
 
 def process_groups() -> dict:

@@ -3,7 +3,7 @@ arguments hold now (a resize), and put in the places Megatron's frames hold."""
 import contextlib
 
 from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused
-from mindio_adaptor.patches.megatron_job.args import args
+from mindio_adaptor.megatron.args import args
 
 # Set on the model config by train() (and read by Megatron's schedules from the model's own config).
 TRAIN_LOOP_CONFIG_FIELDS = ("grad_scale_func", "timers", "no_sync_func", "grad_sync_func", "param_sync_func",

@@ -7,9 +7,9 @@ the new replica count, for the parallel state to be initialised again with it.
 stand-ins that count as Megatron does."""
 from mindio_adaptor.core.layout.scale_in_plan import ScaleInPlan, ScaleInRefused
 from mindio_adaptor.core.layout.scale_out_plan import ScaleOutPlan, ScaleOutRefused
-from mindio_adaptor.patches.call_arguments import has_parameter
-from mindio_adaptor.patches.megatron_job import uneven
-from mindio_adaptor.patches.megatron_job.args import args, set_parallel_sizes, set_rank
+from mindio_adaptor.megatron import uneven
+from mindio_adaptor.megatron.args import args, set_parallel_sizes, set_rank
+from mindio_adaptor.megatron.call_arguments import has_parameter
 
 
 def microbatch_calculator():
@@ -48,7 +48,7 @@ def apply_original_sizes(plan: ScaleOutPlan, init_call: tuple, margs=None, calcu
 
 def _resize_uneven(plan: ScaleInPlan, init_call: tuple, margs) -> tuple:
     """Where the new size does not divide the step's micro-batches: this rank's share of them in place of
-    Megatron's calculator (megatron_job/uneven). The data-parallel rank is the new rank's index in its
+    Megatron's calculator (megatron/uneven). The data-parallel rank is the new rank's index in its
     data-parallel list, in Megatron's order (tp-dp-pp, or tp-pp-dp; no context parallelism)."""
     tp, pp = margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size
     dp_rank = margs.rank // (tp * pp) if margs.use_tp_pp_dp_mapping else (margs.rank // tp) % plan.new_dp

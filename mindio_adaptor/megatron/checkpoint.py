@@ -5,8 +5,8 @@ from typing import List
 
 import torch.distributed as dist
 
-from mindio_adaptor.patches import checkpoint_writer
-from mindio_adaptor.patches.megatron_job.args import args
+from mindio_adaptor.megatron import checkpoint_queue
+from mindio_adaptor.megatron.args import args
 
 KEY_RERUN = "rerun_state_machine_state"  # megatron.core.rerun_state_machine's ShardedObject key
 
@@ -39,7 +39,7 @@ def save_checkpoint_for_full_job(step: int, model, optimizer, scheduler, flops: 
     root, async_save = margs.save, margs.async_save
     # This process's earlier saves ended or were abandoned at the fault: what they left in the writer's
     # queue would otherwise become this checkpoint's metadata.
-    checkpoint_writer.discard_stale_write_results(f"before the save of step {step}")
+    checkpoint_queue.discard_stale_write_results(f"before the save of step {step}")
     margs.save, margs.async_save = save_dir, False
     try:
         with _rerun_state_for_every_rank(members, world_size), _experts_on_the_current_groups(model):

@@ -4,7 +4,7 @@ import random
 import numpy as np
 import torch
 
-from mindio_adaptor.recovery.session import StepSnapshot
+from mindio_adaptor.core.steps.step_snapshot import StepSnapshot
 
 
 def args():

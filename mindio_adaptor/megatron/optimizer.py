@@ -3,8 +3,31 @@ import torch
 
 from mindio_adaptor.core.layout.replica_layout import ATTENTION, MOE
 from mindio_adaptor.core.layout.state_reshard import Slot
-from mindio_adaptor.recovery.training_state import (distributed_optimizer_shard, distributed_optimizers,
-                                                    shard_state_tensors)
+
+
+def distributed_optimizers(optimizer) -> list:
+    """The DistributedOptimizer instances inside Megatron's (possibly chained) optimizer."""
+    if optimizer is None:
+        return []
+    inner = getattr(optimizer, "chained_optimizers", [optimizer])
+    return [opt for opt in inner if hasattr(opt, "shard_fp32_from_float16_groups")]
+
+
+def shard_state_tensors(optimizer) -> list:
+    """This rank's optimizer shard: fp32 main params, then each one's Adam state, in a fixed order."""
+    return [t for dopt in distributed_optimizers(optimizer) for t in distributed_optimizer_shard(dopt)]
+
+
+def distributed_optimizer_shard(dopt) -> list:
+    """One distributed optimizer's part of this rank's shard, in shard_state_tensors' order."""
+    tensors = []
+    for group in dopt.optimizer.param_groups:
+        for param in group["params"]:
+            tensors.append(param)
+            state = dopt.optimizer.state.get(param, {})
+            tensors += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
+    return tensors
+
 
 # Answers Megatron computes with a collective the first time they are asked, then caches: a
 # replacement asking again would run a collective its peers never run. It takes its peer's answers.
