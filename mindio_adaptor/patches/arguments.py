@@ -7,6 +7,7 @@ from mindio_adaptor.core.job.ha_config import (ENV_OVERRIDE, RESIZE_SOURCES, Hig
                                                HighAvailabilityConfigError)
 from mindio_adaptor.patches import warm_rank
 from mindio_adaptor.patches.patch import Patch
+from mindio_adaptor.recovery.session import SESSION
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ def _validate(wrapped, instance, args, kwargs):
                         margs.num_distributed_optimizer_instances)
     config.check_elastic(margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size,
                          margs.context_parallel_size, margs.expert_model_parallel_size)
+    SESSION.config = config
+    # Also on Megatron's arguments, with the HIGH_AVAILABILITY override applied: what a checkpoint saves of them and what a
+    # user's script reads there are the settings in force. The adaptor reads SESSION.config.
     for name in HighAvailabilityConfig.__dataclass_fields__:
         setattr(margs, name, getattr(config, name))
     margs.num_distributed_optimizer_instances = config.replica_count

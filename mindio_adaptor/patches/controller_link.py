@@ -31,7 +31,6 @@ from mindio_adaptor.core.process.env_values import seconds_from_env
 from mindio_adaptor.core.steps import step_path_costs
 from mindio_adaptor.core.steps.step_path_costs import COSTS
 from mindio_adaptor.patches import client_loop, exception_loop, interrupted_save, parallel_state
-from mindio_adaptor.patches.arguments import config_from_args
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery import fault_handling, flows
 from mindio_adaptor.recovery.session import SESSION
@@ -49,7 +48,7 @@ DEFAULT_FINISH_WAIT_S = 10.0
 
 def _after_initialize(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    if not getattr(megatron_job.args(), "enable_high_availability", False):
+    if not SESSION.config.enable_high_availability:
         return result
     fault_handling.put_in_force()
     if not warm_assignment.provisional():  # a warm spare connects once it has its rank (patches/warm_spare)
@@ -69,7 +68,7 @@ def connect():
 
     rank, world = dist.get_rank(), dist.get_world_size()
     margs = megatron_job.args()
-    config = config_from_args(margs)
+    config = SESSION.config
     addresses = controller_addresses() or [_start_in_job_controller(rank, world, controller, config)]
     address = addresses[0]
     link = processor_link.open_link(rank, world, allow_replacement=config.enable_worker_reboot)

@@ -34,7 +34,7 @@ def arm(margs, link) -> None:
 
 
 def ha_enabled() -> bool:
-    return bool(getattr(megatron_job.args_if_parsed(), "enable_high_availability", False))
+    return SESSION.config.enable_high_availability
 
 
 def adaptor_handles_faults() -> bool:

@@ -30,7 +30,7 @@ FAILURE_DOMAIN_ENV = "MINDIO_FAILURE_DOMAIN"  # this process's (mindio-adaptor l
 def _after_initialize(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     margs = _megatron_args()
-    if margs is not None and getattr(margs, "enable_high_availability", False):
+    if margs is not None and SESSION.config.enable_high_availability:
         # A warm spare's stand-in rank reads no store: its layout comes with its rank (patches/warm_spare).
         if not warm_assignment.provisional():
             SESSION.job.layout = build_layout(margs.num_distributed_optimizer_instances)
@@ -99,7 +99,7 @@ def _gather_layout_inputs(mine, rank: int) -> list:
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     margs = _megatron_args()
-    if rank == 0 and getattr(margs, "enable_worker_reboot", False) and len(everyone) == started_world_size():
+    if rank == 0 and SESSION.config.enable_worker_reboot and len(everyone) == started_world_size():
         # Not a scaled-in world's (elastic training): a replacement, or a process returning for a scale-out,
         # starts in the job's full world. Only a launcher that gives its workers the job's token starts one
         # (mindio-adaptor launch); without the token (torchrun restarts whole groups) there is none to read it.

@@ -21,7 +21,6 @@ import inspect
 import logging
 import os
 
-from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.job import hand_over, unreachable_job
 from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.patches import warm_rank
@@ -35,8 +34,7 @@ ENV_RESTARTED = "MINDIO_RESTARTED"
 
 def is_replacement() -> bool:
     """A process the launcher started again for a dead rank, with worker reboot on."""
-    margs = megatron_job.args_if_parsed()
-    return os.environ.get(ENV_RESTARTED) == "1" and bool(getattr(margs, "enable_worker_reboot", False))
+    return os.environ.get(ENV_RESTARTED) == "1" and SESSION.config.enable_worker_reboot
 
 
 def _init_on_the_fake_backend(wrapped, instance, args, kwargs):

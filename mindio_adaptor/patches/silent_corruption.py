@@ -50,7 +50,7 @@ class UnsettledCorruption(RuntimeError):
 def check_is_due(step: int, margs) -> bool:
     if SESSION.job.layout is None or margs.num_distributed_optimizer_instances < 2:
         return False
-    interval = 1 if margs.verify_optimizer_replicas else margs.sdc_check_interval
+    interval = 1 if SESSION.config.verify_optimizer_replicas else SESSION.config.sdc_check_interval
     saved = margs.save and margs.save_interval and step % margs.save_interval == 0
     return bool((interval and step % interval == 0) or saved)
 

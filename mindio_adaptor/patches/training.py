@@ -110,7 +110,7 @@ def _after_train_step(wrapped, instance, args, kwargs):
     if SESSION.job.completed_steps == [step]:  # this process's first step; not a replacement's (a collective)
         report_optimizer_state_bytes()
     if silent_corruption.check_is_due(step, margs):
-        _CHECK_HOLDERS(step, say_agreement=margs.verify_optimizer_replicas)
+        _CHECK_HOLDERS(step, say_agreement=SESSION.config.verify_optimizer_replicas)
     return result
 
 

@@ -7,6 +7,7 @@ import torch
 from mindio_adaptor import megatron as megatron_job
 from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.core.process import cpu_torch
+from mindio_adaptor.recovery.session import SESSION
 
 PARTITION_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                    "expert_model_parallel_size")
@@ -18,8 +19,8 @@ def runs_ahead(margs, accelerator: bool = None) -> bool:
     dead rank's device is the only one free), so there the spare takes its rank before Megatron picks one."""
     if accelerator is None:
         accelerator = cpu_torch.accelerator_present()
-    return (not accelerator and getattr(margs, "enable_high_availability", False)
-            and getattr(margs, "enable_worker_reboot", False)
+    config = SESSION.config
+    return (not accelerator and config.enable_high_availability and config.enable_worker_reboot
             and all(getattr(margs, size, 1) == 1 for size in PARTITION_SIZES))
 
 

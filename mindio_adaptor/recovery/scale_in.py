@@ -38,10 +38,10 @@ def refuse_unsupported(margs) -> None:
         raise ScaleInRefused("scale-in with a batch-size ramp-up or schedule is not supported")
 
 
-def from_replicas(margs) -> bool:
+def from_replicas(config) -> bool:
     """Whether the survivors take the state at the smaller size from their own memory (patches/
     resize_from_replicas), not from the dump the savers write first (`--elastic-scale-in-from`)."""
-    return margs.elastic_scale_in_from == "replicas"
+    return config.elastic_scale_in_from == "replicas"
 
 
 def resume_at_checkpoint(session, megatron, step: int, what: str, refused) -> None:

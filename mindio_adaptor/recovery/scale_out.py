@@ -33,7 +33,7 @@ def partial_target_of_returned(margs, layout, returned, absent) -> Tuple[ScaleIn
                                margs.micro_batch_size, dense[0].replica_cnt, margs.expert_model_parallel_size)
 
 
-def from_replicas(margs) -> bool:
+def from_replicas(config) -> bool:
     """Whether the scale-out takes the state from the survivors' memory (recovery/resize_from_replicas), not
     from a checkpoint they save (`--elastic-scale-out-from`)."""
-    return margs.elastic_scale_out_from == "replicas"
+    return config.elastic_scale_out_from == "replicas"

@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Optional, Set
 
+from mindio_adaptor.core.job.ha_config import HighAvailabilityConfig
 from mindio_adaptor.core.process.training_thread import TrainingThread
 from mindio_adaptor.core.steps.loss_line import LossLineBook
 from mindio_adaptor.core.steps.recovery_timeline import Timeline
@@ -60,6 +61,9 @@ class InterruptedSaves:
 
 @dataclass
 class RecoverySession:
+    # The job's high-availability settings as validated with Megatron's arguments (patches/arguments): the one
+    # place the adaptor reads them from. Until then every feature is off.
+    config: HighAvailabilityConfig = field(default_factory=HighAvailabilityConfig)
     job: TrainingState = field(default_factory=TrainingState)
     thread: TrainingThread = field(default_factory=TrainingThread)
     timeline: Timeline = field(default_factory=Timeline)

@@ -47,7 +47,6 @@ class FakeMegatron:
                                                consumed_valid_samples=0,
                                                num_floating_point_operations_so_far=0.0, save=None,
                                                async_save=False, dataloader_type="single",
-                                               elastic_scale_in_from="replicas", elastic_scale_out_from="replicas",
                                                expert_model_parallel_size=1), **args})
         self.calls = []
         self.groups = {}

@@ -154,7 +154,7 @@ def test_a_scale_in_from_the_replicas_writes_no_dump_and_from_a_checkpoint_write
     assert written == [] and megatron.calls == []
     assert [r.getMessage() for r in caplog.records] == [
         "scale-in: no dump of step 4 written: the survivors reshard the state among themselves in memory"]
-    megatron.margs.elastic_scale_in_from = "checkpoint"
+    session.config.elastic_scale_in_from = "checkpoint"
     scale_in_save_stage.scale_in_save(session, megatron, action("save_ckpt", step=4, saves=saves))
     scale_in_save_stage.scale_in_publish(session, megatron, action("rename", step=4))
     assert written == ["saved", "published"]

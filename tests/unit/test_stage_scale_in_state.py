@@ -15,17 +15,23 @@ from mindio_adaptor.recovery import scale_in
 from mindio_adaptor.recovery.stages.scale_in_state import SCALE_IN_STATE, scale_in_state
 
 PLAN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
-FROM_CHECKPOINT = dict(elastic_scale_in_from="checkpoint")
+
+
+def session_from_checkpoint(step, **fields):
+    """A session of a job whose resizes take the state from the checkpoint (--elastic-scale-in-from checkpoint)."""
+    session = session_at(step, **fields)
+    session.config.elastic_scale_in_from = "checkpoint"
+    return session
 
 
 def scaled_in_session(step=5):
-    session = session_at(step, save_root="/ckpt")
+    session = session_from_checkpoint(step, save_root="/ckpt")
     session.scale_in = PLAN
     return session
 
 
 def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(caplog):
-    session, megatron = scaled_in_session(), FakeMegatron(global_batch_size=16, **FROM_CHECKPOINT)
+    session, megatron = scaled_in_session(), FakeMegatron(global_batch_size=16)
     megatron.rebuilt = (4, 400.0)
     megatron.margs.consumed_train_samples = 64  # what the load set
     replay = FakeReplay()
@@ -42,16 +48,16 @@ def test_the_dump_is_loaded_at_the_new_size_and_the_data_restarts_at_its_sample(
 
 
 def test_a_checkpoint_of_another_step_or_no_plan_or_no_save_is_refused():
-    megatron = FakeMegatron(**FROM_CHECKPOINT)
+    megatron = FakeMegatron()
     megatron.rebuilt = (3, 300.0)
     with pytest.raises(ScaleInRefused, match="scale in from the checkpoint of step 4 under /ckpt; loaded step 3"):
         scale_in_state(scaled_in_session(), megatron, action("repair", step=4))
     with pytest.raises(ScaleInRefused, match="before the groups were rebuilt"):
-        scale_in_state(session_at(5, save_root="/ckpt"), FakeMegatron(**FROM_CHECKPOINT), action("repair", step=4))
+        scale_in_state(session_from_checkpoint(5, save_root="/ckpt"), FakeMegatron(), action("repair", step=4))
     no_save = scaled_in_session()
     no_save.save_root = None
     with pytest.raises(ScaleInRefused, match="no --save directory"):
-        scale_in_state(no_save, FakeMegatron(**FROM_CHECKPOINT), action("repair", step=4))
+        scale_in_state(no_save, FakeMegatron(), action("repair", step=4))
 
 
 class Optimizer:

@@ -14,18 +14,24 @@ from mindio_adaptor.recovery.stages.scale_out_state import SCALE_OUT_STATE, scal
 
 SCALED_IN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
 PLAN = plan_scale_out(SCALED_IN, [2, 3], global_batch_size=16, micro_batch_size=2)
-FROM_CHECKPOINT = dict(elastic_scale_out_from="checkpoint")
+
+
+def session_from_checkpoint(step, **fields):
+    """A session of a job whose resizes take the state from the checkpoint (--elastic-scale-out-from checkpoint)."""
+    session = session_at(step, **fields)
+    session.config.elastic_scale_out_from = "checkpoint"
+    return session
 
 
 def from_checkpoint(**args) -> FakeMegatron:
     """Megatron as the stage sees it, whose rebuild loads step 6 of the checkpoint."""
-    megatron = FakeMegatron(**args, **FROM_CHECKPOINT)
+    megatron = FakeMegatron(**args)
     megatron.rebuilt = (6, 600.0)
     return megatron
 
 
 def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(caplog):
-    session = session_at(6, save_root="/ckpt")
+    session = session_from_checkpoint(6, save_root="/ckpt")
     megatron = from_checkpoint(global_batch_size=16, world_size=4)
     session.scale_out = PLAN
     megatron.margs.consumed_train_samples = 96
@@ -43,7 +49,7 @@ def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(caplog):
 
 
 def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_joined(caplog):
-    session = session_at(None, save_root="/ckpt")
+    session = session_from_checkpoint(None, save_root="/ckpt")
     megatron = from_checkpoint(rank=2, world_size=4)
     megatron.margs.consumed_train_samples = 96
     session.replacement.active = True
@@ -58,6 +64,6 @@ def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_jo
 
 def test_another_step_loaded_or_no_save_directory_is_refused():
     with pytest.raises(ScaleOutRefused, match="scale out from the checkpoint of step 5 under /ckpt; loaded step 6"):
-        scale_out_state(session_at(6, save_root="/ckpt"), from_checkpoint(), action("repair", step=5))
+        scale_out_state(session_from_checkpoint(6, save_root="/ckpt"), from_checkpoint(), action("repair", step=5))
     with pytest.raises(ScaleOutRefused, match="no --save directory"):
-        scale_out_state(session_at(6), from_checkpoint(), action("repair", step=6))
+        scale_out_state(session_from_checkpoint(6), from_checkpoint(), action("repair", step=6))

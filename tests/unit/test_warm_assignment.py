@@ -8,12 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from mindio_adaptor.core.job.ha_config import HighAvailabilityConfig
 from mindio_adaptor.core.layout import warm_assignment
 from mindio_adaptor.launch.args import build_parser
 from mindio_adaptor.launch.config import resolve
 from mindio_adaptor.launch.warm_pool import runs_ahead as pool_runs_ahead
 from mindio_adaptor.launch.warm_worker import DEFAULT_PRELOAD
 from mindio_adaptor.patches.warm_rank import runs_ahead, stand_in
+from mindio_adaptor.recovery.session import SESSION
 from mindio_adaptor.tiny.job import process_ids
 
 
@@ -49,10 +51,14 @@ def test_only_a_script_under_the_adaptors_worker_reboot_runs_ahead(script):
     ({"expert_model_parallel_size": 2}, False),
     ({"enable_worker_reboot": False}, False),
 ])
-def test_a_stand_in_builds_the_model_only_with_data_parallelism_alone(sizes, ahead):
-    margs = SimpleNamespace(enable_high_availability=True, enable_worker_reboot=True, tensor_model_parallel_size=1,
-                            pipeline_model_parallel_size=1, context_parallel_size=1, expert_model_parallel_size=1)
-    vars(margs).update(sizes)
+def test_a_stand_in_builds_the_model_only_with_data_parallelism_alone(sizes, ahead, monkeypatch):
+    # the job's settings as validated (patches/arguments), and Megatron's sizes
+    settings = {k: v for k, v in sizes.items() if k in HighAvailabilityConfig.__dataclass_fields__}
+    monkeypatch.setattr(SESSION, "config", HighAvailabilityConfig(**{
+        "enable_high_availability": True, "enable_worker_reboot": True, **settings}))
+    margs = SimpleNamespace(tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1,
+                            expert_model_parallel_size=1)
+    vars(margs).update({k: v for k, v in sizes.items() if k not in settings})
     assert runs_ahead(margs, accelerator=False) is ahead
     assert not runs_ahead(margs, accelerator=True)  # the device is the local rank's: known only with the rank
 

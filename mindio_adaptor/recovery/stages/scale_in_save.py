@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 def scale_in_save(session, megatron, action) -> int:
     margs = megatron.args()
     first_saver = margs.rank == min((r for save in action.saves for r in save.ranks), default=margs.rank)
-    if scale_in.from_replicas(margs):
+    if scale_in.from_replicas(session.config):
         if first_saver:
             logger.info("scale-in: no dump of step %d written: the survivors reshard the state among themselves in "
                         "memory", action.step)
@@ -25,7 +25,7 @@ def scale_in_save(session, megatron, action) -> int:
 
 
 def scale_in_publish(session, megatron, action) -> int:
-    if scale_in.from_replicas(megatron.args()):
+    if scale_in.from_replicas(session.config):
         return 0
     return publish_dump(session, megatron, action)
 

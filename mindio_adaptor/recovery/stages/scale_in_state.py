@@ -24,7 +24,7 @@ def scale_in_state(session, megatron, action) -> int:
     if plan is None:
         raise scale_in.ScaleInRefused(f"asked to load step {step} at the smaller size before the groups were "
                                       f"rebuilt for it")
-    from_replicas = scale_in.from_replicas(megatron.args())
+    from_replicas = scale_in.from_replicas(session.config)
     if from_replicas:
         resume_from_replicas(session, megatron, step, returning=False, what="scale in")
     else:

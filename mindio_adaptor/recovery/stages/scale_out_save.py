@@ -22,7 +22,7 @@ def scale_out_save(session, megatron, action) -> int:
     scaled_in = session.scale_in
     if scaled_in is None:
         raise ScaleOutRefused(f"asked to save step {step} for a scale-out, but this rank never scaled in")
-    if scale_out.from_replicas(megatron.args()):
+    if scale_out.from_replicas(session.config):
         if megatron.args().rank == 0:
             logger.info("scale-out: no checkpoint of step %d saved: the returned ranks take the state from the "
                         "replicas", step)

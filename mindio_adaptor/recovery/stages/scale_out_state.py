@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 def scale_out_state(session, megatron, action) -> int:
     started, step, margs = time.monotonic(), action.step, megatron.args()
     returning = session.replacement.active and not session.replacement.joined
-    from_replicas = scale_out.from_replicas(margs)
+    from_replicas = scale_out.from_replicas(session.config)
     if from_replicas:
         resume_from_replicas(session, megatron, step, returning, "scale out")
     else:
