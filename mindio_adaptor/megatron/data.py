@@ -101,12 +101,7 @@ def position_train_iterators(holder, who: str, reposition=None, margs=None) -> N
     `reposition(old, who)` and `margs`: iterator_at_sample and Megatron's unless given (a unit test's stand-ins)."""
     reposition = reposition or iterator_at_sample
     margs = margs if margs is not None else args()
-    for one in holder if isinstance(holder, (list, tuple)) else [holder]:
-        if one is None:
-            continue
-        if not hasattr(one, "iterable"):
-            raise RuntimeError(f"{who}: cannot position its train data iterator ({type(one).__name__}) at sample "
-                               f"{margs.consumed_train_samples}")
+    for one in _wrappers(holder, "train", margs.consumed_train_samples, who):
         one.iterable = reposition(one.iterable, who)
 
 
@@ -128,12 +123,18 @@ def position_test_iterators(holders, who: str) -> None:
 
 def _position_evaluation(holder, sample: int, which: str, who: str) -> None:
     margs = args()
-    if holder is None or getattr(margs, "full_validation", False):
+    if getattr(margs, "full_validation", False):
         return
-    for one in holder if isinstance(holder, (list, tuple)) else [holder]:
-        if one is None:
-            continue
+    for one in _wrappers(holder, which, sample, who):
+        one.iterable = _iterator_from(one.iterable, sample, margs.dataloader_type, which, who)
+
+
+def _wrappers(holder, which: str, sample: int, who: str) -> list:
+    """Megatron's iterator wrappers in `holder` (one, or one per model chunk; None where there is none), each
+    with the `iterable` a new position replaces."""
+    wrappers = [one for one in (holder if isinstance(holder, (list, tuple)) else [holder]) if one is not None]
+    for one in wrappers:
         if not hasattr(one, "iterable"):
             raise RuntimeError(f"{who}: cannot position its {which} data iterator ({type(one).__name__}) at "
                                f"sample {sample}")
-        one.iterable = _iterator_from(one.iterable, sample, margs.dataloader_type, which, who)
+    return wrappers
