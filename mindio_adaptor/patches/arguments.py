@@ -100,8 +100,8 @@ def _validate(wrapped, instance, args, kwargs):
     config.check_elastic(margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size,
                          margs.context_parallel_size, margs.expert_model_parallel_size)
     SESSION.config = config
-    # Also on Megatron's arguments, with the HIGH_AVAILABILITY override applied: what a checkpoint saves of them and what a
-    # user's script reads there are the settings in force. The adaptor reads SESSION.config.
+    # Also on Megatron's arguments, with the HIGH_AVAILABILITY override applied: what a checkpoint saves of them
+    # and what a user's script reads there are the settings in force. The adaptor reads SESSION.config.
     for name in HighAvailabilityConfig.__dataclass_fields__:
         setattr(margs, name, getattr(config, name))
     margs.num_distributed_optimizer_instances = config.replica_count
