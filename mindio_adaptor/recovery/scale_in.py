@@ -65,8 +65,8 @@ def resume_at(session, megatron, snapshot: StepSnapshot, what: str) -> None:
     data-parallel rank and size."""
     step = snapshot.iteration
     session.resume_at(snapshot)
-    for wrapper in session.replay.iterators.values():
-        wrapper.restart(megatron.iterator_at_sample(wrapper.inner, f"{what.replace(' ', '-')} at step {step}"), step)
     who = f"{what.replace(' ', '-')} at step {step}"
+    for wrapper in session.replay.iterators.values():
+        wrapper.restart(megatron.iterator_at_sample(wrapper.inner, who), step)
     megatron.position_valid_iterators(session.job.valid_data_iterator, who)
     megatron.position_test_iterators(session.job.test_data_iterators, who)
