@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
+from mindio_adaptor.core.job.ha_config import HighAvailabilityConfig
 from mindio_adaptor.core.layout.scale_in_plan import ScaleInRefused, plan_scale_in
 from mindio_adaptor.core.layout.scale_out_plan import plan_scale_out
 from mindio_adaptor import megatron as megatron_job
@@ -16,16 +17,12 @@ from mindio_adaptor.recovery.stages.scale_in_state import SCALE_IN_STATE, scale_
 
 PLAN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
 
-
-def session_from_checkpoint(step, **fields):
-    """A session of a job whose resizes take the state from the checkpoint (--elastic-scale-in-from checkpoint)."""
-    session = session_at(step, **fields)
-    session.config.elastic_scale_in_from = "checkpoint"
-    return session
+# The job's resizes take the state from the checkpoint (--elastic-scale-in-from checkpoint).
+FROM_CHECKPOINT = HighAvailabilityConfig(elastic_scale_in_from="checkpoint")
 
 
 def scaled_in_session(step=5):
-    session = session_from_checkpoint(step, save_root="/ckpt")
+    session = session_at(step, save_root="/ckpt", config=FROM_CHECKPOINT)
     session.scale_in = PLAN
     return session
 
@@ -53,7 +50,8 @@ def test_a_checkpoint_of_another_step_or_no_plan_or_no_save_is_refused():
     with pytest.raises(ScaleInRefused, match="scale in from the checkpoint of step 4 under /ckpt; loaded step 3"):
         scale_in_state(scaled_in_session(), megatron, action("repair", step=4))
     with pytest.raises(ScaleInRefused, match="before the groups were rebuilt"):
-        scale_in_state(session_from_checkpoint(5, save_root="/ckpt"), FakeMegatron(), action("repair", step=4))
+        scale_in_state(session_at(5, save_root="/ckpt", config=FROM_CHECKPOINT), FakeMegatron(),
+                       action("repair", step=4))
     no_save = scaled_in_session()
     no_save.save_root = None
     with pytest.raises(ScaleInRefused, match="no --save directory"):

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from recovery_fakes import FakeMegatron, FakeReplay, action, session_at
+from mindio_adaptor.core.job.ha_config import HighAvailabilityConfig
 from mindio_adaptor.core.layout.scale_in_plan import plan_scale_in
 from mindio_adaptor.core.layout.scale_out_plan import ScaleOutRefused, plan_scale_out
 from mindio_adaptor.recovery.stages.scale_out_state import SCALE_OUT_STATE, scale_out_state
@@ -15,12 +16,8 @@ from mindio_adaptor.recovery.stages.scale_out_state import SCALE_OUT_STATE, scal
 SCALED_IN = plan_scale_in([[0, 1, 2, 3]], {2, 3}, global_batch_size=16, micro_batch_size=2)
 PLAN = plan_scale_out(SCALED_IN, [2, 3], global_batch_size=16, micro_batch_size=2)
 
-
-def session_from_checkpoint(step, **fields):
-    """A session of a job whose resizes take the state from the checkpoint (--elastic-scale-out-from checkpoint)."""
-    session = session_at(step, **fields)
-    session.config.elastic_scale_out_from = "checkpoint"
-    return session
+# The job's resizes take the state from the checkpoint (--elastic-scale-out-from checkpoint).
+FROM_CHECKPOINT = HighAvailabilityConfig(elastic_scale_out_from="checkpoint")
 
 
 def from_checkpoint(**args) -> FakeMegatron:
@@ -31,7 +28,7 @@ def from_checkpoint(**args) -> FakeMegatron:
 
 
 def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(caplog):
-    session = session_from_checkpoint(6, save_root="/ckpt")
+    session = session_at(6, save_root="/ckpt", config=FROM_CHECKPOINT)
     megatron = from_checkpoint(global_batch_size=16, world_size=4)
     session.scale_out = PLAN
     megatron.margs.consumed_train_samples = 96
@@ -49,7 +46,7 @@ def test_a_survivor_loads_at_the_original_size_and_rank_0_says_so(caplog):
 
 
 def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_joined(caplog):
-    session = session_from_checkpoint(None, save_root="/ckpt")
+    session = session_at(None, save_root="/ckpt", config=FROM_CHECKPOINT)
     megatron = from_checkpoint(rank=2, world_size=4)
     megatron.margs.consumed_train_samples = 96
     session.replacement.active = True
@@ -64,6 +61,7 @@ def test_a_returned_process_takes_its_state_from_the_checkpoint_and_counts_as_jo
 
 def test_another_step_loaded_or_no_save_directory_is_refused():
     with pytest.raises(ScaleOutRefused, match="scale out from the checkpoint of step 5 under /ckpt; loaded step 6"):
-        scale_out_state(session_from_checkpoint(6, save_root="/ckpt"), from_checkpoint(), action("repair", step=5))
+        scale_out_state(session_at(6, save_root="/ckpt", config=FROM_CHECKPOINT), from_checkpoint(),
+                        action("repair", step=5))
     with pytest.raises(ScaleOutRefused, match="no --save directory"):
-        scale_out_state(session_from_checkpoint(6), from_checkpoint(), action("repair", step=6))
+        scale_out_state(session_at(6, config=FROM_CHECKPOINT), from_checkpoint(), action("repair", step=6))
