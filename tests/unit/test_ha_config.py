@@ -97,26 +97,3 @@ def test_each_resize_source_is_one_of_two():
     with pytest.raises(HighAvailabilityConfigError, match=r"--elastic-scale-in-from 'memory': choose from replicas, "
                                                           r"checkpoint"):
         HighAvailabilityConfig(elastic_scale_in_from="memory").check_flags(True)
-
-
-def test_the_adaptor_reads_its_settings_from_the_session_only():
-    """One configuration object: the settings are validated once (patches/arguments) into SESSION.config, and no
-    module of the package reads one back from Megatron's arguments by name (`margs.enable_worker_reboot`,
-    `getattr(margs, "sdc_check_interval")`)."""
-    import ast
-    from pathlib import Path
-
-    package = Path(__file__).resolve().parents[2] / "mindio_adaptor"
-    names = set(HighAvailabilityConfig.__dataclass_fields__)
-    readers = []
-    for path in package.rglob("*.py"):
-        if path.name == "arguments.py" and path.parent.name == "patches":
-            continue  # the one writer: it validates them and puts them on Megatron's arguments too
-        for node in ast.walk(ast.parse(path.read_text())):
-            by_attribute = isinstance(node, ast.Attribute) and node.attr in names and isinstance(
-                node.value, ast.Name) and node.value.id in ("margs", "args")
-            by_getattr = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and any(
-                isinstance(a, ast.Constant) and a.value in names for a in node.args)
-            if by_attribute or by_getattr:
-                readers.append(f"{path.relative_to(package)}:{node.lineno}")
-    assert readers == []

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from mindio_adaptor.core.job.ha_config import HighAvailabilityConfig
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -96,18 +98,40 @@ def test_imports_go_down_the_layers_only(import_graph):
 ARGS_WRITERS = {"patches/arguments.py"}
 
 
-def test_only_the_facade_and_the_argument_patches_write_megatrons_arguments():
-    writers = set()
+def package_nodes():
+    """(path inside mindio_adaptor/, line, AST node) for every node of every module of the package."""
     for path in (ROOT / "mindio_adaptor").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else \
-                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
-            flat = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
-            if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "margs"
-                   for t in flat):
-                writers.add(str(path.relative_to(ROOT / "mindio_adaptor")))
+            yield str(path.relative_to(ROOT / "mindio_adaptor")), getattr(node, "lineno", 0), node
+
+
+def test_only_the_facade_and_the_argument_patches_write_megatrons_arguments():
+    writers = set()
+    for path, _, node in package_nodes():
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        flat = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+        if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "margs"
+               for t in flat):
+            writers.add(path)
     assert "megatron/args.py" in writers  # the facade's own writes are seen
     assert {w for w in writers if not w.startswith("megatron/")} <= ARGS_WRITERS, sorted(writers)
+
+
+def test_the_adaptor_reads_its_settings_from_the_session_only():
+    """One configuration object: the settings are validated once (patches/arguments) into SESSION.config, and no
+    module of the package reads one back from Megatron's arguments by name (`margs.enable_worker_reboot`,
+    `getattr(margs, "sdc_check_interval")`). patches/arguments, their one writer, puts them there too."""
+    names = set(HighAvailabilityConfig.__dataclass_fields__)
+    readers = []
+    for path, line, node in package_nodes():
+        by_attribute = isinstance(node, ast.Attribute) and node.attr in names and isinstance(
+            node.value, ast.Name) and node.value.id in ("margs", "args")
+        by_getattr = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and any(
+            isinstance(a, ast.Constant) and a.value in names for a in node.args)
+        if (by_attribute or by_getattr) and path not in ARGS_WRITERS:
+            readers.append(f"{path}:{line}")
+    assert readers == []
 
 
 def test_stages_reach_megatron_only_through_their_facade_parameter():
