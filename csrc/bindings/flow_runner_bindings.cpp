@@ -73,8 +73,8 @@ public:
     void enter_repair(const std::string&) override { note("enter_repair"); }
     void finish(const Flow&, const FaultContext&) override { note("finish"); }
     void exit_all(const std::string& why, int result) override { note("exit_all " + std::to_string(result) + ": " + why); }
-    void retire(const std::set<int>& ranks, bool with_slices) override {
-        note("retire " + list_text(ranks) + (with_slices ? " with their slices" : ""));
+    void retire(const std::set<int>& ranks, Leaving why) override {
+        note("retire " + list_text(ranks) + (why == Leaving::WithSlice ? " with their slices" : ""));
     }
     void return_retired(const std::set<int>& ranks) override { note("return_retired " + list_text(ranks)); }
     std::string hand_over(const FaultContext& ctx, FlowRun& run) override {

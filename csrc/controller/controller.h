@@ -201,6 +201,7 @@ private:
     bool scale_out_due_locked();
     void scale_out();
     void return_lost_locked(int rank, const std::string& why);
+    void returned_during_scale_in_locked(int rank);
     void send_returned_away_locked(const std::set<int>& ranks);
     // Some rank is retired (a scale-in, not grown back): the job runs at a smaller data-parallel size.
     bool scaled_in_locked() const;
@@ -222,7 +223,7 @@ private:
     void enter_repair(const std::string& why) override;
     void finish(const Flow& flow, const FaultContext& ctx) override;
     void exit_all(const std::string& why, int result) override;
-    void retire(const std::set<int>& ranks, bool with_slices) override;
+    void retire(const std::set<int>& ranks, Leaving why) override;
     void return_retired(const std::set<int>& ranks) override;
     std::string hand_over(const FaultContext& ctx, FlowRun& run) override;
     void report_cluster(const ClusterReport& report) override;

@@ -37,20 +37,36 @@ void Controller::begin_scale_in(FaultContext& ctx, FlowRun& run) {
 }
 
 // Ranks dropped by a scale-in: dead, not awaited, never counted as a fault or a replacement again.
-void Controller::retire(const std::set<int>& ranks, bool with_slices) {
+void Controller::retire(const std::set<int>& ranks, Leaving why) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (with_slices) {
+    if (why == Leaving::WithSlice) {
         event_locked("left_with_slice", "ranks " + list_text(ranks));
         LOG_INFO(kLog, cfg_.rank, "elastic training: ranks " << list_text(ranks) << " leave the job with their "
                                       "data-parallel slices, which lost a rank; the survivors go on without them");
     }
     for (int rank : ranks) {
         RankEntry& r = ranks_[rank];
-        r.dead = r.retired = true;
+        r.retired = true;
+        if (why == Leaving::Lost && r.joining && r.connected) {
+            returned_during_scale_in_locked(rank);
+            continue;
+        }
+        r.dead = true;
         r.joining = r.ready = false;
         r.left = true;
         event_locked("retired", "rank " + std::to_string(rank));
     }
+}
+
+// A lost rank's restarted process (a launcher's worker reboot) can register while the scale-in that drops
+// the rank still runs: it waits as a replacement that no flow awaits. It is the rank's return, as if it had
+// registered just after the scale-in; forgetting it would leave it waiting, and the scale-out never come.
+void Controller::returned_during_scale_in_locked(int rank) {
+    event_locked("retired", "rank " + std::to_string(rank));
+    event_locked("returned", "rank " + std::to_string(rank));
+    LOG_INFO(kLog, cfg_.rank, "rank " << rank << " returned during the scale-in (a restarted process registered "
+                                  "before it ended): the job scales out once every retired rank is back and ready, "
+                                  "or after MINDIO_SCALE_OUT_WAIT_S with the ready ones");
 }
 
 // ---- the scale-out (scale_out.h) ------------------------------------------------------------------

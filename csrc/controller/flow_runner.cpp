@@ -43,7 +43,7 @@ std::string FlowRunner::run_step(const Flow& flow, const FlowStep& step, FaultCo
         case FlowOp::PickSavers: return host_.pick_savers(ctx, run);
         case FlowOp::FinishByExit: host_.exit_all(flow.finish_why(ctx), 0); return "";
         case FlowOp::BeginScaleIn: host_.begin_scale_in(ctx, run); return "";
-        case FlowOp::RetireLost: host_.retire(ctx.replace, false); return "";
+        case FlowOp::RetireLost: host_.retire(ctx.replace, Leaving::Lost); return "";
         case FlowOp::HandOver: return host_.hand_over(ctx, run);
         case FlowOp::ReturnRetired: host_.return_retired(ctx.replace); return "";
     }
@@ -138,7 +138,7 @@ std::string FlowRunner::retire_leavers(const Flow& flow, const ActionOutcome& ou
         ctx.replace.erase(rank);
         if (flow.strategy == Strategy::ScaleOut) ctx.absent.insert(rank);
     }
-    host_.retire(leavers, flow.strategy == Strategy::ScaleIn);
+    host_.retire(leavers, flow.strategy == Strategy::ScaleIn ? Leaving::WithSlice : Leaving::Again);
     return "";
 }
 

@@ -25,6 +25,10 @@ struct FlowRun {
     std::vector<SaveInfoMsg> save;      // what SAVE_CKPT tells them
 };
 
+// Why ranks retire: lost and not replaced (a scale-in); live ranks leaving with the data-parallel slice that
+// lost a rank (a scale-in); or returned ranks leaving again, their slice incomplete (a partial scale-out).
+enum class Leaving { Lost, WithSlice, Again };
+
 // The controller's side of a flow's steps (FlowOp): each named after the step it carries out.
 class FlowHost {
 public:
@@ -41,9 +45,8 @@ public:
     virtual void enter_repair(const std::string& why) = 0;
     virtual void finish(const Flow& flow, const FaultContext& ctx) = 0;
     virtual void exit_all(const std::string& why, int result) = 0;
-    // Ranks that leave the job for good: lost and not replaced, or (`with_slices`) live ranks leaving with
-    // the data-parallel slice that lost a rank.
-    virtual void retire(const std::set<int>& ranks, bool with_slices) = 0;
+    // Ranks that leave the job for good (`why`: Leaving).
+    virtual void retire(const std::set<int>& ranks, Leaving why) = 0;
     virtual void return_retired(const std::set<int>& ranks) = 0;
     virtual std::string hand_over(const FaultContext& ctx, FlowRun& run) = 0;
     virtual void report_cluster(const ClusterReport& report) = 0;

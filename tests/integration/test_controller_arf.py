@@ -440,6 +440,36 @@ def test_a_return_incomplete_within_the_scale_out_wait_grows_the_job_part_of_the
         assert not job.controller_events("scale_out_abandoned") and not job.controller_events("relayout_incomplete")
 
 
+def test_a_process_registered_during_the_scale_in_is_its_rank_s_return(tmp_path, job_env, monkeypatch):
+    """Ranks 6 and 7 are lost. Rank 6's restarted process registers while the controller still awaits both
+    (MINDIO_ARF_WAIT_S, 4 s); rank 7's never comes, so the job scales in without both. Rank 6's process, which
+    registered before the scale-in retired its rank, is that rank's return: after MINDIO_SCALE_OUT_WAIT_S (3 s)
+    the job grows with it to dp7. (It was once forgotten: left waiting for a decision, no scale-out ever came.)"""
+    monkeypatch.setenv("MINDIO_ARF_WAIT_S", "4")
+    monkeypatch.setenv("MINDIO_SCALE_OUT_WAIT_S", "3")
+    job = Job(tmp_path, 8, enable_arf=True, enable_scale_in=True, heartbeat_s=0.5, relayout=1, idle_after_repair=1)
+    try:
+        job.wait_ready()
+        for rank in (6, 7):
+            job.procs[rank].send_signal(signal.SIGKILL)
+        wait_until(lambda: job.controller_events("arf_wait"), 20, "the wait for the replacements")
+        job.spawn(6, restarted=True, absent=7)
+        wait_until(lambda: len(job.controller_events("relayout")) == 2, 40, "the layout after the scale-out")
+        wait_until(lambda: ctl.controller_state() == "NORMAL", 10, "training at dp7")
+        [(registered, _, _)] = job.controller_events("replacement")
+        [(scaled_in, _, _)] = job.controller_events("scale_in")
+        assert registered < scaled_in  # it came during the wait, as a replacement, and returned at the scale-in
+        assert [d for _, _, d in job.controller_events("returned")] == ["rank 6"]
+        [scale_out] = [d for _, _, d in job.controller_events("scale_out")]
+        assert re.match(r"ranks \[6\] at step \d+: partial, without ranks \[7\]$", scale_out), scale_out
+        assert [(s["replica_cnt"], s["ranks"]) for s in ctl.controller_layout()] == [(1, list(range(7)))]
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
 def test_a_loss_that_leaves_a_shard_without_holders_refuses_the_scale_in_and_ends_the_job(tmp_path, job_env,
                                                                                        monkeypatch):
     """Elastic training, dp4 R=2 (shard 0 held by ranks 0 and 2, shard 1 by 1 and 3): ranks 1 and 3 are lost
