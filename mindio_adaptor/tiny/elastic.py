@@ -134,26 +134,28 @@ def run_elastic(workdir: Path, lose_after: int = 4, return_at: Optional[int] = N
                                 **({} if arf_wait_s is None else {"MINDIO_ARF_WAIT_S": f"{arf_wait_s:g}"}),
                                 **(env or {})})
     launchers = {node: [cluster.start_node("--node-rank", str(node))] for node in range(nnodes)}
-    cluster.wait_for(step_done, f"step {lose_after}")
-    lost = cluster.lose_node(launchers[lost_node][0])
-    for node in also_lost:
-        lost += cluster.lose_node(launchers[node][0])
-    lost_file.touch()
-    if kill_after is not None:
-        cluster.wait_for(second_step_done, f"step {kill_after}")
-        os.killpg(pids[kill_rank], signal.SIGKILL)  # the worker leads its process group (LocalCluster.lose_node)
-        lost.append(pids[kill_rank])
-        killed_file.touch()
-    if return_at is not None:
-        cluster.wait_for(scaled_in[kill_after is not None], "the scale-in")
-        if partial_return:
-            cluster.wait_for(scaled_out, "the partial scale-out")
-        for node in returning:
-            _wait_for_the_end_of(cluster, launchers[node][-1], node)
-            launchers[node].append(cluster.start_node("--node-rank", str(node)))
-    run = cluster.wait(timeout)
+    try:
+        cluster.wait_for(step_done, f"step {lose_after}")
+        lost = cluster.lose_node(launchers[lost_node][0])
+        for node in also_lost:
+            lost += cluster.lose_node(launchers[node][0])
+        lost_file.touch()
+        if kill_after is not None:
+            cluster.wait_for(second_step_done, f"step {kill_after}")
+            os.killpg(pids[kill_rank], signal.SIGKILL)  # the worker leads its process group (LocalCluster.lose_node)
+            lost.append(pids[kill_rank])
+            killed_file.touch()
+        if return_at is not None:
+            cluster.wait_for(scaled_in[kill_after is not None], "the scale-in")
+            if partial_return:
+                cluster.wait_for(scaled_out, "the partial scale-out")
+            for node in returning:
+                _wait_for_the_end_of(cluster, launchers[node][-1], node)
+                launchers[node].append(cluster.start_node("--node-rank", str(node)))
+        run = cluster.wait(timeout)
+    finally:  # the whole log, kept on a failure too (an assertion shows only its end)
+        (workdir / "output.txt").write_text("".join(cluster.lines))
     run.launcher_codes = {node: [proc.returncode for proc in procs] for node, procs in launchers.items()}
-    (workdir / "output.txt").write_text(run.output)
     return run, lost
 
 

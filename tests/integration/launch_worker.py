@@ -32,7 +32,8 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.detection.exit_codes import ENDED_BY_CONTROLLER, LEFT_THE_JOB
 
-TIMEOUT = timedelta(seconds=20)
+# A restarted rank imports torch before it joins; on a loaded 2-core machine that alone can take 20 s.
+TIMEOUT = timedelta(seconds=60)
 ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
             "TORCHELASTIC_USE_AGENT_STORE", "MINDIO_RESTARTED", "MINDIO_FAILURE_DOMAIN")

@@ -118,7 +118,8 @@ def two_nodes(scenario, out, order, run_id):
     nodes = {r: subprocess.Popen([*LAUNCH, *common, "--node-rank", str(r), WORKER, scenario, str(out), "1"],
                                  env=ENV, stderr=subprocess.PIPE, text=True) for r in order}
     logs = [nodes[r].communicate(timeout=TIMEOUT_S)[1] for r in (0, 1)]
-    assert [nodes[r].returncode for r in (0, 1)] == [0, 0], logs
+    # the whole of both logs on a failure (pytest would shorten a list's repr to its two ends)
+    assert [nodes[r].returncode for r in (0, 1)] == [0, 0], "\n".join(f"node {r}:\n{log}" for r, log in enumerate(logs))
     return logs
 
 
