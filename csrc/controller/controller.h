@@ -202,6 +202,7 @@ private:
     void scale_out();
     void return_lost_locked(int rank, const std::string& why);
     void returned_during_scale_in_locked(int rank);
+    void fault_on_untaken_locked(const std::set<int>& failed, const char* action);
     void send_returned_away_locked(const std::set<int>& ranks);
     // Some rank is retired (a scale-in, not grown back): the job runs at a smaller data-parallel size.
     bool scaled_in_locked() const;

@@ -112,7 +112,7 @@ std::set<int> Controller::send_pause(std::unique_lock<std::mutex>& lock) {
     lock.unlock();
     ActionOutcome out = actions_.run_all(ActionKind::Pause, live, msg, true);
     lock.lock();
-    for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the PAUSE");
+    fault_on_untaken_locked(out.failed, "PAUSE");
     return live;
 }
 
@@ -135,7 +135,20 @@ HoldVerdict Controller::await_hold(std::unique_lock<std::mutex>& lock) {
         }
         if (Clock::now() >= deadline) return v;
         cv_.wait_for(lock, kTick);
-        observe_goodput_locked();  // the job trains meanwhile: the state machine's loop does not tick
+        // The job trains meanwhile and the state machine's loop does not tick: a rank that dies or hangs before
+        // it holds is a fault now, which ends the wait, rather than after the whole action timeout.
+        observe_goodput_locked();
+        detect_dead_locked();
+        judge_liveness_locked();
+    }
+}
+
+// A rank that did not take a PAUSE or CONTINUE is a fault. One that died meanwhile has its fault already, a node
+// fault declared with its death: an "unknown" one on top would outrank it and hide that the rank needs a new
+// process (a node lost during a pause was once not replaced, and the job ended waiting for it).
+void Controller::fault_on_untaken_locked(const std::set<int>& failed, const char* action) {
+    for (int rank : failed) {
+        if (!ranks_[rank].dead) add_fault_locked(rank, FaultKind::Unknown, std::string("did not take the ") + action);
     }
 }
 
@@ -153,7 +166,7 @@ void Controller::end_pause(const std::string& why) {
     ActionOutcome out = actions_.run_all(ActionKind::Continue, live, base_action(ActionKind::Continue, ctx, Strategy::None), true);
     std::lock_guard<std::mutex> lock(mu_);
     if (!out.ok()) {
-        for (int rank : out.failed) add_fault_locked(rank, FaultKind::Unknown, "did not take the CONTINUE");
+        fault_on_untaken_locked(out.failed, "CONTINUE");
         return;  // the fault's recovery releases the ranks that still hold
     }
     event_locked("continue", why);
