@@ -102,7 +102,15 @@ void Controller::finish(const Flow& flow, const FaultContext& ctx) {
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (flow.replaces) {
-            for (int r : ctx.replace) ranks_[r].joining = ranks_[r].ready = false;
+            // A new process holds the state of the repair step from now on, as the survivors do. Until its first
+            // step's report it would otherwise count as behind (step -1): a fault before that report found no
+            // complete replica of its shards, and a PRELOCK waited for it in vain.
+            for (int r : ctx.replace) {
+                RankEntry& entry = ranks_[r];
+                entry.joining = entry.ready = false;
+                entry.step = ctx.repair_step;
+                entry.data = DataStatus::Updated;
+            }
         }
         transition_locked(State::Normal, flow.finish_why(ctx));
     }

@@ -81,6 +81,31 @@ def test_killed_rank_is_replaced_repaired_and_training_resumes(tmp_path, job_env
         job.close()
 
 
+def test_a_replaced_rank_is_a_replica_source_before_its_first_step(tmp_path, job_env, monkeypatch):
+    """Rank 5 is killed and replaced; before its new process completes a step (the workers stay idle after the
+    repair), rank 1, the other holder of its shard, is killed too. The new rank 5 holds the repair step's state, so
+    it is the source of rank 1's repair. (In a Megatron job the same came after a hot switch: tests/e2e/
+    test_chaos_sequences.py; these workers report their step at the rollback, which hid it here.)"""
+    job = Job(tmp_path, 8, enable_arf=True, heartbeat_s=0.5, idle_after_repair=1)
+    try:
+        job.wait_ready()
+        for count, lost in enumerate((5, 1), start=1):
+            job.procs[lost].send_signal(signal.SIGKILL)
+            wait_until(lambda: len(job.controller_events("arf_wait")) == count, 10, f"the wait for rank {lost}")
+            job.spawn(lost, restarted=True)
+            wait_until(lambda: sum(d == "REPAIR->NORMAL" for _, _, d in job.controller_events("state")) == count, 30,
+                       f"rank {lost} replaced")
+        decisions = [d for _, _, d in job.controller_events("decision")]
+        assert [d.split(":")[0] for d in decisions] == ["recover", "recover"], decisions
+        plans = [d for _, _, d in job.controller_events("repair_plan")]
+        assert plans == ["type 0 src=[1] dst=[5]", "type 0 src=[5] dst=[1]"], plans
+    except AssertionError:
+        print(job.worker_logs())
+        raise
+    finally:
+        job.close()
+
+
 def test_a_silent_rank_is_replaced_by_a_restarted_process(tmp_path, job_env, monkeypatch):
     # A node cut off from the network keeps its connections open for minutes: its ranks are only silent. The
     # launcher that took the node over starts their replacements, which take the silent ranks' places at once,
