@@ -125,3 +125,46 @@ def test_the_slowed_rank_alone_is_reported_slow(paused_run):
     # two sleeps of 0.3 s per step (two micro-batches); a loaded machine stretches the median too (seen: 704 ms
     # against 319 under two test workers), so the sleeps show as the rule's own 1.5x and as most of their 0.6 s
     assert last <= 6 and compute >= 1.5 * median and compute >= 500, slow
+
+
+class EarlyPauser(Pauser):
+    """As Pauser, once step 2's line is seen: `pause --after-step 3`, which rank 0 never reaches (it hangs in step
+    4's forward, MINDIO_FAULT_INJECT)."""
+
+    def __call__(self, line):
+        m = STATUS_PAGE.search(line)
+        if m:
+            self.port = int(m.group(1))
+        if self.thread is None and self.port and re.search(r"iteration\s+2/", line):
+            self.thread = threading.Thread(target=self._pause, daemon=True)
+            self.thread.start()
+
+    def _pause(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                self.code = cli_main(["pause", "--controller", f"127.0.0.1:{self.port}", "--token", TOKEN,
+                                      "--after-step", "3", "--hold", str(HOLD_S), "--wait", "60"])
+            except SystemExit as err:
+                self.code = err.code
+        self.printed = out.getvalue()
+
+
+def test_a_rank_that_hangs_before_the_pause_holds_is_found_by_the_hang_rule_meanwhile(tmp_path):
+    """The pause waits for every rank to hold; rank 0 hangs first. The hang rule runs during that wait: the hang
+    is a fault within its limit (12 s), the pause is given up for it, and the job ends in the dump of step 3. (The
+    wait once ran to its whole action timeout, 180 s, before the hang was looked at.)"""
+    build_parser()
+    pauser = EarlyPauser()
+    run = run_training([*REPAIR, "--save", str(tmp_path / "ckpt"), "--save-interval", "1000"], on_line=pauser, env={
+        "MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults"),
+        "MINDIO_FAULT_INJECT": "hang:rank=0,step=4,phase=forward"})
+    if pauser.thread is not None:
+        pauser.thread.join(130)
+    out = run.output
+    asked = _at("pause asked for: after step 3", out)
+    hang = _at(r"hang: rank \d's step has run \d+ ms, past its limit of 12000 ms[^\n]*furthest behind: \[0\]", out)
+    assert 10 <= hang - asked <= 60, (hang - asked, out[-4000:])
+    assert "the pause after step 3 is given up: a fault came first" in out, out[-4000:]
+    assert re.search(r"dump of step 3 published", out), out[-4000:]
+    assert run.returncode != 0
