@@ -12,6 +12,18 @@ after the log line of a random step (so they land in every phase of a step):
          its workers warm: it takes the place of a lost node at once (node 0's too: on this one machine it
          can listen at node 0's address), and the new launcher started --replace-after s later is the next
          standby.
+  uce    a rank's memory error (UCE), raised in the forward, backward or optimizer phase of the step after:
+         an online repair from its replica peer
+  hang   a rank's training thread stuck in the step after (its process alive): found by the hang rule,
+         the process replaced
+  flip   one bit of a rank's optimizer shard flipped after the step's update (silent corruption): found
+         when the holders compare their shards before a periodic checkpoint (the job saves every
+         FLIP_SAVE_INTERVAL steps when flips are planned), every rank reloads the last one
+  pause  the operator pauses the job (`mindio-adaptor pause`) for PAUSE_S, through the leading
+         controller's status server
+  drain  the operator moves a rank to a new process (`mindio-adaptor drain --rank`): a hot switch
+uce, hang and flip are planned at the start (MINDIO_FAULT_INJECT names the rank and the step), as a device
+error comes from inside the step; the others are done from outside once the step's line is seen.
 One fault per --every s of training at --step-s a step (or --count), spread over the run; a fault waits for the
 step it follows, so it never lands before the previous one recovered.
 
@@ -34,12 +46,15 @@ machine, as a real step is long against the recovery's fixed costs; --model-flag
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import random
 import re
 import signal
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,14 +62,23 @@ from typing import Dict, List, Optional, Sequence
 
 from mindio_adaptor.tiny.job import LocalCluster, RunResult, loss_lines
 
-KINDS = ("kill", "stall", "node")
+KINDS = ("kill", "stall", "node", "uce", "hang", "flip", "pause", "drain")
+PLANNED = ("uce", "hang", "flip")  # injected by the rank itself (MINDIO_FAULT_INJECT)
+OPERATOR = ("pause", "drain")  # asked of the leading controller's status server
+PHASES = ("forward", "backward", "optimizer")  # where a planned uce or hang lands: by the fault's delay
+FLIP_SAVE_INTERVAL = 4
+PAUSE_S = 2.0
+OPERATOR_RETRY_S = 30.0  # an operator's pause or drain refused while another runs is asked again, this long
+TOKEN = "chaos-soak-token-0123456789abcdef"
+STATUS_PAGE = re.compile(r"status page on http://127\.0\.0\.1:(\d+)/")
+FIRED = "fault injection: firing {kind} on rank {rank} at step {step}"
 FLAGS = ["--enable-high-availability", "--enable-hbmfault-repair", "--enable-worker-reboot"]
 MODEL_FLAGS = "--num-layers 4 --hidden-size 256 --ffn-hidden-size 1024"
 # A lost node counts as lost after 3 s without its launcher's beat, and its ranks as lost 3 s after a backup
 # controller took over without them: both well before a new node's workers could register (as in
 # tests/e2e/test_node0_replaced.py).
 LAUNCH_FLAGS = ["--controllers", "2", "--node-lost-after", "3"]
-ENV = {"MINDIO_TAKEOVER_WAIT_S": "3"}
+ENV = {"MINDIO_TAKEOVER_WAIT_S": "3", "MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN}
 NPROC_PER_NODE, NNODES = 2, 2
 STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
 RECOVERED = re.compile(r"INFO recovery \d+ on rank \d+, step \d+, .*; first step done")
@@ -83,6 +107,8 @@ class Fault:
     def name(self) -> str:
         if self.kind == "node":
             return f"node{self.target}@{self.after_step}"
+        if self.kind == "pause":
+            return f"pause@{self.after_step}"
         stall = f",s={self.stall_s:g}" if self.kind == "stall" else ""
         return f"{self.kind}:rank={self.target}{stall}@{self.after_step}"
 
@@ -98,18 +124,23 @@ class Soak:
 
 
 def parse_sequence(text: str, steps: int) -> List[Fault]:
-    """'node1,node0,kill:rank=2,stall:rank=1,s=5' (each item may end with @STEP: injected after that step's
-    line; without, the faults are spread evenly over the run)."""
-    items = re.findall(r"(node\d+|kill:rank=\d+|stall:rank=\d+(?:,s=[\d.]+)?)(?:@(\d+))?(?:,|$)", text)
+    """'node1,node0,kill:rank=2,stall:rank=1,s=5,uce:rank=3,pause,drain:rank=1' (each item may end with @STEP:
+    injected after that step's line; without, the faults are spread evenly over the run)."""
+    ranked = "|".join(k for k in KINDS if k not in ("node", "stall", "pause"))
+    items = re.findall(rf"(node\d+|pause|(?:{ranked}):rank=\d+|stall:rank=\d+(?:,s=[\d.]+)?)(?:@(\d+))?(?:,|$)",
+                       text)
     if ",".join(a + (f"@{b}" if b else "") for a, b in items) != text.replace(" ", ""):
-        raise SystemExit(f"chaos: bad --sequence {text!r}: items are nodeN, kill:rank=R, stall:rank=R[,s=S], "
-                         f"each optionally @STEP, separated by commas")
+        raise SystemExit(f"chaos: bad --sequence {text!r}: items are nodeN, pause, stall:rank=R[,s=S] and "
+                         f"KIND:rank=R for KIND in {ranked.replace('|', ', ')}, each optionally @STEP, separated by "
+                         f"commas")
     spread = _spread(len(items), steps)
     faults = []
     for (item, step), default_step in zip(items, spread):
         after = int(step) if step else default_step
         if item.startswith("node"):
             fault = Fault("node", int(item[4:]), after)
+        elif item == "pause":
+            fault = Fault("pause", -1, after)
         else:
             kind, rest = item.split(":", 1)
             values = dict(part.split("=") for part in rest.split(","))
@@ -120,7 +151,8 @@ def parse_sequence(text: str, steps: int) -> List[Fault]:
 
 def _checked(fault: Fault, steps: int) -> Fault:
     limit = NNODES if fault.kind == "node" else NNODES * NPROC_PER_NODE
-    if not 0 <= fault.target < limit or not 1 <= fault.after_step < steps:
+    targeted = fault.kind != "pause"
+    if (targeted and not 0 <= fault.target < limit) or not 1 <= fault.after_step < steps:
         raise SystemExit(f"chaos: {fault.name()}: the target must be below {limit} and the step in 1..{steps - 1}")
     return fault
 
@@ -141,6 +173,8 @@ def random_plan(seed: int, kinds: Sequence[str], node0: bool, count: int, steps:
         after = rng.randint(lo, max(lo, hi - max(1, (hi - lo) // 3)))  # not its last third: room to recover
         if kind == "node":
             target = rng.randrange(NNODES) if node0 else rng.randrange(1, NNODES)
+        elif kind == "pause":
+            target = -1
         else:
             target = rng.randrange(NNODES * NPROC_PER_NODE)
         stall_s = round(rng.uniform(*STALL_S), 1) if kind == "stall" else 0.0
@@ -154,11 +188,15 @@ class Log:
     def __init__(self):
         self.lines: List[tuple] = []
         self.top_step = 0
+        self.status_ports: List[int] = []  # every controller's status server, in the order they said so
         self.changed = threading.Condition()
 
     def __call__(self, line: str) -> None:
         with self.changed:
             self.lines.append((time.monotonic(), line))
+            page = STATUS_PAGE.search(line)
+            if page:
+                self.status_ports.append(int(page.group(1)))
             logged = STEP_LOGGED.search(line)
             if logged:
                 self.top_step = max(self.top_step, int(logged.group(1)))
@@ -178,6 +216,16 @@ class Log:
                 self.changed.wait(1.0)
         return ""
 
+    def wait_for_line(self, text: str, timeout: float) -> Optional[float]:
+        """When the first line holding `text` arrived, waiting up to `timeout` s for it; None if it never did."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                found = next((t for t, line in self.lines if text in line), None)
+                if found is not None or time.monotonic() > deadline:
+                    return found
+                self.changed.wait(1.0)
+
 
 def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_s: float = 0.6,
          replace_after: float = 3.0, quiet_limit: float = 300.0, flags: Sequence[str] = FLAGS,
@@ -188,8 +236,10 @@ def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_
     `standby`: a standby launcher beside the job, which takes the place of a lost node."""
     log = Log()
     launch_flags = [*LAUNCH_FLAGS, *(["--spare-workers", str(spare_workers)] if spare_workers else [])]
-    cluster = LocalCluster([*flags, *model_flags], nnodes=NNODES, nproc_per_node=NPROC_PER_NODE, train_iters=steps,
-                           env=ENV, launch_flags=launch_flags, on_line=log)
+    workdir = tempfile.mkdtemp(prefix="mindio-chaos-")  # the planned faults' markers, the flips' checkpoints
+    env, more_flags = planned(faults, workdir)
+    cluster = LocalCluster([*flags, *model_flags, *more_flags], nnodes=NNODES, nproc_per_node=NPROC_PER_NODE,
+                           train_iters=steps, env={**ENV, **env}, launch_flags=launch_flags, on_line=log)
     soak = Soak(faults)
     nodes = {node: [cluster.start_node("--node-rank", str(node))] for node in range(NNODES)}
     if standby:
@@ -199,8 +249,14 @@ def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_
         stopped = log.wait_for_step(fault.after_step, cluster, quiet_limit)
         if stopped:
             break
-        time.sleep(fault.delay * step_s)
-        _inject(fault, cluster, nodes, replace_after)
+        if fault.kind in PLANNED:
+            _await_planned(fault, log, quiet_limit)
+        elif fault.kind in OPERATOR:
+            time.sleep(fault.delay * step_s)
+            _operate(fault, log)
+        else:
+            time.sleep(fault.delay * step_s)
+            _inject(fault, cluster, nodes, replace_after)
         print(f"  {time.strftime('%H:%M:%S')} {fault.name()}: {fault.outcome}", flush=True)
     try:
         deadline = time.monotonic() + quiet_limit + (0 if stopped else steps * step_s * 4)
@@ -215,6 +271,82 @@ def play(faults: List[Fault], steps: int, model_flags: Sequence[str] = (), step_
     soak.lines = log.lines
     _judge(soak)
     return soak
+
+
+def planned(faults: Sequence[Fault], workdir: str) -> tuple:
+    """The environment and flags that plan the faults injected by the ranks themselves: MINDIO_FAULT_INJECT
+    (each in the step after its `after_step`, a uce or hang in the phase its delay picks, a flip once the update
+    is final) with its markers in `workdir`, and, for a flip, periodic checkpoints there."""
+    specs = []
+    for f in faults:
+        if f.kind not in PLANNED:
+            continue
+        phase = "completed" if f.kind == "flip" else PHASES[min(int(f.delay * len(PHASES)), len(PHASES) - 1)]
+        kind = "raise" if f.kind == "uce" else f.kind
+        message = ",msg=UCE ERROR injected by the chaos soak" if f.kind == "uce" else ""
+        specs.append(f"{kind}:rank={f.target},step={f.after_step + 1},phase={phase}{message}")
+    if not specs:
+        return {}, []
+    env = {"MINDIO_FAULT_INJECT": ";".join(specs), "MINDIO_FAULT_STATE_DIR": os.path.join(workdir, "faults")}
+    flips = any(f.kind == "flip" for f in faults)
+    saves = ["--save", os.path.join(workdir, "ckpt"), "--save-interval", str(FLIP_SAVE_INTERVAL)] if flips else []
+    return env, saves
+
+
+def _await_planned(fault: Fault, log: Log, timeout: float) -> None:
+    """A planned fault fires by itself in its step: its time is that of the rank's line saying so."""
+    kind = "raise" if fault.kind == "uce" else fault.kind
+    fault.at = log.wait_for_line(FIRED.format(kind=kind, rank=fault.target, step=fault.after_step + 1), timeout)
+    fault.ended = fault.at
+    fault.outcome = "injected" if fault.at is not None else "never fired"
+
+
+def _operate(fault: Fault, log: Log) -> None:
+    """The operator's pause or drain, asked of the leading controller (its status server) as the CLI does."""
+    port = _leading_status_server(log.status_ports)
+    if port is None:
+        fault.outcome = "no status server answered"
+        return
+    server = ["--controller", f"127.0.0.1:{port}", "--token", TOKEN]
+    argv = (["pause", *server, "--hold", f"{PAUSE_S:g}", "--wait", "60"] if fault.kind == "pause" else
+            ["drain", *server, "--rank", str(fault.target), "--wait", "120"])
+    asked, code = time.monotonic(), None
+    deadline = asked + OPERATOR_RETRY_S
+    while code != 0 and time.monotonic() < deadline:
+        code, said = _cli(argv)
+        if code != 0 and "refused" not in str(code):
+            break
+        time.sleep(0 if code == 0 else 1.0)  # refused while another action or a recovery runs: as an operator, again
+    if code != 0:
+        fault.outcome = f"{fault.kind} refused or failed ({code}): {said.strip()[-300:]}"
+        return
+    fault.at, fault.ended, fault.outcome = asked, time.monotonic(), "injected"
+
+
+def _leading_status_server(ports: Sequence[int]) -> Optional[int]:
+    """The port of the controller that leads (its term is 1 or more), the latest first; None if none answers."""
+    from mindio_adaptor.cli.status_client import request_json
+
+    for port in reversed(ports):
+        try:
+            if request_json(f"127.0.0.1:{port}", TOKEN, "/status.json")["term"] >= 1:
+                return port
+        except SystemExit:  # that controller is gone with its node
+            continue
+    return None
+
+
+def _cli(argv: List[str]) -> tuple:
+    """`mindio-adaptor ARGV` in this process: its exit code and what it printed."""
+    from mindio_adaptor.cli import main as cli_main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            code = cli_main(argv)
+        except SystemExit as err:
+            code = err.code
+    return code, out.getvalue()
 
 
 def _inject(fault: Fault, cluster: LocalCluster, nodes: Dict[int, list], replace_after: float) -> None:
@@ -292,6 +424,9 @@ def _judge(soak: Soak) -> None:
         done = next((t for t, line in window if RECOVERED.search(line)), None)
         if done is None:
             done = next((t for t, line in window if t >= fault.ended and STEP_LOGGED.search(line)), None)
+        if done is None and following is not None:
+            # the next fault came before any step (a node lost during a pause): both end at the same first step
+            done = next((t for t, line in soak.lines if t >= fault.ended and STEP_LOGGED.search(line)), None)
         if done is not None:
             fault.recovery_s, fault.outcome = done - fault.at, "recovered"
         else:
@@ -373,7 +508,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--seeds", type=_seeds, help="seeds, e.g. 1-10 or 4,10 (one run each)")
-    parser.add_argument("--faults", default="kill,stall,node", help="kinds to draw from: kill, stall, node")
+    parser.add_argument("--faults", default=",".join(KINDS), help=f"kinds to draw from: {', '.join(KINDS)}")
     parser.add_argument("--node0", action="store_true", help="node faults may take node 0 (the stores' host)")
     parser.add_argument("--count", type=int, help="faults per run (default: one per --every s of training)")
     parser.add_argument("--every", type=float, default=30.0, help="seconds of fault-free training per fault")

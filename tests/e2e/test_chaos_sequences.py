@@ -6,7 +6,10 @@ its controller are SIGKILLed, and a new launcher with node rank 0 is started 3 s
 would be; after step 6's line the same again, the new node 0 lost in turn. The run ends bit-identical to the
 uninterrupted one, every loss line equal, every launcher that was not lost ending 0, no process left. With a
 standby beside the job (its workers warm), node 0 lost once is taken by the standby itself, which on this machine
-can listen at node 0's address."""
+can listen at node 0's address. Six kinds mixed (the operator's pause and drain, a node lost during the pause, a
+kill, a stall, a memory error) end bit-identical to their own uninterrupted run on the bench's bigger model."""
+import re
+
 import pytest
 
 from mindio_adaptor.tiny.job import bench_script
@@ -41,3 +44,44 @@ def test_node_0_lost_with_a_standby_ends_bit_identical(reference_runs):
     soak, _, story = node_0_lost("node0@3", reference_runs, standby=True)
     assert "this standby takes node 0's place, hosting the launchers' store" in soak.run.output, story
     assert "node 0 was lost: this launcher takes its place in the running job (incarnation 2)" in soak.run.output
+
+
+MIXED_STEPS = 10
+# Six kinds: the operator's pause with node 1 lost while the job holds, the operator's drain of rank 3 (a hot
+# switch) with rank 1, the other holder of its shard, killed as soon as the switch is done (before the new process
+# of rank 3 reports a step), a stalled rank, and a memory error repaired online. On the bench's bigger model (a
+# step of ~0.6 s) the faults that come from outside land while the job trains.
+MIXED = "pause@2,node1@2,drain:rank=3@4,kill:rank=1@4,stall:rank=0,s=3@6,uce:rank=2@8"
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    """The mixed sequence and its own uninterrupted reference (the bench's model, MIXED_STEPS steps)."""
+    chaos = bench_script("chaos")
+    model = chaos.MODEL_FLAGS.split()
+    reference, _, _ = chaos.reference_run(MIXED_STEPS, model)
+    soak = chaos.play(chaos.parse_sequence(MIXED, MIXED_STEPS), MIXED_STEPS, model, step_s=0.6)
+    return chaos, soak, reference
+
+
+def test_six_kinds_mixed_end_bit_identical(mixed):
+    chaos, soak, reference = mixed
+    story = soak.run.output[-8000:]
+    checked = chaos.compare(soak, reference)
+    assert soak.ended == "finished", story
+    assert [(f.name(), f.outcome) for f in soak.faults] == [(f.name(), "recovered") for f in soak.faults], story
+    assert checked["digest_equal"] and checked["loss_lines_differing"] == [], story
+    assert checked["launchers_all_0"] and checked["processes_left"] == [], checked["launcher_codes"]
+
+
+def test_the_node_lost_during_the_pause_is_replaced_and_each_fault_has_its_recovery(mixed):
+    _, soak, _ = mixed
+    out = soak.run.output
+    # the two ranks of the lost node are node faults, replaced, even though they could not take the CONTINUE
+    assert re.search(r"state NORMAL -> PAUSE: training paused after step \d+", out), out[-6000:]
+    assert re.search(r"decision recover: faults (\d:\w+ )*2:node 3:node", out), out[-6000:]
+    assert "did not take the CONTINUE" not in out
+    # the controller's answer to each (faults that land close together share their windows in the soak's table)
+    assert re.search(r"decision retry: faults 2:memory", out), out[-6000:]
+    assert re.search(r"decision recover: faults (\d:\w+ )*1:node", out), out[-6000:]
+    assert re.search(r"ranks \[3\] switched to new processes, training resumes at step \d+", out), out[-6000:]

@@ -1,5 +1,6 @@
 """The chaos soak's fault plans (bench/chaos.py): a seed gives one plan, node 0 is spared unless allowed, a
-fixed sequence is read as written or refused with the grammar named."""
+fixed sequence is read as written or refused with the grammar named, every kind can be drawn, and the faults a
+rank injects itself become its MINDIO_FAULT_INJECT."""
 import pytest
 
 from mindio_adaptor.tiny.job import bench_script
@@ -37,7 +38,36 @@ def test_a_sequence_is_read_as_written(chaos):
     assert [f.after_step for f in chaos.parse_sequence("node0@3,node0@6", 8)] == [3, 6]
 
 
-@pytest.mark.parametrize("bad", ["nod1", "kill:rank=9", "node0@8", "node1,,node0", "kill"])
+@pytest.mark.parametrize("bad", ["nod1", "kill:rank=9", "node0@8", "node1,,node0", "kill", "pause:rank=1",
+                                 "uce", "hang:rank=4"])
 def test_a_bad_sequence_is_refused_with_its_grammar(chaos, bad):
     with pytest.raises(SystemExit, match="chaos: "):
         chaos.parse_sequence(bad, 8)
+
+
+def test_every_kind_is_read_and_the_planned_ones_become_the_ranks_own_injections(chaos, tmp_path):
+    faults = chaos.parse_sequence("uce:rank=2@1,hang:rank=0@3,flip:rank=3@4,pause@5,drain:rank=1@6,kill:rank=2@7", 12)
+    assert [f.name() for f in faults] == ["uce:rank=2@1", "hang:rank=0@3", "flip:rank=3@4", "pause@5",
+                                          "drain:rank=1@6", "kill:rank=2@7"]
+    env, flags = chaos.planned(faults, str(tmp_path))
+    # each fires in the step after the one named, a flip once the update is final; the others come from outside
+    assert env["MINDIO_FAULT_INJECT"].split(";") == [
+        "raise:rank=2,step=2,phase=forward,msg=UCE ERROR injected by the chaos soak",
+        "hang:rank=0,step=4,phase=forward", "flip:rank=3,step=5,phase=completed"]
+    assert env["MINDIO_FAULT_STATE_DIR"] == str(tmp_path / "faults")
+    assert flags == ["--save", str(tmp_path / "ckpt"), "--save-interval", str(chaos.FLIP_SAVE_INTERVAL)]
+    assert chaos.planned(chaos.parse_sequence("kill:rank=1,pause", 8), str(tmp_path)) == ({}, [])
+
+
+def test_a_planned_fault_s_place_in_its_step_picks_its_phase(chaos, tmp_path):
+    faults = [chaos.Fault("uce", 1, 3, delay=d) for d in (0.1, 0.5, 0.95)]
+    env, _ = chaos.planned(faults, str(tmp_path))
+    assert [spec.split(",")[2] for spec in env["MINDIO_FAULT_INJECT"].split(";")] == [
+        "phase=forward", "phase=backward", "phase=optimizer"]
+
+
+def test_every_kind_can_be_drawn_and_a_pause_has_no_target(chaos):
+    faults = [f for seed in range(30) for f in chaos.random_plan(seed, chaos.KINDS, True, 8, 300)]
+    assert {f.kind for f in faults} == set(chaos.KINDS)
+    assert {f.target for f in faults if f.kind == "pause"} == {-1}
+    assert all(0 <= f.target < 4 for f in faults if f.kind not in ("pause", "node"))
