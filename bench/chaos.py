@@ -29,8 +29,9 @@ step it follows, so it never lands before the previous one recovered.
 
 Per fault: kind, target, the step it followed, seconds to recovery (from the fault to the first step
 completed after it: the first "recovery N on rank R ...; first step done" line, or, for a fault that raised
-none such as a short stall, the first step logged after it ended), the controller's first decision after it,
-and the outcome (recovered, or how the job ended). Per run: the final params digest and every loss line
+none such as a short stall, the first step logged after it ended), its slowest recovery phase (each phase of
+the ranks' recovery lines, the slowest rank's), the controller's first decision after it, and the outcome
+(recovered, or how the job ended). The summary gives each kind's phases, median and worst. Per run: the final params digest and every loss line
 against an uninterrupted reference run of the same flags, trained once in the same invocation; the steps
 whose loss line is missing; the job's processes left behind; the share of faults recovered with no operator;
 the goodput (productive step time / training wall time: the steps trained, each once, at the run's median
@@ -82,6 +83,9 @@ ENV = {"MINDIO_TAKEOVER_WAIT_S": "3", "MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN":
 NPROC_PER_NODE, NNODES = 2, 2
 STEP_LOGGED = re.compile(r"iteration\s+(\d+)/")
 RECOVERED = re.compile(r"INFO recovery \d+ on rank \d+, step \d+, .*; first step done")
+RECOVERY_LINE = re.compile(r"INFO recovery \d+ on rank \d+, [^:]*: (.*)")
+# A phase of a rank's recovery line and when it ended, from the fault's detection: "groups rebuilt +5.39 s"
+PHASE = re.compile(r"([a-z][a-z ]*[a-z](?: \([a-z ]+\))?) \+(\d+\.\d+) s")
 DECISION = re.compile(r"\] decision (\w+)")
 STANDBY_READY = "standby: watching nodes"
 # How long a standby that was not needed takes to see the job end and exit (node 0 waits up to 10 s for it).
@@ -101,6 +105,7 @@ class Fault:
     at: Optional[float] = None  # when it was injected (time.monotonic)
     ended: Optional[float] = None  # when the stall ended or the new launcher started
     recovery_s: Optional[float] = None
+    phases: Dict[str, float] = field(default_factory=dict)  # each phase's seconds on the slowest rank
     decision: str = "-"
     outcome: str = "not injected"
 
@@ -427,10 +432,26 @@ def _judge(soak: Soak) -> None:
         if done is None and following is not None:
             # the next fault came before any step (a node lost during a pause): both end at the same first step
             done = next((t for t, line in soak.lines if t >= fault.ended and STEP_LOGGED.search(line)), None)
+        fault.phases = slowest_phases([line for _, line in window])
         if done is not None:
             fault.recovery_s, fault.outcome = done - fault.at, "recovered"
         else:
             fault.outcome = soak.ended if soak.ended != "finished" else "no step after it"
+
+
+def slowest_phases(lines: Sequence[str]) -> Dict[str, float]:
+    """Each phase of the recoveries these lines report, in seconds (from the phase before it on the same rank's
+    line), the slowest rank's."""
+    slowest: Dict[str, float] = {}
+    for line in lines:
+        found = RECOVERY_LINE.search(line)
+        if not found:
+            continue
+        before = 0.0
+        for name, at in PHASE.findall(found.group(1)):
+            took, before = float(at) - before, float(at)
+            slowest[name] = max(slowest.get(name, 0.0), round(took, 2))
+    return slowest
 
 
 def compare(soak: Soak, reference: RunResult) -> Dict[str, object]:
@@ -461,11 +482,13 @@ def report(title: str, soak: Soak, reference: RunResult, reference_goodput: floa
     checked = compare(soak, reference)
     start = soak.lines[0][0] if soak.lines else 0.0
     print(f"\n{title}: {soak.ended}")
-    print(f"  {'fault':<24} {'at s':>6} {'decision':<10} {'recovery s':>10}  outcome")
+    print(f"  {'fault':<24} {'at s':>6} {'decision':<10} {'recovery s':>10}  {'slowest phase':<24} outcome")
     for f in soak.faults:
         shown = "-" if f.recovery_s is None else f"{f.recovery_s:.1f}"
         at = "-" if f.at is None else f"{f.at - start:.0f}"
-        print(f"  {f.name():<24} {at:>6} {f.decision:<10} {shown:>10}  {f.outcome}")
+        slowest = max(f.phases.items(), key=lambda item: item[1], default=None)
+        phase = "-" if slowest is None else f"{slowest[0]} {slowest[1]:.2f}"
+        print(f"  {f.name():<24} {at:>6} {f.decision:<10} {shown:>10}  {phase:<24} {f.outcome}")
     injected = [f for f in soak.faults if f.at is not None]
     recovered = [f for f in injected if f.outcome == "recovered"]
     ratio = goodput(soak.run, soak.lines) / reference_goodput if soak.ended == "finished" else 0.0
@@ -547,6 +570,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return summary(results)
 
 
+def print_phases(results: Dict[str, Dict[str, object]]) -> None:
+    """Per kind, each recovery phase's median and worst (the slowest rank's), over every fault of that kind; a
+    worst case over 3x its median (and over 1 s) is marked for an explanation."""
+    by_kind: Dict[str, Dict[str, List[float]]] = {}
+    for r in results.values():
+        for f in r["faults"]:
+            for name, took in f.phases.items():
+                by_kind.setdefault(f.kind, {}).setdefault(name, []).append(took)
+    for kind, phases in sorted(by_kind.items()):
+        parts = []
+        for name, times in phases.items():
+            median, worst = statistics.median(times), max(times)
+            mark = " (!)" if worst > 3 * median and worst > 1.0 else ""
+            parts.append(f"{name} {median:.2f}/{worst:.2f}{mark}")
+        print(f"  {kind:<6} phases, median/worst s: {'; '.join(parts)}")
+
+
 def summary(results: Dict[str, Dict[str, object]]) -> int:
     injected = sum(r["injected"] for r in results.values())
     recovered = sum(r["recovered"] for r in results.values())
@@ -559,6 +599,7 @@ def summary(results: Dict[str, Dict[str, object]]) -> int:
     for kind, seconds in sorted(times.items()):
         print(f"  {kind:<6} {len(seconds)} recovered: {min(seconds):.1f}-{max(seconds):.1f} s, median "
               f"{statistics.median(seconds):.1f} s")
+    print_phases(results)
     ratios = [r["goodput_ratio"] for r in results.values() if r["ended"] == "finished"]
     if ratios:
         print(f"  goodput ratio to the fault-free run: {', '.join(f'{x:.3f}' for x in ratios)} (mean "

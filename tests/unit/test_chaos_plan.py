@@ -71,3 +71,16 @@ def test_every_kind_can_be_drawn_and_a_pause_has_no_target(chaos):
     assert {f.kind for f in faults} == set(chaos.KINDS)
     assert {f.target for f in faults if f.kind == "pause"} == {-1}
     assert all(0 <= f.target < 4 for f in faults if f.kind not in ("pause", "node"))
+
+
+def test_a_recovery_s_phases_are_timed_on_its_slowest_rank(chaos):
+    lines = ["[mindio 00:43:48.228 rank 0] INFO recovery 1 on rank 0, step 4, stopped by the controller: detected "
+             "+0.00 s, stopped +0.00 s, groups rebuilt +5.39 s (epoch 1), shard sent +5.45 s (19203184 bytes to rank "
+             "2 in 0.03 s), first step done +5.81 s; first step done",
+             "[mindio 00:43:48.231 rank 1] INFO recovery 1 on rank 1, step 4, HCCL_FAILED fault: detected +0.00 s, "
+             "stopped +1.06 s, groups rebuilt +6.46 s (epoch 1), first step done +6.87 s; first step done",
+             "[mindio 00:43:48.945 rank 3] INFO recovery 2 on rank 3, step 7, stopped by the controller: detected "
+             "+0.00 s, stopped +0.05 s, handed over (hot switch) +0.06 s; handed over (hot switch)",
+             " [2026-12-02 00:43:49.1] iteration        5/      10 | lm loss: 4.1"]
+    assert chaos.slowest_phases(lines) == {"detected": 0.0, "stopped": 1.06, "groups rebuilt": 5.4, "shard sent": 0.06,
+                                           "first step done": 0.41, "handed over (hot switch)": 0.01}
