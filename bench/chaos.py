@@ -31,8 +31,9 @@ Per fault: kind, target, the step it followed, seconds to recovery (from the fau
 completed after it: the first "recovery N on rank R ...; first step done" line, or, for a fault that raised
 none such as a short stall, the first step logged after it ended), its slowest recovery phase (each phase of
 the ranks' recovery lines, the slowest rank's), the controller's first decision after it, and the outcome
-(recovered, or how the job ended). The summary gives each kind's phases, median and worst. Per run: the final params digest and every loss line
-against an uninterrupted reference run of the same flags, trained once in the same invocation; the steps
+(recovered, or how the job ended). The summary gives each kind's phases, median and worst. Per run: the final
+params digest and every loss line against an uninterrupted reference run of the same flags, trained once in the
+same invocation; the steps
 whose loss line is missing; the job's processes left behind; the share of faults recovered with no operator;
 the goodput (productive step time / training wall time: the steps trained, each once, at the run's median
 step time, over the time from the first step's start to the last step's line) as a ratio to the reference's.
