@@ -10,9 +10,10 @@ import Megatron. One module per area; the names below are the facade.
 The door sits below recovery/ and patches/: it imports neither (only core/), so both may import it
 (tests/unit/test_import_graph.py holds the layers).
 """
-from mindio_adaptor.megatron.args import (args, args_if_parsed, current_iteration, reset_rerun_state, restore_rng,
-                                          rng_states, running_timers, set_data_position, set_iteration_state,
-                                          set_parallel_sizes, set_rank, set_valid_position, stop_timers, valid_position)
+from mindio_adaptor.megatron.args import (args, args_if_parsed, current_iteration, evaluation_samples, rerun_mode,
+                                          reset_rerun_state, restore_rng, rng_states, running_timers, set_data_position,
+                                          set_iteration_state, set_parallel_sizes, set_rank, set_rerun_mode,
+                                          set_valid_position, stop_timers, valid_position)
 from mindio_adaptor.megatron.checkpoint import (KEY_RERUN, MegatronStateError, abort_async_checkpoint_writer,
                                                 load_checkpoint_of_step, save_checkpoint_for_full_job,
                                                 unfinalized_async_saves)

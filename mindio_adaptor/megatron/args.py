@@ -104,6 +104,26 @@ def stop_timers(keep: frozenset = frozenset()) -> None:
             timer._started = False
 
 
+def rerun_mode():
+    """The rerun state machine's mode (whether it validates results; evaluation switches it off meanwhile)."""
+    from megatron.core.rerun_state_machine import get_rerun_state_machine
+
+    return get_rerun_state_machine().get_mode()
+
+
+def set_rerun_mode(mode) -> None:
+    from megatron.core.rerun_state_machine import get_rerun_state_machine
+
+    get_rerun_state_machine().set_mode(mode)
+
+
+def evaluation_samples(eval_iters=None) -> int:
+    """The validation samples one whole evaluation reads (`eval_iters` batches, default --eval-iters)."""
+    margs = args()
+    batch = getattr(margs, "eval_global_batch_size", None) or margs.global_batch_size  # the former since 0.14
+    return (eval_iters or margs.eval_iters) * batch
+
+
 def reset_rerun_state() -> None:
     from megatron.core.rerun_state_machine import RerunState, get_rerun_state_machine
 

@@ -17,6 +17,7 @@ PATCH_MODULES = [
     "fault_injection",
     "sections",
     "interrupted_save",
+    "interrupted_evaluation",
     "exception_loop",
     "controller_link",
     "warm_spare",

@@ -47,6 +47,10 @@ COMPOSED: Dict[str, Tuple[str, ...]] = {
         "warm_spare._rank_before_the_data",  # a warm spare takes its rank before the data is built
         "training._recording_the_test_iterator",
     ),
+    "megatron.training.training.evaluate": (
+        "interrupted_evaluation._evaluation_undone_when_interrupted",  # undoes an evaluation a fault interrupts
+        "fault_injection._evaluate_with_faults",
+    ),
     "megatron.training.training.save_checkpoint_and_time": (
         "saved_step_reports._report_saved_step",
         "job_end._final_save_with_fault_handling",

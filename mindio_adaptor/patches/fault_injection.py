@@ -1,7 +1,8 @@
 """MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
 the run at start), fired at the forward, backward and optimizer phases of the planned step, once its
-update is final (completed: a flip changes this rank's optimizer shard there), inside a checkpoint save of
-that iteration (before and after this rank writes its files), and when the process exits."""
+update is final (completed: a flip changes this rank's optimizer shard there), in the evaluation after it
+(eval), inside a checkpoint save of that iteration (before and after this rank writes its files), and when
+the process exits."""
 import functools
 import os
 
@@ -82,6 +83,19 @@ def _forward_with_faults(wrapped, instance, args, kwargs):
     return wrapped(forward_step, *rest, **kwargs)
 
 
+def _evaluate_with_faults(wrapped, instance, args, kwargs):
+    """phase=eval: in the first forward of the evaluation after the step (step N: the one after step N's update)."""
+    if not SESSION.job.fault_plan:
+        return wrapped(*args, **kwargs)
+    forward_step_func, *rest = args  # evaluate()'s first parameter, passed by position in 0.12 to 0.19
+
+    def forward_step(*f_args, **f_kwargs):
+        fire("eval", current_iteration())
+        return forward_step_func(*f_args, **f_kwargs)
+
+    return wrapped(forward_step, *rest, **kwargs)
+
+
 def _backward_with_faults(wrapped, instance, args, kwargs):
     if SESSION.job.fault_plan:
         fire("backward", current_iteration())
@@ -91,6 +105,7 @@ def _backward_with_faults(wrapped, instance, args, kwargs):
 PATCHES = [
     Patch("megatron.training.arguments", "validate_args", _read_plan),
     Patch("megatron.training.training", "train_step", _forward_with_faults),
+    Patch("megatron.training.training", "evaluate", _evaluate_with_faults),
     Patch("megatron.core.pipeline_parallel.schedules", "backward_step", _backward_with_faults),
     # Only for tests and demos: a user's patched Megatron tree needs no hook inside the save.
     Patch("megatron.core.dist_checkpointing", "save", _save_with_faults, upstream=False),

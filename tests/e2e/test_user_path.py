@@ -6,9 +6,10 @@ script (the README's two lines before Megatron's pretraining, no garbage-collect
 Both runs keep Megatron's defaults that the tiny flags change: dropout 0.1, an evaluation every 4 steps (2 batches),
 and a loss line every 2 steps. One uninterrupted run under plain torchrun is the reference; one run under
 `mindio-adaptor launch` has an online repair (a memory error on rank 1 in step 3) and a process replacement (rank 2
-killed in step 6): it ends bit-identical to the reference, with the same loss and validation lines (the
-replacement's validation loader positioned where the others' are). Both check that every rank ends by itself,
-promptly, after its done line."""
+killed in the evaluation after step 4): it ends bit-identical to the reference, with the same loss lines and the
+same validation lines but the interrupted evaluation's (the survivors leave it as a completed one would have left
+them: training mode, so dropout, and result validation back on, the validation position after it, where the
+replacement's loader starts too). Both check that every rank ends by itself, promptly, after its done line."""
 import re
 import time
 from pathlib import Path
@@ -60,7 +61,7 @@ def runs(tmp_path_factory):
     faults = tmp_path_factory.mktemp("faults")
     faulted = timed_run(LAUNCH, {**user_environment(cache), "MINDIO_FAULT_STATE_DIR": str(faults),
                                  "MINDIO_FAULT_INJECT": "raise:rank=1,step=3,msg=UCE ERROR user path;"
-                                                        "kill:rank=2,step=6"})
+                                                        "kill:rank=2,step=4,phase=eval"})
     # the README's two lines before Megatron's own pretraining, ending the normal way (patch_all bounds it)
     own = timed_run(PLAIN_TORCHRUN, user_environment(tmp_path_factory.mktemp("own-cache")), script=OWN_SCRIPT,
                     flags=["--enable-high-availability"], last_line=re.compile(r"^params digest "))
@@ -87,16 +88,20 @@ def test_a_repair_and_a_replacement_end_bit_identical_to_it(runs):
     (reference, _), (run, ending_s), _, _ = runs
     run.require_success()
     assert "decision retry: faults 1:memory repair_step=2" in run.output
-    assert "ranks [2] replaced, training resumes at step 5" in run.output
+    assert "ranks [2] replaced, training resumes at step 4" in run.output
     seen = process_ids(run.output)
     for rank in (0, 1, 3):
         assert kept_one_process(seen, rank), seen
     assert len(set(seen[2]["starting"])) == 2, seen
     assert run.losses == reference.losses
     assert sorted(run.loss_line_steps) == LINE_STEPS
-    # the replacement evaluates where the others are: step 4's evaluation took 2 batches of 16 samples
+    # step 4's evaluation, interrupted, prints nothing; its 2 batches of 16 samples count as read, on the survivors
+    # and on the replacement, so the next evaluations read what the uninterrupted run's read
     assert re.search(r"rank 2\] INFO replacement process: validation data iterator positioned at sample 32", run.output)
-    assert _VALIDATION.findall(run.output) == _VALIDATION.findall(reference.output)
+    assert len(re.findall(r"evaluation interrupted by a fault: no validation line for it; the next one reads from "
+                          r"sample 32", run.output)) == 3, run.output[-6000:]
+    expected = [line for line in _VALIDATION.findall(reference.output) if line[0] != "4"]
+    assert _VALIDATION.findall(run.output) == expected
     assert run.digest == reference.digest
     assert ending_s is not None and ending_s < ENDING_BOUND_S, ending_s
     assert not run.leftover

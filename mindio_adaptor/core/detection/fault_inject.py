@@ -8,7 +8,7 @@ Grammar (whitespace around kinds, keys and values is ignored)::
     item   := KEY '=' VALUE
     KIND   := raise | kill | hang | sigterm | slow | flip
     KEY    := rank (required, integer >= 0) | step (required, integer >= 0)
-            | phase (forward | backward | optimizer | completed | repair | save | written | exit;
+            | phase (forward | backward | optimizer | completed | repair | save | written | exit | eval;
                      default forward; flip needs completed)
             | msg   (only for raise; the RuntimeError's text, default "Other ERROR")
             | seconds (only for slow, and required there: 0 < seconds <= 60)
@@ -74,7 +74,7 @@ MAX_SLOW_S = 60.0
 # written: inside the same save, once this rank wrote its files and before the save's closing barrier
 # (the others may wait at that barrier, their own files written).
 # exit: when the process exits, before the rank leaves the controller (`step` the last iteration).
-PHASES = ("forward", "backward", "optimizer", "completed", "repair", "save", "written", "exit")
+PHASES = ("forward", "backward", "optimizer", "completed", "repair", "save", "written", "exit", "eval")
 DEFAULT_PHASE = "forward"
 DEFAULT_MESSAGE = "Other ERROR"
 _KEYS = ("rank", "step", "phase", "msg", "seconds")
