@@ -300,9 +300,12 @@ def load_params(directory: str, nproc: int = 4) -> List[dict]:
     return [torch.load(os.path.join(directory, f"params_rank{r}.pt")) for r in range(nproc)]
 
 
-# The launcher's lines that name a worker's pid (launch/agent): a generation's start, a rank started again.
+# The launcher's lines that name a worker's pid (launch/agent): a generation's start, a rank started again, a rank
+# handed over to a new process (a hot switch).
 _STARTED_GROUP = re.compile(r"\] generation \d+: started ranks \[([\d, ]+)\] as pids \[([\d, ]+)\]")
-_STARTED_ALONE = re.compile(r"worker reboot: rank (\d+) started again alone as pid (\d+)")
+_NEW_PROCESS = re.compile(r"worker reboot: rank (\d+) started again alone as pid (\d+)|"
+                            r"rank (\d+) \(local rank \d+, pid \d+\) handed its rank over \(hot switch\); its new "
+                            r"process is pid (\d+)")
 
 
 class LocalCluster:
@@ -392,9 +395,11 @@ class LocalCluster:
         environment (as /proc shows it) names none."""
         pid = None
         for line in list(self._lines_of.get(launcher.pid, ())):
-            alone = _STARTED_ALONE.search(line)
-            if alone and int(alone.group(1)) == rank:
-                pid = int(alone.group(2))
+            new = _NEW_PROCESS.search(line)
+            if new:
+                said_rank, said_pid = new.group(1) or new.group(3), new.group(2) or new.group(4)
+                if int(said_rank) == rank:
+                    pid = int(said_pid)
             group = _STARTED_GROUP.search(line)
             if group:
                 ranks, pids = ([int(x) for x in text.split(",")] for text in group.groups())

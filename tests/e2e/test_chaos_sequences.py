@@ -49,9 +49,9 @@ def test_node_0_lost_with_a_standby_ends_bit_identical(reference_runs):
 MIXED_STEPS = 10
 # Six kinds: the operator's pause with node 1 lost while the job holds, the operator's drain of rank 3 (a hot
 # switch) with rank 1, the other holder of its shard, killed as soon as the switch is done (before the new process
-# of rank 3 reports a step), a stalled rank, and a memory error repaired online. On the bench's bigger model (a
+# of rank 3 reports a step), rank 3's new process stalled, and a memory error repaired online. On the bench's bigger model (a
 # step of ~0.6 s) the faults that come from outside land while the job trains.
-MIXED = "pause@2,node1@2,drain:rank=3@4,kill:rank=1@4,stall:rank=0,s=3@6,uce:rank=2@8"
+MIXED = "pause@2,node1@2,drain:rank=3@4,kill:rank=1@4,stall:rank=3,s=3@6,uce:rank=2@8"
 
 
 @pytest.fixture(scope="module")
