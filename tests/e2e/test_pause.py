@@ -4,7 +4,8 @@ memory error injected in step 2 is repaired online; then `mindio-adaptor pause` 
 controller's status server holds every rank after step 5 for 3 s. The run ends with the uninterrupted run's
 digest and losses; the pause started no recovery; rank 3 alone is reported slow (not the peers that wait for
 it); the controller's ledger at the end puts the wall time in its uses, adding up within 1 %, with the 3 s
-paused and the repair's time. One run, checked several ways."""
+paused and the repair's time. One run, checked several ways. A second run: rank 0 hangs before a pause's hold, and
+the hang rule finds it while the pause waits."""
 import contextlib
 import io
 import re
@@ -22,18 +23,20 @@ HOLD_S = 3.0
 
 
 class Pauser:
-    """Once the status page's port is printed and the online repair finished, runs `mindio-adaptor pause
-    --after-step 5` (its main, in this process: a new interpreter takes longer to start than the tiny job's
-    next steps). A pause asked for before would be given up: a fault's recovery ends it."""
+    """Once the status page's port is printed and a line matching `when` came (by default: the online repair
+    finished), runs `mindio-adaptor pause --after-step AFTER_STEP` (its main, in this process: a new interpreter
+    takes longer to start than the tiny job's next steps). A pause asked for before the repair would be given up: a
+    fault's recovery ends it."""
 
-    def __init__(self):
+    def __init__(self, when: str = "online repair finished", after_step: int = 5):
+        self.when, self.after_step = re.compile(when), after_step
         self.port, self.thread, self.code, self.printed = None, None, None, ""
 
     def __call__(self, line):
         m = STATUS_PAGE.search(line)
         if m:
             self.port = int(m.group(1))
-        if self.thread is None and self.port and "online repair finished" in line:
+        if self.thread is None and self.port and self.when.search(line):
             self.thread = threading.Thread(target=self._pause, daemon=True)
             self.thread.start()
 
@@ -42,7 +45,7 @@ class Pauser:
         with contextlib.redirect_stdout(out):
             try:
                 self.code = cli_main(["pause", "--controller", f"127.0.0.1:{self.port}", "--token", TOKEN,
-                                      "--after-step", "5", "--hold", str(HOLD_S), "--wait", "60"])
+                                      "--after-step", str(self.after_step), "--hold", str(HOLD_S), "--wait", "60"])
             except SystemExit as err:
                 self.code = err.code
         self.printed = out.getvalue()
@@ -127,35 +130,12 @@ def test_the_slowed_rank_alone_is_reported_slow(paused_run):
     assert last <= 6 and compute >= 1.5 * median and compute >= 500, slow
 
 
-class EarlyPauser(Pauser):
-    """As Pauser, once step 2's line is seen: `pause --after-step 3`, which rank 0 never reaches (it hangs in step
-    4's forward, MINDIO_FAULT_INJECT)."""
-
-    def __call__(self, line):
-        m = STATUS_PAGE.search(line)
-        if m:
-            self.port = int(m.group(1))
-        if self.thread is None and self.port and re.search(r"iteration\s+2/", line):
-            self.thread = threading.Thread(target=self._pause, daemon=True)
-            self.thread.start()
-
-    def _pause(self):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            try:
-                self.code = cli_main(["pause", "--controller", f"127.0.0.1:{self.port}", "--token", TOKEN,
-                                      "--after-step", "3", "--hold", str(HOLD_S), "--wait", "60"])
-            except SystemExit as err:
-                self.code = err.code
-        self.printed = out.getvalue()
-
-
 def test_a_rank_that_hangs_before_the_pause_holds_is_found_by_the_hang_rule_meanwhile(tmp_path):
     """The pause waits for every rank to hold; rank 0 hangs first. The hang rule runs during that wait: the hang
     is a fault within its limit (12 s), the pause is given up for it, and the job ends in the dump of step 3. (The
     wait once ran to its whole action timeout, 180 s, before the hang was looked at.)"""
     build_parser()
-    pauser = EarlyPauser()
+    pauser = Pauser(when=r"iteration\s+2/", after_step=3)  # rank 0 hangs in step 4's forward, before the hold
     run = run_training([*REPAIR, "--save", str(tmp_path / "ckpt"), "--save-interval", "1000"], on_line=pauser, env={
         "MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN, "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults"),
         "MINDIO_FAULT_INJECT": "hang:rank=0,step=4,phase=forward"})
