@@ -41,7 +41,9 @@ def test_a_step_sends_four_small_frames_and_takes_a_bounded_number_of_locks():
     # a heartbeat may fall in the ten steps (every 2 s): at most one more frame in all
     assert FRAMES_PER_STEP <= frames <= FRAMES_PER_STEP + 0.1, after
     assert sent <= (FRAMES_PER_STEP + 0.1) * BYTES_PER_FRAME, after
-    assert locks <= LOCKS_PER_STEP + 1, after  # the network thread's own, in the same while
+    # the network thread's own, in the same while; a heartbeat in the ten steps takes its own too (seen under CI's
+    # load: 10.1 a step)
+    assert locks <= LOCKS_PER_STEP + 1.2, after
 
 
 def test_a_sections_start_alone_reaches_the_controller_within_a_tenth_of_a_second():
