@@ -288,9 +288,8 @@ def planned(faults: Sequence[Fault], workdir: str) -> tuple:
         if f.kind not in PLANNED:
             continue
         phase = "completed" if f.kind == "flip" else PHASES[min(int(f.delay * len(PHASES)), len(PHASES) - 1)]
-        kind = "raise" if f.kind == "uce" else f.kind
         message = ",msg=UCE ERROR injected by the chaos soak" if f.kind == "uce" else ""
-        specs.append(f"{kind}:rank={f.target},step={f.after_step + 1},phase={phase}{message}")
+        specs.append(f"{_injected_kind(f)}:rank={f.target},step={f.after_step + 1},phase={phase}{message}")
     if not specs:
         return {}, []
     env = {"MINDIO_FAULT_INJECT": ";".join(specs), "MINDIO_FAULT_STATE_DIR": os.path.join(workdir, "faults")}
@@ -299,10 +298,15 @@ def planned(faults: Sequence[Fault], workdir: str) -> tuple:
     return env, saves
 
 
+def _injected_kind(fault: Fault) -> str:
+    """The MINDIO_FAULT_INJECT kind of a planned fault (a memory error is a raise with its message)."""
+    return "raise" if fault.kind == "uce" else fault.kind
+
+
 def _await_planned(fault: Fault, log: Log, timeout: float) -> None:
     """A planned fault fires by itself in its step: its time is that of the rank's line saying so."""
-    kind = "raise" if fault.kind == "uce" else fault.kind
-    fault.at = log.wait_for_line(FIRED.format(kind=kind, rank=fault.target, step=fault.after_step + 1), timeout)
+    fired = FIRED.format(kind=_injected_kind(fault), rank=fault.target, step=fault.after_step + 1)
+    fault.at = log.wait_for_line(fired, timeout)
     fault.ended = fault.at
     fault.outcome = "injected" if fault.at is not None else "never fired"
 
@@ -316,13 +320,12 @@ def _operate(fault: Fault, log: Log) -> None:
     server = ["--controller", f"127.0.0.1:{port}", "--token", TOKEN]
     argv = (["pause", *server, "--hold", f"{PAUSE_S:g}", "--wait", "60"] if fault.kind == "pause" else
             ["drain", *server, "--rank", str(fault.target), "--wait", "120"])
-    asked, code = time.monotonic(), None
-    deadline = asked + OPERATOR_RETRY_S
-    while code != 0 and time.monotonic() < deadline:
+    asked = time.monotonic()
+    code, said = _cli(argv)
+    # refused while another action or a recovery runs: asked again, as an operator would
+    while code != 0 and "refused" in str(code) and time.monotonic() < asked + OPERATOR_RETRY_S:
+        time.sleep(1.0)
         code, said = _cli(argv)
-        if code != 0 and "refused" not in str(code):
-            break
-        time.sleep(0 if code == 0 else 1.0)  # refused while another action or a recovery runs: as an operator, again
     if code != 0:
         fault.outcome = f"{fault.kind} refused or failed ({code}): {said.strip()[-300:]}"
         return
