@@ -47,6 +47,7 @@ void Controller::retire(const std::set<int>& ranks, Leaving why) {
     for (int rank : ranks) {
         RankEntry& r = ranks_[rank];
         r.retired = true;
+        event_locked("retired", "rank " + std::to_string(rank));
         if (why == Leaving::Lost && r.joining && r.connected) {
             returned_during_scale_in_locked(rank);
             continue;
@@ -54,7 +55,6 @@ void Controller::retire(const std::set<int>& ranks, Leaving why) {
         r.dead = true;
         r.joining = r.ready = false;
         r.left = true;
-        event_locked("retired", "rank " + std::to_string(rank));
     }
 }
 
@@ -62,7 +62,6 @@ void Controller::retire(const std::set<int>& ranks, Leaving why) {
 // the rank still runs: it waits as a replacement that no flow awaits. It is the rank's return, as if it had
 // registered just after the scale-in; forgetting it would leave it waiting, and the scale-out never come.
 void Controller::returned_during_scale_in_locked(int rank) {
-    event_locked("retired", "rank " + std::to_string(rank));
     event_locked("returned", "rank " + std::to_string(rank));
     LOG_INFO(kLog, cfg_.rank, "rank " << rank << " returned during the scale-in (a restarted process registered "
                                   "before it ended): the job scales out once every retired rank is back and ready, "
