@@ -11,9 +11,9 @@ The door sits below recovery/ and patches/: it imports neither (only core/), so 
 (tests/unit/test_import_graph.py holds the layers).
 """
 from mindio_adaptor.megatron.args import (args, args_if_parsed, current_iteration, evaluation_samples, rerun_mode,
-                                          reset_rerun_state, restore_rng, rng_states, running_timers, set_data_position,
+                                          reset_rerun_state, restore_rng, rng_states, set_data_position,
                                           set_iteration_state, set_parallel_sizes, set_rank, set_rerun_mode,
-                                          set_valid_position, stop_timers, valid_position)
+                                          set_valid_position, valid_position)
 from mindio_adaptor.megatron.checkpoint import (KEY_RERUN, MegatronStateError, abort_async_checkpoint_writer,
                                                 load_checkpoint_of_step, save_checkpoint_for_full_job,
                                                 unfinalized_async_saves)
@@ -36,4 +36,5 @@ from mindio_adaptor.megatron.parallel import (data_parallel_group, gloo_groups_w
 from mindio_adaptor.megatron.rebuild import rebuild, setup_model_and_optimizer_again, take_place_of, with_current_groups
 from mindio_adaptor.megatron.sizes import (apply_original_sizes, apply_scale_in_sizes, microbatch_calculator,
                                            take_original_rank)
+from mindio_adaptor.megatron.timers import interval_reading, interval_seconds, running_timers, set_running_timers
 from mindio_adaptor.megatron.uneven import active as uneven_share, count_samples, weigh_loss, whole_batch_as_one_rank

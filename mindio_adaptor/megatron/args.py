@@ -1,4 +1,4 @@
-"""Megatron's arguments, iteration, RNG states, timers and rerun state machine, as a recovery reads and sets them."""
+"""Megatron's arguments, iteration, RNG states and rerun state machine, as a recovery reads and sets them."""
 import random
 
 import numpy as np
@@ -87,21 +87,6 @@ def restore_rng(states: dict) -> None:
     torch.set_rng_state(states["torch"])
     torch.cuda.set_rng_state(states["cuda"])
     tensor_parallel.get_cuda_rng_tracker().set_states(states["tracker"])
-
-
-def running_timers() -> set:
-    from megatron.training.global_vars import get_timers
-
-    return {name for name, timer in get_timers()._timers.items() if timer._started}
-
-
-def stop_timers(keep: frozenset = frozenset()) -> None:
-    """Mark every timer not in `keep` stopped: the interrupted step started them and never stops them."""
-    from megatron.training.global_vars import get_timers
-
-    for name, timer in get_timers()._timers.items():
-        if name not in keep:
-            timer._started = False
 
 
 def rerun_mode():

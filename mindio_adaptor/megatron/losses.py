@@ -5,6 +5,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.megatron.args import args
 from mindio_adaptor.megatron.call_arguments import has_parameter
+from mindio_adaptor.megatron.timers import interval_reading
 
 
 def is_last_rank() -> bool:
@@ -66,8 +67,9 @@ def _loss_reduction_group(model):
     return getattr(pg_collection, "dp_cp_gtp_remat", None) or pg_collection.dp_cp
 
 
-def log_step_line(model, optimizer, step: int, reduced: dict, grad_norm, num_zeros, skipped: bool) -> None:
-    """Megatron's training_log of `step` from its recorded values, on every rank (it has collectives)."""
+def log_step_line(model, optimizer, step: int, reduced: dict, verdict) -> None:
+    """Megatron's training_log of `step` from its recorded values (core/steps/loss_line's verdict), on every rank
+    (it has collectives)."""
     from megatron.training import training
 
     def as_logged(stat):  # train_step's max over the model-parallel group: a float32's value
@@ -76,14 +78,16 @@ def log_step_line(model, optimizer, step: int, reduced: dict, grad_norm, num_zer
     values = dict(
         loss_dict={key: torch.tensor(value, dtype=torch.float) for key, value in reduced.items()},
         total_loss_dict={}, iteration=step, loss_scale=optimizer.get_loss_scale().item(), report_memory_flag=False,
-        skipped_iter=int(skipped), grad_norm=as_logged(grad_norm), num_zeros_in_grad=as_logged(num_zeros),
+        skipped_iter=int(verdict.skipped), grad_norm=as_logged(verdict.grad_norm),
+        num_zeros_in_grad=as_logged(verdict.num_zeros),
         params_norm=training.calc_params_l2_norm(model) if args().log_params_norm else None,
         max_attention_logit=None, **_learning_rates(training, optimizer))
     if hasattr(training, "ProcessGroupCollection"):
         values["pg_collection"] = training.get_attr_wrapped_model(model[0], "pg_collection")
     # by name: the parameters moved between megatron-core versions, and 0.12 has a decoupled learning rate
-    training.training_log(**{name: value for name, value in values.items()
-                             if has_parameter(training.training_log, name)})
+    with interval_reading(verdict.interval_s):
+        training.training_log(**{name: value for name, value in values.items()
+                                 if has_parameter(training.training_log, name)})
 
 
 def _learning_rates(training, optimizer) -> dict:

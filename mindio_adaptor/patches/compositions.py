@@ -42,6 +42,7 @@ COMPOSED: Dict[str, Tuple[str, ...]] = {
         "train_reentry._log_as_uninterrupted",
         "uneven_batches._whole_batch_in_the_log",
         "loss_lines._training_log_once",
+        "fault_injection._training_log_with_faults",
     ),
     "megatron.training.training.build_train_valid_test_data_iterators": (
         "warm_spare._rank_before_the_data",  # a warm spare takes its rank before the data is built

@@ -1,7 +1,7 @@
 """MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
 the run at start), fired at the forward, backward and optimizer phases of the planned step, once its
-update is final (completed: a flip changes this rank's optimizer shard there), in the evaluation after it
-(eval), inside a checkpoint save of that iteration (before and after this rank writes its files), and when
+update is final (completed: a flip changes this rank's optimizer shard there), in its training_log before the
+line (line), in the evaluation after it (eval), inside a checkpoint save of that iteration (before and after this rank writes its files), and when
 the process exits."""
 import functools
 import os
@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from mindio_adaptor.core.detection.fault_inject import FaultPlan
 from mindio_adaptor.megatron import current_iteration, shard_tensors
+from mindio_adaptor.megatron.call_arguments import argument
 from mindio_adaptor.patches.patch import Patch
 from mindio_adaptor.recovery.session import SESSION
 
@@ -96,6 +97,12 @@ def _evaluate_with_faults(wrapped, instance, args, kwargs):
     return wrapped(forward_step, *rest, **kwargs)
 
 
+def _training_log_with_faults(wrapped, instance, args, kwargs):
+    if SESSION.job.fault_plan:
+        fire("line", argument(wrapped, args, kwargs, "iteration"))
+    return wrapped(*args, **kwargs)
+
+
 def _backward_with_faults(wrapped, instance, args, kwargs):
     if SESSION.job.fault_plan:
         fire("backward", current_iteration())
@@ -106,6 +113,7 @@ PATCHES = [
     Patch("megatron.training.arguments", "validate_args", _read_plan),
     Patch("megatron.training.training", "train_step", _forward_with_faults),
     Patch("megatron.training.training", "evaluate", _evaluate_with_faults),
+    Patch("megatron.training.training", "training_log", _training_log_with_faults),
     Patch("megatron.core.pipeline_parallel.schedules", "backward_step", _backward_with_faults),
     # Only for tests and demos: a user's patched Megatron tree needs no hook inside the save.
     Patch("megatron.core.dist_checkpointing", "save", _save_with_faults, upstream=False),

@@ -27,7 +27,7 @@ class ResumeTraining(Exception):
 def prepare(session, megatron, step: int, where: str) -> None:
     """Megatron's arguments at `step`, its timers stopped, barriers skipped until the first step."""
     megatron.set_iteration_state(session.snapshot_of(step, "re-enter the train loop after"))
-    megatron.stop_timers()  # the loop left behind runs its interval timer; the new loop starts it
+    megatron.set_running_timers()  # the loop left behind runs its interval timer; the new loop starts it
     enter_as_a_resumed_loop(session)
     logger.info("entering Megatron's train loop again after step %d (this rank was %s)", step, where)
 

@@ -17,8 +17,10 @@ LAUNCH = ("mindio_adaptor.launch", "--max-restarts", "1")
 
 def test_killed_rank_0_is_replaced_and_only_its_pid_changes(tmp_path, reference_runs):
     # Rank 0: with the controller in its process, its death took the recovery down with it. The launcher
-    # hosts the controller by default now, so rank 0 is replaced like any other rank.
-    env = {"MINDIO_FAULT_INJECT": "kill:rank=0,step=4", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
+    # hosts the controller by default now, so rank 0 is replaced like any other rank. It dies in step 3's
+    # training_log, the step's losses reduced everywhere and its line not printed: the line is printed after the
+    # recovery, by Megatron on every rank, the replacement included (its loop, and its interval timer, not begun).
+    env = {"MINDIO_FAULT_INJECT": "kill:rank=0,step=3,phase=line", "MINDIO_FAULT_STATE_DIR": str(tmp_path / "faults")}
     run = run_training(REBOOT, env=env, launcher=LAUNCH).require_success()
     assert "the recovery controllers run in the launchers of nodes 0..0 (the default with worker reboot" in run.output
     assert re.search(r"active controller started as pid \d+", run.output)
@@ -29,6 +31,7 @@ def test_killed_rank_0_is_replaced_and_only_its_pid_changes(tmp_path, reference_
                      r"from rank 2", run.output)
     assert "replacement process: train data iterator positioned at sample 48" in run.output
     assert "ranks [0] replaced, training resumes at step 3" in run.output
+    assert "step 3: loss line printed after the recovery (reduced before the fault)" in run.output
     seen = process_ids(run.output)
     for rank in (1, 2, 3):  # one process from start to end
         assert kept_one_process(seen, rank), seen

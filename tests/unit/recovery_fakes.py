@@ -84,8 +84,8 @@ class FakeMegatron:
     def restore_rng(self, states):
         self._record("restore_rng", states)
 
-    def stop_timers(self, keep=frozenset()):
-        self._record("stop_timers", set(keep))
+    def set_running_timers(self, names=frozenset()):
+        self._record("set_running_timers", set(names))
 
     def running_timers(self):
         return {"interval-time"}

@@ -51,7 +51,7 @@ def test_valid_specs_parse_to_faults(spec, faults):
     ("raise:rank=1.5,step=2", "rank='1.5'"),
     ("raise:rank=1,step=2,when=now", "unknown key 'when'; known: rank, step, phase, msg"),
     ("raise:rank=1,rank=2,step=2", "key 'rank' given twice"),
-    ("raise:rank=1,step=2,phase=loss", "unknown phase 'loss'; known: forward, backward, optimizer, completed, repair, save, written, exit"),
+    ("raise:rank=1,step=2,phase=loss", "unknown phase 'loss'; known: forward, backward, optimizer, completed, line, repair, save, written, exit"),
     ("raise:rank=1,step=2,msg=", "msg= is empty"),
     ("raise:rank=1,step=2,msg=   ", "msg= is empty"),
     ("kill:rank=1,step=2,msg=boom", "msg= is only for raise, not kill"),

@@ -3,9 +3,10 @@ on every rank from every rank's report; the book a process keeps of its steps an
 from mindio_adaptor.core.steps.loss_line import KEPT_STEPS, LossLineBook, Report, settle
 
 
-def report(printer=False, printed=4, reduced=None, local=True, world=4, grad_norm=1.5, zeros=0.0, skipped=False):
+def report(printer=False, printed=4, reduced=None, local=True, world=4, grad_norm=1.5, zeros=0.0, skipped=False,
+           interval_s=1.0):
     return Report(printer=printer, highest_printed=printed, reduced=reduced, has_local=local, world_size=world,
-                  grad_norm=grad_norm, num_zeros=zeros, skipped=skipped)
+                  grad_norm=grad_norm, num_zeros=zeros, skipped=skipped, interval_s=interval_s)
 
 
 def job(*, printer_printed=4, **last):
@@ -24,6 +25,15 @@ def test_a_reduction_some_rank_finished_gives_the_value():
     verdict = settle(5, reports, log_interval=1)
     assert verdict.owed and verdict.source == "reduced" and verdict.reduced == {"lm loss": 2.5}
     assert (verdict.grad_norm, verdict.num_zeros, verdict.skipped) == (1.5, 0.0, False)
+
+
+def test_the_line_s_time_is_the_longest_any_rank_measured_and_none_measured_prints_nothing():
+    reports = job()
+    reports[0] = report(reduced={"lm loss": 2.5}, interval_s=0.0)  # a replacement's timer never ran
+    reports[2] = report(interval_s=3.5)
+    assert settle(5, reports, log_interval=1).interval_s == 3.5
+    verdict = settle(5, [report(interval_s=0.0) for _ in range(3)] + [report(printer=True, interval_s=0.0)], 1)
+    assert verdict.owed and verdict.source is None and "no rank measured the time" in verdict.why_not
 
 
 def test_an_unfinished_reduction_is_done_again_when_every_rank_holds_its_part():

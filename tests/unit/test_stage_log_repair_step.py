@@ -26,13 +26,17 @@ class JobOfFour(FakeMegatron):
         self._record("reduce_step_losses", local)
         return {"lm loss": 2.25}
 
-    def log_step_line(self, model, optimizer, step, reduced, grad_norm, num_zeros, skipped):
-        self._record("log_step_line", step, reduced, grad_norm, num_zeros, skipped)
+    def interval_seconds(self):
+        return 1.25
+
+    def log_step_line(self, model, optimizer, step, reduced, verdict):
+        self._record("log_step_line", step, reduced, verdict.grad_norm, verdict.num_zeros, verdict.skipped,
+                     verdict.interval_s)
 
 
 def other(reduced=None, local=True):
     return Report(printer=False, highest_printed=4, reduced=reduced, has_local=local, world_size=4, grad_norm=1.5,
-                  num_zeros=0.0, skipped=False)
+                  num_zeros=0.0, skipped=False, interval_s=0.5)
 
 
 def printer_at(step=4):
@@ -52,7 +56,8 @@ def test_an_unfinished_reduction_is_done_again_and_logged_by_megatron_on_every_r
     session, megatron = printer_at(), JobOfFour([other(), other(), other()])
     assert log_repair_step(session, megatron, rollback()) == 0
     assert megatron.called("reduce_step_losses") == [(["micro-batch losses"],)]
-    assert megatron.called("log_step_line") == [(5, {"lm loss": 2.25}, 1.5, 0.0, False)]
+    # the line's time: the longest any rank measured since the previous line (this rank's 1.25 s)
+    assert megatron.called("log_step_line") == [(5, {"lm loss": 2.25}, 1.5, 0.0, False, 1.25)]
     assert LOG_REPAIR_STEP.on_training_thread
 
 

@@ -25,11 +25,11 @@ def test_rollback_on_a_rank_behind_the_repair_step_installs_the_received_snapsho
     session.replay.timers_running_before_step = {"interval-time"}
     assert roll_back(session, megatron, rollback(5)) == 0
     assert megatron.names() == ["set_iteration_state", "set_valid_position", "install_step_state",
-                                "rederive_model_params", "restore_rng", "stop_timers", "reset_rerun_state"]
+                                "rederive_model_params", "restore_rng", "set_running_timers", "reset_rerun_state"]
     assert megatron.called("set_valid_position") == [(32,)]  # the peer's evaluations so far
     assert megatron.called("install_step_state") == [({"num_steps": 5},)]
     assert megatron.called("restore_rng") == [({"rng of step": 5},)]
-    assert megatron.called("stop_timers") == [({"interval-time"},)]  # the timers the step started
+    assert megatron.called("set_running_timers") == [({"interval-time"},)]  # the timers running before the step
     assert session.latest == snapshot(5) and session.received is None
     assert session.job.completed_steps == [5]
     assert replay.positions == [5]

@@ -8,7 +8,7 @@ Grammar (whitespace around kinds, keys and values is ignored)::
     item   := KEY '=' VALUE
     KIND   := raise | kill | hang | sigterm | slow | flip
     KEY    := rank (required, integer >= 0) | step (required, integer >= 0)
-            | phase (forward | backward | optimizer | completed | repair | save | written | exit | eval;
+            | phase (forward | backward | optimizer | completed | line | repair | save | written | exit | eval;
                      default forward; flip needs completed)
             | msg   (only for raise; the RuntimeError's text, default "Other ERROR")
             | seconds (only for slow, and required there: 0 < seconds <= 60)
@@ -67,6 +67,8 @@ ENV_STATE_DIR = "MINDIO_FAULT_STATE_DIR"
 KINDS = ("raise", "kill", "hang", "sigterm", "slow", "flip")
 MAX_SLOW_S = 60.0
 # completed: once the step's update is final (after the scheduler's step), the state at rest.
+# line: in Megatron's training_log of the step, before its collectives: the step is over on every rank (its losses
+# reduced) and its loss line not yet printed.
 # repair: when the rank starts its part of a recovery the controller drives (the CLEAN action), `step`
 # being the interrupted step -- a second fault while a repair is running.
 # save: inside the checkpoint save of iteration `step`, once Megatron created its directory and before
@@ -74,7 +76,7 @@ MAX_SLOW_S = 60.0
 # written: inside the same save, once this rank wrote its files and before the save's closing barrier
 # (the others may wait at that barrier, their own files written).
 # exit: when the process exits, before the rank leaves the controller (`step` the last iteration).
-PHASES = ("forward", "backward", "optimizer", "completed", "repair", "save", "written", "exit", "eval")
+PHASES = ("forward", "backward", "optimizer", "completed", "line", "repair", "save", "written", "exit", "eval")
 DEFAULT_PHASE = "forward"
 DEFAULT_MESSAGE = "Other ERROR"
 _KEYS = ("rank", "step", "phase", "msg", "seconds")

@@ -15,6 +15,8 @@ R (a `Report`, gathered over the job at the rollback) and all decide the same wi
   (a wrong loss is worse than a missing one).
 - only with a log interval of 1: Megatron's line of a longer interval averages steps the interrupted
   loop had accumulated and lost.
+- its time per iteration: the longest time since the previous line any rank measured (a replacement measured
+  none), the same on every rank.
 
 A step that a recovery computes again (a reload from a checkpoint goes back several steps) is printed
 by Megatron's loop again; the printer drops a line of a step it already printed (`LossLineBook`).
@@ -59,13 +61,13 @@ class LossLineBook:
     def printed_already(self, step: int) -> bool:
         return step <= self.highest_printed
 
-    def report(self, step: int) -> "Report":
+    def report(self, step: int, interval_s: float = 0.0) -> "Report":
         """A process started in the recovery (a replacement) has no records: it reports none."""
         rec = self.steps.get(step, StepRecord())
         return Report(printer=self.printer, highest_printed=self.highest_printed,
                       reduced=rec.reduced, has_local=rec.local is not None,
                       world_size=rec.world_size, grad_norm=rec.grad_norm, num_zeros=rec.num_zeros,
-                      skipped=rec.skipped)
+                      skipped=rec.skipped, interval_s=interval_s)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class Report:
     grad_norm: Optional[float]
     num_zeros: Optional[float]
     skipped: Optional[bool]
+    interval_s: float = 0.0  # Megatron's time since the last line on this rank (0: none measured, a replacement)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Verdict:
     grad_norm: Optional[float] = None
     num_zeros: Optional[float] = None
     skipped: bool = False
+    interval_s: float = 0.0  # the line's time since the previous line: the longest any rank measured
     why_not: str = ""  # an owed line that cannot be printed: why
 
 
@@ -108,13 +112,17 @@ def settle(step: int, reports: Sequence[Report], log_interval: int) -> Verdict:
                                           f"its interval, which the interrupted train loop had summed")
     if update is None:
         return Verdict(owed=True, why_not="no rank holds the step's gradient norm")
+    interval_s = max(r.interval_s for r in reports)
+    if interval_s <= 0:
+        return Verdict(owed=True, why_not="no rank measured the time since the previous line, which the line "
+                                          "divides by")
     if finished:
-        return Verdict(owed=True, source="reduced", reduced=finished[0], **update)
+        return Verdict(owed=True, source="reduced", reduced=finished[0], interval_s=interval_s, **update)
     missing = _without_part(reports)
     if missing:
         return Verdict(owed=True, why_not=f"the step's losses were not reduced before the fault and ranks "
                                           f"{missing} no longer hold their part of them")
-    return Verdict(owed=True, source="reduce", **update)
+    return Verdict(owed=True, source="reduce", interval_s=interval_s, **update)
 
 
 def _update_of(reports: Sequence[Report]) -> Optional[dict]:

@@ -12,7 +12,7 @@ logger = logging.getLogger(__name__)
 
 def log_repair_step(session, megatron, action) -> int:
     step, book, job = action.step, session.losses, session.job
-    reports = megatron.gather_objects(book.report(step))
+    reports = megatron.gather_objects(book.report(step, megatron.interval_seconds()))
     verdict = settle(step, reports, megatron.args().log_interval)
     if not verdict.owed:
         return 0
@@ -23,8 +23,7 @@ def log_repair_step(session, megatron, action) -> int:
     reduced = verdict.reduced
     if verdict.source == "reduce":
         reduced = megatron.reduce_step_losses(job.model, book.steps[step].local)
-    megatron.log_step_line(job.model, job.optimizer, step, reduced, verdict.grad_norm, verdict.num_zeros,
-                           verdict.skipped)
+    megatron.log_step_line(job.model, job.optimizer, step, reduced, verdict)
     if megatron.is_last_rank():
         how = "reduced before the fault" if verdict.source == "reduced" else "reduced again from every rank's part"
         logger.info("step %d: loss line printed after the recovery (%s)", step, how)

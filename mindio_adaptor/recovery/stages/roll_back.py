@@ -3,8 +3,8 @@ instance completed) first takes the received state as its own; a replacement's d
 at sample 0, is positioned at the step's sample. Then on every rank: model params re-derived from the
 main params (each writes its shard, then the instance all-gathers), RNG states back to the repair
 step's snapshot, the data iterator positioned after the repair step (an interrupted next step's
-micro-batches are given again), Megatron's timers and rerun state reset; the training thread then
-computes the step after the repair step (patches/exception_loop)."""
+micro-batches are given again), Megatron's timers running as before the step and its rerun state reset; the
+training thread then computes the step after the repair step (patches/exception_loop)."""
 import logging
 
 from mindio_adaptor.recovery.stages.stage import Stage
@@ -24,8 +24,9 @@ def roll_back(session, megatron, action) -> int:
     megatron.rederive_model_params(job.model, job.optimizer)
     megatron.restore_rng(snapshot.rng)
     replayed = sum(it.position_after(step) for it in session.replay.iterators.values())
-    # Timers started by the interrupted step are never stopped by it.
-    megatron.stop_timers(keep=frozenset(session.replay.timers_running_before_step))
+    # Timers started by the interrupted step are never stopped by it; the loop's interval timer, stopped by a fault
+    # inside a loss line's reading, must run on.
+    megatron.set_running_timers(frozenset(session.replay.timers_running_before_step))
     megatron.reset_rerun_state()
     logger.info("rollback to step %d: params re-derived, RNG restored, %d micro-batch(es) to replay", step,
                 replayed)
