@@ -6,8 +6,8 @@ from mindio_adaptor.core.steps.step_path_costs import LINE, parse_line
 
 MICRO_BATCHES = 2  # global batch 16 of micro-batches of 2 over dp4
 # calls per step on every rank; the reference checks the shard holders after every step (--verify-optimizer-replicas)
-CALLS = {"update brackets": 2, "snapshot": 1, "step replay": 1, "signal check": 1, "fingerprints": 1,
-         "progress": 2 * MICRO_BATCHES, "sections": 2, "loss lines": 3}
+CALLS = {"update brackets": 2, "snapshot": 1, "step replay": 1, "signal start": 1, "signal check": 1,
+         "fingerprints": 1, "progress": 2 * MICRO_BATCHES, "sections": 2, "loss lines": 3}
 CALLS_ON_RANK0 = {**CALLS, "event watches": 1}
 # Counted from the end of the first step to the process's end, the line also holds what falls outside the steps it
 # counts: the first step's own end (its section, its holders' check, its loss line) and the end of training
