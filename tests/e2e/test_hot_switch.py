@@ -14,7 +14,8 @@ windows, reports no rank slow.
 
 A run of two launchers as two nodes and a standby launcher drains node 1 (`drain --node`): both its ranks are
 handed over, node 1's launcher leaves the job to the standby, whose warm workers become ranks 2 and 3, with no
-step lost."""
+step lost. Right after the switch rank 0, the other holder of rank 2's shard, is SIGKILLed (from here), before the
+new processes' first update ends: they hold the switched step's state, and rank 0 is replaced from rank 2."""
 import contextlib
 import io
 import os
@@ -200,22 +201,44 @@ class NodeDrainer(Drainer):
         self.printed = out.getvalue()
 
 
+class KillAfterTheSwitch:
+    """SIGKILL to rank R's process as soon as the controller says the switched ranks' new processes train."""
+    SWITCHED = "switched to new processes, training resumes at step"
+
+    def __init__(self, rank):
+        self.rank, self.pid, self.killed = rank, None, None
+        self.started = re.compile(rf"\brank {rank} pid (\d+) starting")
+
+    def __call__(self, line):
+        m = self.started.search(line)
+        if m:
+            self.pid = int(m.group(1))
+        if self.killed is None and self.pid and self.SWITCHED in line:
+            self.killed = self.pid
+            os.kill(self.pid, signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
 def node_drained():
     build_parser()
-    drainer = NodeDrainer()
-    cluster = LocalCluster(FLAGS, env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN}, on_line=drainer)
+    drainer, killer = NodeDrainer(), KillAfterTheSwitch(0)
+
+    def on_line(line):
+        drainer(line)
+        killer(line)
+
+    cluster = LocalCluster(FLAGS, env={"MINDIO_STATUS_PORT": "0", "MINDIO_TOKEN": TOKEN}, on_line=on_line)
     cluster.start_node("--node-rank", "0")
     node_1 = cluster.start_node("--node-rank", "1")
     cluster.start_node("--standby")
     run = cluster.wait()
     if drainer.thread is not None:
         drainer.thread.join(130)
-    return run, drainer, node_1
+    return run, drainer, node_1, killer
 
 
 def test_a_drained_node_is_left_to_the_standby_with_no_step_lost(node_drained, reference_runs):
-    run, drainer, node_1 = node_drained
+    run, drainer, node_1, _ = node_drained
     run.require_success()
     assert drainer.asked_at is not None and drainer.asked_at <= 4, drainer.asked_at  # so "after step 5" can hold
     assert drainer.code == 0, (drainer.code, drainer.printed, run.output[-4000:])
@@ -232,8 +255,7 @@ def test_a_drained_node_is_left_to_the_standby_with_no_step_lost(node_drained, r
         assert re.search(rf"rank {rank}\] INFO warm spare: took rank {rank} for a hot switch", run.output)
     assert node_1.returncode == 0
     seen = process_ids(run.output)
-    for rank in (0, 1):
-        assert kept_one_process(seen, rank), seen
+    assert kept_one_process(seen, 1), seen
     reference, _ = reference_runs("ha")
     assert sorted(run.loss_line_steps) == list(range(1, 9))
     assert run.losses == reference.losses
@@ -250,3 +272,13 @@ def test_its_new_process_lost_while_joining_is_replaced_as_a_lost_ranks(slow_ran
     assert len(set(seen[2]["starting"])) == 3, seen  # the slow one, the killed one, the one that finished
     for rank in (0, 1, 3):
         assert kept_one_process(seen, rank), seen
+
+
+def test_the_shard_peer_lost_right_after_the_switch_is_replaced_from_the_new_process(node_drained):
+    run, _, _, killer = node_drained
+    assert killer.killed, run.output[-3000:]
+    assert re.search(r"decision recover: faults [^\n]*\b0:node", run.output), run.output[-4000:]
+    assert re.search(r"rank 0\] INFO repair of step \d+: received my optimizer shard .* from rank 2", run.output)
+    assert "ranks [0] replaced, training resumes at step" in run.output
+    seen = process_ids(run.output)
+    assert killer.killed in seen[0]["starting"] and len(set(seen[0]["starting"])) == 2, seen

@@ -3,8 +3,9 @@ a replica peer sent; a replacement's data loader is positioned at the step's sam
 from types import SimpleNamespace
 
 import pytest
-
 from recovery_fakes import FakeMegatron, FakeReplay, action, marks, session_at, snapshot
+
+from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.recovery.stages.roll_back import ROLL_BACK, roll_back
 
 
@@ -17,7 +18,22 @@ def received(step):
             "lazy_caches": [{}]}
 
 
-def test_rollback_on_a_rank_behind_the_repair_step_installs_the_received_snapshot_and_positions_the_replay():
+class ProcessorLinkSeen:
+    def __init__(self):
+        self.steps = []
+
+    def report_state_of_step(self, step):
+        self.steps.append(step)
+
+
+@pytest.fixture
+def link(monkeypatch):
+    seen = ProcessorLinkSeen()
+    monkeypatch.setattr(processor_link, "_link", seen)
+    return seen
+
+
+def test_rollback_on_a_rank_behind_the_repair_step_installs_the_received_snapshot_and_positions_the_replay(link):
     session, megatron = session_at(4), FakeMegatron()
     session.received = received(5)
     replay = FakeReplay(replayed=2)
@@ -34,12 +50,14 @@ def test_rollback_on_a_rank_behind_the_repair_step_installs_the_received_snapsho
     assert session.job.completed_steps == [5]
     assert replay.positions == [5]
     assert marks(session) == ["rolled back"]
+    assert link.steps == [5]  # the controller counts the rank at the step it took, not behind
     assert ROLL_BACK.on_training_thread
 
 
-def test_a_rank_at_the_repair_step_keeps_its_own_state():
+def test_a_rank_at_the_repair_step_keeps_its_own_state(link):
     session, megatron = session_at(5), FakeMegatron()
     assert roll_back(session, megatron, rollback(5)) == 0
+    assert link.steps == []  # its own update reported the step
     assert "set_iteration_state" not in megatron.names() and "install_step_state" not in megatron.names()
     assert megatron.called("restore_rng") == [({"rng of step": 5},)]
     assert session.job.completed_steps == []
@@ -59,7 +77,7 @@ def test_the_state_of_another_step_is_refused():
         roll_back(session, FakeMegatron(), rollback(5))
 
 
-def test_a_replacement_takes_the_state_joins_at_the_step_and_its_loader_starts_at_the_steps_sample():
+def test_a_replacement_takes_the_state_joins_at_the_step_and_its_loader_starts_at_the_steps_sample(link):
     session, megatron = session_at(None), FakeMegatron()
     session.replacement.active = True
     session.received = received(6)
@@ -73,6 +91,7 @@ def test_a_replacement_takes_the_state_joins_at_the_step_and_its_loader_starts_a
     # its validation loader, built at sample 0 too, goes where the peer's evaluations left theirs
     valid = session.job.valid_data_iterator
     assert megatron.called("position_valid_iterators") == [(valid, 32, "replacement process")]
+    assert link.steps == [6]
 
 
 def test_a_replacement_whose_loader_cannot_be_positioned_is_refused():

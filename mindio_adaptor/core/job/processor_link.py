@@ -203,6 +203,11 @@ class ProcessorLink:
     def update_ended(self, step: int) -> None:
         self.native.end_updating(int(step))
 
+    def report_state_of_step(self, step: int) -> None:
+        """This rank holds the state of `step`, taken from a replica peer or a checkpoint rather than computed by its
+        own update: the controller counts `step` as its last completed one from now on."""
+        self.native.report_loaded_step(int(step))
+
     def report_saved_step(self, step: int) -> None:
         """Every part of this rank's periodic checkpoint of `step` is written: it can be loaded again."""
         self.native.report_ckpt_step(int(step))

@@ -7,6 +7,7 @@ micro-batches are given again), Megatron's timers running as before the step and
 training thread then computes the step after the repair step (patches/exception_loop)."""
 import logging
 
+from mindio_adaptor.core.job import processor_link
 from mindio_adaptor.recovery.stages.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -47,9 +48,19 @@ def install_received_state(session, megatron, step: int):
     megatron.set_valid_position(received["consumed_valid_samples"])
     megatron.install_step_state(received, session.job.scheduler, session.job.optimizer)
     session.resume_at(snapshot)
+    _report_to_the_controller(step)
     logger.info("took step %d's state (iteration, data position at sample %d, scheduler, RNG) from the "
                 "replica peer", step, snapshot.consumed_train_samples)
     return snapshot
+
+
+def _report_to_the_controller(step: int) -> None:
+    """Until its next update ends, this rank's processor would say the step before (a new process: none) in every
+    status it sends, the controller would count the rank behind, and a fault before that update would find no
+    complete replica of its shards (a chaos run ended so, a kill right after a hot switch)."""
+    link = processor_link.current_or_none()
+    if link is not None:
+        link.report_state_of_step(step)
 
 
 def _position_replacement_data(session, megatron) -> None:
