@@ -1,8 +1,8 @@
 """MINDIO_FAULT_INJECT inside Megatron: read and checked with the arguments (a malformed spec stops
 the run at start), fired at the forward, backward and optimizer phases of the planned step, once its
-update is final (completed: a flip changes this rank's optimizer shard there), in its training_log before the
-line (line), in the evaluation after it (eval), inside a checkpoint save of that iteration (before and after this rank writes its files), and when
-the process exits."""
+update is final (completed: a flip changes this rank's optimizer shard there), in its training_log before
+the line (line), in the evaluation after it (eval), inside a checkpoint save of that iteration (before and
+after this rank writes its files), and when the process exits."""
 import functools
 import os
 

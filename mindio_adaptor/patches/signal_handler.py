@@ -17,7 +17,7 @@ one-element list, whose any() is the gather's.
 The reduction is started when the step's optimizer step begins (the ranks have just met in the gradients' reduction)
 and runs beside the update, the loss reduction and the line; the check after the step only waits for its answer.
 A signal that comes during the update is answered one step later. Every rank takes the same path: the started
-reduction where it belongs to the step just completed on the current world group, else (the first check after a
+reduction where it belongs to the step just completed on the current communicators, else (the first check after a
 recovery, whose rebuilt communicators abandoned it, or a step whose optimizer never ran) the reduction done at
 once."""
 import multiprocessing
