@@ -57,7 +57,7 @@ def test_rollback_on_a_rank_behind_the_repair_step_installs_the_received_snapsho
 def test_a_rank_at_the_repair_step_keeps_its_own_state(link):
     session, megatron = session_at(5), FakeMegatron()
     assert roll_back(session, megatron, rollback(5)) == 0
-    assert link.steps == []  # its own update reported the step
+    assert link.steps == [5]  # every rank says the step it holds now
     assert "set_iteration_state" not in megatron.names() and "install_step_state" not in megatron.names()
     assert megatron.called("restore_rng") == [({"rng of step": 5},)]
     assert session.job.completed_steps == []

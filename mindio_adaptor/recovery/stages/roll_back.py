@@ -3,8 +3,9 @@ instance completed) first takes the received state as its own; a replacement's d
 at sample 0, is positioned at the step's sample. Then on every rank: model params re-derived from the
 main params (each writes its shard, then the instance all-gathers), RNG states back to the repair
 step's snapshot, the data iterator positioned after the repair step (an interrupted next step's
-micro-batches are given again), Megatron's timers running as before the step and its rerun state reset; the
-training thread then computes the step after the repair step (patches/exception_loop)."""
+micro-batches are given again), Megatron's timers running as before the step and its rerun state reset, and the
+step told to the controller; the training thread then computes the step after the repair step
+(patches/exception_loop)."""
 import logging
 
 from mindio_adaptor.core.job import processor_link
@@ -29,6 +30,7 @@ def roll_back(session, megatron, action) -> int:
     # inside a loss line's reading, must run on.
     megatron.set_running_timers(frozenset(session.replay.timers_running_before_step))
     megatron.reset_rerun_state()
+    _report_to_the_controller(step)
     logger.info("rollback to step %d: params re-derived, RNG restored, %d micro-batch(es) to replay", step,
                 replayed)
     session.timeline.mark("rolled back", f"to step {step}")
@@ -48,16 +50,17 @@ def install_received_state(session, megatron, step: int):
     megatron.set_valid_position(received["consumed_valid_samples"])
     megatron.install_step_state(received, session.job.scheduler, session.job.optimizer)
     session.resume_at(snapshot)
-    _report_to_the_controller(step)
     logger.info("took step %d's state (iteration, data position at sample %d, scheduler, RNG) from the "
                 "replica peer", step, snapshot.consumed_train_samples)
     return snapshot
 
 
 def _report_to_the_controller(step: int) -> None:
-    """Until its next update ends, this rank's processor would say the step before (a new process: none) in every
-    status it sends, the controller would count the rank behind, and a fault before that update would find no
-    complete replica of its shards (a chaos run ended so, a kill right after a hot switch)."""
+    """Every rank holds the repair step's state now. Until its next update ends its processor would otherwise say
+    the step of its own last update in every status it sends: the step before for a rank that took a peer's state,
+    none for a new process (the controller counted it behind, and a fault before that update found no complete
+    replica of its shards: a chaos run ended so, a kill right after a hot switch), a later one after a reload of an
+    earlier checkpoint or a scale-out's state."""
     link = processor_link.current_or_none()
     if link is not None:
         link.report_state_of_step(step)
