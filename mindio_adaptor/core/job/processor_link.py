@@ -204,8 +204,8 @@ class ProcessorLink:
         self.native.end_updating(int(step))
 
     def report_state_of_step(self, step: int) -> None:
-        """This rank holds the state of `step`, taken from a replica peer or a checkpoint rather than computed by its
-        own update: the controller counts `step` as its last completed one from now on."""
+        """This rank holds the state of `step` now (a rollback's: its own, a replica peer's or a checkpoint's),
+        whatever its last update was: the controller counts `step` as its last completed one from now on."""
         self.native.report_loaded_step(int(step))
 
     def report_saved_step(self, step: int) -> None:
