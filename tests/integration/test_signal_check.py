@@ -53,7 +53,7 @@ STARTED = textwrap.dedent("""
         handler._signal_received = rank in before or carried
         for hook in SESSION.job.before_optimizer_step:  # the optimizer step begins
             hook(step)
-        handler._signal_received = carried = handler._signal_received or rank in during
+        handler._signal_received = handler._signal_received or rank in during
         SESSION.next_comm_epoch += int(rebuilt)
         SESSION.job.completed_steps.append(step)
         answers.append(handler.signals_received()[0])
